@@ -1,0 +1,122 @@
+"""Markdown reports rendered from measurement records, never from a live run.
+
+For every GPU and workload in the records, the latest run that measured it becomes one table,
+in the order the run measured it (the ladder, then the baselines): time, speedup over naive
+and over the previous rung, throughput, the ratio to cuBLAS measured in the same run, and for
+memory-bound ops the share of the copy bandwidth measured in the same run.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from schedules.workloads import Workload
+
+MEMORY_BOUND = ("gemv", "batched_gemv")
+
+
+def workload_of(record: dict) -> Workload:
+    return Workload(
+        record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"], record["layout"]
+    )
+
+
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _ratio(numerator, denominator):
+    return numerator / denominator if numerator and denominator else None
+
+
+def table_rows(run: list[dict]) -> list[dict]:
+    """One row per measurement of one workload in one run (rungs, then baselines)."""
+    wl = workload_of(run[0])
+    memory_bound = wl.op in MEMORY_BOUND
+    scale, unit = (1e3, "us") if memory_bound else (1.0, "ms")
+    timed = {r["schedule"]: r["timing"]["median_ms"] for r in run if r.get("status") == "ok"}
+    naive = timed.get("naive")
+    cublas = timed.get("cublas")
+    copy_gbps = next((r.get("copy_gbps") for r in run if r.get("copy_gbps")), None)
+    rows, previous = [], None
+    for r in run:
+        t = timed.get(r["schedule"])
+        is_rung = r.get("kind") == "rung"
+        row = {"schedule": r["schedule"]}
+        row[f"time ({unit})"] = _fmt(t and t * scale, ".3f" if unit == "ms" else ".2f")
+        if t is not None:
+            row["min-max"] = f"{r['timing']['min_ms'] * scale:.3g}-{r['timing']['max_ms'] * scale:.3g}"
+        else:
+            row["min-max"] = "-"
+        row["vs naive"] = _fmt(_ratio(naive, t), ".1f", "x")
+        row["vs previous"] = _fmt(_ratio(previous, t) if is_rung else None, ".2f", "x")
+        if memory_bound:
+            gbps = _ratio(wl.min_bytes / 1e9, t and t * 1e-3)
+            row["GB/s"] = _fmt(gbps, ".0f")
+            row["% of copy BW"] = _fmt(_ratio(gbps and 100 * gbps, copy_gbps), ".1f", "%")
+        else:
+            row["TFLOP/s"] = _fmt(_ratio(wl.flops / 1e12, t and t * 1e-3), ".2f")
+        row["% of cuBLAS"] = _fmt(_ratio(cublas and 100 * cublas, t), ".1f", "%")
+        row["rel. error"] = _fmt(r.get("rel_error"), ".1e")
+        row["status"] = r.get("status") if r.get("status") != "ok" else "correct"
+        if r.get("status") not in ("ok", None) and r.get("error"):
+            row["status"] += f": {r['error'].splitlines()[0][:80]}"
+        rows.append(row)
+        if is_rung and t is not None:
+            previous = t
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    return tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True)
+
+
+def latest_runs(records: list[dict]) -> list[list[dict]]:
+    """Measurements grouped by (GPU, workload), each group from the latest run that has it."""
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    for r in records:
+        if r.get("kind") not in ("rung", "baseline"):
+            continue
+        group = (r.get("gpu"), r["op"], tuple(r["shape"]), r["dtype"], r["out_dtype"], r["layout"])
+        groups.setdefault(group, {}).setdefault(r["run_id"], []).append(r)
+    ceilings = {r["run_id"]: r for r in records if r.get("kind") == "ceiling"}
+    selected = []
+    for runs in groups.values():
+        run_id = max(runs, key=lambda rid: runs[rid][0]["date"])
+        run = runs[run_id]
+        if run_id in ceilings:
+            run = [{**m, "copy_gbps": ceilings[run_id]["copy_gbps"]} for m in run]
+        selected.append(run)
+    return selected
+
+
+def render(records: list[dict], title: str = "Performance report") -> str:
+    """The whole markdown report."""
+    runs = latest_runs(records)
+    if not runs:
+        raise ValueError("no measurements to report (run on a GPU first)")
+    lines = [f"# {title}", ""]
+    facts = sorted({(r[0]["gpu"], r[0]["driver"], r[0]["tvm"]) for r in runs})
+    for gpu, driver, tvm in facts:
+        lines.append(f"- GPU: **{gpu}**, driver {driver}; TVM {tvm}")
+    methods = sorted({m["timing"]["method"] for run in runs for m in run if m.get("timing")})
+    for method in methods:
+        lines.append(f"- Timing: {method}")
+    lines.append(
+        "- Correctness: random normal inputs, output poisoned with NaN, relative Frobenius error "
+        "against a float64 reference; a failed kernel is not ranked"
+    )
+    lines.append("")
+    for run in runs:
+        first = run[0]
+        wl = workload_of(first)
+        lines.append(f"## {wl.label()}")
+        lines.append("")
+        where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
+        if first.get("copy_gbps"):
+            where += f"; device copy bandwidth in the same run: {first['copy_gbps']:.0f} GB/s"
+        lines.append(where + ".")
+        lines.append("")
+        lines.append(markdown_table(table_rows(run)))
+        lines.append("")
+    return "\n".join(lines)

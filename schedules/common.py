@@ -1,0 +1,37 @@
+"""Small steps that several schedules share."""
+
+from __future__ import annotations
+
+import tvm
+
+from .registry import ScheduleNotApplicable
+from .workloads import Workload
+
+MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
+
+
+def cast_epilogue_at(sch: tvm.s_tir.Schedule, wl: Workload, loop, scope: str = "local") -> None:
+    """Compute the output cast right after the accumulation, under `loop`, and keep the float32
+    accumulator in `scope` (a register by default) instead of a global temporary."""
+    if not wl.has_cast:
+        return
+    sch.reverse_compute_at(sch.get_sblock(wl.output), loop, preserve_unit_loops=True)
+    sch.set_scope(sch.get_sblock(wl.reduction_block), 0, scope)
+
+
+def write_back_at(sch: tvm.s_tir.Schedule, wl: Workload, loop) -> None:
+    """Accumulate in a register and write the output once, under `loop` (cast if needed)."""
+    if wl.has_cast:
+        cast_epilogue_at(sch, wl, loop)
+        return
+    # The reduction now accumulates into a local buffer; the returned block copies it out.
+    copy_out = sch.cache_write(sch.get_sblock(wl.reduction_block), 0, "local")
+    sch.reverse_compute_at(copy_out, loop)
+
+
+def require_grid_y(name: str, axis: str, extent: int) -> None:
+    """Refuse a schedule that would put more than 65535 blocks on blockIdx.y."""
+    if extent > MAX_GRID_YZ:
+        raise ScheduleNotApplicable(
+            f"{name} binds {axis}={extent} to blockIdx.y, which CUDA limits to {MAX_GRID_YZ}"
+        )

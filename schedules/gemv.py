@@ -1,0 +1,170 @@
+"""The GEMV ladder (y = B x, B row-major N x K), for one matrix or L of them in one launch.
+
+The rungs follow `../shared/seeds/gemv-tilelang-tutorial.txt` and the batched write-up
+(`batched-gemv-nvfp4-writeup.txt`): one thread per row; K split across the threads of a block
+with the partials combined through shared memory; 16-byte loads; a warp-shuffle all-reduce; and
+several rows per warp so every slice of x that a thread loads serves them all. Batched GEMV
+binds the batch to blockIdx.y, so all L products run in a single launch.
+
+Loop names: bx/by blocks, tn the row threads, tk the K threads, ko the serial K steps, ki the
+K elements a thread handles per step, r the rows a thread accumulates at once.
+"""
+
+from __future__ import annotations
+
+from tvm.s_tir import Schedule
+
+from .common import require_grid_y, write_back_at
+from .registry import ScheduleNotApplicable, schedule
+from .workloads import DTYPE_BYTES, Workload
+
+VECTOR_BYTES = 16  # one 128-bit load per thread
+
+
+def _vector_width(wl: Workload) -> int:
+    return VECTOR_BYTES // DTYPE_BYTES[wl.dtype]
+
+
+def _bind_batch(sch: Schedule, wl: Workload, batch_loops: list) -> None:
+    """Batched GEMV: every (matrix, vector) pair is a blockIdx.y of the same launch."""
+    for loop in batch_loops:
+        require_grid_y(wl.op, "L", wl.dims["L"])
+        sch.bind(loop, "blockIdx.y")
+
+
+def _gemv_loops(sch: Schedule, wl: Workload):
+    block = sch.get_sblock(wl.reduction_block)
+    *batch, n, k = sch.get_loops(block)
+    return block, batch, n, k
+
+
+@schedule("gemv", "naive")
+@schedule("batched_gemv", "naive")
+def naive(sch: Schedule, wl: Workload, rows_per_block: int = 128) -> None:
+    """One thread per output row, walking all of K serially into a register accumulator.
+
+    IR: blockIdx.x = N/rows_per_block, threadIdx.x = rows_per_block, one serial K loop."""
+    block, batch, n, k = _gemv_loops(sch, wl)
+    # Step 1. Rows: blocks of rows_per_block threads, one row each.
+    bx, tn = sch.split(n, [None, rows_per_block])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tn, "threadIdx.x")
+    _bind_batch(sch, wl, batch)
+    # Step 2. Accumulate in a register, write y once.
+    write_back_at(sch, wl, tn)
+    sch.decompose_reduction(block, k)
+
+
+def split_k(
+    sch: Schedule,
+    wl: Workload,
+    *,
+    rows_per_block: int,
+    reduce_threads: int,
+    tile_k: int | None,
+    vector_loads: bool,
+    warp_reduce: bool,
+    rows_per_thread: int = 1,
+    unroll_k: int = 1,
+) -> None:
+    """The split-K GEMV that the rungs after naive share; each rung turns one more knob on.
+
+    Every thread owns `rows_per_thread` rows and, for each of them, a register partial sum
+    over its slice of K: `tile_k` consecutive elements per step at stride reduce_threads*tile_k.
+    A cross-thread reduction (tvm_thread_allreduce) then combines the `reduce_threads` partials.
+    With `warp_reduce` the K threads are threadIdx.x, consecutive lanes of one warp, and TVM
+    lowers the reduction to warp shuffles; otherwise they are threadIdx.y (rows on threadIdx.x,
+    the seed's layout) and TVM reduces through a shared-memory tree with barriers.
+    With `vector_loads` each step's B and x slices come in as single 16-byte loads, and
+    `unroll_k` steps are unrolled so that their loads are in flight together.
+    tile_k=None means one 16-byte vector of the input dtype (8 halves, 4 floats)."""
+    tile_k = tile_k or _vector_width(wl)
+    if vector_loads and tile_k * DTYPE_BYTES[wl.dtype] != VECTOR_BYTES:
+        raise ScheduleNotApplicable(f"tile_k={tile_k} is not one 16-byte vector of {wl.dtype}")
+    if vector_loads and wl.dims["K"] % tile_k:
+        raise ScheduleNotApplicable(
+            f"K={wl.dims['K']} is not a multiple of the {tile_k}-element vector"
+        )
+    row_tag, k_tag = ("threadIdx.y", "threadIdx.x") if warp_reduce else ("threadIdx.x", "threadIdx.y")
+    block, _, n, k = _gemv_loops(sch, wl)
+    # Step 1. Rows: blocks of rows_per_block row threads, each with rows_per_thread rows.
+    sch.split(n, [None, rows_per_block, rows_per_thread])
+    # Step 2. K: serial steps ko of reduce_threads threads times tile_k elements.
+    _, tk, _ = sch.split(k, [None, reduce_threads, tile_k])
+    # Step 3. rfactor: each K thread keeps its own partial sums in registers.
+    partial = sch.rfactor(tk, factor_axis=0)
+    *batch, bx, tn, r, ko, tk, ki = sch.get_loops(partial)
+    sch.reorder(bx, tn, tk, ko, r, ki)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tn, row_tag)
+    sch.bind(tk, k_tag)
+    _bind_batch(sch, wl, batch)
+    sch.set_scope(partial, 0, "local")
+    # Step 4. Unroll unroll_k consecutive K steps so that their loads overlap.
+    ko, k_unrolled = sch.split(ko, [None, unroll_k])
+    if unroll_k > 1:
+        sch.unroll(k_unrolled)
+    if vector_loads:
+        # Step 5. One 16-byte load of x per step, reused by all rows; one per row of B.
+        for operand in (1, 0):
+            tile = sch.cache_read(partial, operand, "local")
+            sch.compute_at(tile, k_unrolled)
+            sch.vectorize(sch.get_loops(tile)[-1])
+    # Step 6. The cross-thread reduction of the partials, in the same kernel.
+    sch.reverse_compute_at(block, bx, preserve_unit_loops=True)
+    tk_sum, *_, rows = sch.get_loops(block)[len(batch) + 1 :]  # K threads, (unit batch), rows
+    tn_sum, r_sum = sch.split(rows, [rows_per_block, rows_per_thread])
+    sch.reorder(tn_sum, r_sum, tk_sum)
+    sch.bind(tn_sum, row_tag)
+    sch.bind(tk_sum, k_tag)
+    write_back_at(sch, wl, r_sum)
+    sch.decompose_reduction(partial, ko)
+
+
+@schedule("gemv", "splitk")
+@schedule("batched_gemv", "splitk")
+def splitk(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_threads: int = 32,
+           tile_k: int | None = None) -> None:
+    """K split across the threads of a block; partials combined through shared memory.
+
+    IR: threadIdx.x = rows (the seed's layout), threadIdx.y = K threads, each summing tile_k
+    scalar loads per step; a shared-memory tree (red_buf, __syncthreads) adds the partials."""
+    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+            tile_k=tile_k, vector_loads=False, warp_reduce=False)
+
+
+@schedule("gemv", "splitk_vec")
+@schedule("batched_gemv", "splitk_vec")
+def splitk_vec(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_threads: int = 32,
+               tile_k: int | None = None) -> None:
+    """splitk + each thread reads its K slice of B and x as one 16-byte vector (uint4).
+
+    IR: local B and x tiles filled by a vectorized loop; `uint4` loads in the CUDA source.
+    K must be a multiple of the vector (8 halves, 4 floats)."""
+    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+            tile_k=tile_k, vector_loads=True, warp_reduce=False)
+
+
+@schedule("gemv", "allreduce")
+@schedule("batched_gemv", "allreduce")
+def allreduce(sch: Schedule, wl: Workload, rows_per_block: int = 4, reduce_threads: int = 32,
+              tile_k: int | None = None) -> None:
+    """splitk_vec with the K threads on threadIdx.x: one warp per row, reduced by shuffles.
+
+    IR: tvm_thread_allreduce over threadIdx.x; __shfl_down_sync in the CUDA source, and the
+    warp's 32 loads of 16 bytes are 512 contiguous bytes of a row."""
+    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+            tile_k=tile_k, vector_loads=True, warp_reduce=True)
+
+
+@schedule("gemv", "multirow")
+@schedule("batched_gemv", "multirow")
+def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
+             tile_k: int | None = None, rows_per_thread: int = 4) -> None:
+    """allreduce + each warp computes rows_per_thread rows, so each loaded x vector serves
+    them all (the batched seed's V4: 4 rows per warp, 8 warps per block).
+
+    IR: rows_per_thread register accumulators per thread; one x load per K step, then one
+    B load per row; rows_per_thread warp all-reduces at the end."""
+    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+            tile_k=tile_k, vector_loads=True, warp_reduce=True, rows_per_thread=rows_per_thread)

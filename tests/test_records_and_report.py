@@ -1,0 +1,127 @@
+"""The JSONL store and the markdown report, on recorded measurements (no GPU needed)."""
+
+import json
+
+import pytest
+
+from reports.render import render, table_rows
+from tuning import records
+
+
+def measurement(schedule, ms, run_id="r1", date="2026-11-22T10:00:00+00:00", kind="rung",
+                status="ok", op="gemm", shape=(1024, 512, 2048), dtype="float32", **extra):
+    out_dtype = "float32" if op == "gemm" else dtype
+    layout = "nn" if op == "gemm" else "nt"
+    record = {
+        "run_id": run_id, "date": date, "schedule": schedule, "kind": kind, "params": {},
+        "gpu": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "arch": "sm_90",
+        "tvm": "0.27.0.post1", "op": op, "shape": list(shape), "dtype": dtype,
+        "out_dtype": out_dtype, "layout": layout, "status": status, "rel_error": 1e-7,
+    }
+    if status == "ok":
+        record["timing"] = {"median_ms": ms, "min_ms": ms * 0.9, "max_ms": ms * 1.2, "samples": 100,
+                            "method": "CUDA events; L2 flushed"}
+    return {**record, **extra}
+
+
+def test_append_then_load_round_trips(tmp_path):
+    path = str(tmp_path / "sub" / "results.jsonl")
+    records.append(path, measurement("v3", 0.8))
+    records.append(path, measurement("v2", 4.4))
+    loaded = records.load(path)
+    assert [r["schedule"] for r in loaded.records] == ["v3", "v2"] and not loaded.problems
+
+
+def test_corrupt_lines_are_named_and_kept(tmp_path):
+    path = tmp_path / "results.jsonl"
+    good = json.dumps(measurement("v1", 4.0))
+    path.write_text(good + "\n{not json\n" + json.dumps({"a": 1}) + "\n" + good + "\n")
+    before = path.read_text()
+    loaded = records.load(str(path))
+    assert len(loaded.records) == 2
+    assert loaded.problems[0].startswith(f"{path}:2: not valid JSON")
+    assert loaded.problems[1] == f"{path}:3: not a measurement record"
+    records.append(str(path), measurement("v3", 0.8))
+    after = path.read_text()
+    assert after.startswith(before) and len(records.load(str(path)).records) == 3
+
+
+def test_a_line_cut_short_does_not_swallow_the_next_record(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(measurement("v1", 4.0)) + "\n" + '{"run_id": "r1", "sched')
+    records.append(str(path), measurement("v3", 0.8))
+    loaded = records.load(str(path))
+    assert [r["schedule"] for r in loaded.records] == ["v1", "v3"] and len(loaded.problems) == 1
+
+
+def test_a_directory_is_not_a_records_file(tmp_path):
+    with pytest.raises(records.RecordsError, match="is not a file"):
+        records.load(str(tmp_path))
+
+
+def seed_run(run_id="r1", date="2026-11-22T10:00:00+00:00"):
+    return [
+        measurement("naive", 9.0, run_id, date),
+        measurement("v1", 4.5, run_id, date),
+        measurement("v2", 4.5, run_id, date),
+        measurement("v3", 0.9, run_id, date),
+        measurement("dlight", 0.15, run_id, date, kind="baseline"),
+        measurement("cublas", 0.06, run_id, date, kind="baseline"),
+    ]
+
+
+def test_table_has_the_seed_columns_computed_from_times():
+    rows = {r["schedule"]: r for r in table_rows(seed_run())}
+    assert rows["v1"]["vs naive"] == "2.0x" and rows["v1"]["vs previous"] == "2.00x"
+    assert rows["v3"]["vs previous"] == "5.00x" and rows["v3"]["vs naive"] == "10.0x"
+    assert rows["v3"]["% of cuBLAS"] == "6.7%" and rows["cublas"]["% of cuBLAS"] == "100.0%"
+    assert rows["v3"]["TFLOP/s"] == f"{2 * 1024 * 512 * 2048 / 0.9e-3 / 1e12:.2f}"
+    assert rows["dlight"]["vs previous"] == "-"  # baselines are not rungs
+
+
+def test_a_failed_kernel_is_shown_but_never_ranked():
+    run = seed_run()
+    run[3] = measurement("v3", None, status="failed", error="relative error 0.5 > 1e-05")
+    rows = {r["schedule"]: r for r in table_rows(run)}
+    assert rows["v3"]["time (ms)"] == "-" and rows["v3"]["vs naive"] == "-"
+    assert rows["v3"]["status"].startswith("failed: relative error")
+    assert rows["dlight"]["vs previous"] == "-"
+
+
+def test_gemv_rows_report_bandwidth_against_the_measured_copy():
+    shape = (7168, 16384)
+    run = [measurement("allreduce", 0.080, op="gemv", shape=shape, dtype="float16"),
+           measurement("cublas", 0.090, op="gemv", shape=shape, dtype="float16", kind="baseline")]
+    run = [{**m, "copy_gbps": 3000.0} for m in run]
+    row = table_rows(run)[0]
+    gbps = 2 * (7168 * 16384 + 16384 + 7168) / 80e-6 / 1e9
+    assert row["time (us)"] == "80.00" and row["GB/s"] == f"{gbps:.0f}"
+    assert row["% of copy BW"] == f"{100 * gbps / 3000:.1f}%"
+
+
+def test_report_takes_the_latest_run_and_says_where_it_was_measured():
+    older = seed_run("old", "2026-11-20T10:00:00+00:00")
+    older[3] = measurement("v3", 5.0, "old", "2026-11-20T10:00:00+00:00")
+    ceiling = {"run_id": "r1", "date": "2026-11-22T10:00:00+00:00", "kind": "ceiling", "op": "copy",
+               "schedule": "device-copy", "copy_gbps": 2950.0}
+    text = render(older + seed_run() + [ceiling], title="GEMM seed")
+    assert text.startswith("# GEMM seed")
+    assert "NVIDIA H100 80GB HBM3" in text and "driver 580.159.04" in text and "TVM 0.27.0.post1" in text
+    assert "Timing: CUDA events; L2 flushed" in text and "2026-11-22 10:00:00" in text
+    assert "| v3 " in text and "0.900" in text and "5.000" not in text
+    assert "2950 GB/s" in text
+
+
+def test_report_without_measurements_is_an_error():
+    with pytest.raises(ValueError, match="no measurements"):
+        render([])
+
+
+def test_relative_error_is_frobenius_and_nan_is_infinite():
+    import torch
+
+    from tuning.measure import relative_error
+
+    ref = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    assert relative_error(torch.tensor([3.0, 4.5]), ref) == pytest.approx(0.1)
+    assert relative_error(torch.tensor([3.0, float("nan")]), ref) == float("inf")

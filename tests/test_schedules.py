@@ -1,0 +1,171 @@
+"""Every registered schedule, on default and ragged workloads: it builds (its CUDA compiles with
+the local nvcc where there is one) or refuses with a reason. Then the IR features that prove
+each rung's idea."""
+
+import shutil
+
+import pytest
+
+import schedules
+from schedules import ScheduleNotApplicable, Workload
+from tuning import build
+
+WORKLOADS = {
+    "gemm": [
+        Workload("gemm", (1024, 512, 2048)),
+        Workload("gemm", (1023, 511, 2047)),  # ragged against every tile
+        Workload("gemm", (100, 60, 72), "float16", "float16", "nt"),
+        Workload("gemm", (64, 48, 40), "bfloat16"),
+    ],
+    "gemv": [
+        Workload("gemv", (1024, 1024), "float16"),
+        Workload("gemv", (1001, 1000), "float16"),  # ragged rows and K steps
+        Workload("gemv", (1001, 1001), "float16"),  # K not a multiple of the vector
+        Workload("gemv", (512, 1024), "float32"),
+    ],
+    "batched_gemv": [
+        Workload("batched_gemv", (4, 7168, 2048), "float16"),
+        Workload("batched_gemv", (3, 1001, 1000), "float16"),
+    ],
+}
+RUNGS = [(e.name, wl) for op, wls in WORKLOADS.items() for e in schedules.entries(op)
+         if not e.baseline for wl in wls]
+
+
+def test_registry_lists_the_ladders_in_order():
+    assert schedules.names("gemm")[:4] == ["naive", "v1", "v2", "v3"]
+    assert schedules.names("gemv")[:5] == ["naive", "splitk", "splitk_vec", "allreduce", "multirow"]
+    assert schedules.names("batched_gemv") == schedules.names("gemv")
+    for op in WORKLOADS:
+        assert schedules.names(op)[-1] == "dlight" and schedules.get(op, "dlight").baseline
+
+
+def test_unknown_schedule_names_the_valid_ones():
+    with pytest.raises(schedules.UnknownSchedule, match="unknown schedule 'v9' for gemm; valid: naive, v1"):
+        schedules.get("gemm", "v9")
+
+
+def test_every_rung_documents_itself_and_its_knobs():
+    for op in WORKLOADS:
+        for entry in schedules.entries(op):
+            assert entry.summary, f"{op}/{entry.name} has no docstring"
+    assert schedules.get("gemm", "v3").defaults == {"tile_x": 16, "tile_y": 16, "tile_k": 8}
+
+
+def test_unknown_parameter_is_refused(target):
+    with pytest.raises(ValueError, match="no parameter"):
+        schedules.get("gemm", "v3").apply(Workload("gemm", (64, 64, 64)), target, tile_q=3)
+
+
+@pytest.mark.parametrize("name, wl", RUNGS, ids=[f"{wl.op}-{n}-{wl.label().split()[1]}-{wl.dtype}" for n, wl in RUNGS])
+def test_rung_builds_or_refuses_with_a_reason(name, wl, compiled):
+    try:
+        _, source, summary = compiled(name, wl)
+    except ScheduleNotApplicable as e:
+        # The only refusals the ladders make: vector loads need K to be whole vectors.
+        assert "not a multiple of the 8-element vector" in str(e)
+        assert wl.dims["K"] % 8 != 0
+        return
+    assert "__global__" in source and summary.kernels == 1
+    if shutil.which("nvcc"):
+        usage = build.nvcc_resources(source, "sm_90")
+        assert usage and all(u.get("spill_stores", 0) == 0 for u in usage.values())
+
+
+@pytest.mark.parametrize("wl", [WORKLOADS["gemm"][0], WORKLOADS["gemv"][0]], ids=["gemm", "gemv"])
+def test_dlight_baseline_builds(wl, compiled):
+    _, source, _ = compiled("dlight", wl)
+    if shutil.which("nvcc"):
+        assert build.nvcc_resources(source, "sm_90")
+
+
+# -- the GEMM seed ladder: the seed's launch dimensions, shared tiles and K split --------------
+
+SEED = Workload("gemm", (1024, 512, 2048))
+
+
+def test_naive_is_one_thread_per_block(compiled):
+    ir, source, s = compiled("naive", SEED)
+    assert (s.grid, s.block) == ({"blockIdx.y": 1024, "blockIdx.x": 512}, {})
+    assert s.shared_bytes == 0 and s.syncthreads == 0
+    assert "for k in range(2048)" in ir
+
+
+def test_v1_tiles_rows_onto_32_threads(compiled):
+    _, _, s = compiled("v1", SEED)
+    assert s.grid == {"blockIdx.x": 32, "blockIdx.y": 512} and s.block == {"threadIdx.x": 32}
+
+
+def test_v2_uses_a_32x32_thread_tile(compiled):
+    _, _, s = compiled("v2", SEED)
+    assert s.grid == {"blockIdx.x": 32, "blockIdx.y": 16}
+    assert s.block == {"threadIdx.x": 32, "threadIdx.y": 32} and s.shared_bytes == 0
+
+
+def test_v3_stages_seed_sized_tiles_in_shared_memory(compiled):
+    ir, source, s = compiled("v3", SEED)
+    assert s.grid == {"blockIdx.x": 64, "blockIdx.y": 32}
+    assert s.block == {"threadIdx.x": 16, "threadIdx.y": 16}
+    assert "A_shared = T.alloc_shared((128,))" in ir and "B_shared = T.alloc_shared((128,))" in ir
+    assert s.shared_bytes == 2 * 128 * 4
+    assert "for k_0 in range(256)" in ir and "for k_1 in range(8)" in ir  # K split by 8
+    assert s.syncthreads == 2 and s.loop_depth == 2
+    assert "if threadIdx_y < 8:" in ir and "if threadIdx_x < 8:" in ir  # the seed's nparts loads
+
+
+def test_ragged_gemm_is_predicated(compiled):
+    ir, _, _ = compiled("v3", WORKLOADS["gemm"][1])
+    assert "< 1023" in ir and "< 511" in ir and "< 2047" in ir
+
+
+def test_cast_output_keeps_the_accumulator_in_a_register(compiled):
+    ir, source, _ = compiled("v3", WORKLOADS["gemm"][2])
+    assert "C_acc_local = T.alloc_local((1,))" in ir and "(half)" in source
+
+
+# -- the GEMV ladder: each rung's idea in its IR and CUDA ---------------------------------------
+
+GEMV = Workload("gemv", (1024, 1024), "float16")
+
+
+def test_gemv_naive_is_one_thread_per_row(compiled):
+    ir, source, s = compiled("naive", GEMV)
+    assert s.block == {"threadIdx.x": 128} and s.grid == {"blockIdx.x": 8}
+    assert "for k in range(1024)" in ir and s.shared_bytes == 0
+
+
+def test_splitk_reduces_partials_through_shared_memory(compiled):
+    ir, source, s = compiled("splitk", GEMV)
+    assert s.block == {"threadIdx.x": 2, "threadIdx.y": 32}
+    assert "red_buf0" in source and "__shared__" in source and s.syncthreads > 0
+    assert "uint4" not in source and "__shfl" not in source
+
+
+def test_splitk_vec_loads_16_bytes_at_a_time(compiled):
+    _, source, _ = compiled("splitk_vec", GEMV)
+    assert "*(uint4*)(B_local_ptr + 0) = *(uint4*)(B_ptr" in source
+    assert "*(uint4*)(x_local_ptr + 0) = *(uint4*)(x_ptr" in source
+
+
+def test_allreduce_uses_warp_shuffles_and_no_shared_memory(compiled):
+    ir, source, s = compiled("allreduce", GEMV)
+    assert "tvm_warp_shuffle_down" in ir and "__shfl_down_sync" in source
+    assert s.shared_bytes == 0 and s.syncthreads == 0 and "uint4" in source
+
+
+def test_multirow_reuses_each_x_vector_for_several_rows(compiled):
+    _, source, _ = compiled("multirow", GEMV)
+    assert "float y_acc_rf_local_ptr[4]" in source  # 4 row accumulators per thread
+    assert source.count("*(uint4*)(x_ptr") == 1 and "half B_local_ptr[32]" in source
+    assert "__shfl_down_sync" in source
+
+
+def test_batched_gemv_is_one_launch_over_all_batches(compiled):
+    for name in ("naive", "allreduce", "multirow"):
+        _, _, s = compiled(name, WORKLOADS["batched_gemv"][0])
+        assert s.kernels == 1 and s.grid["blockIdx.y"] == 4
+
+
+def test_vector_rungs_refuse_k_that_is_not_whole_vectors(target):
+    with pytest.raises(ScheduleNotApplicable, match="K=1001 is not a multiple of the 8-element vector"):
+        schedules.get("gemv", "allreduce").apply(Workload("gemv", (64, 1001), "float16"), target)

@@ -1,0 +1,1 @@
+"""Building, measuring and recording; the searches live here too."""

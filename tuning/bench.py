@@ -1,0 +1,107 @@
+"""One run on the GPU: each measurement of a workload becomes a record of the same run.
+
+Records of one run share run_id, date, GPU facts and timing method, so a report can put them
+side by side as ratios.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import tvm
+
+from schedules.workloads import Workload
+
+from . import measure
+
+
+@dataclass
+class Run:
+    """Identity and environment shared by every record of one run."""
+
+    flush_l2: bool = True
+    facts: dict = field(default_factory=measure.device_facts)
+    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.started:%Y%m%dT%H%M%SZ}-{os.getpid()}"
+
+    def record(self, wl: Workload | None, schedule: str, kind: str, params: dict, **fields) -> dict:
+        base = {
+            "run_id": self.run_id,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "schedule": schedule,
+            "kind": kind,
+            "params": params,
+            "gpu": self.facts["gpu"],
+            "driver": self.facts["driver"],
+            "arch": self.facts["arch"],
+            "tvm": tvm.__version__,
+            "flush_l2": self.flush_l2,
+        }
+        if wl is not None:
+            base.update(op=wl.op, shape=list(wl.shape), dtype=wl.dtype,
+                        out_dtype=wl.out_dtype, layout=wl.layout)
+        return {**base, **fields}
+
+
+def _guarded(measure_fn):
+    """A kernel that crashes becomes a failed measurement, not a crashed run."""
+    try:
+        return measure_fn()
+    except Exception as e:  # noqa: BLE001  (any failure of a candidate is recorded)
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        return {"status": "failed", "error": detail}
+
+
+def measure_tvm(run: Run, wl: Workload, schedule: str, kind: str, params: dict, executable,
+                seed: int = 0, **extra) -> dict:
+    """Check a built TVM kernel against float64 and, if correct, time it."""
+
+    def go():
+        inputs = measure.random_inputs(wl, seed)
+        out = measure.poisoned_output(wl)
+        runner = measure.tvm_runner(executable, wl, inputs, out)
+        return measure.check_and_time(wl, runner, inputs, measure.TOLERANCE[wl.dtype], run.flush_l2)
+
+    return run.record(wl, schedule, kind, params, **extra, **_guarded(go))
+
+
+def measure_cublas(run: Run, wl: Workload, tf32: bool = False, seed: int = 0) -> dict:
+    """torch (cuBLAS) on the same inputs and harness; TF32 is its own row."""
+
+    def go():
+        inputs = measure.random_inputs(wl, seed)
+        tolerance = measure.TOLERANCE["tf32" if tf32 else wl.dtype]
+        runner = measure.cublas_runner(wl, inputs, tf32=tf32)
+        return measure.check_and_time(wl, runner, inputs, tolerance, run.flush_l2)
+
+    name = "cublas-tf32" if tf32 else "cublas"
+    return run.record(wl, name, "baseline", {"tf32": tf32}, **_guarded(go))
+
+
+def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
+    """The TileLang seed's Triton GEMV on the same inputs and harness; None without triton."""
+    try:
+        from . import triton_gemv
+    except ImportError:
+        return None
+
+    def go():
+        inputs = measure.random_inputs(wl, seed)
+        out = measure.poisoned_output(wl)
+        runner = triton_gemv.runner(wl, inputs, out)
+        return measure.check_and_time(wl, runner, inputs, measure.TOLERANCE[wl.dtype], run.flush_l2)
+
+    return run.record(wl, "triton", "baseline", {}, **_guarded(go))
+
+
+def measure_copy(run: Run, nbytes: int = 1 << 30) -> dict:
+    """The copy-bandwidth ceiling of this run."""
+    gbps, timing = measure.copy_bandwidth_gbps(nbytes, flush_l2=run.flush_l2)
+    return run.record(None, "device-copy", "ceiling", {"bytes": nbytes}, op="copy",
+                      status="ok", copy_gbps=gbps, timing=timing.as_dict())

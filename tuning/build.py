@@ -1,0 +1,177 @@
+"""Scheduled module -> lowered kernels -> built module, and what can be read off them.
+
+Nothing here needs a GPU: lowering and CUDA code generation run anywhere; `nvcc_resources`
+compiles the generated source with a local nvcc when there is one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import tvm
+from tvm.target import Target
+
+# Per-block limits of every NVIDIA GPU since Volta; the same for a build with or without a GPU,
+# so the IR printed on a laptop is the IR that runs on the card.
+_CUDA_LIMITS = {
+    "max_num_threads": 1024,
+    "max_threads_per_block": 1024,
+    "thread_warp_size": 32,
+    "max_shared_memory_per_block": 49152,
+    "registers_per_block": 65536,
+}
+
+
+def cuda_target(arch: str = "sm_90") -> Target:
+    return Target({"kind": "cuda", "arch": arch, **_CUDA_LIMITS})
+
+
+def lower(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
+    """The device kernels exactly as `build` lowers them (TVM's pipeline for `target`, up to
+    code generation), without the host-side argument checking."""
+    bound = tvm.tirx.transform.BindTarget(target.with_host(Target("llvm")))(mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
+    lowered = pipeline(bound)
+    kernels = {
+        gv: fn
+        for gv, fn in lowered.functions_items()
+        if fn.attrs is not None and fn.attrs.get("target").kind.name == target.kind.name
+    }
+    return tvm.IRModule(kernels)
+
+
+def ir_text(lowered: tvm.IRModule) -> str:
+    """TVMScript of the lowered kernels, one after another, in name order."""
+    funcs = sorted(lowered.functions_items(), key=lambda item: item[0].name_hint)
+    return "\n".join(fn.script() for _, fn in funcs)
+
+
+def build(mod: tvm.IRModule, target: Target):
+    """Compile for `target`: CUDA source always, a loadable binary when a GPU is present."""
+    return tvm.compile(mod, target=target)
+
+
+def cuda_source(executable) -> str:
+    return "\n".join(m.inspect_source() for m in executable.mod.imports)
+
+
+@dataclass(frozen=True)
+class KernelSummary:
+    """The structural facts a reader compares between two rungs."""
+
+    kernels: int
+    grid: dict  # blockIdx.* -> extent (of the first kernel that binds it)
+    block: dict  # threadIdx.* -> extent
+    shared_bytes: int
+    syncthreads: int
+    loop_depth: int
+
+    def row(self) -> dict:
+        dims = lambda d, axes: "x".join(str(d.get(a, 1)) for a in axes)  # noqa: E731
+        return {
+            "grid (x,y,z)": dims(self.grid, ("blockIdx.x", "blockIdx.y", "blockIdx.z")),
+            "block (x,y,z)": dims(self.block, ("threadIdx.x", "threadIdx.y", "threadIdx.z")),
+            "shared bytes": self.shared_bytes,
+            "__syncthreads": self.syncthreads,
+            "loop depth": self.loop_depth,
+            "kernels": self.kernels,
+        }
+
+
+def summarize(lowered: tvm.IRModule, source: str) -> KernelSummary:
+    text = ir_text(lowered)
+    grid, block = {}, {}
+    for tag, extent in re.findall(r'launch_thread\("((?:blockIdx|threadIdx)\.[xyz])", (\d+)\)', text):
+        (grid if tag.startswith("block") else block).setdefault(tag, int(extent))
+    allocated = tvm.s_tir.analysis.calculate_allocated_bytes(lowered)
+    shared = sum(
+        int(size)
+        for per_scope in allocated.values()
+        for scope, size in per_scope.items()
+        if scope.startswith("shared")
+    )
+    return KernelSummary(
+        kernels=len(lowered.functions),
+        grid=grid,
+        block=block,
+        shared_bytes=shared,
+        syncthreads=source.count("__syncthreads()"),
+        loop_depth=_loop_depth(text),
+    )
+
+
+def _loop_depth(script: str) -> int:
+    """Deepest nest of `for` loops in TVMScript text, read from indentation."""
+    open_loops: list[int] = []
+    deepest = 0
+    for line in script.splitlines():
+        stripped = line.lstrip()
+        if not stripped:
+            continue
+        indent = len(line) - len(stripped)
+        while open_loops and open_loops[-1] >= indent:
+            open_loops.pop()
+        if stripped.startswith("for "):
+            open_loops.append(indent)
+            deepest = max(deepest, len(open_loops))
+    return deepest
+
+
+def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), old_name, new_name
+        )
+    )
+
+
+def nvcc_resources(source: str, arch: str) -> dict | None:
+    """Compile `source` with the local nvcc to a cubin and read registers, shared memory,
+    stack and spills per kernel from --resource-usage. None when nvcc is not on PATH."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.cu")
+        with open(src, "w") as f:
+            f.write(source)
+        done = subprocess.run(
+            [nvcc, "-cubin", f"-arch={arch}", "--resource-usage", "-o", src + ".cubin", src],
+            capture_output=True,
+            text=True,
+        )
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        raise RuntimeError("nvcc rejected the generated CUDA: " + "; ".join(errors or ["no message"]))
+    return _parse_resource_usage(done.stdout + done.stderr)
+
+
+def _parse_resource_usage(report: str) -> dict:
+    kernels = {}
+    current = None
+    for line in report.splitlines():
+        name = re.search(r"Compiling entry function '(\w+)'", line) or re.search(
+            r"Function properties for (\w+)", line
+        )
+        if name:
+            current = kernels.setdefault(name.group(1), {})
+            continue
+        if current is None:
+            continue
+        for key, pattern in (
+            ("registers", r"Used (\d+) registers"),
+            ("shared_bytes", r"(\d+) bytes smem"),
+            ("stack_bytes", r"(\d+) bytes stack frame"),
+            ("spill_stores", r"(\d+) bytes spill stores"),
+            ("spill_loads", r"(\d+) bytes spill loads"),
+        ):
+            found = re.search(pattern, line)
+            if found:
+                current[key] = int(found.group(1))
+    return kernels

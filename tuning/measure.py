@@ -1,0 +1,224 @@
+"""Measurement on the GPU: correctness against float64, timing, the card's ceilings, baselines.
+
+Every kernel, TVM's or cuBLAS's, goes through the same `time_kernel` harness: warm-up, then
+CUDA events around each timed launch, the L2 cache flushed before each one (unless
+`flush_l2=False`), and the median with min and max reported.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from schedules.workloads import Workload
+
+TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def gpu_present() -> bool:
+    torch = _torch()
+    return torch.cuda.is_available()
+
+
+def device_facts() -> dict:
+    """Name, driver, arch, SM count and L2 size of GPU 0."""
+    torch = _torch()
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        driver = "unknown"
+    return {
+        "gpu": props.name,
+        "driver": driver,
+        "arch": f"sm_{props.major}{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": props.L2_cache_size,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    samples: int
+    method: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def timing_method(flush_l2: bool) -> str:
+    cache = "L2 flushed before each timed launch" if flush_l2 else "warm L2, launches back to back"
+    return f"CUDA events around each launch, median of many after warm-up; {cache}"
+
+
+def time_kernel(
+    run: Callable[[], object],
+    flush_l2: bool = True,
+    budget_ms: float = 1500.0,
+    max_samples: int = 200,
+    min_samples: int = 10,
+) -> Timing:
+    """Median time of `run()` on the GPU. With a warm L2 each sample times enough back-to-back
+    launches (at least 0.2 ms) for the CPU's launch cost to stay out of the number."""
+    torch = _torch()
+    run()  # first launch: module load, lazy initialisation
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end), 1e-3)
+    for _ in range(max(1, int(min(50.0, budget_ms / 10) / estimate))):  # warm-up
+        run()
+    per_sample = 1 if flush_l2 else max(1, math.ceil(0.2 / estimate))
+    samples = int(min(max_samples, max(min_samples, budget_ms / (estimate * per_sample))))
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.int8,
+                        device="cuda") if flush_l2 else None
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(samples)
+    ]
+    for begin, finish in events:
+        if flush is not None:
+            flush.zero_()
+        begin.record()
+        for _ in range(per_sample):
+            run()
+        finish.record()
+    torch.cuda.synchronize()
+    times = sorted(b.elapsed_time(f) / per_sample for b, f in events)
+    return Timing(
+        median_ms=times[len(times) // 2],
+        min_ms=times[0],
+        max_ms=times[-1],
+        samples=samples,
+        method=timing_method(flush_l2),
+    )
+
+
+# -- correctness -------------------------------------------------------------------------------
+
+_TORCH_DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def torch_dtype(name: str):
+    return getattr(_torch(), _TORCH_DTYPE[name])
+
+
+def random_inputs(wl: Workload, seed: int = 0) -> list:
+    """Standard-normal inputs (never zeros) on the GPU, in the workload's input dtype."""
+    torch = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shapes = [tuple(int(d) for d in t.shape) for t in wl.tensors()[:-1]]
+    return [
+        torch.randn(s, generator=gen, device="cuda", dtype=torch.float32).to(torch_dtype(wl.dtype))
+        for s in shapes
+    ]
+
+
+def poisoned_output(wl: Workload):
+    """The output buffer, filled with NaN so that an element nobody wrote fails the check."""
+    torch = _torch()
+    shape = tuple(int(d) for d in wl.tensors()[-1].shape)
+    return torch.full(shape, float("nan"), device="cuda", dtype=torch_dtype(wl.out_dtype))
+
+
+def reference(wl: Workload, inputs: list):
+    """The exact answer, computed in float64 on the GPU."""
+    torch = _torch()
+    a, b = (t.to(torch.float64) for t in inputs)
+    if wl.op == "gemm":
+        return a @ (b if wl.layout == "nn" else b.T)
+    if wl.op == "gemv":
+        return a @ b
+    return torch.bmm(a, b.unsqueeze(-1)).squeeze(-1)
+
+
+def relative_error(out, ref) -> float:
+    """||out - ref||_F / ||ref||_F; infinite when anything is NaN or infinite."""
+    torch = _torch()
+    out = out.to(torch.float64)
+    if not bool(torch.isfinite(out).all()):
+        return math.inf
+    return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
+
+
+# -- what gets measured ------------------------------------------------------------------------
+
+
+def tvm_runner(executable, wl: Workload, inputs: list, out) -> Callable[[], object]:
+    """A no-argument launch of the built TVM function on `inputs`, writing `out`."""
+    import tvm_ffi
+
+    func = executable["main"]
+
+    def run():
+        with tvm_ffi.use_torch_stream():
+            func(*inputs, out)
+        return out
+
+    return run
+
+
+def cublas_runner(wl: Workload, inputs: list, tf32: bool = False) -> Callable[[], object]:
+    """torch's own call for the op (cuBLAS matmul / mv / bmm), computing in the input dtype."""
+    torch = _torch()
+    a, b = inputs
+    if wl.op == "gemm":
+        rhs = b if wl.layout == "nn" else b.T
+
+        def run():
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            return torch.matmul(a, rhs)
+    elif wl.op == "gemv":
+
+        def run():
+            return torch.mv(a, b)
+    else:
+        vec = b.unsqueeze(-1)
+
+        def run():
+            return torch.bmm(a, vec).squeeze(-1)
+
+    return run
+
+
+def check_and_time(
+    wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush_l2: bool
+) -> dict:
+    """Run once and compare with the float64 reference; only a correct kernel is then timed.
+    Returns the fields of a measurement record: status, rel_error, tolerance, timing."""
+    torch = _torch()
+    out = run()
+    torch.cuda.synchronize()
+    err = relative_error(out, reference(wl, inputs))
+    result = {"rel_error": err if math.isfinite(err) else None, "tolerance": tolerance}
+    if not err <= tolerance:
+        return {**result, "status": "failed", "error": f"relative error {err:.3g} > {tolerance:g}"}
+    return {**result, "status": "ok", "timing": time_kernel(run, flush_l2=flush_l2).as_dict()}
+
+
+def copy_bandwidth_gbps(nbytes: int = 1 << 30, flush_l2: bool = True) -> tuple[float, Timing]:
+    """Device-to-device copy of `nbytes`, counting bytes read plus bytes written."""
+    torch = _torch()
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    timing = time_kernel(lambda: dst.copy_(src), flush_l2=flush_l2)
+    return 2 * nbytes / (timing.median_ms * 1e-3) / 1e9, timing
