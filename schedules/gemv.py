@@ -75,15 +75,16 @@ def split_k(
     With `warp_reduce` the K threads are threadIdx.x, consecutive lanes of one warp, and TVM
     lowers the reduction to warp shuffles; otherwise they are threadIdx.y (rows on threadIdx.x,
     the seed's layout) and TVM reduces through a shared-memory tree with barriers.
-    With `vector_loads` each step's B and x slices come in as single 16-byte loads, and
-    `unroll_k` steps are unrolled so that their loads are in flight together.
+    With `vector_loads` each step's B and x slices come in as 16-byte loads (tile_k may be
+    several vectors), and `unroll_k` steps are unrolled so that their loads overlap.
     tile_k=None means one 16-byte vector of the input dtype (8 halves, 4 floats)."""
-    tile_k = tile_k or _vector_width(wl)
-    if vector_loads and tile_k * DTYPE_BYTES[wl.dtype] != VECTOR_BYTES:
-        raise ScheduleNotApplicable(f"tile_k={tile_k} is not one 16-byte vector of {wl.dtype}")
-    if vector_loads and wl.dims["K"] % tile_k:
+    vector = _vector_width(wl)
+    tile_k = tile_k or vector
+    if vector_loads and tile_k % vector:
+        raise ScheduleNotApplicable(f"tile_k={tile_k} is not whole 16-byte vectors of {wl.dtype}")
+    if vector_loads and wl.dims["K"] % vector:
         raise ScheduleNotApplicable(
-            f"K={wl.dims['K']} is not a multiple of the {tile_k}-element vector"
+            f"K={wl.dims['K']} is not a multiple of the {vector}-element vector"
         )
     row_tag, k_tag = ("threadIdx.y", "threadIdx.x") if warp_reduce else ("threadIdx.x", "threadIdx.y")
     block, _, n, k = _gemv_loops(sch, wl)
@@ -106,10 +107,11 @@ def split_k(
         sch.unroll(k_unrolled)
     if vector_loads:
         # Step 5. One 16-byte load of x per step, reused by all rows; one per row of B.
-        for operand in (1, 0):
+        for operand in (0, 1):  # x, then B
             tile = sch.cache_read(partial, operand, "local")
             sch.compute_at(tile, k_unrolled)
-            sch.vectorize(sch.get_loops(tile)[-1])
+            _, lanes = sch.split(sch.get_loops(tile)[-1], [None, vector])
+            sch.vectorize(lanes)
     # Step 6. The cross-thread reduction of the partials, in the same kernel.
     sch.reverse_compute_at(block, bx, preserve_unit_loops=True)
     tk_sum, *_, rows = sch.get_loops(block)[len(batch) + 1 :]  # K threads, (unit batch), rows
@@ -168,3 +170,16 @@ def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_thread
     B load per row; rows_per_thread warp all-reduces at the end."""
     split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=True, rows_per_thread=rows_per_thread)
+
+
+@schedule("gemv", "blockreduce")
+@schedule("batched_gemv", "blockreduce")
+def blockreduce(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_threads: int = 128,
+                tile_k: int | None = None) -> None:
+    """allreduce with the K threads of several warps on each row: a block streams 2 KB of a
+    row per step, and the all-reduce becomes warp shuffles, then one exchange across warps.
+
+    IR: threadIdx.x = reduce_threads (> 32); the CUDA has __shfl_down_sync plus a small shared
+    red_buf for the partials of the warps."""
+    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+            tile_k=tile_k, vector_loads=True, warp_reduce=True)

@@ -6,6 +6,8 @@ every schedule. Accumulation is always float32; inputs and output take their own
 
     gemm          C[M, N] = A[M, K] @ B           layout nn: B is K x N; nt: B is N x K (C = A @ B^T)
     gemv          y[N] = B[N, K] @ x[K]           B row-major N x K (the TileLang seed's layout)
+                                                  summed as x[k] * B[n, k], the vector read first
+                                                  as in the seed (and as dlight's GEMV rule expects)
     batched_gemv  y[L, N] = B[L, N, K] @ x[L, K]  L independent pairs, batch outermost, all row-major
 
 When the output dtype differs from the float32 accumulator, the reduction writes `<out>_acc`
@@ -149,7 +151,7 @@ def _gemv(wl: Workload) -> list[te.Tensor]:
     B = te.placeholder((N, K), wl.dtype, name="B")
     x = te.placeholder((K,), wl.dtype, name="x")
     k = te.reduce_axis((0, K), name="k")
-    y = _with_cast(wl, (N,), lambda n: te.sum(_acc(B[n, k]) * _acc(x[k]), axis=k))
+    y = _with_cast(wl, (N,), lambda n: te.sum(_acc(x[k]) * _acc(B[n, k]), axis=k))
     return [B, x, y]
 
 
@@ -159,7 +161,7 @@ def _batched_gemv(wl: Workload) -> list[te.Tensor]:
     B = te.placeholder((L, N, K), wl.dtype, name="B")
     x = te.placeholder((L, K), wl.dtype, name="x")
     k = te.reduce_axis((0, K), name="k")
-    y = _with_cast(wl, (L, N), lambda b, n: te.sum(_acc(B[b, n, k]) * _acc(x[b, k]), axis=k))
+    y = _with_cast(wl, (L, N), lambda b, n: te.sum(_acc(x[b, k]) * _acc(B[b, n, k]), axis=k))
     return [B, x, y]
 
 

@@ -26,9 +26,9 @@ WORKLOADS = [
     Workload("batched_gemv", (4, 7168, 2048), "float16"),  # a batched seed shape
 ]
 CASES = [(e.name, wl) for wl in WORKLOADS for e in schedules.entries(wl.op) if not e.baseline]
-# dlight is TVM's; it is checked where it builds (its GEMV rule overflows shared memory on
-# fp32 and batched GEMV, and fails on ragged GEMV: the runner reports those as build failures).
-CASES += [("dlight", WORKLOADS[i]) for i in (0, 1, 2, 5)]
+# dlight is TVM's; it is checked wherever it builds (it fails inside TVM on ragged batched GEMV,
+# which the runner reports as a build failure).
+CASES += [("dlight", wl) for wl in WORKLOADS if wl.label() != "batched_gemv 3x1001x1000 float16 nt"]
 
 
 @pytest.fixture(scope="module", autouse=True)

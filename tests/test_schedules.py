@@ -34,7 +34,8 @@ RUNGS = [(e.name, wl) for op, wls in WORKLOADS.items() for e in schedules.entrie
 
 def test_registry_lists_the_ladders_in_order():
     assert schedules.names("gemm")[:4] == ["naive", "v1", "v2", "v3"]
-    assert schedules.names("gemv")[:5] == ["naive", "splitk", "splitk_vec", "allreduce", "multirow"]
+    assert schedules.names("gemv")[:6] == [
+        "naive", "splitk", "splitk_vec", "allreduce", "multirow", "blockreduce"]
     assert schedules.names("batched_gemv") == schedules.names("gemv")
     for op in WORKLOADS:
         assert schedules.names(op)[-1] == "dlight" and schedules.get(op, "dlight").baseline
@@ -158,6 +159,13 @@ def test_multirow_reuses_each_x_vector_for_several_rows(compiled):
     assert "float y_acc_rf_local_ptr[4]" in source  # 4 row accumulators per thread
     assert source.count("*(uint4*)(x_ptr") == 1 and "half B_local_ptr[32]" in source
     assert "__shfl_down_sync" in source
+
+
+def test_blockreduce_reduces_across_warps_through_a_little_shared_memory(compiled):
+    _, source, s = compiled("blockreduce", GEMV)
+    assert s.block == {"threadIdx.x": 128} and s.grid == {"blockIdx.x": 1024}
+    assert "__shfl_down_sync" in source and "red_buf_staging_ptr[4]" in source  # 4 warps
+    assert s.syncthreads >= 1 and s.shared_bytes <= 64
 
 
 def test_batched_gemv_is_one_launch_over_all_batches(compiled):

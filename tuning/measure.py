@@ -63,8 +63,16 @@ class Timing:
 
 
 def timing_method(flush_l2: bool) -> str:
-    cache = "L2 flushed before each timed launch" if flush_l2 else "warm L2, launches back to back"
-    return f"CUDA events around each launch, median of many after warm-up; {cache}"
+    ahead = "an L2 flush (a 256 MB read)" if flush_l2 else "a GPU sleep (L2 stays warm)"
+    return (f"CUDA events around each launch, {ahead} queued before each one so the launch is "
+            "already waiting when the GPU reaches it; median of many after warm-up")
+
+
+# The flush *reads* a buffer well over any L2 so far (~85 us of GPU work on an H100). A flush
+# that writes would leave the L2 full of dirty lines, and their write-back would then be
+# billed to the kernel under test: ~50 MB of extra DRAM traffic on an H100.
+FLUSH_BYTES = 256 << 20
+SLEEP_CYCLES = 200_000  # ~100 us at H100 clocks: the GPU waits while the CPU queues the launch
 
 
 def time_kernel(
@@ -74,8 +82,10 @@ def time_kernel(
     max_samples: int = 200,
     min_samples: int = 10,
 ) -> Timing:
-    """Median time of `run()` on the GPU. With a warm L2 each sample times enough back-to-back
-    launches (at least 0.2 ms) for the CPU's launch cost to stay out of the number."""
+    """Median time of `run()` on the GPU, one launch per sample between two CUDA events.
+
+    Before each sample the GPU gets work of its own (an L2 flush, or a sleep with a warm L2)
+    and the launch is queued behind it, so the CPU's launch cost never shows in the number."""
     torch = _torch()
     run()  # first launch: module load, lazy initialisation
     torch.cuda.synchronize()
@@ -85,25 +95,26 @@ def time_kernel(
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end), 1e-3)
-    for _ in range(max(1, int(min(50.0, budget_ms / 10) / estimate))):  # warm-up
+    for _ in range(max(1, int(min(50.0, budget_ms / 10) / estimate))):  # warm-up, clocks up
         run()
-    per_sample = 1 if flush_l2 else max(1, math.ceil(0.2 / estimate))
-    samples = int(min(max_samples, max(min_samples, budget_ms / (estimate * per_sample))))
-    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.int8,
-                        device="cuda") if flush_l2 else None
+    samples = int(min(max_samples, max(min_samples, budget_ms / estimate)))
+    if flush_l2:
+        nbytes = max(FLUSH_BYTES, 2 * torch.cuda.get_device_properties(0).L2_cache_size)
+        flush = torch.zeros(nbytes // 4, dtype=torch.int32, device="cuda")
+        busy = flush.sum
+    else:
+        busy = lambda: torch.cuda._sleep(SLEEP_CYCLES)  # noqa: E731
     events = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(samples)
     ]
     for begin, finish in events:
-        if flush is not None:
-            flush.zero_()
+        busy()
         begin.record()
-        for _ in range(per_sample):
-            run()
+        run()
         finish.record()
     torch.cuda.synchronize()
-    times = sorted(b.elapsed_time(f) / per_sample for b, f in events)
+    times = sorted(b.elapsed_time(f) for b, f in events)
     return Timing(
         median_ms=times[len(times) // 2],
         min_ms=times[0],
