@@ -163,7 +163,7 @@ def test_multirow_reuses_each_x_vector_for_several_rows(compiled):
 
 def test_blockreduce_reduces_across_warps_through_a_little_shared_memory(compiled):
     _, source, s = compiled("blockreduce", GEMV)
-    assert s.block == {"threadIdx.x": 128} and s.grid == {"blockIdx.x": 1024}
+    assert s.block == {"threadIdx.x": 128, "threadIdx.y": 1} and s.grid == {"blockIdx.x": 1024}
     assert "__shfl_down_sync" in source and "red_buf_staging_ptr[4]" in source  # 4 warps
     assert s.syncthreads >= 1 and s.shared_bytes <= 64
 
