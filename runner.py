@@ -43,6 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--arch", default="sm_90", help="CUDA arch when no GPU is present (sm_90)")
     p.add_argument("--warm-l2", action="store_true", help="do not flush L2 between timed launches")
     p.add_argument("--results", default=DEFAULT_RESULTS, help=f"JSONL results (default {DEFAULT_RESULTS})")
+    p.add_argument("--title", help="report title (default: from the report's file name)")
+    p.add_argument("--notes", metavar="FILE", help="markdown appended to the report as its notes")
     return p.parse_args(argv)
 
 
@@ -127,7 +129,15 @@ def report(args) -> None:
         print(f"warning: {problem}; skipped", file=sys.stderr)
     if not loaded.records:
         raise UsageError(f"no measurements in {args.results}: run on a GPU first")
-    text = render(loaded.records)
+    notes = None
+    if args.notes:
+        try:
+            with open(args.notes) as f:
+                notes = f.read()
+        except OSError as e:
+            raise UsageError(f"cannot read --notes {args.notes}: {e.strerror}") from e
+    title = args.title or os.path.splitext(os.path.basename(args.report))[0]
+    text = render(loaded.records, title=title, notes=notes)
     os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
     with open(args.report, "w") as f:
         f.write(text + "\n")

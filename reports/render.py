@@ -90,8 +90,8 @@ def latest_runs(records: list[dict]) -> list[list[dict]]:
     return selected
 
 
-def render(records: list[dict], title: str = "Performance report") -> str:
-    """The whole markdown report."""
+def render(records: list[dict], title: str = "Performance report", notes: str | None = None) -> str:
+    """The whole markdown report; `notes` (markdown written by a person) go last, under Notes."""
     runs = latest_runs(records)
     if not runs:
         raise ValueError("no measurements to report (run on a GPU first)")
@@ -119,4 +119,6 @@ def render(records: list[dict], title: str = "Performance report") -> str:
         lines.append("")
         lines.append(markdown_table(table_rows(run)))
         lines.append("")
+    if notes:
+        lines += ["## Notes", "", notes.strip(), ""]
     return "\n".join(lines)
