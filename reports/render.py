@@ -11,6 +11,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from schedules.workloads import Workload
+from tuning.measure import SPEC_PEAK_TFLOPS, spec_peaks
 
 MEMORY_BOUND = ("gemv", "batched_gemv")
 
@@ -55,8 +56,14 @@ def table_rows(run: list[dict]) -> list[dict]:
             row["GB/s"] = _fmt(gbps, ".0f")
             row["% of copy BW"] = _fmt(_ratio(gbps and 100 * gbps, copy_gbps), ".1f", "%")
         else:
-            row["TFLOP/s"] = _fmt(_ratio(wl.flops / 1e12, t and t * 1e-3), ".2f")
+            tflops = _ratio(wl.flops / 1e12, t and t * 1e-3)
+            row["TFLOP/s"] = _fmt(tflops, ".2f")
+            peak = (spec_peaks(r["gpu"]) or {}).get("tf32" if r["schedule"] == "cublas-tf32" else wl.dtype)
+            row["% of peak"] = _fmt(_ratio(tflops and 100 * tflops, peak), ".1f", "%")
         row["% of cuBLAS"] = _fmt(_ratio(cublas and 100 * cublas, t), ".1f", "%")
+        usage = list((r.get("resources") or {}).values())
+        row["regs"] = str(max(u.get("registers", 0) for u in usage)) if usage else "-"
+        row["smem B"] = str((r.get("structure") or {}).get("shared bytes", "-"))
         row["rel. error"] = _fmt(r.get("rel_error"), ".1e")
         row["status"] = r.get("status") if r.get("status") != "ok" else "correct"
         if r.get("status") not in ("ok", None) and r.get("error"):
@@ -102,6 +109,12 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     methods = sorted({m["timing"]["method"] for run in runs for m in run if m.get("timing")})
     for method in methods:
         lines.append(f"- Timing: {method}")
+    if any(r[0]["op"] == "gemm" for r in runs):
+        lines.append(
+            "- % of peak: of the datasheet's dense peak for the input dtype (fp32 on CUDA cores, "
+            "TF32 and fp16/bf16 on tensor cores): "
+            + "; ".join(f"{gpu} {', '.join(f'{k} {v}' for k, v in p.items())} TFLOP/s"
+                        for gpu, p in SPEC_PEAK_TFLOPS.items() if any(gpu in f[0] for f in facts)))
     lines.append(
         "- Correctness: random normal inputs, output poisoned with NaN, relative Frobenius error "
         "against a float64 reference; a failed kernel is not ranked"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from .common import cast_epilogue_at, require_grid_y
-from .registry import schedule
-from .workloads import Workload
+from .common import cast_epilogue_at, require_grid_y, write_back_at
+from .registry import ScheduleNotApplicable, schedule
+from .workloads import DTYPE_BYTES, Workload
 
 
 @schedule("gemm", "naive")
@@ -100,3 +100,102 @@ def v3(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: 
         sch.bind(ty, "threadIdx.y")
     cast_epilogue_at(sch, wl, yi)
     sch.decompose_reduction(C, ko)
+
+
+def require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
+    """16-byte loads need every row of A and B to start on a 16-byte boundary."""
+    contiguous = {"K (the rows of A)": wl.dims["K"]}
+    contiguous["N (the rows of B)" if wl.layout == "nn" else "K (the rows of B)"] = (
+        wl.dims["N"] if wl.layout == "nn" else wl.dims["K"])
+    for axis, extent in contiguous.items():
+        if extent % vector:
+            raise ScheduleNotApplicable(
+                f"{name} loads 16-byte vectors: {axis}={extent} is not a multiple of {vector}")
+
+
+def _cooperative_fetch(sch: Schedule, block, operand: int, at, threads: tuple[int, int],
+                       vector: int = 1, scope: str = "shared"):
+    """Stage operand `operand` of `block` in shared memory at loop `at`, loaded by all threads:
+    the tile is flattened and dealt out over (threadIdx.y, threadIdx.x), `vector` elements each.
+    Returns the copy block."""
+    tile = sch.cache_read(block, operand, scope)
+    sch.compute_at(tile, at)
+    flat = sch.fuse(*sch.get_loops(tile)[-2:])
+    _, ty, tx, lanes = sch.split(flat, [None, threads[0], threads[1], vector])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(lanes)
+    return tile
+
+
+@schedule("gemm", "v4")
+def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 4,
+       thread_n: int = 4, tile_k: int = 16) -> None:
+    """v3 + coalesced threads and a register tile: threadIdx.x runs along N (contiguous in B and
+    C), and each thread accumulates a thread_m x thread_n block of C in registers.
+
+    IR: C_local = alloc_local((thread_m * thread_n,)); block (block_n/thread_n, block_m/thread_m)
+    threads; shared A and B tiles of block_m*tile_k and tile_k*block_n per K step."""
+    threads = (block_m // thread_m, block_n // thread_n)
+    require_grid_y("v4", "M/block_m", -(-wl.dims["M"] // block_m))
+    C = sch.get_sblock(wl.reduction_block)
+    i, j, k = sch.get_loops(C)
+    # Step 1. Block tile, thread tile, register tile; K in steps of tile_k.
+    by, ty, ti = sch.split(i, [None, threads[0], thread_m])
+    bx, tx, tj = sch.split(j, [None, threads[1], thread_n])
+    ko, ki = sch.split(k, [None, tile_k])
+    sch.reorder(by, bx, ty, tx, ko, ki, ti, tj)
+    sch.bind(by, "blockIdx.y")
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")  # the contiguous N axis: a warp touches consecutive columns
+    # Step 2. The register tile: accumulate in local memory, write C once per thread.
+    write_back_at(sch, wl, tx)
+    # Step 3. Shared A and B tiles per K step, loaded by all threads of the block.
+    for operand in (0, 1):
+        _cooperative_fetch(sch, C, operand, ko, threads)
+    sch.decompose_reduction(C, ko)
+
+
+@schedule("gemm", "v5")
+def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 4,
+       thread_n: int = 4, tile_k: int = 16, pipeline: bool = True) -> None:
+    """v4 + 128-bit loads everywhere, padded shared rows and a double-buffered K loop: global
+    tiles come in as 16-byte vectors (cp.async when pipelined), each thread reads its A and B
+    fragments from shared memory as 16-byte vectors, and the next K tile loads while this one
+    is multiplied.
+
+    IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
+    storage_align, two shared buffers per operand and ptx_cp_async / commit / wait in the loop."""
+    vector = 16 // DTYPE_BYTES[wl.dtype]
+    require_whole_vectors("v5", wl, vector)
+    threads = (block_m // thread_m, block_n // thread_n)
+    require_grid_y("v5", "M/block_m", -(-wl.dims["M"] // block_m))
+    C = sch.get_sblock(wl.reduction_block)
+    i, j, k = sch.get_loops(C)
+    # Step 1. v4's tiling, with the K step split again into vector-wide slices ki_vec.
+    by, ty, ti = sch.split(i, [None, threads[0], thread_m])
+    bx, tx, tj = sch.split(j, [None, threads[1], thread_n])
+    ko, k_slice, ki = sch.split(k, [None, tile_k // vector, vector])
+    sch.reorder(by, bx, ty, tx, ko, k_slice, ki, ti, tj)
+    sch.bind(by, "blockIdx.y")
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    write_back_at(sch, wl, tx)
+    # Step 2. Shared tiles filled with 16-byte vectors. Each row is padded so that the next row
+    # starts 16 bytes further round the 32 banks: vectors of consecutive rows never collide.
+    for operand in (0, 1):
+        tile = _cooperative_fetch(sch, C, operand, ko, threads, vector, "shared.dyn")
+        sch.storage_align(tile, 0, axis=-2, factor=64 // DTYPE_BYTES[wl.dtype], offset=vector)
+    # Step 3. Register fragments read from shared memory as 16-byte vectors.
+    for operand in (0, 1):
+        fragment = sch.cache_read(C, operand, "local")
+        sch.compute_at(fragment, k_slice)
+        sch.vectorize(sch.get_loops(fragment)[-1])
+    sch.decompose_reduction(C, ko)
+    # Step 4. Double buffering: load tile k+1 (asynchronously) while tile k is multiplied.
+    if pipeline:
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(ko, "software_pipeline_async_stages", [0])

@@ -34,8 +34,8 @@ class ScheduleEntry:
 
     @property
     def summary(self) -> str:
-        """First line of the schedule's docstring: what this rung adds."""
-        return (inspect.getdoc(self.fn) or "").split("\n")[0]
+        """First paragraph of the schedule's docstring, on one line: what this rung adds."""
+        return " ".join((inspect.getdoc(self.fn) or "").split("\n\n")[0].split())
 
     @property
     def defaults(self) -> dict:

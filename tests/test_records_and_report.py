@@ -77,6 +77,15 @@ def test_table_has_the_seed_columns_computed_from_times():
     assert rows["v3"]["% of cuBLAS"] == "6.7%" and rows["cublas"]["% of cuBLAS"] == "100.0%"
     assert rows["v3"]["TFLOP/s"] == f"{2 * 1024 * 512 * 2048 / 0.9e-3 / 1e12:.2f}"
     assert rows["dlight"]["vs previous"] == "-"  # baselines are not rungs
+    assert rows["v3"]["% of peak"] == f"{100 * 2 * 1024 * 512 * 2048 / 0.9e-3 / 1e12 / 66.9:.1f}%"
+
+
+def test_rows_show_registers_and_shared_memory_of_tvm_kernels():
+    run = seed_run()
+    run[3] = {**run[3], "resources": {"main_kernel": {"registers": 32}}, "structure": {"shared bytes": 1024}}
+    rows = {r["schedule"]: r for r in table_rows(run)}
+    assert (rows["v3"]["regs"], rows["v3"]["smem B"]) == ("32", "1024")
+    assert (rows["cublas"]["regs"], rows["cublas"]["smem B"]) == ("-", "-")
 
 
 def test_a_failed_kernel_is_shown_but_never_ranked():
@@ -110,6 +119,7 @@ def test_report_takes_the_latest_run_and_says_where_it_was_measured():
     assert "Timing: CUDA events; L2 flushed" in text and "2026-11-22 10:00:00" in text
     assert "| v3 " in text and "0.900" in text and "5.000" not in text
     assert "2950 GB/s" in text
+    assert "fp32 on CUDA cores" in text and "float32 66.9" in text
 
 
 def test_report_without_measurements_is_an_error():

@@ -16,6 +16,8 @@ WORKLOADS = {
         Workload("gemm", (1023, 511, 2047)),  # ragged against every tile
         Workload("gemm", (100, 60, 72), "float16", "float16", "nt"),
         Workload("gemm", (64, 48, 40), "bfloat16"),
+        Workload("gemm", (256, 256, 256), "float16"),  # whole tensor-core tiles
+        Workload("gemm", (128, 128, 128), "bfloat16", layout="nt"),  # the nt-bf16 tutorial's case
     ],
     "gemv": [
         Workload("gemv", (1024, 1024), "float16"),
@@ -28,12 +30,19 @@ WORKLOADS = {
         Workload("batched_gemv", (3, 1001, 1000), "float16"),
     ],
 }
+REFUSALS = (
+    "is not a multiple of the 8-element vector",  # GEMV 16-byte loads
+    "loads 16-byte vectors",  # v5: rows must start on 16-byte boundaries
+    "multiplies float16 or bfloat16 on tensor cores",  # v6
+    "writes the float32 accumulators",  # v6
+    "to be a multiple of its tile",  # v6
+)
 RUNGS = [(e.name, wl) for op, wls in WORKLOADS.items() for e in schedules.entries(op)
          if not e.baseline for wl in wls]
 
 
 def test_registry_lists_the_ladders_in_order():
-    assert schedules.names("gemm")[:4] == ["naive", "v1", "v2", "v3"]
+    assert schedules.names("gemm")[:7] == ["naive", "v1", "v2", "v3", "v4", "v5", "v6"]
     assert schedules.names("gemv")[:6] == [
         "naive", "splitk", "splitk_vec", "allreduce", "multirow", "blockreduce"]
     assert schedules.names("batched_gemv") == schedules.names("gemv")
@@ -63,14 +72,29 @@ def test_rung_builds_or_refuses_with_a_reason(name, wl, compiled):
     try:
         _, source, summary = compiled(name, wl)
     except ScheduleNotApplicable as e:
-        # The only refusals the ladders make: vector loads need K to be whole vectors.
-        assert "not a multiple of the 8-element vector" in str(e)
-        assert wl.dims["K"] % 8 != 0
+        # A refusal says which rule the workload breaks; these are the ones the ladders make.
+        assert any(reason in str(e) for reason in REFUSALS), str(e)
         return
     assert "__global__" in source and summary.kernels == 1
     if shutil.which("nvcc"):
-        usage = build.nvcc_resources(source, "sm_90")
-        assert usage and all(u.get("spill_stores", 0) == 0 for u in usage.values())
+        assert build.nvcc_resources(source, "sm_90")  # nvcc accepts the generated CUDA
+
+
+# The shapes each rung is built for: there, no register spills and no stack frame.
+INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5")
+            for wl in (WORKLOADS["gemm"][0], Workload("gemm", (4096, 4096, 4096)))]
+INTENDED += [("v6", Workload("gemm", (4096, 4096, 4096), dt, layout=lay))
+             for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
+INTENDED += [(e.name, wl) for e in schedules.entries("gemv") if not e.baseline
+             for wl in (WORKLOADS["gemv"][0], WORKLOADS["batched_gemv"][0])]
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="reads nvcc --resource-usage")
+@pytest.mark.parametrize("name, wl", INTENDED, ids=[f"{n}-{wl.label().replace(' ', '-')}" for n, wl in INTENDED])
+def test_no_spills_on_the_shapes_a_rung_is_built_for(name, wl, compiled):
+    _, source, _ = compiled(name, wl)
+    for kernel, usage in build.nvcc_resources(source, "sm_90").items():
+        assert usage.get("spill_stores", 0) == 0 and usage.get("stack_bytes", 0) == 0, (kernel, usage)
 
 
 @pytest.mark.parametrize("wl", [WORKLOADS["gemm"][0], WORKLOADS["gemv"][0]], ids=["gemm", "gemv"])
@@ -177,3 +201,53 @@ def test_batched_gemv_is_one_launch_over_all_batches(compiled):
 def test_vector_rungs_refuse_k_that_is_not_whole_vectors(target):
     with pytest.raises(ScheduleNotApplicable, match="K=1001 is not a multiple of the 8-element vector"):
         schedules.get("gemv", "allreduce").apply(Workload("gemv", (64, 1001), "float16"), target)
+
+
+# -- past the seed: v4, v5, v6 ------------------------------------------------------------------
+
+
+def test_v4_has_coalesced_threads_and_a_register_tile(compiled):
+    ir, source, s = compiled("v4", SEED)
+    assert "C_local = T.alloc_local((16,))" in ir  # 4x4 outputs per thread
+    assert s.block == {"threadIdx.y": 16, "threadIdx.x": 16} and s.grid == {"blockIdx.y": 16, "blockIdx.x": 8}
+    # threadIdx.x runs along N: a warp writes consecutive columns of C, 4 per thread.
+    assert "(((int)threadIdx.x) * 4)) + ax1)] = C_local_ptr[((ax0 * 4) + ax1)]" in source
+    assert s.shared_bytes == 2 * 64 * 16 * 4
+
+
+def test_v5_vector_loads_padding_and_an_async_double_buffer(compiled):
+    ir, source, s = compiled("v5", SEED)
+    assert "cp_async" in ir and "async_wait_inflight_count" in ir
+    assert "(k_0 + 1) % 2" in ir  # the next K tile goes into the other buffer
+    assert "A_shared_dyn_local = T.alloc_local((16,)" in ir and "T.Ramp(" in ir
+    assert "ax0 * 20" in ir  # A's 16-float rows padded to 20: the next row starts 4 banks on
+    assert "cp.async.cg.shared.global" in source and s.shared_bytes == 2 * (64 * 20 + 16 * 68) * 4
+
+
+def test_v5_refuses_rows_that_are_not_whole_vectors(target):
+    with pytest.raises(ScheduleNotApplicable, match="K \\(the rows of A\\)=2047 is not a multiple of 4"):
+        schedules.get("gemm", "v5").apply(WORKLOADS["gemm"][1], target)
+
+
+@pytest.mark.parametrize("dtype, layout", [("float16", "nn"), ("float16", "nt"), ("bfloat16", "nn"), ("bfloat16", "nt")])
+def test_v6_runs_on_tensor_cores(dtype, layout, compiled):
+    wl = Workload("gemm", (256, 256, 256), dtype, layout=layout)
+    ir, source, s = compiled("v6", wl)
+    short = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{short}.{short}.f32" in source
+    # B is K x N in nn: ldmatrix transposes it on the way in; in nt it is already K-major.
+    assert ("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in source) == (layout == "nn")
+    assert "cp.async" in source and s.block == {"threadIdx.y": 4, "threadIdx.x": 32}
+    if shutil.which("nvcc"):
+        usage = build.nvcc_resources(source, "sm_90")["main_kernel"]
+        assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0
+
+
+@pytest.mark.parametrize("wl, reason", [
+    (Workload("gemm", (256, 256, 256)), "float16 or bfloat16"),
+    (Workload("gemm", (256, 256, 256), "float16", "float16"), "--out-dtype float32"),
+    (Workload("gemm", (256, 200, 256), "float16"), "N=200 to be a multiple of its tile 128"),
+])
+def test_v6_refuses_what_tensor_cores_cannot_take(wl, reason, target):
+    with pytest.raises(ScheduleNotApplicable, match=reason):
+        schedules.get("gemm", "v6").apply(wl, target)

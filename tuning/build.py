@@ -32,12 +32,27 @@ def cuda_target(arch: str = "sm_90") -> Target:
     return Target({"kind": "cuda", "arch": arch, **_CUDA_LIMITS})
 
 
+def pass_config(mod: tvm.IRModule) -> dict:
+    """Global->shared copies in a software pipeline's async stage become cp.async (sm_80+).
+
+    TVM 0.27 then fails in one of two ways, depending on the kernel: InjectPTXAsyncCopy cannot
+    lower a copy into a shared buffer that StorageRewrite retyped as vectors (float32x4, as in
+    v5's CUDA-core tiles), and LowerWarpMemory needs StorageRewrite for tensor-core `warp`
+    fragments. So StorageRewrite is skipped for async pipelines without warp fragments."""
+    config = {"tirx.use_async_copy": True}
+    script = mod.script()
+    if "software_pipeline_async_stages" in script and 'scope="warp"' not in script:
+        config["tirx.disable_storage_rewrite"] = True
+    return config
+
+
 def lower(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     """The device kernels exactly as `build` lowers them (TVM's pipeline for `target`, up to
     code generation), without the host-side argument checking."""
     bound = tvm.tirx.transform.BindTarget(target.with_host(Target("llvm")))(mod)
     pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
-    lowered = pipeline(bound)
+    with tvm.transform.PassContext(config=pass_config(mod)):
+        lowered = pipeline(bound)
     kernels = {
         gv: fn
         for gv, fn in lowered.functions_items()
@@ -54,7 +69,8 @@ def ir_text(lowered: tvm.IRModule) -> str:
 
 def build(mod: tvm.IRModule, target: Target):
     """Compile for `target`: CUDA source always, a loadable binary when a GPU is present."""
-    return tvm.compile(mod, target=target)
+    with tvm.transform.PassContext(config=pass_config(mod)):
+        return tvm.compile(mod, target=target)
 
 
 def cuda_source(executable) -> str:

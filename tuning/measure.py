@@ -28,6 +28,19 @@ def gpu_present() -> bool:
     return torch.cuda.is_available()
 
 
+# Dense peak rates at boost clock from NVIDIA's datasheets (TFLOP/s): CUDA-core fp32, tensor-core
+# TF32, and tensor-core fp16/bf16 with fp32 accumulation. Matched by a substring of the GPU name.
+SPEC_PEAK_TFLOPS = {
+    "H100 80GB HBM3": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4},
+    "H200": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4},
+    "H100 PCIe": {"float32": 51.2, "tf32": 378.0, "float16": 756.5, "bfloat16": 756.5},
+}
+
+
+def spec_peaks(gpu_name: str) -> dict | None:
+    return next((p for key, p in SPEC_PEAK_TFLOPS.items() if key in gpu_name), None)
+
+
 def device_facts() -> dict:
     """Name, driver, arch, SM count and L2 size of GPU 0."""
     torch = _torch()
