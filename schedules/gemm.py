@@ -159,11 +159,11 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
 
 @schedule("gemm", "v5")
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 4,
-       thread_n: int = 4, tile_k: int = 16, pipeline: bool = True) -> None:
-    """v4 + 128-bit loads everywhere, padded shared rows and a double-buffered K loop: global
+       thread_n: int = 4, tile_k: int = 16, stages: int = 2) -> None:
+    """v4 + 128-bit loads everywhere, padded shared rows and a multi-buffered K loop: global
     tiles come in as 16-byte vectors (cp.async when pipelined), each thread reads its A and B
-    fragments from shared memory as 16-byte vectors, and the next K tile loads while this one
-    is multiplied.
+    fragments from shared memory as 16-byte vectors, and the next stages - 1 K tiles load while
+    this one is multiplied (stages=1: no pipeline).
 
     IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
     storage_align, two shared buffers per operand and ptx_cp_async / commit / wait in the loop."""
@@ -188,14 +188,15 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     for operand in (0, 1):
         tile = _cooperative_fetch(sch, C, operand, ko, threads, vector, "shared.dyn")
         sch.storage_align(tile, 0, axis=-2, factor=64 // DTYPE_BYTES[wl.dtype], offset=vector)
-    # Step 3. Register fragments read from shared memory as 16-byte vectors.
-    for operand in (0, 1):
+    # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, B along N).
+    for operand, width in ((0, vector), (1, min(thread_n, vector))):
         fragment = sch.cache_read(C, operand, "local")
         sch.compute_at(fragment, k_slice)
-        sch.vectorize(sch.get_loops(fragment)[-1])
+        _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
+        sch.vectorize(lanes)
     sch.decompose_reduction(C, ko)
-    # Step 4. Double buffering: load tile k+1 (asynchronously) while tile k is multiplied.
-    if pipeline:
-        sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
+    # Step 4. Multi-buffering: load tile k + stages - 1 (asynchronously) while tile k is multiplied.
+    if stages > 1:
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
         sch.annotate(ko, "software_pipeline_async_stages", [0])

@@ -62,10 +62,11 @@ def _warp_layout(i, j):
 
 @schedule("gemm", "v6")
 def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_tiles_m: int = 4,
-       warp_tiles_n: int = 4, chunk_k: int = 2, pipeline: bool = True) -> None:
+       warp_tiles_n: int = 4, chunk_k: int = 2, stages: int = 2, overlap_ldmatrix: bool = True) -> None:
     """Tensor cores: each warp owns warp_tiles_m x warp_tiles_n tiles of 16x16 and multiplies
     them with mma.sync (fp16/bf16 in, fp32 accumulators in registers), its operands loaded from
-    shared memory by ldmatrix; v5's 16-byte cp.async double buffering feeds shared memory.
+    shared memory by ldmatrix. A `stages`-deep cp.async pipeline (v5's, deeper) feeds shared
+    memory, and the next 16-wide K slice is loaded by ldmatrix while this one is multiplied.
 
     IR: ptx_ldmatrix and ptx_mma calls (mma.sync.aligned.m16n8k16 in the CUDA), `warp` scope
     fragments, a block tile of (warps_m*warp_tiles_m*16) x (warps_n*warp_tiles_n*16)."""
@@ -136,8 +137,16 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     sch.tensorize(sch.get_loops(inner)[-3], names["compute"])
     sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], names["init"])
     sch.tensorize(loops["store"], names["store"])
-    # Step 6. Double buffering: the next K chunk's tiles load (cp.async) during this one's mma.
-    if pipeline:
-        sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
-        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+    # Step 6. Pipelines: shared-memory tiles for K chunk ko + stages - 1 load (cp.async) while
+    # chunk ko is multiplied; within a chunk, ldmatrix of slice k + 1 overlaps mma of slice k.
+    # The inner pipeline is injected first and leaves three statements (prologue, steady state,
+    # epilogue) in place of one in ko's body, all of them in ko's compute stage.
+    inner_pipelined = overlap_ldmatrix and chunk_k > 1
+    if inner_pipelined:
+        sch.annotate(k_chunk, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(k_chunk, "software_pipeline_order", [0, 1, 2])
+    if stages > 1:
+        computes = 3 if inner_pipelined else 1
+        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [stages - 1] * computes)
+        sch.annotate(ko, "software_pipeline_order", list(range(2 + computes)))
         sch.annotate(ko, "software_pipeline_async_stages", [0])
