@@ -158,8 +158,8 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
 
 
 @schedule("gemm", "v5")
-def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 4,
-       thread_n: int = 4, tile_k: int = 16, stages: int = 2) -> None:
+def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
+       thread_n: int = 4, tile_k: int = 32, stages: int = 2) -> None:
     """v4 + 128-bit loads everywhere, padded shared rows and a multi-buffered K loop: global
     tiles come in as 16-byte vectors (cp.async when pipelined), each thread reads its A and B
     fragments from shared memory as 16-byte vectors, and the next stages - 1 K tiles load while

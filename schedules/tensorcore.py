@@ -62,7 +62,7 @@ def _warp_layout(i, j):
 
 @schedule("gemm", "v6")
 def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_tiles_m: int = 4,
-       warp_tiles_n: int = 4, chunk_k: int = 2, stages: int = 2, overlap_ldmatrix: bool = True) -> None:
+       warp_tiles_n: int = 4, chunk_k: int = 4, stages: int = 3, overlap_ldmatrix: bool = True) -> None:
     """Tensor cores: each warp owns warp_tiles_m x warp_tiles_n tiles of 16x16 and multiplies
     them with mma.sync (fp16/bf16 in, fp32 accumulators in registers), its operands loaded from
     shared memory by ldmatrix. A `stages`-deep cp.async pipeline (v5's, deeper) feeds shared

@@ -4,6 +4,7 @@
 #   bash scripts/gpu-session.sh tests        # pytest -m gpu
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
+#   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -17,6 +18,13 @@ for part in "$@"; do
       for preset in gemv-1024 gemv-7168x16384 bgemv-l1 bgemv-l8 bgemv-l4; do
         python3 runner.py --preset "$preset" --schedule all --no-ir --results "$out/gemv.jsonl"
       done 2>&1 | tee "$out/gemv.log" ;;
-    *) echo "unknown part '$part' (tests, gemm-seed, gemv)"; exit 2 ;;
+    gemm-ladder)
+      for args in "--shape 1024x512x2048" "--shape 4096x4096x4096" \
+                  "--shape 4096x4096x4096 --dtype float16" "--shape 4096x4096x4096 --dtype bfloat16" \
+                  "--shape 4096x4096x4096 --dtype bfloat16 --layout nt" \
+                  "--shape 128x128x128 --dtype bfloat16 --layout nt"; do
+        python3 runner.py $args --schedule all --no-ir --results "$out/gemm-ladder.jsonl"
+      done 2>&1 | tee "$out/gemm-ladder.log" ;;
+    *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder)"; exit 2 ;;
   esac
 done

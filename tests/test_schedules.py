@@ -216,12 +216,13 @@ def test_v4_has_coalesced_threads_and_a_register_tile(compiled):
 
 
 def test_v5_vector_loads_padding_and_an_async_double_buffer(compiled):
-    ir, source, s = compiled("v5", SEED)
+    ir, source, s = compiled("v5", SEED)  # 64x64 block tile, 8x4 per thread, K tiles of 32
     assert "cp_async" in ir and "async_wait_inflight_count" in ir
     assert "(k_0 + 1) % 2" in ir  # the next K tile goes into the other buffer
-    assert "A_shared_dyn_local = T.alloc_local((16,)" in ir and "T.Ramp(" in ir
-    assert "ax0 * 20" in ir  # A's 16-float rows padded to 20: the next row starts 4 banks on
-    assert "cp.async.cg.shared.global" in source and s.shared_bytes == 2 * (64 * 20 + 16 * 68) * 4
+    assert "A_shared_dyn_local = T.alloc_local((32,)" in ir and "T.Ramp(" in ir  # 8 rows x 4 k
+    assert "ax0 * 36" in ir  # A's 32-float rows padded to 36: the next row starts 4 banks on
+    assert "cp.async.cg.shared.global" in source
+    assert s.shared_bytes == 2 * (64 * 36 + 32 * 68) * 4  # two stages of padded A and B tiles
 
 
 def test_v5_refuses_rows_that_are_not_whole_vectors(target):
