@@ -81,41 +81,20 @@ def list_schedules() -> None:
         print(f"  {name:18s}{wl.label()}")
 
 
-def lowered_and_built(entry, wl, target):
-    from tuning import build
-
-    mod = entry.apply(wl, target)
-    lowered = build.lower(mod, target)
-    return lowered, build.build(mod, target)
-
-
-def describe(summary: dict, resources: dict | None) -> str:
-    """One line: launch shape, shared memory, barriers, loop depth; registers and spills."""
-    text = ", ".join(f"{k} {v}" for k, v in summary.items())
-    for kernel, usage in (resources or {}).items():
-        text += (f"; {kernel}: {usage.get('registers', '?')} registers, "
-                 f"{usage.get('spill_stores', 0) + usage.get('spill_loads', 0)} spill bytes, "
-                 f"{usage.get('stack_bytes', 0)} stack bytes")
-    return text
-
-
 def diff(args, wl) -> None:
     from schedules import get
     from tuning import build
 
     target = build.cuda_target(args.arch)
-    sides = []
-    for name in args.diff:
-        lowered, executable = lowered_and_built(get(wl.op, name), wl, target)
-        source = build.cuda_source(executable)
-        sides.append((name, build.ir_text(lowered), source, build.summarize(lowered, source)))
-    (old, old_ir, old_cu, old_sum), (new, new_ir, new_cu, new_sum) = sides
-    print(build.unified_diff(old_ir, new_ir, f"{old} (lowered)", f"{new} (lowered)"))
+    old, new = args.diff
+    a, b = (build.lower_and_build(get(wl.op, name).apply(wl, target), target) for name in args.diff)
+    print(build.unified_diff(build.ir_text(a.lowered), build.ir_text(b.lowered),
+                             f"{old} (lowered)", f"{new} (lowered)"))
     if args.show_cuda:
-        print(build.unified_diff(old_cu, new_cu, f"{old}.cu", f"{new}.cu"))
+        print(build.unified_diff(a.source, b.source, f"{old}.cu", f"{new}.cu"))
     from tabulate import tabulate
 
-    rows = [[k, v, new_sum.row()[k]] for k, v in old_sum.row().items()]
+    rows = [[k, v, b.structure[k]] for k, v in a.structure.items()]
     print(f"Structure of {wl.label()}, {target.attrs['arch']}:")
     print(tabulate(rows, headers=["", old, new], tablefmt="github"))
 
@@ -154,9 +133,8 @@ def run_schedules(args, wl) -> None:
               file=sys.stderr)
     selection = schedules.entries(wl.op) if args.schedule == "all" else [
         schedules.get(wl.op, args.schedule)]
-    gpu = measure.gpu_present()
     run = None
-    if gpu:
+    if measure.gpu_present():
         from tuning import bench
 
         run = bench.Run(flush_l2=not args.warm_l2)
@@ -174,9 +152,7 @@ def run_schedules(args, wl) -> None:
     for entry in selection:
         kind = "baseline" if entry.baseline else "rung"
         try:
-            lowered, executable = lowered_and_built(entry, wl, target)
-            source = build.cuda_source(executable)
-            resources = build.nvcc_resources(source, arch)
+            built = build.lower_and_build(entry.apply(wl, target), target)
         except schedules.ScheduleNotApplicable as e:
             print(f"{entry.name}: skipped: {e}")
             if run:
@@ -191,30 +167,20 @@ def run_schedules(args, wl) -> None:
             continue
         if not args.no_ir:
             print(f"# ---- {entry.name}: lowered for {arch} ({wl.label()}) ----")
-            print(build.ir_text(lowered))
+            print(build.ir_text(built.lowered))
         if args.show_cuda:
             print(f"// ---- {entry.name}: CUDA ----")
-            print(source)
-        summary = build.summarize(lowered, source).row()
-        print(f"{entry.name}: built: {describe(summary, resources)}")
+            print(built.source)
+        print(f"{entry.name}: built: {built.describe()}")
         if run:
-            from tuning import bench
-
-            keep(bench.measure_tvm(run, wl, entry.name, kind, entry.defaults, executable,
-                                   structure=summary, resources=resources))
+            keep(bench.measure_tvm(run, wl, entry.name, kind, entry.defaults, built.executable,
+                                   structure=built.structure, resources=built.resources))
     if not run:
         print(f"no GPU here: built {wl.label()} for {arch} (CUDA source only); "
               "skipped the correctness check and timing")
         return
-    from tuning import bench
-
-    keep(bench.measure_cublas(run, wl))
-    if wl.op == "gemm" and wl.dtype == "float32":
-        keep(bench.measure_cublas(run, wl, tf32=True))
-    if wl.op != "gemm":
-        triton_record = bench.measure_triton(run, wl)
-        if triton_record:
-            keep(triton_record)
+    for baseline in bench.measure_baselines(run, wl):
+        keep(baseline)
     ceiling = bench.measure_copy(run)
     records.append(args.results, ceiling)
     from reports.render import markdown_table, table_rows

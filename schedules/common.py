@@ -35,3 +35,22 @@ def require_grid_y(name: str, axis: str, extent: int) -> None:
         raise ScheduleNotApplicable(
             f"{name} binds {axis}={extent} to blockIdx.y, which CUDA limits to {MAX_GRID_YZ}"
         )
+
+
+def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: tuple[int, int],
+                      vector: int = 1, scope: str = "shared", pad_rows: bool = False):
+    """Stage operand `operand` of `block` in shared memory at loop `at`, loaded by all threads:
+    the tile is flattened and dealt out over (threadIdx.y, threadIdx.x), `vector` elements each.
+    With pad_rows (and `vector` elements = 16 bytes), each row is padded so that the next one
+    starts 16 bytes further round the 32 four-byte banks: the 16-byte vectors of consecutive
+    rows never share a bank. Returns the copy block."""
+    tile = sch.cache_read(block, operand, scope)
+    sch.compute_at(tile, at)
+    flat = sch.fuse(*sch.get_loops(tile)[-2:])
+    _, ty, tx, lanes = sch.split(flat, [None, threads[0], threads[1], vector])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(lanes)
+    if pad_rows:  # row stride = vector (mod 4 * vector) elements, i.e. 16 (mod 64) bytes
+        sch.storage_align(tile, 0, axis=-2, factor=4 * vector, offset=vector)
+    return tile

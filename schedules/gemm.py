@@ -2,7 +2,9 @@
 
 naive..v3 are the seed blog's schedules (`../shared/seeds/gemm-tvm-blog-naive-to-v3.md`)
 rewritten for TensorIR with the seed's tile sizes as defaults: the same launch dimensions, the
-same shared tiles and the same K split. Loop names follow the seed: i/x is the row axis (M),
+same shared tiles and the same K split. v4 and v5 go past the seed on CUDA cores; v6, on tensor
+cores, is in tensorcore.py. The defaults of v5 and v6 come from knob sweeps on an H100
+(reports/logs/h100-gemm-sweep-*.log). Loop names follow the seed: i/x is the row axis (M),
 j/y the column axis (N), k the reduction. Shapes that are not multiples of a tile get
 predicated tails from `split`.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from .common import cast_epilogue_at, require_grid_y, write_back_at
+from .common import cast_epilogue_at, cooperative_fetch, require_grid_y, write_back_at
 from .registry import ScheduleNotApplicable, schedule
 from .workloads import DTYPE_BYTES, Workload
 
@@ -102,7 +104,7 @@ def v3(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: 
     sch.decompose_reduction(C, ko)
 
 
-def require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
+def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
     """16-byte loads need every row of A and B to start on a 16-byte boundary."""
     contiguous = {"K (the rows of A)": wl.dims["K"]}
     contiguous["N (the rows of B)" if wl.layout == "nn" else "K (the rows of B)"] = (
@@ -113,19 +115,22 @@ def require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
                 f"{name} loads 16-byte vectors: {axis}={extent} is not a multiple of {vector}")
 
 
-def _cooperative_fetch(sch: Schedule, block, operand: int, at, threads: tuple[int, int],
-                       vector: int = 1, scope: str = "shared"):
-    """Stage operand `operand` of `block` in shared memory at loop `at`, loaded by all threads:
-    the tile is flattened and dealt out over (threadIdx.y, threadIdx.x), `vector` elements each.
-    Returns the copy block."""
-    tile = sch.cache_read(block, operand, scope)
-    sch.compute_at(tile, at)
-    flat = sch.fuse(*sch.get_loops(tile)[-2:])
-    _, ty, tx, lanes = sch.split(flat, [None, threads[0], threads[1], vector])
+def _tile_for_registers(sch: Schedule, wl: Workload, C, name: str, threads: tuple[int, int],
+                        thread_m: int, thread_n: int, k_split: list[int]):
+    """Block tiles on blockIdx, thread tiles on threadIdx (x along the contiguous N axis), and
+    thread_m x thread_n register tiles innermost; K split by k_split, its loops between the
+    threads and the register tile. Returns the threadIdx.x loop and the K loops."""
+    require_grid_y(name, "M/block_m", -(-wl.dims["M"] // (threads[0] * thread_m)))
+    i, j, k = sch.get_loops(C)
+    by, ty, ti = sch.split(i, [None, threads[0], thread_m])
+    bx, tx, tj = sch.split(j, [None, threads[1], thread_n])
+    k_loops = sch.split(k, [None, *k_split])
+    sch.reorder(by, bx, ty, tx, *k_loops, ti, tj)
+    sch.bind(by, "blockIdx.y")
+    sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
-    sch.vectorize(lanes)
-    return tile
+    sch.bind(tx, "threadIdx.x")  # the contiguous N axis: a warp touches consecutive columns
+    return tx, k_loops
 
 
 @schedule("gemm", "v4")
@@ -137,23 +142,14 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     IR: C_local = alloc_local((thread_m * thread_n,)); block (block_n/thread_n, block_m/thread_m)
     threads; shared A and B tiles of block_m*tile_k and tile_k*block_n per K step."""
     threads = (block_m // thread_m, block_n // thread_n)
-    require_grid_y("v4", "M/block_m", -(-wl.dims["M"] // block_m))
     C = sch.get_sblock(wl.reduction_block)
-    i, j, k = sch.get_loops(C)
     # Step 1. Block tile, thread tile, register tile; K in steps of tile_k.
-    by, ty, ti = sch.split(i, [None, threads[0], thread_m])
-    bx, tx, tj = sch.split(j, [None, threads[1], thread_n])
-    ko, ki = sch.split(k, [None, tile_k])
-    sch.reorder(by, bx, ty, tx, ko, ki, ti, tj)
-    sch.bind(by, "blockIdx.y")
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")  # the contiguous N axis: a warp touches consecutive columns
+    tx, (ko, _) = _tile_for_registers(sch, wl, C, "v4", threads, thread_m, thread_n, [tile_k])
     # Step 2. The register tile: accumulate in local memory, write C once per thread.
     write_back_at(sch, wl, tx)
     # Step 3. Shared A and B tiles per K step, loaded by all threads of the block.
     for operand in (0, 1):
-        _cooperative_fetch(sch, C, operand, ko, threads)
+        cooperative_fetch(sch, C, operand, ko, threads)
     sch.decompose_reduction(C, ko)
 
 
@@ -166,28 +162,18 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     this one is multiplied (stages=1: no pipeline).
 
     IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
-    storage_align, two shared buffers per operand and ptx_cp_async / commit / wait in the loop."""
+    storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait."""
     vector = 16 // DTYPE_BYTES[wl.dtype]
-    require_whole_vectors("v5", wl, vector)
+    _require_whole_vectors("v5", wl, vector)
     threads = (block_m // thread_m, block_n // thread_n)
-    require_grid_y("v5", "M/block_m", -(-wl.dims["M"] // block_m))
     C = sch.get_sblock(wl.reduction_block)
-    i, j, k = sch.get_loops(C)
-    # Step 1. v4's tiling, with the K step split again into vector-wide slices ki_vec.
-    by, ty, ti = sch.split(i, [None, threads[0], thread_m])
-    bx, tx, tj = sch.split(j, [None, threads[1], thread_n])
-    ko, k_slice, ki = sch.split(k, [None, tile_k // vector, vector])
-    sch.reorder(by, bx, ty, tx, ko, k_slice, ki, ti, tj)
-    sch.bind(by, "blockIdx.y")
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
+    # Step 1. v4's tiling, with the K step split again into vector-wide slices.
+    tx, (ko, k_slice, _) = _tile_for_registers(
+        sch, wl, C, "v5", threads, thread_m, thread_n, [tile_k // vector, vector])
     write_back_at(sch, wl, tx)
-    # Step 2. Shared tiles filled with 16-byte vectors. Each row is padded so that the next row
-    # starts 16 bytes further round the 32 banks: vectors of consecutive rows never collide.
+    # Step 2. Shared tiles filled with 16-byte vectors, rows padded against bank conflicts.
     for operand in (0, 1):
-        tile = _cooperative_fetch(sch, C, operand, ko, threads, vector, "shared.dyn")
-        sch.storage_align(tile, 0, axis=-2, factor=64 // DTYPE_BYTES[wl.dtype], offset=vector)
+        cooperative_fetch(sch, C, operand, ko, threads, vector, "shared.dyn", pad_rows=True)
     # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, B along N).
     for operand, width in ((0, vector), (1, min(thread_n, vector))):
         fragment = sch.cache_read(C, operand, "local")

@@ -6,15 +6,17 @@ they hold, and `mma.m16n8k16` also takes bfloat16 operands, so the bfloat16 intr
 the float16 ones with their dtypes renamed. One detail does not survive printing: the ldmatrix
 call's own dtype, which TVM's CUDA codegen reads to choose `ldmatrix.trans` (a reparsed call
 comes back int8 and gets the scalar fallback loop, a 2 KB stack frame), so it is written back.
+
+`tvm.s_tir.tensor_intrin.cuda` registers all of TVM's CUDA intrinsics when imported, which
+takes about 20 seconds, so it is imported only when v6 is applied.
 """
 
 from __future__ import annotations
 
 import tvm
 from tvm.s_tir import Schedule, TensorIntrin
-from tvm.s_tir.tensor_intrin import cuda as intrin
 
-from .common import require_grid_y
+from .common import cooperative_fetch, require_grid_y
 from .registry import ScheduleNotApplicable, schedule
 from .workloads import Workload
 
@@ -39,8 +41,15 @@ def _bf16_twin(fp16_name: str) -> str:
     return name
 
 
+def _tvm_intrinsics():
+    from tvm.s_tir.tensor_intrin import cuda  # registers the float16 intrinsics (slow)
+
+    return cuda
+
+
 def intrinsics(dtype: str, b_transposed: bool) -> dict[str, str]:
     """Names of the ldmatrix / mma / fill / store intrinsics for fp32 accumulation."""
+    intrin = _tvm_intrinsics()
     trans = "_trans" if b_transposed else ""
     names = {
         "load_a": "mma_ldmatrix_f16_a_dyn",
@@ -57,7 +66,8 @@ def intrinsics(dtype: str, b_transposed: bool) -> dict[str, str]:
 
 def _warp_layout(i, j):
     """A 16x16 tile as the 32 lanes x 8 registers that ldmatrix and mma use."""
-    return (i // MMA, j // MMA, *intrin.shared_16x16_to_ldmatrix_32x8_layout(i % MMA, j % MMA))
+    lanes_and_registers = _tvm_intrinsics().shared_16x16_to_ldmatrix_32x8_layout
+    return (i // MMA, j // MMA, *lanes_and_registers(i % MMA, j % MMA))
 
 
 @schedule("gemm", "v6")
@@ -102,16 +112,9 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     sch.bind(bx, "blockIdx.x")
     warp = sch.fuse(warp_i, warp_j)
     sch.bind(warp, "threadIdx.y")
-    # Step 3. A and B tiles in shared memory, 16-byte vectors from all warps, rows padded.
+    # Step 3. A and B tiles in shared memory: 16-byte vectors from all warps, padded rows (v5's).
     for operand in (0, 1):
-        tile = sch.cache_read(outer, operand, "shared.dyn")
-        sch.compute_at(tile, ko)
-        flat = sch.fuse(*sch.get_loops(tile)[-2:])
-        _, ty, tx, vec = sch.split(flat, [None, warps, lanes, vector])
-        sch.bind(ty, "threadIdx.y")
-        sch.bind(tx, "threadIdx.x")
-        sch.vectorize(vec)
-        sch.storage_align(tile, 0, axis=-2, factor=32, offset=vector)
+        cooperative_fetch(sch, outer, operand, ko, (warps, lanes), vector, "shared.dyn", pad_rows=True)
     # Step 4. Warp fragments: ldmatrix from shared memory at each K chunk; accumulators in
     # registers for the whole K loop, stored to C at the end.
     fragments = [sch.cache_read(outer, operand, "warp") for operand in (0, 1)]

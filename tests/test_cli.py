@@ -82,14 +82,13 @@ def test_all_carries_on_past_a_rung_that_does_not_apply(capsys):
 
 
 def test_a_failing_build_is_reported_and_the_run_goes_on(capsys, monkeypatch):
-    real = runner.lowered_and_built
+    from schedules import registry
 
-    def broken_v2(entry, wl, target):
-        if entry.name == "v2":
-            raise RuntimeError("CUDA codegen exploded\nsecond line")
-        return real(entry, wl, target)
+    def broken(sch, wl):
+        """A rung whose build fails."""
+        raise RuntimeError("CUDA codegen exploded\nsecond line")
 
-    monkeypatch.setattr(runner, "lowered_and_built", broken_v2)
+    monkeypatch.setitem(registry._REGISTRY["gemm"], "v2", registry.ScheduleEntry("gemm", "v2", broken))
     code, out, _ = run(capsys, "--schedule", "all", "--no-ir")
     assert code == 0
     assert "v2: build failed: CUDA codegen exploded\n" in out and "second line" not in out

@@ -100,6 +100,17 @@ def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
     return run.record(wl, "triton", "baseline", {}, **_guarded(go))
 
 
+def measure_baselines(run: Run, wl: Workload) -> list[dict]:
+    """The references measured next to every TVM kernel: cuBLAS (and TF32 for fp32 GEMM), and
+    the seed's Triton GEMV where triton is installed."""
+    measured = [measure_cublas(run, wl)]
+    if wl.op == "gemm" and wl.dtype == "float32":
+        measured.append(measure_cublas(run, wl, tf32=True))
+    if wl.op != "gemm":
+        measured.append(measure_triton(run, wl))
+    return [m for m in measured if m is not None]
+
+
 def measure_copy(run: Run, nbytes: int = 1 << 30) -> dict:
     """The copy-bandwidth ceiling of this run."""
     gbps, timing = measure.copy_bandwidth_gbps(nbytes, flush_l2=run.flush_l2)

@@ -78,6 +78,35 @@ def cuda_source(executable) -> str:
 
 
 @dataclass(frozen=True)
+class Built:
+    """A scheduled module, lowered and compiled, with what can be read off it."""
+
+    lowered: tvm.IRModule
+    executable: object
+    source: str
+    structure: dict  # KernelSummary.row()
+    resources: dict | None  # nvcc --resource-usage per kernel; None without nvcc
+
+    def describe(self) -> str:
+        """One line: launch shape, shared memory, barriers, loop depth; registers and spills."""
+        text = ", ".join(f"{k} {v}" for k, v in self.structure.items())
+        for kernel, usage in (self.resources or {}).items():
+            text += (f"; {kernel}: {usage.get('registers', '?')} registers, "
+                     f"{usage.get('spill_stores', 0) + usage.get('spill_loads', 0)} spill bytes, "
+                     f"{usage.get('stack_bytes', 0)} stack bytes")
+        return text
+
+
+def lower_and_build(mod: tvm.IRModule, target: Target) -> Built:
+    """Lower, compile and inspect a scheduled module; nvcc rejecting the CUDA is a failure."""
+    lowered = lower(mod, target)
+    executable = build(mod, target)
+    source = cuda_source(executable)
+    return Built(lowered, executable, source, summarize(lowered, source).row(),
+                 nvcc_resources(source, target.attrs["arch"]))
+
+
+@dataclass(frozen=True)
 class KernelSummary:
     """The structural facts a reader compares between two rungs."""
 
