@@ -139,11 +139,9 @@ def time_kernel(
 
 # -- correctness -------------------------------------------------------------------------------
 
-_TORCH_DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
-
-
 def torch_dtype(name: str):
-    return getattr(_torch(), _TORCH_DTYPE[name])
+    """The torch dtype of one of the workload dtypes (they share their names)."""
+    return getattr(_torch(), name)
 
 
 def random_inputs(wl: Workload, seed: int = 0) -> list:

@@ -10,8 +10,6 @@ import json
 import os
 from dataclasses import dataclass, field
 
-KEY_FIELDS = ("op", "shape", "dtype", "out_dtype", "layout", "schedule", "params", "gpu", "tvm")
-
 
 class RecordsError(ValueError):
     """The records file cannot be used at all (not a file, unreadable)."""
@@ -65,8 +63,3 @@ def append(path: str, record: dict) -> None:
         f.write(("\n" if needs_newline else "") + line + "\n")
         f.flush()
         os.fsync(f.fileno())
-
-
-def key(record: dict) -> tuple:
-    """The identity of a measurement: numbers with different keys never mix."""
-    return tuple(json.dumps(record.get(k), sort_keys=True) for k in KEY_FIELDS)
