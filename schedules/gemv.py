@@ -65,7 +65,6 @@ def split_k(
     vector_loads: bool,
     warp_reduce: bool,
     rows_per_thread: int = 1,
-    unroll_k: int = 1,
 ) -> None:
     """The split-K GEMV that the rungs after naive share; each rung turns one more knob on.
 
@@ -76,7 +75,7 @@ def split_k(
     lowers the reduction to warp shuffles; otherwise they are threadIdx.y (rows on threadIdx.x,
     the seed's layout) and TVM reduces through a shared-memory tree with barriers.
     With `vector_loads` each step's B and x slices come in as 16-byte loads (tile_k may be
-    several vectors), and `unroll_k` steps are unrolled so that their loads overlap.
+    several vectors).
     tile_k=None means one 16-byte vector of the input dtype (8 halves, 4 floats)."""
     vector = _vector_width(wl)
     tile_k = tile_k or vector
@@ -101,18 +100,14 @@ def split_k(
     sch.bind(tk, k_tag)
     _bind_batch(sch, wl, batch)
     sch.set_scope(partial, 0, "local")
-    # Step 4. Unroll unroll_k consecutive K steps so that their loads overlap.
-    ko, k_unrolled = sch.split(ko, [None, unroll_k])
-    if unroll_k > 1:
-        sch.unroll(k_unrolled)
     if vector_loads:
-        # Step 5. One 16-byte load of x per step, reused by all rows; one per row of B.
+        # Step 4. One 16-byte load of x per step, reused by all rows; one per row of B.
         for operand in (0, 1):  # x, then B
             tile = sch.cache_read(partial, operand, "local")
-            sch.compute_at(tile, k_unrolled)
+            sch.compute_at(tile, ko)
             _, lanes = sch.split(sch.get_loops(tile)[-1], [None, vector])
             sch.vectorize(lanes)
-    # Step 6. The cross-thread reduction of the partials, in the same kernel.
+    # Step 5. The cross-thread reduction of the partials, in the same kernel.
     sch.reverse_compute_at(block, bx, preserve_unit_loops=True)
     tk_sum, *_, rows = sch.get_loops(block)[len(batch) + 1 :]  # K threads, (unit batch), rows
     tn_sum, r_sum = sch.split(rows, [rows_per_block, rows_per_thread])
