@@ -6,6 +6,9 @@
     python runner.py --diff v2 v3               # what changed between two rungs
     python runner.py --report reports/x.md      # markdown from the results file
     python runner.py --list                     # schedules per op
+    python runner.py --tune metaschedule --trials 256 --work-dir ms-gemm   # MetaSchedule search
+    python runner.py --tune autotvm:seed_template --tuner xgb --records at.jsonl   # knob search
+    python runner.py --schedule metaschedule --work-dir ms-gemm   # the best found, like a rung
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import argparse
 import os
 import re
 import sys
+import time
+from datetime import datetime, timezone
 
 DEFAULT_RESULTS = os.path.join("reports", "results.jsonl")
 
@@ -32,6 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     what.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="compare two schedules' IR")
     what.add_argument("--report", metavar="PATH", help="render a markdown report from --results")
     what.add_argument("--list", action="store_true", help="list the schedules of every op")
+    what.add_argument("--tune", metavar="SEARCH",
+                      help="search: 'metaschedule' or 'autotvm:<template>' (a schedule with a space)")
     p.add_argument("--op", help="gemm, gemv or batched_gemv (default: gemm, or the preset's)")
     p.add_argument("--shape", help="e.g. 1024x512x2048 (MxNxK for gemm, NxK for gemv, LxNxK)")
     p.add_argument("--preset", help="a named workload from the seeds (see --list)")
@@ -43,6 +50,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--arch", default="sm_90", help="CUDA arch when no GPU is present (sm_90)")
     p.add_argument("--warm-l2", action="store_true", help="do not flush L2 between timed launches")
     p.add_argument("--results", default=DEFAULT_RESULTS, help=f"JSONL results (default {DEFAULT_RESULTS})")
+    p.add_argument("--trials", type=int, default=64, help="new trials to measure (default 64)")
+    p.add_argument("--work-dir", help="MetaSchedule work dir (database, progress, best schedule)")
+    p.add_argument("--records", help="template-search records (JSONL), read to resume or apply")
+    p.add_argument("--tuner", default="xgb", help="template tuner: grid, random or xgb (default xgb)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random and xgb tuners")
+    p.add_argument("--target", default="cuda", help="cuda, or llvm (MetaSchedule on the CPU)")
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the tracker's hosts")
+    p.add_argument("--rpc-key", help="device key the hosts registered with the tracker")
     p.add_argument("--title", help="report title (default: from the report's file name)")
     p.add_argument("--notes", metavar="FILE", help="markdown appended to the report as its notes")
     return p.parse_args(argv)
@@ -72,22 +87,77 @@ def list_schedules() -> None:
 
     for op in schedules.workloads.OPS:
         print(f"{op}:")
-        for entry in schedules.entries(op):
-            tag = " (baseline)" if entry.baseline else ""
+        for entry in schedules.entries(op, templates=True):
+            tag = f" ({entry.kind})" if entry.kind != "rung" else ""
             params = ", ".join(f"{k}={v}" for k, v in entry.defaults.items())
-            print(f"  {entry.name:12s}{entry.summary}{tag}" + (f"  [{params}]" if params else ""))
+            print(f"  {entry.name:14s}{entry.summary}{tag}" + (f"  [{params}]" if params else ""))
+            if entry.space:
+                from tuning.autotvm import Space
+
+                knobs = "; ".join(f"{k} {v}" for k, v in entry.space.items())
+                print(f"  {'':14s}space ({len(Space(entry.space))}): {knobs}")
     print("presets:")
     for name, wl in schedules.PRESETS.items():
         print(f"  {name:18s}{wl.label()}")
 
 
+def resolve(args, wl, name: str):
+    """A schedule by name: a registered one, 'metaschedule' (the best in --work-dir) or
+    'autotvm:<template>' (the template with the best configuration in --records)."""
+    import schedules
+
+    if name == "metaschedule":
+        if not args.work_dir:
+            raise UsageError("--schedule metaschedule needs --work-dir (where a search ran)")
+        from tuning import metaschedule
+
+        return metaschedule.tuned_entry(wl, args.work_dir)
+    if name.startswith("autotvm:"):
+        if not args.records:
+            raise UsageError(f"--schedule {name} needs --records (where a template search ran)")
+        from tuning import autotvm
+
+        return autotvm.tuned_entry(schedules.get(wl.op, name[len("autotvm:"):]), wl,
+                                   load_records(args.records), args.records)
+    return schedules.get(wl.op, name)
+
+
+def load_records(path: str) -> list[dict]:
+    """Every record of a JSONL file; a corrupt line is named (path:line) and left as it is."""
+    from tuning import records
+
+    loaded = records.load(path)
+    for problem in loaded.problems:
+        print(f"warning: {problem}; the line is kept as it is, and skipped", file=sys.stderr)
+    return loaded.records
+
+
+def selection(args, wl) -> list:
+    """--schedule: one name, or 'all': the ladder and baselines, plus the best of the searches
+    in --work-dir and --records for this workload."""
+    import schedules
+    from tuning import autotvm
+
+    if args.schedule != "all":
+        return [resolve(args, wl, args.schedule)]
+    chosen = schedules.entries(wl.op)
+    if args.work_dir:
+        chosen.append(resolve(args, wl, "metaschedule"))
+    if args.records:
+        measured = load_records(args.records)
+        for entry in schedules.entries(wl.op, templates=True):
+            if entry.space and autotvm.best_record(measured, wl, entry.name):
+                chosen.append(autotvm.tuned_entry(entry, wl, measured, args.records))
+    return chosen
+
+
 def diff(args, wl) -> None:
-    from schedules import get
     from tuning import build
 
     target = build.cuda_target(args.arch)
     old, new = args.diff
-    a, b = (build.lower_and_build(get(wl.op, name).apply(wl, target), target) for name in args.diff)
+    a, b = (build.lower_and_build(resolve(args, wl, name).apply(wl, target), target)
+            for name in args.diff)
     print(build.unified_diff(build.ir_text(a.lowered), build.ir_text(b.lowered),
                              f"{old} (lowered)", f"{new} (lowered)"))
     if args.show_cuda:
@@ -116,14 +186,16 @@ def report(args) -> None:
         except OSError as e:
             raise UsageError(f"cannot read --notes {args.notes}: {e.strerror}") from e
     title = args.title or os.path.splitext(os.path.basename(args.report))[0]
-    text = render(loaded.records, title=title, notes=notes)
+    text = render(loaded.records, title=title, notes=notes,
+                  figure_prefix=os.path.splitext(args.report)[0])
     os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
     with open(args.report, "w") as f:
         f.write(text + "\n")
     print(f"wrote {args.report}")
 
 
-def run_schedules(args, wl) -> None:
+def run_schedules(args, wl, chosen: list, extra_records: list | None = None) -> None:
+    """Lower, print, build, check, time and record each chosen schedule, then the baselines."""
     import schedules
     from tuning import build, measure, records
 
@@ -131,8 +203,6 @@ def run_schedules(args, wl) -> None:
     for problem in loaded.problems:
         print(f"warning: {problem}; the line is kept as it is and new records are appended",
               file=sys.stderr)
-    selection = schedules.entries(wl.op) if args.schedule == "all" else [
-        schedules.get(wl.op, args.schedule)]
     run = None
     if measure.gpu_present():
         from tuning import bench
@@ -149,8 +219,8 @@ def run_schedules(args, wl) -> None:
         records.append(args.results, record)
         measured.append(record)
 
-    for entry in selection:
-        kind = "baseline" if entry.baseline else "rung"
+    for entry in chosen:
+        kind = entry.kind
         try:
             built = build.lower_and_build(entry.apply(wl, target), target)
         except schedules.ScheduleNotApplicable as e:
@@ -179,6 +249,8 @@ def run_schedules(args, wl) -> None:
         print(f"no GPU here: built {wl.label()} for {arch} (CUDA source only); "
               "skipped the correctness check and timing")
         return
+    for extra in extra_records or []:
+        records.append(args.results, run.record(wl, **extra))
     for baseline in bench.measure_baselines(run, wl):
         keep(baseline)
     ceiling = bench.measure_copy(run)
@@ -190,6 +262,126 @@ def run_schedules(args, wl) -> None:
           f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s")
     print(markdown_table(rows))
     print(f"records appended to {args.results}")
+
+
+def search_target(args):
+    """The target a search measures on: this machine's GPU, the RPC tracker's hosts, or (with
+    --target llvm, MetaSchedule only) this CPU."""
+    from tuning import build, measure
+
+    if args.target == "llvm":
+        if args.tune != "metaschedule":
+            raise UsageError("--target llvm is for MetaSchedule searches (--tune metaschedule)")
+        import tvm
+
+        return tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count() or 1})
+    if args.target != "cuda":
+        raise UsageError(f"unknown --target '{args.target}'; valid: cuda, llvm")
+    if args.rpc_tracker:
+        return build.cuda_target(args.arch)
+    if not measure.gpu_present():
+        raise UsageError("no GPU here: a CUDA search needs this machine's GPU, or "
+                         "--rpc-tracker HOST:PORT --rpc-key KEY for remote ones")
+    return build.cuda_target(measure.device_facts()["arch"])
+
+
+def tune(args, wl) -> None:
+    """--tune: search, print the best, then (on a local GPU) run the best like a rung, next to
+    the baselines, and record the search's curve for the report."""
+    import schedules
+    from tuning import autotvm, candidates, metaschedule
+
+    if args.trials <= 0:
+        raise UsageError(f"--trials must be positive, not {args.trials}")
+    if args.tune == "metaschedule":
+        if not args.work_dir:
+            raise UsageError("--tune metaschedule needs --work-dir (its database; reused to resume)")
+        metaschedule.check_work_dir(args.work_dir, must_exist=False)
+    elif args.tune.startswith("autotvm:"):
+        if args.tuner not in autotvm.TUNERS:
+            raise UsageError(f"unknown --tuner '{args.tuner}'; valid: {', '.join(autotvm.TUNERS)}")
+        if not args.records:
+            raise UsageError(f"--tune {args.tune} needs --records (a JSONL file; reused to resume)")
+        entry = schedules.get(wl.op, args.tune[len("autotvm:"):])
+        autotvm.Space.of(entry)  # a schedule without a space is refused before any work
+    else:
+        raise UsageError(f"unknown search '{args.tune}'; valid: metaschedule, autotvm:<template>")
+    target = search_target(args)
+    local_gpu = target.kind.name == "cuda" and not args.rpc_tracker
+    runner = candidates.make_runner(target, wl, not args.warm_l2, args.rpc_tracker, args.rpc_key)
+    builder = candidates.WarmBuilder()
+    if args.tune == "metaschedule":
+        summary = tune_metaschedule(args, wl, target, builder, runner)
+    else:
+        summary = tune_template(args, wl, entry, target, builder, runner, local_gpu)
+    if summary and local_gpu:
+        print(f"checking and timing the best ({summary['schedule']}) with the baselines, in one run:")
+        run_schedules(args, wl, [resolve(args, wl, summary["schedule"])],
+                      [{**summary, "kind": "search", "status": "ok"}])
+
+
+def tune_metaschedule(args, wl, target, builder, runner) -> dict | None:
+    """MetaSchedule into --work-dir; returns the search's summary record, None if nothing ran."""
+    from tuning import metaschedule
+
+    found = metaschedule.tune(wl, target, args.work_dir, args.trials, builder, runner,
+                              seed=args.seed)
+    if found["best_ms"] is None:
+        print("no candidate ran correctly: nothing to save")
+        return None
+    print(f"best: {found['best_ms']:.4f} ms after {found['trials']} trials; "
+          f"{found['trials_per_min']:.1f} trials/min this run")
+    print("# best schedule's trace:\n" + found["trace"])
+    print(f"saved best_trace.py and best_module.py in {args.work_dir}")
+    return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
+            "params": {"work_dir": args.work_dir}, "trials": found["trials"],
+            "trials_per_min": metaschedule.trials_per_minute(args.work_dir),
+            "curve": metaschedule.curve(args.work_dir)}
+
+
+def tune_template(args, wl, entry, target, builder, runner, local_gpu: bool) -> dict | None:
+    """A template search, each measured configuration appended to --records as it comes;
+    returns the search's summary record, None if nothing ran correctly."""
+    import tvm
+
+    from tuning import autotvm, measure
+    from tuning import records as store
+
+    space = autotvm.Space.of(entry)
+    device = (f"rpc:{args.rpc_key}" if args.rpc_tracker else
+              measure.device_facts()["gpu"] if local_gpu else "cpu")
+    key = autotvm.search_key(wl, entry.name, device, args.tuner, args.seed)
+    history = autotvm.history_of(load_records(args.records), key)
+    print(f"{args.tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"
+          f" {len(history)} measured before, in {args.records}")
+    start, trial = time.time(), [len(history)]
+
+    def on_measured(config, outcome):
+        trial[0] += 1
+        store.append(args.records, autotvm.trial_record(
+            key, config, outcome, trial[0], tvm=tvm.__version__,
+            date=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+        result = f"{outcome.time_ms:.4f} ms" if outcome.status == "ok" else outcome.status
+        so_far = autotvm.best(history)
+        print(f"  [{trial[0]}] {config}: {result}; best so far "
+              f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {time.time() - start:.0f} s",
+              flush=True)
+
+    new = autotvm.tune(space, autotvm.TUNERS[args.tuner](args.seed),
+                       autotvm.measure_with(entry, wl, target, builder, runner), history,
+                       args.trials, autotvm.BATCH, on_measured)
+    if new < args.trials:
+        print(f"the space is exhausted: {new} new configurations measured")
+    found = autotvm.best(history)
+    if found is None:
+        print("no configuration ran correctly: nothing to apply")
+        return None
+    rate = 60 * new / (time.time() - start)
+    print(f"best: {found[1]:.4f} ms with {found[0]} ({len(history)} measured; "
+          f"{rate:.1f} trials/min this run)")
+    return {"schedule": f"autotvm:{entry.name}", "search": "autotvm", "tuner": args.tuner,
+            "seed": args.seed, "params": found[0], "trials": len(history), "space": len(space),
+            "trials_per_min": rate, "curve": autotvm.curve(load_records(args.records), key)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,16 +397,27 @@ def main(argv: list[str] | None = None) -> int:
             wl = workload(args)
             if args.diff:
                 diff(args, wl)
+            elif args.tune:
+                tune(args, wl)
             else:
-                run_schedules(args, wl)
+                run_schedules(args, wl, selection(args, wl))
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        kept = args.work_dir or args.records or args.results
+        print(f"\ninterrupted: everything measured so far is kept in {kept}; "
+              "run the same command again to resume", file=sys.stderr)
+        return 130
     except Exception as e:  # bad input found deeper down: one line, no traceback
         from schedules import ScheduleNotApplicable, UnknownSchedule, WorkloadError
         from tuning.records import RecordsError
 
-        if isinstance(e, (UnknownSchedule, WorkloadError, RecordsError, ScheduleNotApplicable)):
+        from tuning.autotvm import TemplateError
+        from tuning.candidates import UsageError as SearchUsageError
+
+        if isinstance(e, (UnknownSchedule, WorkloadError, RecordsError, ScheduleNotApplicable,
+                          TemplateError, SearchUsageError)):
             print(f"error: {e}", file=sys.stderr)
             return 2
         raise

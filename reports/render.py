@@ -8,12 +8,19 @@ memory-bound ops the share of the copy bandwidth measured in the same run.
 
 from __future__ import annotations
 
+import os
+
 from tabulate import tabulate
 
 from schedules.workloads import Workload
-from tuning.measure import SPEC_PEAK_TFLOPS, spec_peaks
+from tuning.measure import SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
 
 MEMORY_BOUND = ("gemv", "batched_gemv")
+
+
+def workload_key(record: dict) -> tuple:
+    return (record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"],
+            record["layout"])
 
 
 def workload_of(record: dict) -> Workload:
@@ -82,9 +89,9 @@ def latest_runs(records: list[dict]) -> list[list[dict]]:
     """Measurements grouped by (GPU, workload), each group from the latest run that has it."""
     groups: dict[tuple, dict[str, list[dict]]] = {}
     for r in records:
-        if r.get("kind") not in ("rung", "baseline"):
+        if r.get("kind") not in ("rung", "tuned", "baseline"):
             continue
-        group = (r.get("gpu"), r["op"], tuple(r["shape"]), r["dtype"], r["out_dtype"], r["layout"])
+        group = (r.get("gpu"), *workload_key(r))
         groups.setdefault(group, {}).setdefault(r["run_id"], []).append(r)
     ceilings = {r["run_id"]: r for r in records if r.get("kind") == "ceiling"}
     selected = []
@@ -97,13 +104,122 @@ def latest_runs(records: list[dict]) -> list[list[dict]]:
     return selected
 
 
-def render(records: list[dict], title: str = "Performance report", notes: str | None = None) -> str:
-    """The whole markdown report; `notes` (markdown written by a person) go last, under Notes."""
+CHECKPOINTS = (1, 4, 8, 16, 24, 32, 36, 48, 64, 96, 128, 144, 192, 256, 384, 512)
+
+
+def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
+    """Search summaries by (GPU, workload): the latest of each (schedule, tuner)."""
+    chosen: dict[tuple, dict] = {}
+    for r in records:
+        if r.get("kind") != "search":
+            continue
+        key = (r.get("gpu"), *workload_key(r), r["schedule"], r.get("tuner"))
+        if key not in chosen or r["date"] >= chosen[key]["date"]:
+            chosen[key] = r
+    by_workload: dict[tuple, list[dict]] = {}
+    for key, r in chosen.items():
+        by_workload.setdefault(key[:6], []).append(r)
+    return by_workload
+
+
+def _search_name(r: dict) -> str:
+    if r["search"] == "metaschedule":
+        return r["schedule"]
+    seed = f", seed {r['seed']}" if r.get("seed") else ""
+    return f"{r['schedule']} ({r['tuner']}{seed})"
+
+
+def _references(run: list[dict] | None) -> dict[str, float]:
+    """cuBLAS and the fastest manual rung of a run, by label: the lines a tuning curve is read
+    against."""
+    if not run:
+        return {}
+    timed = [r for r in run if r.get("status") == "ok" and r.get("timing")]
+    found = {"cuBLAS": r["timing"]["median_ms"] for r in timed if r["schedule"] == "cublas"}
+    rungs = [r for r in timed if r.get("kind") == "rung"]
+    if rungs:
+        fastest = min(rungs, key=lambda r: r["timing"]["median_ms"])
+        found[f"best manual rung ({fastest['schedule']})"] = fastest["timing"]["median_ms"]
+    return found
+
+
+def search_section(searches: list[dict], run: list[dict] | None, figure: str | None) -> list[str]:
+    """Markdown for the searches of one workload: a summary, the tuning curves as a table of
+    best-so-far times at checkpoints, and the plot."""
+    lines = []
+    refs = _references(run)
+    tuned = {r["schedule"]: r for r in run or [] if r.get("kind") == "tuned"}
+    cublas = refs.get("cuBLAS")
+    summary = []
+    for r in searches:
+        best = min((t for _, t in r["curve"] if t is not None), default=None)
+        final = tuned.get(r["schedule"])
+        final_ms = final["timing"]["median_ms"] if final and final.get("timing") else None
+        summary.append({
+            "search": _search_name(r),
+            "trials": str(r["trials"]),
+            "space": str(r.get("space") or "-"),
+            "trials/min": _fmt(r.get("trials_per_min"), ".1f"),
+            "best in search (ms)": _fmt(best, ".4f"),
+            "best, re-timed with cuBLAS (ms)": _fmt(final_ms, ".4f"),
+            "% of cuBLAS": _fmt(_ratio(cublas and 100 * cublas, final_ms), ".1f", "%"),
+        })
+    lines += [markdown_table(summary), ""]
+    longest = max(len(r["curve"]) for r in searches)
+    marks = [n for n in CHECKPOINTS if n < longest] + [longest]
+    rows = []
+    for n in marks:
+        row = {"trials": str(n)}
+        for r in searches:
+            points = r["curve"][:n]
+            row[_search_name(r)] = _fmt(points[-1][1] if points and len(r["curve"]) >= n else None,
+                                        ".4f")
+        rows.append(row)
+    for label, ms in refs.items():
+        rows.append({"trials": label, **{_search_name(r): f"{ms:.4f}" for r in searches}})
+    lines += ["Best time so far (ms) after each number of trials; the last rows are the "
+              "references from the same report.", "", markdown_table(rows), ""]
+    if figure:
+        lines += [f"![tuning curves]({figure})", ""]
+    return lines
+
+
+def plot_curves(searches: list[dict], run: list[dict] | None, title: str, path: str) -> None:
+    """Best-so-far time against trials for each search, with cuBLAS and the best manual rung."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in searches:
+        points = [(n, t) for n, t in r["curve"] if t is not None]
+        if points:
+            ax.step(*zip(*points), where="post", label=_search_name(r))
+    for (label, ms), style in zip(_references(run).items(), ("--", ":")):
+        ax.axhline(ms, linestyle=style, color="gray", label=label)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best time so far (ms)")
+    ax.set_yscale("log")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def render(records: list[dict], title: str = "Performance report", notes: str | None = None,
+           figure_prefix: str | None = None) -> str:
+    """The whole markdown report; `notes` (markdown written by a person) go last, under Notes.
+    Searches get a section per workload; with `figure_prefix` their curves are also plotted to
+    `<figure_prefix>-<n>.png`, linked from the report by file name."""
     runs = latest_runs(records)
-    if not runs:
+    searches = latest_searches(records)
+    if not runs and not searches:
         raise ValueError("no measurements to report (run on a GPU first)")
     lines = [f"# {title}", ""]
-    facts = sorted({(r[0]["gpu"], r[0]["driver"], r[0]["tvm"]) for r in runs})
+    facts = sorted({(r[0]["gpu"], r[0]["driver"], r[0]["tvm"]) for r in runs}
+                   | {(r["gpu"], r["driver"], r["tvm"]) for rs in searches.values() for r in rs})
     for gpu, driver, tvm in facts:
         lines.append(f"- GPU: **{gpu}**, driver {driver}; TVM {tvm}")
     methods = sorted({m["timing"]["method"] for run in runs for m in run if m.get("timing")})
@@ -115,6 +231,11 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
             "TF32 and fp16/bf16 on tensor cores): "
             + "; ".join(f"{gpu} {', '.join(f'{k} {v}' for k, v in p.items())} TFLOP/s"
                         for gpu, p in SPEC_PEAK_TFLOPS.items() if any(gpu in f[0] for f in facts)))
+    if searches:
+        lines.append(
+            "- Searches: every candidate is checked against float64, then timed by the same "
+            f"harness with a {SEARCH_BUDGET_MS:.0f} ms budget (fewer samples); the best of each "
+            "search is re-timed in full next to cuBLAS")
     lines.append(
         "- Correctness: random normal inputs, output poisoned with NaN, relative Frobenius error "
         "against a float64 reference; a failed kernel is not ranked"
@@ -132,6 +253,15 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
         lines.append("")
         lines.append(markdown_table(table_rows(run)))
         lines.append("")
+    run_of = {(r[0].get("gpu"), *workload_key(r[0])): r for r in runs}
+    for n, (key, found) in enumerate(sorted(searches.items(), key=str), start=1):
+        wl = workload_of(found[0])
+        lines += [f"## Searches: {wl.label()}", ""]
+        figure = None
+        if figure_prefix:
+            figure = f"{figure_prefix}-{n}.png"
+            plot_curves(found, run_of.get(key), f"{wl.label()} on {key[0]}", figure)
+        lines += search_section(found, run_of.get(key), figure and os.path.basename(figure))
     if notes:
         lines += ["## Notes", "", notes.strip(), ""]
     return "\n".join(lines)

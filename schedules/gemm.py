@@ -104,6 +104,57 @@ def v3(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: 
     sch.decompose_reduction(C, ko)
 
 
+SEED_SPACE = {  # the seed blog's AutoTVM search space
+    "tile_x": [8, 16, 32], "tile_y": [8, 16, 32], "tile_k": [8, 16],
+    "vectorize": [False, True], "local_accumulator": [False, True], "shared_tiles": [False, True],
+}
+
+
+@schedule("gemm", "seed_template", template=True, space=SEED_SPACE)
+def seed_template(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: int = 8,
+                  vectorize: bool = False, local_accumulator: bool = False,
+                  shared_tiles: bool = True) -> None:
+    """The seed blog's AutoTVM template: v3's tiling (tile_x x tile_y threads, K in steps of
+    tile_k) with its three choices as switches: shared-memory tiles (cache_read), a register
+    accumulator (cache_write to local) and 4-wide vector loads into the shared tiles.
+
+    IR: v2 plus the K split when both switches are off; with shared_tiles exactly v3."""
+    require_grid_y("seed_template", "N/tile_y", -(-wl.dims["N"] // tile_y))
+    if vectorize and not shared_tiles:
+        raise ScheduleNotApplicable("vectorize applies to the shared-memory loads (shared_tiles)")
+    if vectorize:
+        _require_whole_vectors("seed_template", wl, 4)
+    C = sch.get_sblock(wl.reduction_block)
+    x, y, k = sch.get_loops(C)
+    # Step 1. v3's 2D tiling and thread binding, with the K split.
+    xo, xi = sch.split(x, [None, tile_x])
+    yo, yi = sch.split(y, [None, tile_y])
+    ko, _ = sch.split(k, [None, tile_k])
+    sch.reorder(xo, yo, xi, yi, ko)
+    sch.bind(xo, "blockIdx.x")
+    sch.bind(yo, "blockIdx.y")
+    sch.bind(xi, "threadIdx.x")
+    sch.bind(yi, "threadIdx.y")
+    # Step 2. Accumulate in a register and write C once, or accumulate in C itself.
+    if local_accumulator:
+        write_back_at(sch, wl, yi)
+    else:
+        cast_epilogue_at(sch, wl, yi)
+    # Step 3. Stage A and B per K step in shared memory: the tile is cut into vectors first,
+    # dealt out over the threads, so a thread with no vector to load skips it whole.
+    if shared_tiles:
+        vector = 4 if vectorize else 1
+        for operand in (0, 1):
+            tile = sch.cache_read(C, operand, "shared")
+            sch.compute_at(tile, ko)
+            vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
+            _, ty, tx = sch.split(vectors, [None, tile_y, tile_x])
+            sch.bind(ty, "threadIdx.y")
+            sch.bind(tx, "threadIdx.x")
+            sch.vectorize(lanes)
+    sch.decompose_reduction(C, ko)
+
+
 def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
     """16-byte loads need every row of A and B to start on a 16-byte boundary."""
     contiguous = {"K (the rows of A)": wl.dims["K"]}
@@ -133,7 +184,11 @@ def _tile_for_registers(sch: Schedule, wl: Workload, C, name: str, threads: tupl
     return tx, k_loops
 
 
-@schedule("gemm", "v4")
+TILES = {"block_m": [32, 64, 128], "block_n": [32, 64, 128]}
+
+
+@schedule("gemm", "v4", space={**TILES, "thread_m": [2, 4, 8], "thread_n": [2, 4, 8],
+                               "tile_k": [8, 16, 32]})
 def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 4,
        thread_n: int = 4, tile_k: int = 16) -> None:
     """v3 + coalesced threads and a register tile: threadIdx.x runs along N (contiguous in B and
@@ -153,7 +208,8 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     sch.decompose_reduction(C, ko)
 
 
-@schedule("gemm", "v5")
+@schedule("gemm", "v5", space={**TILES, "thread_m": [4, 8], "thread_n": [4, 8],
+                               "tile_k": [16, 32], "stages": [1, 2, 3]})
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
        thread_n: int = 4, tile_k: int = 32, stages: int = 2) -> None:
     """v4 + 128-bit loads everywhere, padded shared rows and a multi-buffered K loop: global

@@ -154,8 +154,12 @@ def allreduce(sch: Schedule, wl: Workload, rows_per_block: int = 4, reduce_threa
             tile_k=tile_k, vector_loads=True, warp_reduce=True)
 
 
-@schedule("gemv", "multirow")
-@schedule("batched_gemv", "multirow")
+ROWS_SPACE = {"rows_per_block": [1, 2, 4, 8], "reduce_threads": [32, 64, 128, 256],
+              "tile_k": [8, 16, 32], "rows_per_thread": [1, 2, 4]}
+
+
+@schedule("gemv", "multirow", space=ROWS_SPACE)
+@schedule("batched_gemv", "multirow", space=ROWS_SPACE)
 def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
              tile_k: int | None = None, rows_per_thread: int = 4) -> None:
     """allreduce + each warp computes rows_per_thread rows, so each loaded x vector serves

@@ -1,8 +1,9 @@
 """Schedules by op and name: `@schedule("gemm", "v3")` registers, `get("gemm", "v3")` finds.
 
 A schedule is a function `(sch: tvm.s_tir.Schedule, wl: Workload, **params) -> None` that edits
-`sch` in place. Its keyword parameters (with defaults) are its tunable knobs. A schedule that
-cannot handle a workload raises ScheduleNotApplicable with the reason.
+`sch` in place. Its keyword parameters (with defaults) are its tunable knobs, and `space`, declared
+with it, lists the values the template tuner (tuning/autotvm.py) tries for each. A schedule that
+cannot handle a workload (or a knob setting) raises ScheduleNotApplicable with the reason.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ class ScheduleEntry:
     name: str
     fn: Callable
     baseline: bool = False  # a reference to compare with (dlight), not a rung of the ladder
+    template: bool = False  # only a search space: tuned, never run with its defaults by "all"
+    space: dict | None = None  # knob -> the values a template search tries
+
+    @property
+    def kind(self) -> str:
+        return "baseline" if self.baseline else "template" if self.template else "rung"
 
     @property
     def summary(self) -> str:
@@ -56,29 +63,56 @@ class ScheduleEntry:
         return sch.mod
 
 
+@dataclass(frozen=True)
+class TunedSchedule:
+    """The best schedule a search found, run like a rung: `make(wl, target)` rebuilds it from
+    the search's records; `params` say where it came from (the configuration, the work dir)."""
+
+    op: str
+    name: str
+    params: dict
+    make: Callable[[Workload, tvm.target.Target], tvm.IRModule]
+    kind: str = "tuned"
+
+    @property
+    def defaults(self) -> dict:
+        return self.params
+
+    def apply(self, wl: Workload, target: tvm.target.Target) -> tvm.IRModule:
+        with target:
+            return self.make(wl, target)
+
+
 _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 
 
-def schedule(op: str, name: str, baseline: bool = False):
-    """Register the decorated function as schedule `name` of `op` (rungs in ladder order)."""
+def schedule(op: str, name: str, baseline: bool = False, template: bool = False,
+             space: dict | None = None):
+    """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
+    the knob space a template search explores."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
-        _REGISTRY[op][name] = ScheduleEntry(op, name, fn, baseline)
+        entry = ScheduleEntry(op, name, fn, baseline, template, space)
+        unknown = set(space or {}) - set(entry.defaults)
+        if unknown:
+            raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")
+        _REGISTRY[op][name] = entry
         return fn
 
     return register
 
 
-def entries(op: str) -> list[ScheduleEntry]:
-    """The ladder of `op` in registration order, then its baselines."""
-    found = list(_REGISTRY[op].values())
+def entries(op: str, templates: bool = False) -> list[ScheduleEntry]:
+    """The ladder of `op` in registration order, then its baselines (and, if asked, the
+    schedules that are only search templates)."""
+    found = [e for e in _REGISTRY[op].values() if templates or not e.template]
     return [e for e in found if not e.baseline] + [e for e in found if e.baseline]
 
 
-def names(op: str) -> list[str]:
-    return [e.name for e in entries(op)]
+def names(op: str, templates: bool = False) -> list[str]:
+    return [e.name for e in entries(op, templates)]
 
 
 def get(op: str, name: str) -> ScheduleEntry:
@@ -86,6 +120,6 @@ def get(op: str, name: str) -> ScheduleEntry:
         raise UnknownSchedule(f"unknown op '{op}'; valid ops: {', '.join(OPS)}")
     if name not in _REGISTRY[op]:
         raise UnknownSchedule(
-            f"unknown schedule '{name}' for {op}; valid: {', '.join(names(op))}"
+            f"unknown schedule '{name}' for {op}; valid: {', '.join(names(op, templates=True))}"
         )
     return _REGISTRY[op][name]

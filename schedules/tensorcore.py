@@ -70,7 +70,9 @@ def _warp_layout(i, j):
     return (i // MMA, j // MMA, *lanes_and_registers(i % MMA, j % MMA))
 
 
-@schedule("gemm", "v6")
+@schedule("gemm", "v6", space={"warps_m": [1, 2, 4], "warps_n": [1, 2, 4],
+                               "warp_tiles_m": [1, 2, 4], "warp_tiles_n": [1, 2, 4],
+                               "chunk_k": [2, 4], "stages": [2, 3, 4]})
 def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_tiles_m: int = 4,
        warp_tiles_n: int = 4, chunk_k: int = 4, stages: int = 3, overlap_ldmatrix: bool = True) -> None:
     """Tensor cores: each warp owns warp_tiles_m x warp_tiles_n tiles of 16x16 and multiplies

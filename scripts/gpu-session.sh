@@ -5,10 +5,17 @@
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
 #   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
+#   bash scripts/gpu-session.sh tuning-smoke # a few trials of each search, into $OUT only
+#   bash scripts/gpu-session.sh ms-gemm ms-gemv   # MetaSchedule, $TRIALS (128) more trials each
+#   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
+#   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
+# The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
+# checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+results=reports/h100-tuning.jsonl
 for part in "$@"; do
   case "$part" in
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.log" ;;
@@ -25,6 +32,33 @@ for part in "$@"; do
                   "--shape 128x128x128 --dtype bfloat16 --layout nt"; do
         python3 runner.py $args --schedule all --no-ir --results "$out/gemm-ladder.jsonl"
       done 2>&1 | tee "$out/gemm-ladder.log" ;;
-    *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder)"; exit 2 ;;
+    tuning-smoke)
+      for search in "--tune autotvm:seed_template --tuner xgb --trials 20 --records $out/smoke-at.jsonl" \
+                    "--tune metaschedule --trials 32 --work-dir $out/smoke-ms"; do
+        python3 runner.py --shape 512x256x512 $search --no-ir --results "$out/smoke.jsonl"
+      done 2>&1 | tee "$out/tuning-smoke.log" ;;
+    ms-gemm|ms-gemv)
+      preset=$([ "$part" = ms-gemm ] && echo gemm-seed || echo gemv-7168x16384)
+      python3 runner.py --preset "$preset" --tune metaschedule --trials "${TRIALS:-128}" --no-ir \
+        --work-dir "reports/tuning/ms-$preset" --results "$results" 2>&1 | tee -a "$out/$part.log" ;;
+    at-gemm|at-gemv)
+      if [ "$part" = at-gemm ]; then target="--preset gemm-seed --tune autotvm:seed_template"
+      else target="--preset gemv-7168x16384 --tune autotvm:multirow"; fi
+      for tuner in ${TUNERS:-grid random xgb}; do
+        trials=$([ "$tuner" = grid ] && echo 144 || echo 36)  # xgb and random: a quarter of it
+        python3 runner.py $target --tuner "$tuner" --seed "${SEED:-0}" --trials "$trials" --no-ir \
+          --records reports/tuning/autotvm-h100.jsonl --results "$results"
+      done 2>&1 | tee -a "$out/$part.log" ;;
+    tuning-final)
+      for preset in gemm-seed gemv-7168x16384; do
+        python3 runner.py --preset "$preset" --schedule all --no-ir --results "$results" \
+          --work-dir "reports/tuning/ms-$preset" --records reports/tuning/autotvm-h100.jsonl
+      done 2>&1 | tee -a "$out/tuning-final.log" ;;
+    *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
+            "ms-gemv, at-gemm, at-gemv, tuning-final)"; exit 2 ;;
   esac
 done
+# the searches' state, in one file (a call brings back at most 8), for the next call to resume
+# from: unpack it here with `tar -xf FILES_AT/tuning-state.tar` in the checkout, then commit.
+tar -cf "$out/tuning-state.tar" --exclude=logs "$results" reports/tuning 2>/dev/null
+true

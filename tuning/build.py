@@ -73,6 +73,17 @@ def build(mod: tvm.IRModule, target: Target):
         return tvm.compile(mod, target=target)
 
 
+def build_artifact(job: tuple[tvm.IRModule, Target]) -> str:
+    """Build one search candidate and export it as a tar that a runner (local or over RPC)
+    loads; returns its path. Runs in a builder's worker process: it needs only tvm."""
+    from tvm.support.tar import tar
+
+    mod, target = job
+    path = os.path.join(tempfile.mkdtemp(prefix="candidate-"), "candidate.tar")
+    build(mod, target).export_library(path, fcompile=tar)
+    return path
+
+
 def cuda_source(executable) -> str:
     return "\n".join(m.inspect_source() for m in executable.mod.imports)
 

@@ -223,7 +223,8 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False) -> Callable[[]
 
 
 def check_and_time(
-    wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush_l2: bool
+    wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush_l2: bool,
+    budget_ms: float = 1500.0,
 ) -> dict:
     """Run once and compare with the float64 reference; only a correct kernel is then timed.
     Returns the fields of a measurement record: status, rel_error, tolerance, timing."""
@@ -234,7 +235,26 @@ def check_and_time(
     result = {"rel_error": err if math.isfinite(err) else None, "tolerance": tolerance}
     if not err <= tolerance:
         return {**result, "status": "failed", "error": f"relative error {err:.3g} > {tolerance:g}"}
-    return {**result, "status": "ok", "timing": time_kernel(run, flush_l2=flush_l2).as_dict()}
+    timing = time_kernel(run, flush_l2=flush_l2, budget_ms=budget_ms)
+    return {**result, "status": "ok", "timing": timing.as_dict()}
+
+
+SEARCH_BUDGET_MS = 300.0  # timing budget per search candidate; a chosen schedule gets the full one
+
+
+def evaluate_artifact(wl: Workload, flush_l2: bool, artifact_path: str) -> float:
+    """A search candidate, built and exported by a builder: check it against float64 on random
+    inputs, then time it with this module's harness (a short budget). Returns the median in
+    seconds; a wrong result raises."""
+    import tvm
+
+    executable = tvm.runtime.load_module(artifact_path)
+    inputs = random_inputs(wl)
+    runner = tvm_runner(executable, wl, inputs, poisoned_output(wl))
+    result = check_and_time(wl, runner, inputs, TOLERANCE[wl.dtype], flush_l2, SEARCH_BUDGET_MS)
+    if result["status"] != "ok":
+        raise RuntimeError(f"wrong result: {result['error']}")
+    return result["timing"]["median_ms"] * 1e-3
 
 
 def copy_bandwidth_gbps(nbytes: int = 1 << 30, flush_l2: bool = True) -> tuple[float, Timing]:

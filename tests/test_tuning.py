@@ -1,0 +1,314 @@
+"""CPU tier for the searches: the template tuners on timings recorded on the H100 (resume,
+failures, interruption, xgb against random), the knob spaces, MetaSchedule end to end on an LLVM
+target (locally and through an RPC tracker on loopback), the committed search records applied
+like rungs, and every bad input."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+import runner
+import schedules
+from schedules import ScheduleNotApplicable, Workload
+from tuning import autotvm, candidates, metaschedule, records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORDED = os.path.join(ROOT, "reports", "tuning", "autotvm-h100.jsonl")
+MS_GEMM = os.path.join(ROOT, "reports", "tuning", "ms-gemm-seed")
+SEED_GEMM = Workload("gemm", (1024, 512, 2048))
+
+
+def recorded_grid(template: str) -> dict:
+    """config key -> Outcome, from the exhaustive grid search measured on the H100."""
+    grid = {}
+    for r in records.load(RECORDED).records:
+        if r["schedule"] == template and r["tuner"] == "grid":
+            grid[autotvm.config_key(r["config"])] = candidates.Outcome(
+                r["status"], r["time_ms"], r["error"])
+    return grid
+
+
+def replay(grid: dict):
+    return lambda configs: [grid[autotvm.config_key(c)] for c in configs]
+
+
+def search(tuner: str, seed: int, grid: dict, trials: int, space, history=None, record=None):
+    """Run a tuner on recorded timings; returns (history, outcomes in measured order)."""
+    history = {} if history is None else history
+    order = []
+
+    def on_measured(config, outcome):
+        order.append(outcome)
+        if record:
+            record(config, outcome)
+
+    autotvm.tune(space, autotvm.TUNERS[tuner](seed), replay(grid), history, trials, 16,
+                 on_measured)
+    return history, order
+
+
+SEED_SPACE = autotvm.Space.of(schedules.get("gemm", "seed_template"))
+
+
+def test_the_seed_template_space_is_the_blogs():
+    assert len(SEED_SPACE) == 3 * 3 * 2 * 2 * 2 * 2 == len(SEED_SPACE.configs())
+    assert SEED_SPACE.knobs["tile_x"] == [8, 16, 32] and SEED_SPACE.knobs["tile_k"] == [8, 16]
+    assert SEED_SPACE.features({**SEED_SPACE.configs()[0], "tile_x": 32, "vectorize": True})[:4] == [
+        5.0, 3.0, 3.0, 1.0]
+    # templates are searched, never run by "all" with their defaults
+    assert "seed_template" not in schedules.names("gemm")
+    assert "seed_template" in schedules.names("gemm", templates=True)
+
+
+def test_every_declared_space_names_real_knobs_and_builds_its_first_config(compiled):
+    for op in ("gemm", "gemv"):
+        for entry in schedules.entries(op, templates=True):
+            if not entry.space:
+                continue
+            assert set(entry.space) <= set(entry.defaults)
+            wl = SEED_GEMM if op == "gemm" and entry.name != "v6" else (
+                Workload("gemm", (256, 256, 256), "float16") if op == "gemm"
+                else Workload("gemv", (1024, 1024), "float16"))
+            config = autotvm.Space.of(entry).configs()[0]
+            try:
+                compiled(entry.name, wl, **config)
+            except ScheduleNotApplicable as e:
+                assert str(e)
+
+
+def test_seed_template_switches_show_in_the_ir(compiled, target):
+    plain, _, plain_summary = compiled("seed_template", SEED_GEMM, shared_tiles=False)
+    assert plain_summary.shared_bytes == 0 and "alloc_local" not in plain
+    staged, source, summary = compiled("seed_template", SEED_GEMM, local_accumulator=True,
+                                       vectorize=True)
+    assert summary.shared_bytes > 0 and "C_local = T.alloc_local((1,))" in staged
+    assert "*(float4*)(A_shared_ptr" in source and "*(float4*)(B_shared_ptr" in source
+    with pytest.raises(ScheduleNotApplicable, match="shared-memory loads"):
+        schedules.get("gemm", "seed_template").apply(
+            SEED_GEMM, target, vectorize=True, shared_tiles=False)
+
+
+def test_grid_measures_the_whole_space_in_order_then_stops():
+    grid = recorded_grid("seed_template")
+    history, order = search("grid", 0, grid, 1000, SEED_SPACE)
+    assert len(order) == len(SEED_SPACE) == len(history)
+    assert [json.loads(k) for k in history] == SEED_SPACE.configs()
+    # failures are recorded and never ranked
+    assert any(o.status == "invalid" for o in order)
+    assert autotvm.best(history)[1] == min(o.time_ms for o in order if o.status == "ok")
+
+
+def test_a_search_resumes_from_its_records_and_measures_nothing_twice(tmp_path):
+    grid = recorded_grid("seed_template")
+    path = str(tmp_path / "at.jsonl")
+    key = autotvm.search_key(SEED_GEMM, "seed_template", "H100", "xgb")
+
+    def record(config, outcome):
+        records.append(path, autotvm.trial_record(key, config, outcome, 0))
+
+    search("xgb", 3, grid, 20, SEED_SPACE, record=record)
+    resumed = autotvm.history_of(records.load(path).records, key)
+    assert len(resumed) == 20
+    _, order = search("xgb", 3, grid, 12, SEED_SPACE, history=resumed, record=record)
+    measured = [autotvm.config_key(r["config"]) for r in records.load(path).records]
+    assert len(order) == 12 and len(measured) == len(set(measured)) == 32
+    # another tuner on the same space is another search; a different key sees none of these
+    assert autotvm.history_of(records.load(path).records, {**key, "tuner": "random"}) == {}
+
+
+def test_an_interrupted_search_keeps_every_measured_record(tmp_path):
+    grid = recorded_grid("seed_template")
+    path = str(tmp_path / "at.jsonl")
+    key = autotvm.search_key(SEED_GEMM, "seed_template", "H100", "random")
+    batches = []
+
+    def measure(configs):
+        batches.append(configs)
+        if len(batches) == 3:
+            raise KeyboardInterrupt
+        return replay(grid)(configs)
+
+    with pytest.raises(KeyboardInterrupt):
+        autotvm.tune(SEED_SPACE, autotvm.RandomTuner(0), measure, {}, 100, 16,
+                     lambda c, o: records.append(path, autotvm.trial_record(key, c, o, 0)))
+    assert len(autotvm.history_of(records.load(path).records, key)) == 32
+
+
+def test_failed_candidates_are_recorded_and_the_search_goes_on():
+    outcomes = [candidates.Outcome("build_failed", error="nvcc said no"),
+                candidates.Outcome("timeout", error="run timed out after 60 s"),
+                candidates.Outcome("ok", 2.0), candidates.Outcome("run_failed", error="crash"),
+                candidates.Outcome("ok", 1.5)]
+    measured = iter(outcomes * 40)
+    history, order = {}, []
+    autotvm.tune(SEED_SPACE, autotvm.XGBTuner(0), lambda cs: [next(measured) for _ in cs],
+                 history, 30, 16, lambda c, o: order.append(o))
+    assert len(order) == 30 and {o.status for o in order} >= {"build_failed", "timeout", "ok"}
+    assert autotvm.best(history)[1] == 1.5
+
+
+@pytest.mark.parametrize("template", ["seed_template", "multirow"])
+def test_xgb_finds_within_5_percent_of_the_grid_best_in_a_quarter_of_the_space(template):
+    grid = recorded_grid(template)
+    space = autotvm.Space.of(schedules.get("gemm" if template == "seed_template" else "gemv",
+                                           template))
+    best = min(o.time_ms for o in grid.values() if o.status == "ok")
+    for seed in range(10):
+        history, _ = search("xgb", seed, grid, len(space) // 4, space)
+        assert autotvm.best(history)[1] <= 1.05 * best, f"seed {seed}"
+
+
+def test_xgb_beats_random_on_the_recorded_seed_space():
+    """Over 20 seeds: a better best after a quarter of the space, reached in fewer trials."""
+    grid = recorded_grid("seed_template")
+    best = min(o.time_ms for o in grid.values() if o.status == "ok")
+
+    def summary(tuner):
+        bests, reached = [], []
+        for seed in range(20):
+            _, order = search(tuner, seed, grid, 36, SEED_SPACE)
+            times = [o.time_ms if o.status == "ok" else float("inf") for o in order]
+            so_far = [min(times[: i + 1]) for i in range(len(times))]
+            bests.append(so_far[-1])
+            reached.append(next((i + 1 for i, t in enumerate(so_far) if t <= 1.05 * best), 99))
+        return statistics.mean(bests), statistics.mean(reached)
+
+    xgb_best, xgb_reached = summary("xgb")
+    random_best, random_reached = summary("random")
+    assert xgb_best < random_best and xgb_reached < random_reached
+
+
+def test_curve_is_the_best_so_far_of_one_search():
+    recorded = records.load(RECORDED).records
+    key = {k: v for k, v in recorded[0].items() if k in autotvm.search_key(SEED_GEMM, "", "", "")}
+    points = autotvm.curve(recorded, key)
+    assert [n for n, _ in points] == list(range(1, len(points) + 1))
+    times = [t for _, t in points if t is not None]
+    assert times == sorted(times, reverse=True)
+
+
+def test_candidate_failures_are_classified_by_their_message():
+    crash = ("LocalRunner: An exception occurred\nTraceback (most recent call last):\n  ...\n"
+             "torch.AcceleratorError: CUDA error: misaligned address\n"
+             "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    assert candidates._failure("run_failed", crash) == candidates.Outcome(
+        "run_failed", error="torch.AcceleratorError: CUDA error: misaligned address")
+    assert candidates._failure("run_failed", "RuntimeError: wrong result: relative error 1 > "
+                               "1e-05").status == "wrong"
+    assert candidates._failure("build_failed", "build timed out after 60 s").status == "timeout"
+    with pytest.raises(candidates.UsageError, match="host:port"):
+        candidates.parse_tracker("nohost")
+
+
+# -- MetaSchedule on the CPU, locally and over RPC ------------------------------------------------
+
+
+def _tune_llvm(work_dir, trials=4, *extra):
+    return runner.main(["--tune", "metaschedule", "--target", "llvm", "--shape", "32x32x32",
+                        "--trials", str(trials), "--work-dir", str(work_dir), *extra])
+
+
+def _database_lines(work_dir) -> int:
+    with open(os.path.join(work_dir, "database_tuning_record.json")) as f:
+        return sum(1 for line in f if line.strip())
+
+
+def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tmp_path, capsys):
+    work_dir = tmp_path / "ms"
+    assert _tune_llvm(work_dir) == 0
+    out = capsys.readouterr().out
+    assert "best:" in out and "sch.get_sblock" in out  # the best trace, printed as Python
+    assert _database_lines(work_dir) == 4 and (work_dir / "best_trace.py").exists()
+    assert _tune_llvm(work_dir, 4) == 0
+    assert _database_lines(work_dir) == 8
+    assert "(4 there already)" in capsys.readouterr().out
+    assert len(metaschedule.curve(str(work_dir))) == 8 and metaschedule.trials_per_minute(
+        str(work_dir)) > 0
+
+
+def test_metaschedule_measures_through_an_rpc_tracker_on_loopback(tmp_path):
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    tracker = Tracker("127.0.0.1", port=9190, port_end=9290, silent=True)
+    server = Server(host="127.0.0.1", port=9300, port_end=9400, key="loopback", silent=True,
+                    tracker_addr=("127.0.0.1", tracker.port))
+    try:
+        work_dir = tmp_path / "rpc"
+        done = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "runner.py"), "--tune", "metaschedule",
+             "--target", "llvm", "--shape", "32x32x32", "--trials", "4", "--work-dir",
+             str(work_dir), "--rpc-tracker", f"127.0.0.1:{tracker.port}", "--rpc-key", "loopback"],
+            capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        progress = metaschedule.read_progress(str(work_dir))
+        assert len(progress) == 4 and all(p["time_ms"] > 0 for p in progress)
+    finally:
+        server.terminate()
+        tracker.terminate()
+
+
+def test_a_corrupt_database_is_named_by_path_and_line_and_left_alone(tmp_path, capsys):
+    work_dir = tmp_path / "ms"
+    work_dir.mkdir()
+    path = work_dir / "database_tuning_record.json"
+    path.write_text('[0, [[], []]]\n{not json\n')
+    before = path.read_bytes()
+    assert _tune_llvm(work_dir) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:2: not valid JSON" in err and "Traceback" not in err
+    assert path.read_bytes() == before
+
+
+# -- the committed searches, applied like rungs (no GPU: built, not timed) ------------------------
+
+
+def test_the_committed_searches_apply_like_rungs(capsys):
+    code = runner.main(["--preset", "gemm-seed", "--schedule", "all", "--no-ir", "--work-dir",
+                        MS_GEMM, "--records", RECORDED])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "metaschedule: built" in out and "autotvm:seed_template: built" in out
+    assert runner.main(["--diff", "v3", "autotvm:seed_template", "--records", RECORDED]) == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tune", "metaschedule", "--trials", "0", "--work-dir", "x"], "--trials must be positive"),
+    (["--tune", "metaschedule", "--target", "llvm"], "needs --work-dir"),
+    (["--schedule", "metaschedule"], "needs --work-dir"),
+    (["--schedule", "metaschedule", "--work-dir", "no/such/dir"], "does not exist"),
+    (["--tune", "autotvm:seed_template", "--tuner", "anneal", "--records", "r.jsonl"],
+     "unknown --tuner 'anneal'; valid: grid, random, xgb"),
+    (["--tune", "autotvm:seed_template"], "needs --records"),
+    (["--tune", "autotvm:v3", "--records", "r.jsonl"], "declares no knob space"),
+    (["--tune", "autotvm:seed_template", "--records", "r.jsonl", "--target", "llvm"],
+     "--target llvm is for MetaSchedule"),
+    (["--tune", "metaschedule", "--work-dir", "x", "--target", "rocm"], "unknown --target"),
+    (["--tune", "anneal"], "unknown search 'anneal'"),
+    (["--tune", "metaschedule", "--work-dir", "x", "--rpc-tracker", "nohost", "--rpc-key", "k"],
+     "host:port"),
+    (["--tune", "metaschedule", "--work-dir", "x", "--rpc-tracker", "h:1"], "needs --rpc-key"),
+    (["--schedule", "autotvm:seed_template", "--records", RECORDED, "--shape", "64x64x64"],
+     "no correct measured configuration"),
+])
+def test_bad_search_input_is_one_line_and_exit_2(tmp_path, args, message):
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "runner.py"), *args],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "x")
+
+
+def test_the_tuning_report_has_curves_tables_and_plots(tmp_path):
+    from reports.render import render
+
+    loaded = records.load(os.path.join(ROOT, "reports", "h100-tuning.jsonl")).records
+    text = render(loaded, "t", figure_prefix=str(tmp_path / "t"))
+    assert "## Searches: gemm 1024x512x2048 float32 nn" in text and "![tuning curves](t-1.png)" in text
+    assert "| best manual rung (v5)" in text and "| cuBLAS" in text
+    with open(tmp_path / "t-1.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"

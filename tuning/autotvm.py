@@ -1,0 +1,228 @@
+"""AutoTVM's way of working, on TensorIR (TVM 0.27 no longer ships AutoTVM).
+
+A template is a registered schedule that declares a knob space (`@schedule(..., space=...)`);
+a configuration is one value per knob, passed to the schedule as its keyword arguments. A tuner
+proposes the next batch of configurations from what has been measured so far:
+  grid    the space in order;
+  random  a seeded random order;
+  xgb     AutoTVM's XGBTuner in small: after a random warm-up, an XGBoost model of knob features
+          -> log speed, trained on every measured configuration (failures count as slow), ranks
+          all unmeasured configurations and the batch is its best, with a few random ones.
+Each measured configuration becomes one JSON line of the records file the moment it is measured,
+so an interrupted search loses nothing measured and the next run resumes. A search is one
+(workload, template, device, tuner, seed): grid, random and xgb keep separate histories on the
+same space, so their curves can be compared; the best of a records file is the best of them all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+from schedules import ScheduleNotApplicable
+from schedules.registry import ScheduleEntry
+from schedules.workloads import Workload
+
+from .candidates import Outcome
+
+
+BATCH = 16  # configurations built in parallel, then run one after another
+
+
+class TemplateError(ValueError):
+    """The schedule cannot be searched (it declares no knob space)."""
+
+
+def config_key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Space:
+    """The cartesian product of a template's knob values, in declaration order."""
+
+    knobs: dict
+
+    @classmethod
+    def of(cls, entry: ScheduleEntry) -> "Space":
+        if not entry.space:
+            raise TemplateError(f"{entry.op}/{entry.name} declares no knob space to search")
+        return cls(entry.space)
+
+    def configs(self) -> list[dict]:
+        return [dict(zip(self.knobs, values)) for values in itertools.product(*self.knobs.values())]
+
+    def __len__(self) -> int:
+        return math.prod(len(values) for values in self.knobs.values())
+
+    def features(self, config: dict) -> list[float]:
+        """Numbers a model can split on: log2 of sizes, 0/1 for switches, 0 for None."""
+        return [float(bool(v)) if isinstance(v, bool) or v is None else math.log2(v) if v > 0
+                else float(v) for v in (config[k] for k in self.knobs)]
+
+
+History = dict  # config_key -> Outcome
+
+
+def best(history: History) -> tuple[dict, float] | None:
+    """The fastest correct configuration and its time (ms), or None."""
+    timed = [(json.loads(k), o.time_ms) for k, o in history.items() if o.status == "ok"]
+    return min(timed, key=lambda item: item[1]) if timed else None
+
+
+def _unmeasured(configs: list[dict], history: History) -> list[dict]:
+    return [c for c in configs if config_key(c) not in history]
+
+
+class GridTuner:
+    """Every configuration, in the space's order."""
+
+    def __init__(self, seed: int = 0):
+        pass
+
+    def propose(self, space: Space, configs: list[dict], history: History, n: int) -> list[dict]:
+        return _unmeasured(configs, history)[:n]
+
+
+class RandomTuner:
+    """Configurations in a seeded random order."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def propose(self, space: Space, configs: list[dict], history: History, n: int) -> list[dict]:
+        left = _unmeasured(configs, history)
+        return self.rng.sample(left, min(n, len(left)))
+
+
+class XGBTuner(RandomTuner):
+    """Random until `warmup` configurations are measured; then the model's best, with
+    `explore` of each batch still random."""
+
+    def __init__(self, seed: int = 0, warmup: int = 8, explore: float = 0.2):
+        super().__init__(seed)
+        self.seed, self.warmup, self.explore = seed, warmup, explore
+
+    def propose(self, space: Space, configs: list[dict], history: History, n: int) -> list[dict]:
+        left = _unmeasured(configs, history)
+        speeds = {k: -math.log(o.time_ms) for k, o in history.items() if o.status == "ok"}
+        if len(history) < self.warmup or not speeds:  # the model's first data: a small batch
+            return super().propose(space, configs, history, min(n, max(1, self.warmup - len(history))))
+        import numpy as np
+        import xgboost
+
+        slowest = min(speeds.values()) - 1.0  # failed configurations: worse than any that ran
+        keys = list(history)
+        features = np.array([space.features(json.loads(k)) for k in keys])
+        target = np.array([speeds.get(k, slowest) for k in keys])
+        params = {"max_depth": 4, "eta": 0.3, "seed": self.seed, "nthread": 1}
+        model = xgboost.train(params, xgboost.DMatrix(features, label=target), num_boost_round=100)
+        scores = model.predict(xgboost.DMatrix(np.array([space.features(c) for c in left])))
+        ranked = [left[i] for i in np.argsort(-scores, kind="stable")]
+        explored = min(len(ranked) - min(n, len(ranked)), int(n * self.explore))
+        chosen = ranked[: min(n, len(ranked)) - explored]
+        rest = ranked[len(chosen):]
+        return chosen + self.rng.sample(rest, explored)
+
+
+TUNERS = {"grid": GridTuner, "random": RandomTuner, "xgb": XGBTuner}
+
+
+def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], history: History,
+         trials: int, batch_size: int, on_measured: Callable[[dict, Outcome], None]) -> int:
+    """Measure up to `trials` configurations that `history` does not hold yet, `batch_size` at a
+    time, in the order `tuner` proposes; `on_measured` sees (and records) each as it comes.
+    Returns how many were measured: fewer than `trials` when the space runs out."""
+    configs = space.configs()
+    done = 0
+    while done < trials:
+        batch = tuner.propose(space, configs, history, min(batch_size, trials - done))
+        if not batch:
+            break
+        for config, outcome in zip(batch, measure(batch)):
+            history[config_key(config)] = outcome
+            on_measured(config, outcome)
+            done += 1
+    return done
+
+
+def measure_with(entry: ScheduleEntry, wl: Workload, target, builder, runner):
+    """measure(configs) -> outcomes: schedule each configuration (a refusal is 'invalid'), then
+    build and run the batch through the builder and runner."""
+    from .candidates import measure_modules
+
+    def measure(configs: list[dict]) -> list[Outcome]:
+        mods = []
+        for config in configs:
+            try:
+                mods.append(entry.apply(wl, target, **config))
+            except ScheduleNotApplicable as e:
+                mods.append(Outcome("invalid", error=str(e)))
+            except Exception as e:  # noqa: BLE001  a schedule error is this candidate's failure
+                mods.append(Outcome("build_failed", error=f"{type(e).__name__}: {e}"[:500]))
+        return measure_modules(mods, target, builder, runner)
+
+    return measure
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+def search_key(wl: Workload, template: str, device: str, tuner: str, seed: int = 0) -> dict:
+    """The fields that name one search in the records file."""
+    return {"search": "autotvm", "op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype,
+            "out_dtype": wl.out_dtype, "layout": wl.layout, "schedule": template,
+            "device": device, "tuner": tuner, "seed": seed}
+
+
+def trial_record(key: dict, config: dict, outcome: Outcome, trial: int, **extra) -> dict:
+    return {**key, **extra, "trial": trial, "config": config, "status": outcome.status,
+            "time_ms": outcome.time_ms, "error": outcome.error}
+
+
+def matches(record: dict, key: dict) -> bool:
+    return all(record.get(k, 0 if k == "seed" else None) == v for k, v in key.items())
+
+
+def history_of(records: list[dict], key: dict) -> History:
+    """The measured configurations of one search, from its records (the last word wins)."""
+    return {config_key(r["config"]): Outcome(r["status"], r.get("time_ms"), r.get("error"))
+            for r in records if matches(r, key) and isinstance(r.get("config"), dict)}
+
+
+def best_record(records: list[dict], wl: Workload, template: str) -> dict | None:
+    """The fastest correct configuration of `template` on `wl` in the records, any tuner."""
+    key = search_key(wl, template, "", "")
+    del key["device"], key["tuner"], key["seed"]
+    timed = [r for r in records if matches(r, key) and r.get("status") == "ok"
+             and isinstance(r.get("time_ms"), (int, float))]
+    return min(timed, key=lambda r: r["time_ms"]) if timed else None
+
+
+def curve(records: list[dict], key: dict) -> list[tuple[int, float | None]]:
+    """(trial, best correct time so far in ms) over one search's records, in measured order."""
+    points, best_ms = [], None
+    for n, r in enumerate((r for r in records if matches(r, key)), start=1):
+        if r.get("status") == "ok" and (best_ms is None or r["time_ms"] < best_ms):
+            best_ms = r["time_ms"]
+        points.append((n, best_ms))
+    return points
+
+
+def tuned_entry(entry: ScheduleEntry, wl: Workload, records: list[dict], path: str):
+    """`autotvm:<template>`: the template with the best configuration measured for `wl`."""
+    from schedules.registry import TunedSchedule
+
+    from .records import RecordsError
+
+    found = best_record(records, wl, entry.name)
+    if found is None:
+        raise RecordsError(f"no correct measured configuration of {entry.name} for "
+                           f"{wl.label()} in {path}: tune it first (--tune autotvm:{entry.name})")
+    config = found["config"]
+    return TunedSchedule(wl.op, f"autotvm:{entry.name}", config,
+                         lambda w, target: entry.apply(w, target, **config))

@@ -1,0 +1,202 @@
+"""MetaSchedule (TVM's own search, XGBoost cost model) over a persistent work dir.
+
+The work dir holds TVM's JSON database (database_workload.json, database_tuning_record.json),
+which the next run with the same dir loads and extends: `trials` counts new trials only. Next to
+it this module keeps progress.jsonl (one line per measured candidate: its time or failure and
+the elapsed time, for the tuning curve and the trials per minute), best_trace.py (the best
+schedule's trace as Python) and best_module.py (the scheduled module as TVMScript).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from schedules.workloads import Workload
+
+from .candidates import error_summary
+from .records import RecordsError
+
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+PROGRESS = "progress.jsonl"
+BATCH = 32  # candidates per search iteration: an interruption loses at most one batch in flight
+
+
+def check_work_dir(work_dir: str, must_exist: bool) -> None:
+    """Refuse a work dir that is not a directory, or whose database has a corrupt line
+    (named by path and line; nothing is rewritten)."""
+    if not os.path.exists(work_dir):
+        if must_exist:
+            raise RecordsError(f"work dir {work_dir} does not exist: tune into it first "
+                               "(--tune metaschedule --work-dir ...)")
+        return
+    if not os.path.isdir(work_dir):
+        raise RecordsError(f"work dir {work_dir} is not a directory")
+    for name in DATABASE_FILES:
+        path = os.path.join(work_dir, name)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise RecordsError(f"{path}:{number}: not valid JSON ({e.msg}); "
+                                       "the database is left as it is") from e
+
+
+def open_database(work_dir: str) -> ms.database.JSONDatabase:
+    try:
+        return ms.database.JSONDatabase(work_dir=work_dir)
+    except Exception as e:  # noqa: BLE001  TVM's own complaint about a malformed record
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise RecordsError(f"cannot load the MetaSchedule database in {work_dir}: {first}") from e
+
+
+def _append_line(path: str, entry: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_progress(work_dir: str) -> list[dict]:
+    path = os.path.join(work_dir, PROGRESS)
+    if not os.path.exists(path):
+        return []
+    entries = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill: that candidate is in the database anyway
+    return entries
+
+
+def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
+    """A measure callback: each candidate becomes a line of progress.jsonl; each batch, a line
+    of output (trials, best so far, elapsed)."""
+    path = os.path.join(work_dir, PROGRESS)
+    previous = read_progress(work_dir)
+    timed = [p["time_ms"] for p in previous if p.get("time_ms") is not None]
+    state = {"trials": len(previous), "new": 0, "best": min(timed, default=None),
+             "start": time.time()}
+
+    @derived_object
+    class Progress(ms.measure_callback.PyMeasureCallback):
+        def apply(self, task_scheduler, task_id, candidates, builder_results, runner_results):
+            failed = 0
+            for built, ran in zip(builder_results, runner_results):
+                error = built.error_msg or ran.error_msg
+                time_ms = None
+                if error:
+                    failed += 1
+                else:
+                    seconds = [float(s) for s in ran.run_secs]
+                    time_ms = 1e3 * sum(seconds) / len(seconds)
+                    if state["best"] is None or time_ms < state["best"]:
+                        state["best"] = time_ms
+                state["trials"] += 1
+                state["new"] += 1
+                last = error_summary(error) if error else None
+                _append_line(path, {"session": session, "trial": state["trials"],
+                                    "time_ms": time_ms, "error": last,
+                                    "elapsed_s": round(time.time() - state["start"], 2)})
+            best = f"{state['best']:.4f} ms" if state["best"] is not None else "none yet"
+            say(f"  trials {state['new']} new, {state['trials']} in all ({failed} of this batch "
+                f"failed); best so far {best}; {time.time() - state['start']:.0f} s")
+
+    return Progress(), state
+
+
+def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, builder, runner,
+         say: Callable[[str], None] = print, seed: int | None = None) -> dict:
+    """Run `trials` new MetaSchedule trials on `wl` into `work_dir`; save and return the best."""
+    check_work_dir(work_dir, must_exist=False)
+    os.makedirs(work_dir, exist_ok=True)
+    database = open_database(work_dir)
+    # TVM's own log (tables of tasks, cost-model fits) goes to work_dir/logs, not the console.
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    callback, state = _progress_callback(work_dir, session, say)
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    say(f"MetaSchedule: {wl.label()} for {target.kind.name} {target.attrs.get('arch', '')}, "
+        f"{trials} new trials into {work_dir} ({state['trials']} there already)")
+    ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=BATCH,
+                builder=builder, runner=runner, database=database,
+                measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
+                seed=seed)
+    elapsed = time.time() - state["start"]
+    found = save_best(wl, target, work_dir, database)
+    return {"new_trials": state["new"], "trials": state["trials"], "elapsed_s": elapsed,
+            "trials_per_min": 60 * state["new"] / elapsed if elapsed else None, **found}
+
+
+def _best_schedule(wl: Workload, target, database) -> tvm.s_tir.Schedule | None:
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    return database.query_schedule(mod, target, workload_name="main")
+
+
+def save_best(wl: Workload, target, work_dir: str, database) -> dict:
+    """Write the best schedule's trace (Python) and module (TVMScript) into the work dir."""
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    record = database.query_tuning_record(mod, target, workload_name="main")
+    if record is None:
+        return {"best_ms": None, "trace": None}
+    sch = _best_schedule(wl, target, database)
+    trace = "\n".join(sch.trace.as_python())
+    with open(os.path.join(work_dir, "best_trace.py"), "w") as f:
+        f.write(trace + "\n")
+    with open(os.path.join(work_dir, "best_module.py"), "w") as f:
+        f.write(sch.mod.script() + "\n")
+    seconds = [float(s) for s in record.run_secs]
+    return {"best_ms": 1e3 * sum(seconds) / len(seconds), "trace": trace}
+
+
+def best_module(wl: Workload, target: tvm.target.Target, work_dir: str) -> tvm.IRModule:
+    """The best schedule of `wl` in the work dir's database, applied to `wl`."""
+    check_work_dir(work_dir, must_exist=True)
+    sch = _best_schedule(wl, target, open_database(work_dir))
+    if sch is None:
+        raise RecordsError(f"no MetaSchedule record for {wl.label()} in {work_dir}")
+    return sch.mod
+
+
+def trials_per_minute(work_dir: str) -> float | None:
+    """Candidates measured per minute of search, over every session of the work dir."""
+    sessions: dict[str, float] = {}
+    progress = read_progress(work_dir)
+    for p in progress:
+        sessions[p["session"]] = max(sessions.get(p["session"], 0.0), p["elapsed_s"])
+    seconds = sum(sessions.values())
+    return 60 * len(progress) / seconds if seconds else None
+
+
+def curve(work_dir: str) -> list[tuple[int, float | None]]:
+    """(trial, best time so far in ms) over every candidate the work dir has measured."""
+    points, best_ms = [], None
+    for p in read_progress(work_dir):
+        if p.get("time_ms") is not None and (best_ms is None or p["time_ms"] < best_ms):
+            best_ms = p["time_ms"]
+        points.append((p["trial"], best_ms))
+    return points
+
+
+def tuned_entry(wl: Workload, work_dir: str):
+    """`metaschedule`: the best schedule in the work dir's database."""
+    from schedules.registry import TunedSchedule
+
+    check_work_dir(work_dir, must_exist=True)
+    return TunedSchedule(wl.op, "metaschedule", {"work_dir": work_dir},
+                         lambda w, target: best_module(w, target, work_dir))
