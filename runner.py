@@ -310,10 +310,13 @@ def tune(args, wl) -> None:
     local_gpu = target.kind.name == "cuda" and not args.rpc_tracker
     runner = candidates.make_runner(target, wl, not args.warm_l2, args.rpc_tracker, args.rpc_key)
     builder = candidates.WarmBuilder()
-    if args.tune == "metaschedule":
-        summary = tune_metaschedule(args, wl, target, builder, runner)
-    else:
-        summary = tune_template(args, wl, entry, target, builder, runner, local_gpu)
+    try:
+        if args.tune == "metaschedule":
+            summary = tune_metaschedule(args, wl, target, builder, runner)
+        else:
+            summary = tune_template(args, wl, entry, target, builder, runner, local_gpu)
+    finally:
+        candidates.shut_down(builder, runner)
     if summary and local_gpu:
         print(f"checking and timing the best ({summary['schedule']}) with the baselines, in one run:")
         run_schedules(args, wl, [resolve(args, wl, summary["schedule"])],

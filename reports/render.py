@@ -171,8 +171,7 @@ def search_section(searches: list[dict], run: list[dict] | None, figure: str | N
     for n in marks:
         row = {"trials": str(n)}
         for r in searches:
-            points = r["curve"][:n]
-            row[_search_name(r)] = _fmt(points[-1][1] if points and len(r["curve"]) >= n else None,
+            row[_search_name(r)] = _fmt(r["curve"][n - 1][1] if len(r["curve"]) >= n else None,
                                         ".4f")
         rows.append(row)
     for label, ms in refs.items():

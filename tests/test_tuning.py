@@ -252,6 +252,30 @@ def test_metaschedule_measures_through_an_rpc_tracker_on_loopback(tmp_path):
         tracker.terminate()
 
 
+def test_ctrl_c_keeps_every_measured_record_and_the_next_run_resumes(tmp_path):
+    import signal
+    import time
+
+    work_dir = tmp_path / "ms"
+    command = [sys.executable, os.path.join(ROOT, "runner.py"), "--tune", "metaschedule",
+               "--target", "llvm", "--shape", "32x32x32", "--work-dir", str(work_dir)]
+    search = subprocess.Popen([*command, "--trials", "96"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while len(metaschedule.read_progress(str(work_dir))) < 32 and time.time() < deadline:
+        time.sleep(0.5)  # the first batch of 32 is measured; the second is under way
+    search.send_signal(signal.SIGINT)
+    out, err = search.communicate(timeout=300)
+    assert search.returncode == 130 and "stopping after this batch" in out
+    assert err.strip().splitlines() == [
+        f"interrupted: everything measured so far is kept in {work_dir}; "
+        "run the same command again to resume"]
+    kept = _database_lines(work_dir)
+    assert kept == 64  # the batch in flight finished and was kept
+    assert subprocess.run([*command, "--trials", "4"], capture_output=True).returncode == 0
+    assert _database_lines(work_dir) == kept + 4
+
+
 def test_a_corrupt_database_is_named_by_path_and_line_and_left_alone(tmp_path, capsys):
     work_dir = tmp_path / "ms"
     work_dir.mkdir()

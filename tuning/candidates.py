@@ -82,7 +82,7 @@ class CheckingRunner(ms.runner.PyRunner):
     """Runs candidates one at a time in a worker process on this machine's GPU: each is checked
     against float64, then timed by this project's harness. A kernel that crashes can leave the
     CUDA context unusable for every later launch in that process (TVM's LocalRunner then fails
-    all the rest of the search: the first H100 run lost 113 of 128 candidates that way), so
+    all the rest of the search: the first 128-trial H100 run lost every candidate), so
     after any failure other than a wrong result the worker is replaced."""
 
     def __init__(self, wl: Workload, flush_l2: bool = True, timeout_sec: float = RUN_TIMEOUT_S):
@@ -136,6 +136,15 @@ def make_runner(target: tvm.target.Target, wl: Workload, flush_l2: bool = True,
     if target.kind.name == "cuda":
         return CheckingRunner(wl, flush_l2)
     return ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S)
+
+
+def shut_down(*workers) -> None:
+    """Stop the worker processes of builders and runners now, from this thread (left to the
+    garbage collector after a Ctrl-C, TVM's pools fail to stop from their own threads)."""
+    for worker in workers:
+        pool = getattr(worker, "pool", None)
+        if pool is not None:
+            pool.shutdown()
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ schedule's trace as Python) and best_module.py (the scheduled module as TVMScrip
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import time
 from datetime import datetime, timezone
 from typing import Callable
@@ -27,7 +29,7 @@ from .records import RecordsError
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 PROGRESS = "progress.jsonl"
-BATCH = 32  # candidates per search iteration: an interruption loses at most one batch in flight
+BATCH = 32  # candidates per search iteration: Ctrl-C waits for it, a kill loses at most it
 
 
 def check_work_dir(work_dir: str, must_exist: bool) -> None:
@@ -51,8 +53,10 @@ def check_work_dir(work_dir: str, must_exist: bool) -> None:
                 try:
                     json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise RecordsError(f"{path}:{number}: not valid JSON ({e.msg}); "
-                                       "the database is left as it is") from e
+                    raise RecordsError(
+                        f"{path}:{number}: not valid JSON ({e.msg}); the database is left as it "
+                        "is (a last line cut short by a killed run can be deleted to resume)"
+                    ) from e
 
 
 def open_database(work_dir: str) -> ms.database.JSONDatabase:
@@ -116,8 +120,32 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
             best = f"{state['best']:.4f} ms" if state["best"] is not None else "none yet"
             say(f"  trials {state['new']} new, {state['trials']} in all ({failed} of this batch "
                 f"failed); best so far {best}; {time.time() - state['start']:.0f} s")
+            if state.get("stop"):
+                raise KeyboardInterrupt
 
     return Progress(), state
+
+
+@contextlib.contextmanager
+def _interruptible(state: dict, say: Callable[[str], None]):
+    """Ctrl-C stops the search after the batch in flight, whose results are kept. (A Python
+    exception raised at a random point of TVM's C++ search can crash it, so the first Ctrl-C
+    only asks the progress callback to stop; a second one ends the process at once.)"""
+
+    def on_sigint(signum, frame):
+        state["stop"] = True
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        say("Ctrl-C: stopping after this batch, whose results are kept (Ctrl-C again: now)")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    except Exception:
+        if state.get("stop"):  # TVM hands the callback's KeyboardInterrupt back as an error
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, builder, runner,
@@ -133,10 +161,11 @@ def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, bu
     mod = tvm.IRModule({"main": wl.prim_func()})
     say(f"MetaSchedule: {wl.label()} for {target.kind.name} {target.attrs.get('arch', '')}, "
         f"{trials} new trials into {work_dir} ({state['trials']} there already)")
-    ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=BATCH,
-                builder=builder, runner=runner, database=database,
-                measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
-                seed=seed)
+    with _interruptible(state, say):
+        ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=BATCH,
+                    builder=builder, runner=runner, database=database,
+                    measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
+                    seed=seed)
     elapsed = time.time() - state["start"]
     found = save_best(wl, target, work_dir, database)
     return {"new_trials": state["new"], "trials": state["trials"], "elapsed_s": elapsed,
