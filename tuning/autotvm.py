@@ -61,8 +61,13 @@ class Space:
 
     def features(self, config: dict) -> list[float]:
         """Numbers a model can split on: log2 of sizes, 0/1 for switches, 0 for None."""
-        return [float(bool(v)) if isinstance(v, bool) or v is None else math.log2(v) if v > 0
-                else float(v) for v in (config[k] for k in self.knobs)]
+        return [_feature(config[k]) for k in self.knobs]
+
+
+def _feature(value) -> float:
+    if isinstance(value, bool) or value is None:
+        return float(bool(value))
+    return math.log2(value) if value > 0 else float(value)
 
 
 History = dict  # config_key -> Outcome
