@@ -40,14 +40,16 @@ def require_grid_y(name: str, axis: str, extent: int) -> None:
 def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: tuple[int, int],
                       vector: int = 1, scope: str = "shared", pad_rows: bool = False):
     """Stage operand `operand` of `block` in shared memory at loop `at`, loaded by all threads:
-    the tile is flattened and dealt out over (threadIdx.y, threadIdx.x), `vector` elements each.
+    the tile is flattened, cut into `vector`-element vectors and the vectors are dealt out over
+    (threadIdx.y, threadIdx.x), so a tile smaller than the threads leaves some threads with
+    no vector at all rather than a partial one (which could not be loaded as one vector).
     With pad_rows (and `vector` elements = 16 bytes), each row is padded so that the next one
     starts 16 bytes further round the 32 four-byte banks: the 16-byte vectors of consecutive
     rows never share a bank. Returns the copy block."""
     tile = sch.cache_read(block, operand, scope)
     sch.compute_at(tile, at)
-    flat = sch.fuse(*sch.get_loops(tile)[-2:])
-    _, ty, tx, lanes = sch.split(flat, [None, threads[0], threads[1], vector])
+    vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
+    _, ty, tx = sch.split(vectors, [None, threads[0], threads[1]])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(lanes)

@@ -71,6 +71,21 @@ def v2(sch: Schedule, wl: Workload, tile_x: int = 32, tile_y: int = 32) -> None:
     sch.decompose_reduction(C, k)
 
 
+def _tile_with_k_split(sch: Schedule, C, tile_x: int, tile_y: int, tile_k: int):
+    """v2's tiling (tile_x x tile_y threads per block, rows on x) with K split by tile_k under
+    the threads. Returns the threadIdx.y loop and the outer K loop."""
+    x, y, k = sch.get_loops(C)
+    xo, xi = sch.split(x, [None, tile_x])
+    yo, yi = sch.split(y, [None, tile_y])
+    ko, ki = sch.split(k, [None, tile_k])
+    sch.reorder(xo, yo, xi, yi, ko, ki)
+    sch.bind(xo, "blockIdx.x")
+    sch.bind(yo, "blockIdx.y")
+    sch.bind(xi, "threadIdx.x")
+    sch.bind(yi, "threadIdx.y")
+    return yi, ko
+
+
 @schedule("gemm", "v3")
 def v3(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: int = 8) -> None:
     """v2 + shared memory: per K tile, the block stages A and B tiles in shared memory,
@@ -80,16 +95,8 @@ def v3(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: 
     steps with __syncthreads around each load."""
     require_grid_y("v3", "N/tile_y", -(-wl.dims["N"] // tile_y))
     C = sch.get_sblock(wl.reduction_block)
-    x, y, k = sch.get_loops(C)
     # Step 1. v2's 2D tiling and thread binding, plus the K split.
-    xo, xi = sch.split(x, [None, tile_x])
-    yo, yi = sch.split(y, [None, tile_y])
-    ko, ki = sch.split(k, [None, tile_k])
-    sch.reorder(xo, yo, xi, yi, ko, ki)
-    sch.bind(xo, "blockIdx.x")
-    sch.bind(yo, "blockIdx.y")
-    sch.bind(xi, "threadIdx.x")
-    sch.bind(yi, "threadIdx.y")
+    yi, ko = _tile_with_k_split(sch, C, tile_x, tile_y, tile_k)
     # Step 2. Stage the A and B tiles of each K step in shared memory.
     for operand in (0, 1):
         tile = sch.cache_read(C, operand, "shared")
@@ -118,40 +125,25 @@ def seed_template(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 1
     tile_k) with its three choices as switches: shared-memory tiles (cache_read), a register
     accumulator (cache_write to local) and 4-wide vector loads into the shared tiles.
 
-    IR: v2 plus the K split when both switches are off; with shared_tiles exactly v3."""
+    IR: v2 plus the K split when all switches are off; with shared_tiles, v3's shared tiles
+    (dealt out over the threads as a flat tile rather than by the seed's nparts split)."""
     require_grid_y("seed_template", "N/tile_y", -(-wl.dims["N"] // tile_y))
     if vectorize and not shared_tiles:
         raise ScheduleNotApplicable("vectorize applies to the shared-memory loads (shared_tiles)")
     if vectorize:
         _require_whole_vectors("seed_template", wl, 4)
     C = sch.get_sblock(wl.reduction_block)
-    x, y, k = sch.get_loops(C)
     # Step 1. v3's 2D tiling and thread binding, with the K split.
-    xo, xi = sch.split(x, [None, tile_x])
-    yo, yi = sch.split(y, [None, tile_y])
-    ko, _ = sch.split(k, [None, tile_k])
-    sch.reorder(xo, yo, xi, yi, ko)
-    sch.bind(xo, "blockIdx.x")
-    sch.bind(yo, "blockIdx.y")
-    sch.bind(xi, "threadIdx.x")
-    sch.bind(yi, "threadIdx.y")
+    yi, ko = _tile_with_k_split(sch, C, tile_x, tile_y, tile_k)
     # Step 2. Accumulate in a register and write C once, or accumulate in C itself.
     if local_accumulator:
         write_back_at(sch, wl, yi)
     else:
         cast_epilogue_at(sch, wl, yi)
-    # Step 3. Stage A and B per K step in shared memory: the tile is cut into vectors first,
-    # dealt out over the threads, so a thread with no vector to load skips it whole.
+    # Step 3. Stage A and B per K step in shared memory, loaded by all threads.
     if shared_tiles:
-        vector = 4 if vectorize else 1
         for operand in (0, 1):
-            tile = sch.cache_read(C, operand, "shared")
-            sch.compute_at(tile, ko)
-            vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
-            _, ty, tx = sch.split(vectors, [None, tile_y, tile_x])
-            sch.bind(ty, "threadIdx.y")
-            sch.bind(tx, "threadIdx.x")
-            sch.vectorize(lanes)
+            cooperative_fetch(sch, C, operand, ko, (tile_y, tile_x), 4 if vectorize else 1)
     sch.decompose_reduction(C, ko)
 
 
