@@ -156,6 +156,12 @@ class Outcome:
     error: str | None = None
 
 
+def mean_ms(run_secs) -> float:
+    """A runner's times for one candidate (seconds, as TVM FloatImms or floats), in ms."""
+    seconds = [float(s) for s in run_secs]
+    return 1e3 * sum(seconds) / len(seconds)
+
+
 def error_summary(message: str) -> str:
     """The line of a worker's traceback that says what went wrong."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
@@ -193,7 +199,6 @@ def measure_modules(mods: list, target: tvm.target.Target, builder, runner) -> l
         if result.error_msg:
             outcomes[i] = _failure("run_failed", result.error_msg)
         else:
-            seconds = [float(s) for s in result.run_secs]
-            outcomes[i] = Outcome("ok", 1e3 * sum(seconds) / len(seconds))
+            outcomes[i] = Outcome("ok", mean_ms(result.run_secs))
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     return outcomes

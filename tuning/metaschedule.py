@@ -24,7 +24,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from schedules.workloads import Workload
 
-from .candidates import error_summary
+from .candidates import error_summary, mean_ms
 from .records import RecordsError
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
@@ -107,8 +107,7 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
                 if error:
                     failed += 1
                 else:
-                    seconds = [float(s) for s in ran.run_secs]
-                    time_ms = 1e3 * sum(seconds) / len(seconds)
+                    time_ms = mean_ms(ran.run_secs)
                     if state["best"] is None or time_ms < state["best"]:
                         state["best"] = time_ms
                 state["trials"] += 1
@@ -189,8 +188,7 @@ def save_best(wl: Workload, target, work_dir: str, database) -> dict:
         f.write(trace + "\n")
     with open(os.path.join(work_dir, "best_module.py"), "w") as f:
         f.write(sch.mod.script() + "\n")
-    seconds = [float(s) for s in record.run_secs]
-    return {"best_ms": 1e3 * sum(seconds) / len(seconds), "trace": trace}
+    return {"best_ms": mean_ms(record.run_secs), "trace": trace}
 
 
 def best_module(wl: Workload, target: tvm.target.Target, work_dir: str) -> tvm.IRModule:
