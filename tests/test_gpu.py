@@ -9,7 +9,7 @@ import runner
 import schedules
 from schedules import ScheduleNotApplicable, Workload
 from tests.test_schedules import REFUSALS
-from tuning import build, measure
+from tuning import build, measure, records
 
 pytestmark = pytest.mark.gpu
 
@@ -109,28 +109,23 @@ def test_triton_seed_kernel_is_correct(wl):
     check(wl, triton_gemv.runner(wl, inputs, out), inputs, measure.TOLERANCE[wl.dtype])
 
 
-def _read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 @pytest.mark.parametrize("tuner", ["grid", "random", "xgb"])
 def test_a_short_template_search_per_tuner(tmp_path, tuner):
     """Each tuner measures its trials on the GPU, records them, and its best runs like a rung."""
-    records, results = tmp_path / "at.jsonl", tmp_path / "results.jsonl"
+    trials_path, results = tmp_path / "at.jsonl", tmp_path / "results.jsonl"
     args = ["--shape", "256x128x256", "--tune", "autotvm:seed_template", "--tuner", tuner,
-            "--trials", "10", "--records", str(records), "--results", str(results), "--no-ir"]
+            "--trials", "10", "--records", str(trials_path), "--results", str(results), "--no-ir"]
     assert runner.main(args) == 0
-    trials = _read_jsonl(records)
+    trials = records.load(str(trials_path)).records
     assert len(trials) == 10 and all(t["tuner"] == tuner for t in trials)
     assert any(t["status"] == "ok" for t in trials)
-    kinds = {(r["kind"], r["schedule"]): r for r in _read_jsonl(results)}
+    kinds = {(r["kind"], r["schedule"]): r for r in records.load(str(results)).records}
     assert kinds[("tuned", "autotvm:seed_template")]["status"] == "ok"
     assert len(kinds[("search", "autotvm:seed_template")]["curve"]) == 10
     # resuming measures new configurations only
-    assert runner.main(args[:-7] + ["--trials", "4", "--records", str(records),
+    assert runner.main(args[:-7] + ["--trials", "4", "--records", str(trials_path),
                                     "--results", str(results), "--no-ir"]) == 0
-    again = _read_jsonl(records)
+    again = records.load(str(trials_path)).records
     assert len(again) == 14 and len({json.dumps(t["config"], sort_keys=True) for t in again}) == 14
 
 
@@ -142,6 +137,6 @@ def test_a_short_metaschedule_search_runs_and_resumes(tmp_path):
     assert runner.main(args) == 0
     with open(work_dir / "database_tuning_record.json") as f:
         assert sum(1 for line in f if line.strip()) == 16
-    tuned = [r for r in _read_jsonl(results) if r["kind"] == "tuned"]
+    tuned = [r for r in records.load(str(results)).records if r["kind"] == "tuned"]
     assert tuned and all(r["status"] == "ok" for r in tuned)
     assert (work_dir / "best_trace.py").read_text().strip()
