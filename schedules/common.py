@@ -19,14 +19,21 @@ def cast_epilogue_at(sch: tvm.s_tir.Schedule, wl: Workload, loop, scope: str = "
     sch.set_scope(sch.get_sblock(wl.reduction_block), 0, scope)
 
 
-def write_back_at(sch: tvm.s_tir.Schedule, wl: Workload, loop) -> None:
-    """Accumulate in a register and write the output once, under `loop` (cast if needed)."""
-    if wl.has_cast:
+def write_back_at(sch: tvm.s_tir.Schedule, wl: Workload, loop, block=None, vector: int = 1) -> None:
+    """Accumulate `block` (the workload's reduction by default) in registers and write its
+    output once, under `loop`: cast if the workload's output needs it, otherwise copied out
+    `vector` elements at a time."""
+    if block is None and wl.has_cast:
         cast_epilogue_at(sch, wl, loop)
         return
+    if block is None:
+        block = sch.get_sblock(wl.reduction_block)
     # The reduction now accumulates into a local buffer; the returned block copies it out.
-    copy_out = sch.cache_write(sch.get_sblock(wl.reduction_block), 0, "local")
+    copy_out = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(copy_out, loop)
+    if vector > 1:
+        _, lanes = sch.split(sch.get_loops(copy_out)[-1], [None, vector])
+        sch.vectorize(lanes)
 
 
 def require_grid_y(name: str, axis: str, extent: int) -> None:

@@ -159,18 +159,24 @@ def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
 
 
 def _tile_for_registers(sch: Schedule, wl: Workload, C, name: str, threads: tuple[int, int],
-                        thread_m: int, thread_n: int, k_split: list[int]):
+                        thread_m: int, thread_n: int, k_split: list[int], group_n: int = 0):
     """Block tiles on blockIdx, thread tiles on threadIdx (x along the contiguous N axis), and
     thread_m x thread_n register tiles innermost; K split by k_split, its loops between the
-    threads and the register tile. Returns the threadIdx.x loop and the K loops."""
+    threads and the register tile. With group_n < thread_n, a thread's columns are
+    thread_n / group_n groups of group_n, one block row of threads apart (virtual threads).
+    Returns the threadIdx.x loop and the K loops."""
     require_grid_y(name, "M/block_m", -(-wl.dims["M"] // (threads[0] * thread_m)))
-    i, j, k = sch.get_loops(C)
+    *k_slice, i, j, k = sch.get_loops(C)  # a split-K partial block (_split_k) has a K slice loop
+    if k_slice:
+        sch.bind(k_slice[0], "blockIdx.z")
     by, ty, ti = sch.split(i, [None, threads[0], thread_m])
-    bx, tx, tj = sch.split(j, [None, threads[1], thread_n])
+    group_n = group_n or thread_n
+    bx, vx, tx, tj = sch.split(j, [None, thread_n // group_n, threads[1], group_n])
     k_loops = sch.split(k, [None, *k_split])
-    sch.reorder(by, bx, ty, tx, *k_loops, ti, tj)
+    sch.reorder(by, bx, vx, ty, tx, *k_loops, ti, tj)
     sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
+    sch.bind(vx, "vthread.x")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")  # the contiguous N axis: a warp touches consecutive columns
     return tx, k_loops
@@ -200,34 +206,66 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     sch.decompose_reduction(C, ko)
 
 
+def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int):
+    """Split K into `slices` independent slices (rfactor): each slice's partial products go to
+    a float32 buffer, and a second kernel sums the slices, one thread per output element.
+    Each slice is whole `vector`s. Returns the partial-product block, its loops
+    (slice, i, j, k) with the slice outermost."""
+    if wl.dims["K"] % (slices * vector):
+        raise ScheduleNotApplicable(
+            f"{name} splits K={wl.dims['K']} into {slices} slices of whole {vector}-element vectors")
+    C = sch.get_sblock(wl.reduction_block)
+    k_slice, _ = sch.split(sch.get_loops(C)[-1], [slices, None])
+    partial = sch.rfactor(k_slice, 0)
+    i, j, k_slice = sch.get_loops(partial)[:3]
+    sch.reorder(k_slice, i, j)
+    # The sum over the slices: 256 consecutive outputs per block, summed in a register.
+    i, j, _ = sch.get_loops(C)
+    bx, tx = sch.split(sch.fuse(i, j), [None, 256])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    write_back_at(sch, wl, tx)
+    return partial
+
+
 @schedule("gemm", "v5", space={**TILES, "thread_m": [4, 8], "thread_n": [4, 8],
-                               "tile_k": [16, 32], "stages": [1, 2, 3]})
+                               "tile_k": [16, 32], "stages": [1, 2, 3], "split_k": [1, 2, 4]})
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
-       thread_n: int = 4, tile_k: int = 32, stages: int = 2) -> None:
-    """v4 + 128-bit loads everywhere, padded shared rows and a multi-buffered K loop: global
-    tiles come in as 16-byte vectors (cp.async when pipelined), each thread reads its A and B
-    fragments from shared memory as 16-byte vectors, and the next stages - 1 K tiles load while
-    this one is multiplied (stages=1: no pipeline).
+       thread_n: int = 4, tile_k: int = 32, stages: int = 2, split_k: int = 1) -> None:
+    """v4 + 128-bit loads everywhere, padded shared rows, a multi-buffered K loop and an
+    optional split K: global tiles come in as 16-byte vectors (cp.async when pipelined), each
+    thread reads its A and B fragments from shared memory as 16-byte vectors, the next
+    stages - 1 K tiles load while this one is multiplied (stages=1: no pipeline), the loop over
+    a tile's K is unrolled, a thread's columns come in 16-byte groups a row of threads apart
+    (virtual threads) and C is written back in 16-byte vectors. With split_k > 1, split_k
+    blocks (blockIdx.z) share each C tile, each over 1/split_k of K, and a second kernel sums
+    their float32 partials: more blocks for a small C with a long K.
 
     IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
-    storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait."""
+    storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait; with
+    split_k, a C_rf buffer and a second kernel."""
     vector = 16 // DTYPE_BYTES[wl.dtype]
     _require_whole_vectors("v5", wl, vector)
     threads = (block_m // thread_m, block_n // thread_n)
-    C = sch.get_sblock(wl.reduction_block)
-    # Step 1. v4's tiling, with the K step split again into vector-wide slices.
+    group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
+    C = _split_k(sch, wl, "v5", split_k, vector) if split_k > 1 else sch.get_sblock(wl.reduction_block)
+    # Step 1. v4's tiling, with the K step split again into vector-wide slices, and a thread's
+    # column groups a row of threads apart (B's vectors are read without bank conflicts).
     tx, (ko, k_slice, _) = _tile_for_registers(
-        sch, wl, C, "v5", threads, thread_m, thread_n, [tile_k // vector, vector])
-    write_back_at(sch, wl, tx)
+        sch, wl, C, "v5", threads, thread_m, thread_n, [tile_k // vector, vector], group)
+    # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast).
+    write_back_at(sch, wl, tx, C if split_k > 1 else None, min(group, 4))
     # Step 2. Shared tiles filled with 16-byte vectors, rows padded against bank conflicts.
     for operand in (0, 1):
         cooperative_fetch(sch, C, operand, ko, threads, vector, "shared.dyn", pad_rows=True)
-    # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, B along N).
-    for operand, width in ((0, vector), (1, min(thread_n, vector))):
+    # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, B along N),
+    # the K slices of a tile unrolled so that the next fragments load during this slice's FMAs.
+    for operand, width in ((0, vector), (1, group)):
         fragment = sch.cache_read(C, operand, "local")
         sch.compute_at(fragment, k_slice)
         _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
         sch.vectorize(lanes)
+    sch.unroll(k_slice)
     sch.decompose_reduction(C, ko)
     # Step 4. Multi-buffering: load tile k + stages - 1 (asynchronously) while tile k is multiplied.
     if stages > 1:

@@ -225,6 +225,23 @@ def test_v5_vector_loads_padding_and_an_async_double_buffer(compiled):
     assert s.shared_bytes == 2 * (64 * 36 + 32 * 68) * 4  # two stages of padded A and B tiles
 
 
+def test_v5_unrolls_a_tiles_k_slices_and_writes_c_in_vectors(compiled):
+    _, source, _ = compiled("v5", SEED)  # K tiles of 32 = 8 slices of 4
+    # The slice loop is gone: 8 fragment loads of A's 8 rows, in the loop and in the last tile.
+    assert source.count("*(float4*)(A_shared_dyn_local_ptr") == 2 * 8
+    assert "*(float4*)(C_ptr + " in source and "C_ptr[" not in source
+
+
+def test_v5_split_k_sums_float32_partials_in_a_second_kernel(compiled):
+    ir, source, s = compiled("v5", SEED, split_k=4)
+    assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
+    assert "C_rf = T.decl_buffer((2097152,)" in ir  # 4 slices x 1024 x 512 float32 partials
+    # The second kernel: one output per thread, the 4 partials summed in a register.
+    assert "C_local_ptr[0] = (C_local_ptr[0] + C_rf_ptr[" in source
+    with pytest.raises(ScheduleNotApplicable, match="splits K=2048 into 3 slices of whole 4-element vectors"):
+        compiled("v5", SEED, split_k=3)
+
+
 def test_v5_refuses_rows_that_are_not_whole_vectors(target):
     with pytest.raises(ScheduleNotApplicable, match="K \\(the rows of A\\)=2047 is not a multiple of 4"):
         schedules.get("gemm", "v5").apply(WORKLOADS["gemm"][1], target)
