@@ -9,6 +9,8 @@
 #   bash scripts/gpu-session.sh ms-gemm ms-gemv   # MetaSchedule, $TRIALS (128) more trials each
 #   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
+#   bash scripts/gpu-session.sh peaks        # mma.sync and FFMA ceilings; the kernels cuBLAS runs
+#   bash scripts/gpu-session.sh at-v5        # xgb over v5's space: $TRIALS on each of $SHAPES
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -54,8 +56,17 @@ for part in "$@"; do
         python3 runner.py --preset "$preset" --schedule all --no-ir --results "$results" \
           --work-dir "reports/tuning/ms-$preset" --records reports/tuning/autotvm-h100.jsonl
       done 2>&1 | tee -a "$out/tuning-final.log" ;;
+    peaks)
+      { nvcc -O3 -arch=sm_90a -o /tmp/mma_peak scripts/mma_peak.cu && /tmp/mma_peak
+        python3 scripts/cublas_kernels.py 1024x512x2048:float32 4096x4096x4096:float32 \
+          4096x4096x4096:float16 4096x4096x4096:bfloat16; } 2>&1 | tee "$out/peaks.log" ;;
+    at-v5)
+      for shape in ${SHAPES:-1024x512x2048 4096x4096x4096}; do
+        python3 runner.py --shape "$shape" --tune autotvm:v5 --tuner xgb --trials "${TRIALS:-64}" \
+          --no-ir --records reports/tuning/autotvm-h100.jsonl --results "$results"
+      done 2>&1 | tee -a "$out/at-v5.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
-            "ms-gemv, at-gemm, at-gemv, tuning-final)"; exit 2 ;;
+            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume
