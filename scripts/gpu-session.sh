@@ -11,6 +11,8 @@
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #   bash scripts/gpu-session.sh peaks        # mma.sync and FFMA ceilings; the kernels cuBLAS runs
 #   bash scripts/gpu-session.sh at-v5        # xgb over v5's space: $TRIALS on each of $SHAPES
+#   bash scripts/gpu-session.sh gemm-fp32    # fp32 ladders with the searches' bests, one run a shape
+#   bash scripts/gpu-session.sh profile      # ncu --set detailed of v6 (fp16) and the best v5, 4096^3
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -65,8 +67,18 @@ for part in "$@"; do
         python3 runner.py --shape "$shape" --tune autotvm:v5 --tuner xgb --trials "${TRIALS:-64}" \
           --no-ir --records reports/tuning/autotvm-h100.jsonl --results "$results"
       done 2>&1 | tee -a "$out/at-v5.log" ;;
+    gemm-fp32)
+      { python3 runner.py --preset gemm-seed --schedule all --no-ir --work-dir reports/tuning/ms-gemm-seed \
+          --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"
+        python3 runner.py --shape 4096x4096x4096 --schedule all --no-ir \
+          --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"; } 2>&1 | tee "$out/gemm-fp32.log" ;;
+    profile)
+      for args in "--dtype float16 --schedule v6" "--schedule autotvm:v5 --records reports/tuning/autotvm-h100.jsonl"; do
+        timeout 240 ncu --kernel-name main_kernel --launch-count 1 --set detailed \
+          python3 runner.py --shape 4096x4096x4096 $args --no-ir --results /tmp/profile.jsonl
+      done 2>&1 | tee "$out/profile.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
-            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5)"; exit 2 ;;
+            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, gemm-fp32, profile)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume
