@@ -10,7 +10,8 @@
 #   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #   bash scripts/gpu-session.sh peaks        # mma.sync and FFMA ceilings; the kernels cuBLAS runs
-#   bash scripts/gpu-session.sh at-v5        # xgb over v5's space: $TRIALS on each of $SHAPES
+#   bash scripts/gpu-session.sh at-v5 at-v6  # xgb over the rung's space: $TRIALS on each of
+#                                            # $SHAPES in $DTYPE (float32)
 #   bash scripts/gpu-session.sh gemm-fp32    # fp32 ladders with the searches' bests, one run a shape
 #   bash scripts/gpu-session.sh profile      # ncu --set detailed of v6 (fp16) and the best v5, 4096^3
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
@@ -62,11 +63,12 @@ for part in "$@"; do
       { nvcc -O3 -arch=sm_90a -o /tmp/mma_peak scripts/mma_peak.cu && /tmp/mma_peak
         python3 scripts/cublas_kernels.py 1024x512x2048:float32 4096x4096x4096:float32 \
           4096x4096x4096:float16 4096x4096x4096:bfloat16; } 2>&1 | tee "$out/peaks.log" ;;
-    at-v5)
+    at-v5|at-v6)
       for shape in ${SHAPES:-1024x512x2048 4096x4096x4096}; do
-        python3 runner.py --shape "$shape" --tune autotvm:v5 --tuner xgb --trials "${TRIALS:-64}" \
-          --no-ir --records reports/tuning/autotvm-h100.jsonl --results "$results"
-      done 2>&1 | tee -a "$out/at-v5.log" ;;
+        python3 runner.py --shape "$shape" --dtype "${DTYPE:-float32}" --tune "autotvm:${part#at-}" \
+          --tuner xgb --trials "${TRIALS:-64}" --no-ir --records reports/tuning/autotvm-h100.jsonl \
+          --results "$results"
+      done 2>&1 | tee -a "$out/$part.log" ;;
     gemm-fp32)
       { python3 runner.py --preset gemm-seed --schedule all --no-ir --work-dir reports/tuning/ms-gemm-seed \
           --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"
@@ -78,7 +80,7 @@ for part in "$@"; do
           python3 runner.py --shape 4096x4096x4096 $args --no-ir --results /tmp/profile.jsonl
       done 2>&1 | tee "$out/profile.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
-            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, gemm-fp32, profile)"; exit 2 ;;
+            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v6, gemm-fp32, profile)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume

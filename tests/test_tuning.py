@@ -336,3 +336,21 @@ def test_the_tuning_report_has_curves_tables_and_plots(tmp_path):
     assert "| best manual rung (v5)" in text and "| cuBLAS" in text
     with open(tmp_path / "t-1.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_builder_builds_tensor_core_candidates():
+    """CUDA code generation for a v6 candidate looks up the fragment layouts that TVM's tensor
+    intrinsics register, so the builder's workers import them too (on the H100, every v6
+    candidate of the first search failed to build without them)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning import build
+
+    target = build.cuda_target("sm_90")
+    mod = schedules.get("gemm", "v6").apply(Workload("gemm", (256, 256, 256), "float16"), target)
+    builder = candidates.WarmBuilder(max_workers=1)
+    try:
+        [result] = builder.build([ms.builder.BuilderInput(mod, target)])
+    finally:
+        candidates.shut_down(builder)
+    assert result.error_msg is None and os.path.getsize(result.artifact_path) > 0

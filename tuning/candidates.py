@@ -12,14 +12,16 @@ ROCm, ARM, Hexagon...) inside the timed call. On the GPU machine that import alo
 more than the builder's 30 s timeout, so every candidate timed out
 (reports/logs/h100-ms-builder-probe.log). WarmBuilder starts its workers once, imports TVM
 before the first candidate (outside the timeout) and builds with `build.build_artifact`, which
-needs no intrinsics: a scheduled candidate has them inlined already.
+needs the intrinsics only for tensor-core candidates (their workers import them at start).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 
 import tvm
@@ -40,22 +42,36 @@ class UsageError(ValueError):
     """Bad search settings (an RPC tracker address that does not parse)."""
 
 
-def _warm_up() -> None:
-    """A builder worker's start: the imports every build needs, outside the build's timeout."""
+TENSOR_INTRINSICS = "tvm.s_tir.tensor_intrin.cuda"
+
+
+def _warm_up(tensor_intrinsics: bool) -> None:
+    """A builder worker's start: the imports every build needs, outside the build's timeout.
+    CUDA code generation for tensor-core candidates looks up the fragment layouts that TVM's
+    tensor intrinsics register, so those candidates need them imported too."""
     import tuning.build  # noqa: F401  (imports tvm)
+
+    if tensor_intrinsics:
+        importlib.import_module(TENSOR_INTRINSICS)
 
 
 @derived_object
 class WarmBuilder(ms.builder.PyBuilder):
-    """Builds candidates in parallel worker processes that stay up for the whole search."""
+    """Builds candidates in parallel worker processes that stay up for the whole search. The
+    workers start at the first batch, and import the tensor intrinsics if this process has by
+    then (the candidates were scheduled with them)."""
 
     def __init__(self, max_workers: int | None = None, timeout_sec: float = BUILD_TIMEOUT_S):
         super().__init__()
         self.timeout_sec = timeout_sec
-        self.pool = PopenPoolExecutor(max_workers=max_workers or os.cpu_count(),
-                                      timeout=timeout_sec, initializer=_warm_up)
+        self.max_workers = max_workers or os.cpu_count()
+        self.pool = None
 
     def build(self, build_inputs):
+        if self.pool is None:
+            self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
+                                          initializer=_warm_up,
+                                          initargs=(TENSOR_INTRINSICS in sys.modules,))
         jobs = [(b.mod, b.target) for b in build_inputs]
         results = []
         for done in self.pool.map_with_error_catching(build.build_artifact, jobs):
