@@ -1,6 +1,7 @@
 """Which kernels cuBLAS runs for the ladder's GEMMs (names, launches, mean time), as the
 runner's baseline calls them, read with torch's profiler. The names say the instruction family
-(sm90_xmma...gmma = Hopper wgmma, ampere_sgemm = CUDA cores), the tile and whether K is split.
+(nvjet_sm90: Hopper wgmma; simt or ffma: CUDA cores), the tile, and whether K is split
+(splitKreduce_kernel).
     python3 scripts/cublas_kernels.py 1024x512x2048:float32 4096x4096x4096:float16
 """
 

@@ -13,7 +13,8 @@
 #   bash scripts/gpu-session.sh at-v5 at-v6  # xgb over the rung's space: $TRIALS on each of
 #                                            # $SHAPES in $DTYPE (float32)
 #   bash scripts/gpu-session.sh gemm-fp32    # fp32 ladders with the searches' bests, one run a shape
-#   bash scripts/gpu-session.sh profile      # ncu --set detailed of v6 (fp16) and the best v5, 4096^3
+#   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
+#                                            # v5, 4096^3
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -76,7 +77,7 @@ for part in "$@"; do
           --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"; } 2>&1 | tee "$out/gemm-fp32.log" ;;
     profile)
       for args in "--dtype float16 --schedule v6" "--schedule autotvm:v5 --records reports/tuning/autotvm-h100.jsonl"; do
-        timeout 240 ncu --kernel-name main_kernel --launch-count 1 --set detailed \
+        timeout 240 ncu --kernel-name main_kernel --launch-count 1 ${NCU:---set detailed} \
           python3 runner.py --shape 4096x4096x4096 $args --no-ir --results /tmp/profile.jsonl
       done 2>&1 | tee "$out/profile.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
