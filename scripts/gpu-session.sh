@@ -13,6 +13,7 @@
 #   bash scripts/gpu-session.sh at-v5 at-v6  # xgb over the rung's space: $TRIALS on each of
 #                                            # $SHAPES in $DTYPE (float32)
 #   bash scripts/gpu-session.sh gemm-fp32    # fp32 ladders with the searches' bests, one run a shape
+#   bash scripts/gpu-session.sh gemm-16bit   # the same for the fp16/bf16 shapes of gemm-ladder
 #   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
 #                                            # v5, 4096^3
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
@@ -75,13 +76,21 @@ for part in "$@"; do
           --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"
         python3 runner.py --shape 4096x4096x4096 --schedule all --no-ir \
           --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"; } 2>&1 | tee "$out/gemm-fp32.log" ;;
+    gemm-16bit)
+      for args in "--shape 4096x4096x4096 --dtype float16" "--shape 4096x4096x4096 --dtype bfloat16" \
+                  "--shape 4096x4096x4096 --dtype bfloat16 --layout nt" \
+                  "--shape 128x128x128 --dtype bfloat16 --layout nt"; do
+        python3 runner.py $args --schedule all --no-ir --records reports/tuning/autotvm-h100.jsonl \
+          --results "$out/gemm-16bit.jsonl"
+      done 2>&1 | tee "$out/gemm-16bit.log" ;;
     profile)
       for args in "--dtype float16 --schedule v6" "--schedule autotvm:v5 --records reports/tuning/autotvm-h100.jsonl"; do
         timeout 240 ncu --kernel-name main_kernel --launch-count 1 ${NCU:---set detailed} \
           python3 runner.py --shape 4096x4096x4096 $args --no-ir --results /tmp/profile.jsonl
       done 2>&1 | tee "$out/profile.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
-            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v6, gemm-fp32, profile)"; exit 2 ;;
+            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v6, gemm-fp32, gemm-16bit,"\
+            "profile)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume
