@@ -4,6 +4,7 @@
     python runner.py --schedule v3              # lower, print IR, build, check, time, record
     python runner.py --schedule all --no-ir     # the whole ladder plus baselines
     python runner.py --diff v2 v3               # what changed between two rungs
+    python runner.py --diff v5 v5:split_k=4     # ... or between two settings of a rung's knobs
     python runner.py --report reports/x.md      # markdown from the results file
     python runner.py --list                     # schedules per op
     python runner.py --tune metaschedule --trials 256 --work-dir ms-gemm   # MetaSchedule search
@@ -33,7 +34,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Lower, build, check and time TVM schedules against cuBLAS and the GPU's limits.",
     )
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--schedule", default="v3", help="schedule name, or 'all' (default: v3)")
+    what.add_argument("--schedule", default="v3",
+                      help="schedule name, with knobs as v5:split_k=4,thread_n=8, or 'all' (default: v3)")
     what.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="compare two schedules' IR")
     what.add_argument("--report", metavar="PATH", help="render a markdown report from --results")
     what.add_argument("--list", action="store_true", help="list the schedules of every op")
@@ -119,7 +121,36 @@ def resolve(args, wl, name: str):
 
         return autotvm.tuned_entry(schedules.get(wl.op, name[len("autotvm:"):]), wl,
                                    load_records(args.records), args.records)
-    return schedules.get(wl.op, name)
+    base, _, knobs = name.partition(":")
+    entry = schedules.get(wl.op, base)
+    if not knobs:
+        return entry
+    from schedules.registry import TunedSchedule
+
+    chosen = parse_knobs(entry, knobs)
+    return TunedSchedule(wl.op, name, {**entry.defaults, **chosen},
+                         lambda wl, target: entry.apply(wl, target, **chosen), entry.kind)
+
+
+def parse_knobs(entry, text: str) -> dict:
+    """'split_k=4,thread_n=8' -> {'split_k': 4, 'thread_n': 8}, each value of its default's type."""
+    chosen = {}
+    for item in text.split(","):
+        knob, _, value = item.partition("=")
+        if knob not in entry.defaults:
+            raise UsageError(f"{entry.name} has no knob '{knob}'; knobs: {', '.join(entry.defaults)}")
+        default = entry.defaults[knob]
+        if isinstance(default, bool):
+            if value not in ("true", "false"):
+                raise UsageError(f"knob {knob} of {entry.name} is true or false, not '{value}'")
+            chosen[knob] = value == "true"
+        elif isinstance(default, int):
+            if not re.fullmatch(r"-?\d+", value):
+                raise UsageError(f"knob {knob} of {entry.name} is an integer, not '{value}'")
+            chosen[knob] = int(value)
+        else:
+            chosen[knob] = value
+    return chosen
 
 
 def load_records(path: str) -> list[dict]:

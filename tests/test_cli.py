@@ -38,6 +38,10 @@ def run(capsys, *argv):
         (["--diff", "v2", "v7"], "error: unknown schedule 'v7' for gemm"),
         (["--op", "gemv", "--shape", "64x1001", "--diff", "naive", "allreduce"],
          "error: K=1001 is not a multiple of the 8-element vector"),
+        (["--schedule", "v5:split=4"], "error: v5 has no knob 'split'; knobs: block_m, block_n"),
+        (["--schedule", "v5:split_k=four"], "error: knob split_k of v5 is an integer, not 'four'"),
+        (["--diff", "v5", "seed_template:vectorize=1"],
+         "error: knob vectorize of seed_template is true or false, not '1'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
@@ -136,3 +140,12 @@ def test_runner_warns_about_a_corrupt_results_line_and_keeps_it(capsys, tmp_path
     code, _, err = run(capsys, "--schedule", "v1", "--no-ir", "--results", str(results))
     assert code == 0 and f"{results}:1: not valid JSON" in err and "kept as it is" in err
     assert results.read_text() == "{broken\n"
+
+
+def test_knobs_from_the_command_line_diff_and_record_like_a_rung(capsys):
+    code, out, _ = run(capsys, "--diff", "v5", "v5:split_k=4,thread_n=8")
+    assert code == 0 and "+++ v5:split_k=4,thread_n=8 (lowered)" in out
+    assert "+    C_rf = T.decl_buffer((2097152,)" in out  # the float32 partials of the 4 K slices
+    assert re.search(r"\| kernels\s+\| 1\s+\| 2\s+\|", out)
+    code, out, _ = run(capsys, "--schedule", "v5:split_k=3", "--no-ir")
+    assert code == 0 and "v5:split_k=3: skipped: v5 splits K=2048 into 3 slices" in out
