@@ -104,8 +104,9 @@ def list_schedules() -> None:
 
 
 def resolve(args, wl, name: str):
-    """A schedule by name: a registered one, 'metaschedule' (the best in --work-dir) or
-    'autotvm:<template>' (the template with the best configuration in --records)."""
+    """A schedule by name: a registered one, with knobs set as 'v5:split_k=4,thread_n=8',
+    'metaschedule' (the best in --work-dir) or 'autotvm:<template>' (the template with the best
+    configuration in --records)."""
     import schedules
 
     if name == "metaschedule":

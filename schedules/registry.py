@@ -65,8 +65,9 @@ class ScheduleEntry:
 
 @dataclass(frozen=True)
 class TunedSchedule:
-    """The best schedule a search found, run like a rung: `make(wl, target)` rebuilds it from
-    the search's records; `params` say where it came from (the configuration, the work dir)."""
+    """A schedule rebuilt by `make(wl, target)` and run like a rung: the best a search found
+    (from its records; `params` say where it came from: the configuration, the work dir), or
+    a rung with knobs set on the command line (`params`: all its settings)."""
 
     op: str
     name: str
