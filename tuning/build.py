@@ -32,6 +32,13 @@ def cuda_target(arch: str = "sm_90") -> Target:
     return Target({"kind": "cuda", "arch": arch, **_CUDA_LIMITS})
 
 
+def has_warp_fragments(script: str) -> bool:
+    """Whether a module's script keeps tensor-core (ldmatrix / mma.sync) fragments in `warp`
+    scope. Their CUDA code generation looks up fragment layouts that TVM's tensor intrinsics
+    (tvm.s_tir.tensor_intrin.cuda) register when imported."""
+    return 'scope="warp"' in script
+
+
 def pass_config(mod: tvm.IRModule) -> dict:
     """Global->shared copies in a software pipeline's async stage become cp.async (sm_80+).
 
@@ -41,7 +48,7 @@ def pass_config(mod: tvm.IRModule) -> dict:
     fragments. So StorageRewrite is skipped for async pipelines without warp fragments."""
     config = {"tirx.use_async_copy": True}
     script = mod.script()
-    if "software_pipeline_async_stages" in script and 'scope="warp"' not in script:
+    if "software_pipeline_async_stages" in script and not has_warp_fragments(script):
         config["tirx.disable_storage_rewrite"] = True
     return config
 

@@ -21,7 +21,6 @@ import functools
 import importlib
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 
 import tvm
@@ -46,9 +45,8 @@ TENSOR_INTRINSICS = "tvm.s_tir.tensor_intrin.cuda"
 
 
 def _warm_up(tensor_intrinsics: bool) -> None:
-    """A builder worker's start: the imports every build needs, outside the build's timeout.
-    CUDA code generation for tensor-core candidates looks up the fragment layouts that TVM's
-    tensor intrinsics register, so those candidates need them imported too."""
+    """A builder worker's start: the imports its builds need, outside the build's timeout
+    (the tensor intrinsics only for tensor-core candidates: see build.has_warp_fragments)."""
     import tuning.build  # noqa: F401  (imports tvm)
 
     if tensor_intrinsics:
@@ -58,20 +56,25 @@ def _warm_up(tensor_intrinsics: bool) -> None:
 @derived_object
 class WarmBuilder(ms.builder.PyBuilder):
     """Builds candidates in parallel worker processes that stay up for the whole search. The
-    workers start at the first batch, and import the tensor intrinsics if this process has by
-    then (the candidates were scheduled with them)."""
+    workers start at the first batch; the first batch with tensor-core candidates restarts
+    them with the tensor intrinsics imported. A search without such candidates never pays
+    for that import, though MetaSchedule's CUDA rules import it in this process."""
 
     def __init__(self, max_workers: int | None = None, timeout_sec: float = BUILD_TIMEOUT_S):
         super().__init__()
         self.timeout_sec = timeout_sec
         self.max_workers = max_workers or os.cpu_count()
         self.pool = None
+        self.tensor_intrinsics = False  # whether the workers have imported them
 
     def build(self, build_inputs):
-        if self.pool is None:
+        needed = any(build.has_warp_fragments(b.mod.script()) for b in build_inputs)
+        if self.pool is None or needed and not self.tensor_intrinsics:
+            if self.pool is not None:
+                self.pool.shutdown()
+            self.tensor_intrinsics = needed
             self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
-                                          initializer=_warm_up,
-                                          initargs=(TENSOR_INTRINSICS in sys.modules,))
+                                          initializer=_warm_up, initargs=(needed,))
         jobs = [(b.mod, b.target) for b in build_inputs]
         results = []
         for done in self.pool.map_with_error_catching(build.build_artifact, jobs):
