@@ -54,6 +54,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--results", default=DEFAULT_RESULTS, help=f"JSONL results (default {DEFAULT_RESULTS})")
     p.add_argument("--trials", type=int, default=64, help="new trials to measure (default 64)")
     p.add_argument("--work-dir", help="MetaSchedule work dir (database, progress, best schedule)")
+    p.add_argument("--ms-space", help="MetaSchedule's design space: 'tvm' (TVM's rules) or "
+                   "'split-k' (those plus splitting K across blocks; the default on CUDA)")
     p.add_argument("--records", help="template-search records (JSONL), read to resume or apply")
     p.add_argument("--tuner", default="xgb", help="template tuner: grid, random or xgb (default xgb)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random and xgb tuners")
@@ -329,6 +331,12 @@ def tune(args, wl) -> None:
         if not args.work_dir:
             raise UsageError("--tune metaschedule needs --work-dir (its database; reused to resume)")
         metaschedule.check_work_dir(args.work_dir, must_exist=False)
+        if args.ms_space not in (None, *metaschedule.SPACES):
+            raise UsageError(f"unknown --ms-space '{args.ms_space}'; valid: "
+                             f"{', '.join(metaschedule.SPACES)}")
+        if args.ms_space == "split-k" and args.target != "cuda":
+            raise UsageError("--ms-space split-k is for CUDA targets; TVM's CPU rules split "
+                             "reductions already (AddRFactor)")
     elif args.tune.startswith("autotvm:"):
         if args.tuner not in autotvm.TUNERS:
             raise UsageError(f"unknown --tuner '{args.tuner}'; valid: {', '.join(autotvm.TUNERS)}")
@@ -359,8 +367,9 @@ def tune_metaschedule(args, wl, target, builder, runner) -> dict | None:
     """MetaSchedule into --work-dir; returns the search's summary record, None if nothing ran."""
     from tuning import metaschedule
 
+    space = args.ms_space or ("split-k" if target.kind.name == "cuda" else "tvm")
     found = metaschedule.tune(wl, target, args.work_dir, args.trials, builder, runner,
-                              seed=args.seed)
+                              seed=args.seed, space=space)
     if found["best_ms"] is None:
         print("no candidate ran correctly: nothing to save")
         return None
@@ -369,7 +378,8 @@ def tune_metaschedule(args, wl, target, builder, runner) -> dict | None:
     print("# best schedule's trace:\n" + found["trace"])
     print(f"saved best_trace.py and best_module.py in {args.work_dir}")
     return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
-            "params": {"work_dir": args.work_dir}, "trials": found["trials"],
+            "params": {"work_dir": args.work_dir}, "rules": metaschedule.SPACES[space],
+            "trials": found["trials"],
             "trials_per_min": metaschedule.trials_per_minute(args.work_dir),
             "curve": metaschedule.curve(args.work_dir)}
 

@@ -104,6 +104,7 @@ def latest_runs(records: list[dict]) -> list[list[dict]]:
     return selected
 
 
+TVM_RULES = "TVM's rules"
 CHECKPOINTS = (1, 4, 8, 16, 24, 32, 36, 48, 64, 96, 128, 144, 192, 256, 384, 512)
 
 
@@ -113,7 +114,7 @@ def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
     for r in records:
         if r.get("kind") != "search":
             continue
-        key = (r.get("gpu"), *workload_key(r), r["schedule"], r.get("tuner"))
+        key = (r.get("gpu"), *workload_key(r), r["schedule"], r.get("tuner"), r.get("rules"))
         if key not in chosen or r["date"] >= chosen[key]["date"]:
             chosen[key] = r
     by_workload: dict[tuple, list[dict]] = {}
@@ -123,8 +124,8 @@ def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def _search_name(r: dict) -> str:
-    if r["search"] == "metaschedule":
-        return r["schedule"]
+    if r["search"] == "metaschedule":  # searches before --ms-space had TVM's rules only
+        return f"{r['schedule']} ({r.get('rules', TVM_RULES)})"
     seed = f", seed {r['seed']}" if r.get("seed") else ""
     return f"{r['schedule']} ({r['tuner']}{seed})"
 
@@ -148,12 +149,14 @@ def search_section(searches: list[dict], run: list[dict] | None, figure: str | N
     best-so-far times at checkpoints, and the plot."""
     lines = []
     refs = _references(run)
-    tuned = {r["schedule"]: r for r in run or [] if r.get("kind") == "tuned"}
+    # a template's row is the best of all its searches; MetaSchedule's, its work dir's best
+    tuned = {(r["schedule"], r["params"].get("work_dir")): r
+             for r in run or [] if r.get("kind") == "tuned"}
     cublas = refs.get("cuBLAS")
     summary = []
     for r in searches:
         best = min((t for _, t in r["curve"] if t is not None), default=None)
-        final = tuned.get(r["schedule"])
+        final = tuned.get((r["schedule"], r["params"].get("work_dir")))
         final_ms = final["timing"]["median_ms"] if final and final.get("timing") else None
         summary.append({
             "search": _search_name(r),

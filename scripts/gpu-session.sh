@@ -6,9 +6,13 @@
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
 #   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
 #   bash scripts/gpu-session.sh tuning-smoke # a few trials of each search, into $OUT only
-#   bash scripts/gpu-session.sh ms-gemm ms-gemv   # MetaSchedule, $TRIALS (128) more trials each
+#   bash scripts/gpu-session.sh ms-gemm ms-gemv   # MetaSchedule, $TRIALS (128) more trials each,
+#                                          # over $MS_SPACE (split-k) into reports/tuning/ms-<preset>
+#                                          # -split-k (for split-k; ms-<preset> holds the
+#                                          # TVM-rules searches, from before --ms-space)
 #   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
+#                                                 # per preset of $PRESETS (both)
 #   bash scripts/gpu-session.sh peaks        # mma.sync and FFMA ceilings; the kernels cuBLAS runs
 #   bash scripts/gpu-session.sh at-v5 at-v6  # xgb over the rung's space: $TRIALS on each of
 #                                            # $SHAPES in $DTYPE (float32)
@@ -46,8 +50,13 @@ for part in "$@"; do
       done 2>&1 | tee "$out/tuning-smoke.log" ;;
     ms-gemm|ms-gemv)
       preset=$([ "$part" = ms-gemm ] && echo gemm-seed || echo gemv-7168x16384)
-      python3 runner.py --preset "$preset" --tune metaschedule --trials "${TRIALS:-128}" --no-ir \
-        --work-dir "reports/tuning/ms-$preset" --results "$results" 2>&1 | tee -a "$out/$part.log" ;;
+      space=${MS_SPACE:-split-k}
+      # SIGINT at $MS_LIMIT s: the search stops after its batch and keeps it, and this script
+      # still packs the state for the next call to resume from
+      timeout -s INT "${MS_LIMIT:-100000}" python3 runner.py --preset "$preset" --tune metaschedule \
+        --ms-space "$space" --trials "${TRIALS:-128}" --no-ir --results "$results" \
+        --work-dir "reports/tuning/ms-$preset$([ "$space" = split-k ] && echo -split-k)" \
+        2>&1 | tee -a "$out/$part.log" ;;
     at-gemm|at-gemv)
       if [ "$part" = at-gemm ]; then target="--preset gemm-seed --tune autotvm:seed_template"
       else target="--preset gemv-7168x16384 --tune autotvm:multirow"; fi
@@ -57,9 +66,10 @@ for part in "$@"; do
           --records reports/tuning/autotvm-h100.jsonl --results "$results"
       done 2>&1 | tee -a "$out/$part.log" ;;
     tuning-final)
-      for preset in gemm-seed gemv-7168x16384; do
-        python3 runner.py --preset "$preset" --schedule all --no-ir --results "$results" \
-          --work-dir "reports/tuning/ms-$preset" --records reports/tuning/autotvm-h100.jsonl
+      for preset_dir in gemm-seed:ms-gemm-seed-split-k gemv-7168x16384:ms-gemv-7168x16384; do
+        [ -z "${PRESETS:-}" ] || [[ " $PRESETS " == *" ${preset_dir%%:*} "* ]] || continue
+        python3 runner.py --preset "${preset_dir%%:*}" --schedule all --no-ir --results "$results" \
+          --work-dir "reports/tuning/${preset_dir#*:}" --records reports/tuning/autotvm-h100.jsonl
       done 2>&1 | tee -a "$out/tuning-final.log" ;;
     peaks)
       { nvcc -O3 -arch=sm_90a -o /tmp/mma_peak scripts/mma_peak.cu && /tmp/mma_peak
@@ -72,7 +82,7 @@ for part in "$@"; do
           --results "$results"
       done 2>&1 | tee -a "$out/$part.log" ;;
     gemm-fp32)
-      { python3 runner.py --preset gemm-seed --schedule all --no-ir --work-dir reports/tuning/ms-gemm-seed \
+      { python3 runner.py --preset gemm-seed --schedule all --no-ir --work-dir reports/tuning/ms-gemm-seed-split-k \
           --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"
         python3 runner.py --shape 4096x4096x4096 --schedule all --no-ir \
           --records reports/tuning/autotvm-h100.jsonl --results "$out/gemm-fp32.jsonl"; } 2>&1 | tee "$out/gemm-fp32.log" ;;

@@ -79,6 +79,20 @@ def test_v5_split_k_is_correct(wl, split_k, target):
     check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
 
 
+def test_metaschedule_split_k_candidates_are_correct(target):
+    """The first split-K candidates a MetaSchedule search would measure: partial sums over K
+    slices, then the kernel that adds them."""
+    from tests.test_tuning import split_k_candidates
+
+    wl = Workload("gemm", (256, 128, 512))
+    mods = split_k_candidates(wl, target)
+    assert mods, "the first batch holds no split-K candidate"
+    inputs = measure.random_inputs(wl, 7)
+    for mod in mods[:4]:
+        run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
+        check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+
+
 @pytest.mark.parametrize("wl", [WORKLOADS[i] for i in (0, 2, 5, 6, 8, 12)], ids=lambda wl: wl.label())
 def test_cublas_baselines_are_correct(wl):
     inputs = measure.random_inputs(wl, 3)

@@ -288,6 +288,53 @@ def test_a_corrupt_database_is_named_by_path_and_line_and_left_alone(tmp_path, c
     assert path.read_bytes() == before
 
 
+# -- MetaSchedule's split-K rule -------------------------------------------------------------------
+
+
+def split_k_candidates(wl: Workload, target) -> list:
+    """The split-K candidates of MetaSchedule's first batch over the split-k space, drawn by its
+    own evolutionary search (random cost model): what a search would build and measure first."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    context = ms.TuneContext(mod=mod, target=target, task_name="main", num_threads=4,
+                             space_generator=metaschedule.design_space(mod, target, "split-k"),
+                             search_strategy="evolutionary", rand_state=1)
+    context.pre_tuning(max_trials=64, num_trials_per_iter=64,
+                       design_spaces=context.generate_design_space(),
+                       database=ms.database.MemoryDatabase(), cost_model=ms.CostModel.create("random"))
+    return [c.sch.mod for c in context.generate_measure_candidates()
+            if any(i.kind.name == "RFactor" for i in c.sch.trace.insts)]
+
+
+def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning import build
+
+    target = build.cuda_target("sm_90")
+    mod = tvm.IRModule({"main": SEED_GEMM.prim_func()})
+
+    def spaces(space):
+        return ms.TuneContext(mod=mod, target=target, task_name="main",
+                              space_generator=metaschedule.design_space(mod, target, space)
+                              ).generate_design_space()
+
+    tvm_only, with_split = spaces("tvm"), spaces("split-k")
+    split = [s for s in with_split if "rfactor" in str(s.trace)]
+    assert len(with_split) == 4 * len(tvm_only) and len(split) == 3 * len(tvm_only)  # 2, 4, 8
+    for sch in split:
+        assert "rfactor" in str(sch.trace)
+        partial = sch.get(sch.get_sblock("C_rf"))
+        assert partial.annotations["meta_schedule.tiling_structure"] == "SSSRRSRS"
+    candidates_ = split_k_candidates(SEED_GEMM, target)
+    assert candidates_, "the first batch holds no split-K candidate"
+    built = build.lower_and_build(candidates_[0], target)  # its CUDA compiled by the local nvcc
+    assert len(built.resources) == 2  # a kernel for the partial sums, one that adds them
+
+
 # -- the committed searches, applied like rungs (no GPU: built, not timed) ------------------------
 
 
@@ -316,6 +363,10 @@ def test_the_committed_searches_apply_like_rungs(capsys):
     (["--tune", "metaschedule", "--work-dir", "x", "--rpc-tracker", "nohost", "--rpc-key", "k"],
      "host:port"),
     (["--tune", "metaschedule", "--work-dir", "x", "--rpc-tracker", "h:1"], "needs --rpc-key"),
+    (["--tune", "metaschedule", "--work-dir", "x", "--ms-space", "wide"],
+     "unknown --ms-space 'wide'; valid: tvm, split-k"),
+    (["--tune", "metaschedule", "--work-dir", "x", "--ms-space", "split-k", "--target", "llvm"],
+     "split-k is for CUDA targets"),
     (["--schedule", "autotvm:seed_template", "--records", RECORDED, "--shape", "64x64x64"],
      "no correct measured configuration"),
 ])

@@ -30,6 +30,67 @@ from .records import RecordsError
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 PROGRESS = "progress.jsonl"
 BATCH = 32  # candidates per search iteration: Ctrl-C waits for it, a kill loses at most it
+# --ms-space: the rules the design space is made of
+SPACES = {"tvm": "TVM's rules", "split-k": "TVM's rules + split K"}  # name: as reports say it
+
+
+@derived_object
+class SplitK(ms.schedule_rule.PyScheduleRule):
+    """Split a block's one reduction loop across thread blocks, as cuBLAS does on short-and-wide
+    GEMMs; TVM's CUDA rules never do (its AddRFactor rule is for CPUs).
+
+    Besides the block as it is, the rule yields, for each slice count, the block with its
+    reduction cut into that many slices by rfactor: a partial-sum block whose slice axis is one
+    more spatial axis, tiled by TVM's own CUDA multi-level tiling (`tiling`), and the original
+    block, which now sums the slices and is bound by the rules after this one.
+
+    One design space per slice count, rather than a sampled count: a partial-sum tile is valid
+    only when the slice axis goes whole to the grid (a tile spanning slices stages A and B tiles
+    a slice wide in shared memory), so few random tilings of it pass. With its own spaces per
+    count, split candidates made 7-18 of the first 64 on the seed GEMM (three seeds); with one
+    count sampled from 2, 4, 8 and 16, they made 1-3.
+    """
+
+    SLICES = (2, 4, 8)
+    MIN_SLICE = 64  # reduction steps a slice keeps, so its K loop still has tiles to pipeline
+
+    def __init__(self, tiling):
+        self.tiling = tiling
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.tiling._initialize_with_tune_context(context)
+
+    def apply(self, sch, block):
+        iters = sch.get(block).iter_vars
+        loops = sch.get_loops(block)
+        reduce = [n for n, iv in enumerate(iters) if iv.iter_type == tvm.tirx.IterVar.CommReduce]
+        if reduce != [len(iters) - 1] or len(loops) != len(iters):
+            return [sch]  # not one innermost reduction over an untouched loop nest
+        extent = int(iters[-1].dom.extent)
+        counts = [n for n in self.SLICES if extent % n == 0 and extent // n >= self.MIN_SLICE]
+        return [sch, *(tiled for n in counts for tiled in self._split(sch, block, loops[-1], n))]
+
+    def _split(self, sch, block, loop, count: int):
+        split = sch.copy()
+        outer, _ = split.split(loop, [count, None])
+        partial = split.rfactor(outer, factor_axis=0)
+        *spatial, outer, _ = split.get_loops(partial)
+        split.reorder(outer, *spatial)  # loops in the block's own axis order: a trivial binding
+        return self.tiling.apply(split, partial)
+
+    def clone(self):
+        return SplitK(self.tiling.clone())
+
+
+def design_space(mod: tvm.IRModule, target: tvm.target.Target, space: str):
+    """The space generator for --ms-space: TVM's rules for the target, or (CUDA only) those
+    with SplitK in front, its partial sums tiled by TVM's CUDA-core multi-level tiling."""
+    if space == "tvm":
+        return "post-order-apply"
+    rules = list(ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                                task_name="main").space_generator.sch_rules)
+    tiling = next(r for r in rules if type(r) is ms.schedule_rule.MultiLevelTiling)
+    return ms.space_generator.PostOrderApply(sch_rules=[SplitK(tiling), *rules])
 
 
 def check_work_dir(work_dir: str, must_exist: bool) -> None:
@@ -148,8 +209,9 @@ def _interruptible(state: dict, say: Callable[[str], None]):
 
 
 def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, builder, runner,
-         say: Callable[[str], None] = print, seed: int | None = None) -> dict:
-    """Run `trials` new MetaSchedule trials on `wl` into `work_dir`; save and return the best."""
+         say: Callable[[str], None] = print, seed: int | None = None, space: str = "tvm") -> dict:
+    """Run `trials` new MetaSchedule trials on `wl` over the design space `space` (see SPACES)
+    into `work_dir`; save and return the best."""
     check_work_dir(work_dir, must_exist=False)
     os.makedirs(work_dir, exist_ok=True)
     database = open_database(work_dir)
@@ -158,13 +220,15 @@ def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, bu
     session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     callback, state = _progress_callback(work_dir, session, say)
     mod = tvm.IRModule({"main": wl.prim_func()})
-    say(f"MetaSchedule: {wl.label()} for {target.kind.name} {target.attrs.get('arch', '')}, "
-        f"{trials} new trials into {work_dir} ({state['trials']} there already)")
+    generator = design_space(mod, target, space)
+    say(f"MetaSchedule ({SPACES[space]}): {wl.label()} for {target.kind.name} "
+        f"{target.attrs.get('arch', '')}, {trials} new trials into {work_dir} "
+        f"({state['trials']} there already)")
     with _interruptible(state, say):
         ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=BATCH,
                     builder=builder, runner=runner, database=database,
                     measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
-                    seed=seed)
+                    space=generator, seed=seed)
     elapsed = time.time() - state["start"]
     found = save_best(wl, target, work_dir, database)
     return {"new_trials": state["new"], "trials": state["trials"], "elapsed_s": elapsed,
