@@ -18,7 +18,7 @@ from tuning import autotvm, candidates, metaschedule, records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDED = os.path.join(ROOT, "reports", "tuning", "autotvm-h100.jsonl")
-MS_GEMM = os.path.join(ROOT, "reports", "tuning", "ms-gemm-seed")
+MS_GEMM = os.path.join(ROOT, "reports", "tuning", "ms-gemm-seed-split-k")
 SEED_GEMM = Workload("gemm", (1024, 512, 2048))
 
 
@@ -385,6 +385,14 @@ def test_the_tuning_report_has_curves_tables_and_plots(tmp_path):
     text = render(loaded, "t", figure_prefix=str(tmp_path / "t"))
     assert "## Searches: gemm 1024x512x2048 float32 nn" in text and "![tuning curves](t-1.png)" in text
     assert "| best manual rung (v5)" in text and "| cuBLAS" in text
+    # each MetaSchedule search is named by its rules and re-timed only from its own work dir
+    # (the latest run re-timed the split-K search's)
+    seed_searches = text.split("## Searches: gemm 1024x512x2048")[1].split("## ")[0]
+    retimed = {cells[1].strip(): cells[6].strip() for cells in
+               (line.split("|") for line in seed_searches.splitlines())
+               if len(cells) > 7 and cells[1].startswith(" metaschedule")}
+    assert retimed["metaschedule (TVM's rules)"] == "-"
+    assert retimed["metaschedule (TVM's rules + split K)"] != "-"
     with open(tmp_path / "t-1.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
