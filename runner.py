@@ -368,8 +368,8 @@ def tune_metaschedule(args, wl, target, builder, runner) -> dict | None:
     from tuning import metaschedule
 
     space = args.ms_space or ("split-k" if target.kind.name == "cuda" else "tvm")
-    found = metaschedule.tune(wl, target, args.work_dir, args.trials, builder, runner,
-                              seed=args.seed, space=space)
+    found = metaschedule.tune(wl, target, args.work_dir, args.trials, space, builder, runner,
+                              seed=args.seed)
     if found["best_ms"] is None:
         print("no candidate ran correctly: nothing to save")
         return None

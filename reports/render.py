@@ -144,19 +144,23 @@ def _references(run: list[dict] | None) -> dict[str, float]:
     return found
 
 
+def _retimed_as(r: dict) -> tuple:
+    """What ties a search to its re-timed row: a template's row is the best of all its
+    searches; MetaSchedule's, the best of its work dir."""
+    return r["schedule"], r["params"].get("work_dir")
+
+
 def search_section(searches: list[dict], run: list[dict] | None, figure: str | None) -> list[str]:
     """Markdown for the searches of one workload: a summary, the tuning curves as a table of
     best-so-far times at checkpoints, and the plot."""
     lines = []
     refs = _references(run)
-    # a template's row is the best of all its searches; MetaSchedule's, its work dir's best
-    tuned = {(r["schedule"], r["params"].get("work_dir")): r
-             for r in run or [] if r.get("kind") == "tuned"}
+    tuned = {_retimed_as(r): r for r in run or [] if r.get("kind") == "tuned"}
     cublas = refs.get("cuBLAS")
     summary = []
     for r in searches:
         best = min((t for _, t in r["curve"] if t is not None), default=None)
-        final = tuned.get((r["schedule"], r["params"].get("work_dir")))
+        final = tuned.get(_retimed_as(r))
         final_ms = final["timing"]["median_ms"] if final and final.get("timing") else None
         summary.append({
             "search": _search_name(r),

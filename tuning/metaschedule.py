@@ -208,8 +208,8 @@ def _interruptible(state: dict, say: Callable[[str], None]):
         signal.signal(signal.SIGINT, previous)
 
 
-def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, builder, runner,
-         say: Callable[[str], None] = print, seed: int | None = None, space: str = "tvm") -> dict:
+def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, space: str,
+         builder, runner, say: Callable[[str], None] = print, seed: int | None = None) -> dict:
     """Run `trials` new MetaSchedule trials on `wl` over the design space `space` (see SPACES)
     into `work_dir`; save and return the best."""
     check_work_dir(work_dir, must_exist=False)
