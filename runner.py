@@ -58,7 +58,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "'split-k' (those plus splitting K across blocks; the default on CUDA)")
     p.add_argument("--records", help="template-search records (JSONL), read to resume or apply")
     p.add_argument("--tuner", default="xgb", help="template tuner: grid, random or xgb (default xgb)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random and xgb tuners")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random and xgb tuners and of MetaSchedule's search")
     p.add_argument("--target", default="cuda", help="cuda, or llvm (MetaSchedule on the CPU)")
     p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the tracker's hosts")
     p.add_argument("--rpc-key", help="device key the hosts registered with the tracker")
@@ -379,6 +380,7 @@ def tune_metaschedule(args, wl, target, builder, runner) -> dict | None:
     print(f"saved best_trace.py and best_module.py in {args.work_dir}")
     return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
             "params": {"work_dir": args.work_dir}, "rules": metaschedule.SPACES[space],
+            "seed": args.seed,
             "trials": found["trials"],
             "trials_per_min": metaschedule.trials_per_minute(args.work_dir),
             "curve": metaschedule.curve(args.work_dir)}

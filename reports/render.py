@@ -109,12 +109,13 @@ CHECKPOINTS = (1, 4, 8, 16, 24, 32, 36, 48, 64, 96, 128, 144, 192, 256, 384, 512
 
 
 def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
-    """Search summaries by (GPU, workload): the latest of each (schedule, tuner)."""
+    """Search summaries by (GPU, workload): the latest of each (schedule, tuner, rules, seed)."""
     chosen: dict[tuple, dict] = {}
     for r in records:
         if r.get("kind") != "search":
             continue
-        key = (r.get("gpu"), *workload_key(r), r["schedule"], r.get("tuner"), r.get("rules"))
+        key = (r.get("gpu"), *workload_key(r), r["schedule"], r.get("tuner"), r.get("rules"),
+               r.get("seed") or 0)
         if key not in chosen or r["date"] >= chosen[key]["date"]:
             chosen[key] = r
     by_workload: dict[tuple, list[dict]] = {}
@@ -124,9 +125,9 @@ def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def _search_name(r: dict) -> str:
-    if r["search"] == "metaschedule":  # searches before --ms-space had TVM's rules only
-        return f"{r['schedule']} ({r.get('rules', TVM_RULES)})"
     seed = f", seed {r['seed']}" if r.get("seed") else ""
+    if r["search"] == "metaschedule":  # searches before --ms-space had TVM's rules only
+        return f"{r['schedule']} ({r.get('rules', TVM_RULES)}{seed})"
     return f"{r['schedule']} ({r['tuner']}{seed})"
 
 

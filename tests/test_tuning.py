@@ -325,12 +325,17 @@ def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
     tvm_only, with_split = spaces("tvm"), spaces("split-k")
     split = [s for s in with_split if "rfactor" in str(s.trace)]
     assert len(with_split) == 4 * len(tvm_only) and len(split) == 3 * len(tvm_only)  # 2, 4, 8
+
+    def sampled_tiles(sch):
+        return sum(inst.kind.name == "SamplePerfectTile" for inst in sch.trace.insts)
+
     for sch in split:
-        assert "rfactor" in str(sch.trace)
         partial = sch.get(sch.get_sblock("C_rf"))
         assert partial.annotations["meta_schedule.tiling_structure"] == "SSSRRSRS"
+        # M, N and K are sampled as in TVM's own spaces; the slice axis is not, it goes to the grid
+        assert sampled_tiles(sch) == sampled_tiles(tvm_only[0]) == 3
     candidates_ = split_k_candidates(SEED_GEMM, target)
-    assert candidates_, "the first batch holds no split-K candidate"
+    assert len(candidates_) >= 32, "split-K candidates are not most of the first batch of 64"
     built = build.lower_and_build(candidates_[0], target)  # its CUDA compiled by the local nvcc
     assert len(built.resources) == 2  # a kernel for the partial sums, one that adds them
 
@@ -385,14 +390,15 @@ def test_the_tuning_report_has_curves_tables_and_plots(tmp_path):
     text = render(loaded, "t", figure_prefix=str(tmp_path / "t"))
     assert "## Searches: gemm 1024x512x2048 float32 nn" in text and "![tuning curves](t-1.png)" in text
     assert "| best manual rung (v5)" in text and "| cuBLAS" in text
-    # each MetaSchedule search is named by its rules and re-timed only from its own work dir
-    # (the latest run re-timed the split-K search's)
+    # each MetaSchedule search is named by its rules and seed, and re-timed only from its own
+    # work dir (the latest run re-timed the seed-0 split-K search's)
     seed_searches = text.split("## Searches: gemm 1024x512x2048")[1].split("## ")[0]
     retimed = {cells[1].strip(): cells[6].strip() for cells in
                (line.split("|") for line in seed_searches.splitlines())
                if len(cells) > 7 and cells[1].startswith(" metaschedule")}
     assert retimed["metaschedule (TVM's rules)"] == "-"
     assert retimed["metaschedule (TVM's rules + split K)"] != "-"
+    assert retimed["metaschedule (TVM's rules + split K, seed 1)"] == "-"
     with open(tmp_path / "t-1.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 

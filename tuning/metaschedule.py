@@ -21,6 +21,7 @@ from typing import Callable
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import Instruction, Trace
 
 from schedules.workloads import Workload
 
@@ -44,21 +45,24 @@ class SplitK(ms.schedule_rule.PyScheduleRule):
     more spatial axis, tiled by TVM's own CUDA multi-level tiling (`tiling`), and the original
     block, which now sums the slices and is bound by the rules after this one.
 
-    One design space per slice count, rather than a sampled count: a partial-sum tile is valid
-    only when the slice axis goes whole to the grid (a tile spanning slices stages A and B tiles
-    a slice wide in shared memory), so few random tilings of it pass. With its own spaces per
-    count, split candidates made 7-18 of the first 64 on the seed GEMM (three seeds); with one
-    count sampled from 2, 4, 8 and 16, they made 1-3.
+    A partial-sum tile is valid only when the slice axis goes whole to the grid (a tile spanning
+    slices stages A and B tiles a slice wide in shared memory). So each slice count has its own
+    design spaces, and in each the tiling's sampled tile of the slice axis is replaced by a fixed
+    one, every slice on its own thread blocks: the search can neither sample nor mutate it into
+    an invalid tile. On the seed GEMM, split candidates made 1-3 of the first 64 with one
+    sampled count, 7-18 with a space per count, 49-55 with the fixed tile (three seeds each).
     """
 
     SLICES = (2, 4, 8)
     MIN_SLICE = 64  # reduction steps a slice keeps, so its K loop still has tiles to pipeline
 
-    def __init__(self, tiling):
+    def __init__(self, tiling, mod=None):
         self.tiling = tiling
+        self.mod = mod  # the workload, to replay a design space's edited trace on
 
     def _initialize_with_tune_context(self, context) -> None:
         self.tiling._initialize_with_tune_context(context)
+        self.mod = context.mod
 
     def apply(self, sch, block):
         iters = sch.get(block).iter_vars
@@ -76,10 +80,26 @@ class SplitK(ms.schedule_rule.PyScheduleRule):
         partial = split.rfactor(outer, factor_axis=0)
         *spatial, outer, _ = split.get_loops(partial)
         split.reorder(outer, *spatial)  # loops in the block's own axis order: a trivial binding
-        return self.tiling.apply(split, partial)
+        return [self._slices_on_grid(tiled, count) for tiled in self.tiling.apply(split, partial)]
+
+    def _slices_on_grid(self, sch, count: int):
+        """`sch` replayed with the tiling's sampled tile of the slice axis (the first one
+        sampled after the rfactor) replaced by the fixed tile [count, 1, 1, ...]."""
+        insts = list(sch.trace.insts)
+        rfactor = next(n for n, inst in enumerate(insts) if inst.kind.name == "RFactor")
+        n = next(n for n in range(rfactor, len(insts)) if insts[n].kind.name == "SamplePerfectTile")
+        sample, split = insts[n], insts[n + 1]
+        assert split.kind.name == "Split" and split.inputs[0].same_as(sample.inputs[0])
+        fixed = [count, *[1] * (len(sample.outputs) - 1)]
+        insts[n:n + 2] = [Instruction(split.kind, [split.inputs[0], *fixed], split.attrs,
+                                      split.outputs)]
+        decisions = {inst: d for inst, d in sch.trace.decisions.items() if not inst.same_as(sample)}
+        replayed = tvm.s_tir.Schedule(self.mod)
+        Trace(insts, decisions).apply_to_schedule(replayed, remove_postproc=False)
+        return replayed
 
     def clone(self):
-        return SplitK(self.tiling.clone())
+        return SplitK(self.tiling.clone(), self.mod)
 
 
 def design_space(mod: tvm.IRModule, target: tvm.target.Target, space: str):
