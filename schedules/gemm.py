@@ -208,7 +208,7 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
 
 def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int):
     """Split K into `slices` independent slices (rfactor): each slice's partial products go to
-    a float32 buffer, and a second kernel sums the slices, one thread per output element.
+    a float32 buffer, and a second kernel sums the slices, 4 output elements per thread.
     Each slice is whole `vector`s. Returns the partial-product block, its loops
     (slice, i, j, k) with the slice outermost."""
     if wl.dims["K"] % (slices * vector):
@@ -219,12 +219,16 @@ def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int):
     partial = sch.rfactor(k_slice, 0)
     i, j, k_slice = sch.get_loops(partial)[:3]
     sch.reorder(k_slice, i, j)
-    # The sum over the slices: 256 consecutive outputs per block, summed in a register.
-    i, j, _ = sch.get_loops(C)
+    # The sum over the slices: each thread sums a vector of 4 consecutive outputs, reading the
+    # partials as 16-byte vectors; 256 threads per block.
+    i, j, k_slice = sch.get_loops(C)
+    j, lanes = sch.split(j, [None, 4])  # predicated lane by lane where N is not whole vectors
     bx, tx = sch.split(sch.fuse(i, j), [None, 256])
+    sch.reorder(bx, tx, k_slice, lanes)
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
-    write_back_at(sch, wl, tx)
+    sch.vectorize(lanes)
+    write_back_at(sch, wl, tx, vector=4)
     return partial
 
 

@@ -68,11 +68,13 @@ def test_schedule_is_correct_on_random_inputs(name, wl, target):
 
 
 @pytest.mark.parametrize("split_k", [2, 4])
-@pytest.mark.parametrize("wl", [WORKLOADS[0], WORKLOADS[5], Workload("gemm", (200, 136, 256), "float16", "float16", "nt")],
+@pytest.mark.parametrize("wl", [WORKLOADS[0], WORKLOADS[5], Workload("gemm", (200, 136, 256), "float16", "float16", "nt"),
+                                Workload("gemm", (200, 130, 256), "float16", "float16", "nt")],
                          ids=lambda wl: wl.label())
 def test_v5_split_k_is_correct(wl, split_k, target):
-    """K in slices whose float32 partials a second kernel sums (and casts, for float16 C);
-    the last case has tiles that overhang M and N."""
+    """K in slices whose float32 partials a second kernel sums 4 outputs at a time (and casts,
+    for float16 C); the last cases have tiles that overhang M and N, and the last one rows
+    that end in part of a vector."""
     mod = schedules.get("gemm", "v5").apply(wl, target, split_k=split_k)
     inputs = measure.random_inputs(wl, 5)
     run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))

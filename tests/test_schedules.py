@@ -236,8 +236,11 @@ def test_v5_split_k_sums_float32_partials_in_a_second_kernel(compiled):
     ir, source, s = compiled("v5", SEED, split_k=4)
     assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
     assert "C_rf = T.decl_buffer((2097152,)" in ir  # 4 slices x 1024 x 512 float32 partials
-    # The second kernel: one output per thread, the 4 partials summed in a register.
-    assert "C_local_ptr[0] = (C_local_ptr[0] + C_rf_ptr[" in source
+    # The second kernel: 4 outputs per thread, the 4 slices' partials read as 16-byte vectors
+    # and summed in registers, C written as one 16-byte vector.
+    sum_kernel = source[source.rindex("main_kernel_1("):]
+    assert "float4 v__1 = *(float4*)(C_rf_ptr + " in sum_kernel
+    assert "*(float4*)(C_ptr + " in sum_kernel
     with pytest.raises(ScheduleNotApplicable, match="splits K=2048 into 3 slices of whole 4-element vectors"):
         compiled("v5", SEED, split_k=3)
 
