@@ -20,6 +20,8 @@
 #   bash scripts/gpu-session.sh gemm-16bit   # the same for the fp16/bf16 shapes of gemm-ladder
 #   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
 #                                            # v5, 4096^3
+#   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of the best v5 and
+#                                            # of cuBLAS on the seed GEMM (split K: two kernels)
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -98,9 +100,18 @@ for part in "$@"; do
         timeout 240 ncu --kernel-name main_kernel --launch-count 1 ${NCU:---set detailed} \
           python3 runner.py --shape 4096x4096x4096 $args --no-ir --results /tmp/profile.jsonl
       done 2>&1 | tee "$out/profile.log" ;;
+    kernel-times)
+      # the first launches whose names match: v5's two kernels, then cuBLAS's (and torch's
+      # float64 reference); ncu flushes caches before each
+      for kernels in main_kernel 'gemm|splitK'; do
+        timeout 240 ncu --kernel-name-base demangled --kernel-name regex:"$kernels" --launch-count 10 \
+          --metrics gpu__time_duration.sum python3 runner.py --preset gemm-seed \
+          --schedule autotvm:v5 --records reports/tuning/autotvm-h100.jsonl --no-ir \
+          --results /tmp/kernel-times.jsonl
+      done 2>&1 | tee "$out/kernel-times.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
             "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v6, gemm-fp32, gemm-16bit,"\
-            "profile)"; exit 2 ;;
+            "profile, kernel-times)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume
