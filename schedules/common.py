@@ -63,3 +63,24 @@ def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads:
     if pad_rows:  # row stride = vector (mod 4 * vector) elements, i.e. 16 (mod 64) bytes
         sch.storage_align(tile, 0, axis=-2, factor=4 * vector, offset=vector)
     return tile
+
+
+def transposed_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: tuple[int, int]):
+    """Stage float32 operand `operand` (rows x K) of `block` in shared memory at loop `at`,
+    transposed ([k, row]), so that a thread reads several rows of one K step as one 16-byte
+    vector. Elements are dealt out one by one (4-byte cp.async when pipelined): a warp takes
+    8 consecutive K, one 32-byte sector, of each of 4 rows. Each K row of the tile is padded to
+    a stride of 4 (mod 32) elements, so those 32 stores hit 32 different banks.
+    Returns the copy block."""
+    tile = sch.cache_read(block, operand, "shared.dyn")
+    sch.compute_at(tile, at)
+    rows, k = sch.get_loops(tile)[-2:]
+    rows, warp_rows = sch.split(rows, [None, 4])
+    k, warp_k = sch.split(k, [None, 8])
+    sch.reorder(rows, k, warp_rows, warp_k)
+    _, ty, tx = sch.split(sch.fuse(rows, k, warp_rows, warp_k), [None, threads[0], threads[1]])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.transform_layout(tile, ("write", 0), lambda row, k: (k, row))
+    sch.storage_align(tile, 0, axis=-2, factor=32, offset=4)
+    return tile

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from .common import cast_epilogue_at, cooperative_fetch, require_grid_y, write_back_at
+from .common import (cast_epilogue_at, cooperative_fetch, require_grid_y, transposed_fetch,
+                     write_back_at)
 from .registry import ScheduleNotApplicable, schedule
 from .workloads import DTYPE_BYTES, Workload
 
@@ -159,23 +160,25 @@ def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
 
 
 def _tile_for_registers(sch: Schedule, wl: Workload, C, name: str, threads: tuple[int, int],
-                        thread_m: int, thread_n: int, k_split: list[int], group_n: int = 0):
+                        thread_m: int, thread_n: int, k_split: list[int], group_n: int = 0,
+                        group_m: int = 0):
     """Block tiles on blockIdx, thread tiles on threadIdx (x along the contiguous N axis), and
     thread_m x thread_n register tiles innermost; K split by k_split, its loops between the
     threads and the register tile. With group_n < thread_n, a thread's columns are
-    thread_n / group_n groups of group_n, one block row of threads apart (virtual threads).
-    Returns the threadIdx.x loop and the K loops."""
+    thread_n / group_n groups of group_n, one block row of threads apart (virtual threads);
+    likewise its rows with group_m < thread_m. Returns the threadIdx.x loop and the K loops."""
     require_grid_y(name, "M/block_m", -(-wl.dims["M"] // (threads[0] * thread_m)))
     *k_slice, i, j, k = sch.get_loops(C)  # a split-K partial block (_split_k) has a K slice loop
     if k_slice:
         sch.bind(k_slice[0], "blockIdx.z")
-    by, ty, ti = sch.split(i, [None, threads[0], thread_m])
-    group_n = group_n or thread_n
+    group_m, group_n = group_m or thread_m, group_n or thread_n
+    by, vy, ty, ti = sch.split(i, [None, thread_m // group_m, threads[0], group_m])
     bx, vx, tx, tj = sch.split(j, [None, thread_n // group_n, threads[1], group_n])
     k_loops = sch.split(k, [None, *k_split])
-    sch.reorder(by, bx, vx, ty, tx, *k_loops, ti, tj)
+    sch.reorder(by, bx, vy, vx, ty, tx, *k_loops, ti, tj)
     sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
+    sch.bind(vy, "vthread.y")
     sch.bind(vx, "vthread.x")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")  # the contiguous N axis: a warp touches consecutive columns
@@ -232,6 +235,54 @@ def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int):
     return partial
 
 
+def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m: int,
+                                 block_n: int, thread_m: int, thread_n: int, tile_k: int,
+                                 stages: int, split_k: int, transpose_a: bool = False,
+                                 fragment_stages: int = 1) -> None:
+    """v5's schedule; v5t's with transpose_a and fragment_stages (see their docstrings)."""
+    vector = 16 // DTYPE_BYTES[wl.dtype]
+    _require_whole_vectors(name, wl, vector)
+    threads = (block_m // thread_m, block_n // thread_n)
+    group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
+    group_m = min(thread_m, vector) if transpose_a else thread_m
+    # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.
+    k_split = [tile_k] if transpose_a else [tile_k // vector, vector]
+    C = _split_k(sch, wl, name, split_k, vector) if split_k > 1 else sch.get_sblock(wl.reduction_block)
+    # Step 1. v4's tiling, with the K step split again into fragment-wide slices, and a thread's
+    # column groups a row of threads apart (B's vectors are read without bank conflicts).
+    tx, (ko, k_slice, *_) = _tile_for_registers(
+        sch, wl, C, name, threads, thread_m, thread_n, k_split, group, group_m)
+    # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast).
+    write_back_at(sch, wl, tx, C if split_k > 1 else None, min(group, 4))
+    # Step 2. Shared tiles filled with 16-byte vectors, rows padded against bank conflicts; or
+    # A transposed, element by element.
+    if transpose_a:
+        transposed_fetch(sch, C, 0, ko, threads)
+    else:
+        cooperative_fetch(sch, C, 0, ko, threads, vector, "shared.dyn", pad_rows=True)
+    cooperative_fetch(sch, C, 1, ko, threads, vector, "shared.dyn", pad_rows=True)
+    # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, or along
+    # M when transposed; B along N), the K slices of a tile unrolled so that the next fragments
+    # load during this slice's FMAs.
+    for operand, width in ((0, group_m if transpose_a else vector), (1, group)):
+        fragment = sch.cache_read(C, operand, "local")
+        sch.compute_at(fragment, k_slice)
+        _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
+        sch.vectorize(lanes)
+    sch.unroll(k_slice)
+    if fragment_stages > 1:  # the fragments of K slice s + fragment_stages - 1 load during slice s
+        sch.annotate(k_slice, "software_pipeline_stage", [0, 0, fragment_stages - 1])
+        sch.annotate(k_slice, "software_pipeline_order", [0, 1, 2])
+    sch.decompose_reduction(C, ko)
+    # Step 4. Multi-buffering: load tile k + stages - 1 (asynchronously) while tile k is multiplied.
+    if stages > 1:
+        # a pipelined fragment loop is three statements by then: prologue, body, epilogue
+        compute = 3 if fragment_stages > 1 else 1
+        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [stages - 1] * compute)
+        sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
+        sch.annotate(ko, "software_pipeline_async_stages", [0])
+
+
 @schedule("gemm", "v5", space={**TILES, "thread_m": [4, 8], "thread_n": [4, 8],
                                "tile_k": [16, 32], "stages": [1, 2, 3], "split_k": [1, 2, 4]})
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
@@ -248,31 +299,28 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
     storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait; with
     split_k, a C_rf buffer and a second kernel."""
-    vector = 16 // DTYPE_BYTES[wl.dtype]
-    _require_whole_vectors("v5", wl, vector)
-    threads = (block_m // thread_m, block_n // thread_n)
-    group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
-    C = _split_k(sch, wl, "v5", split_k, vector) if split_k > 1 else sch.get_sblock(wl.reduction_block)
-    # Step 1. v4's tiling, with the K step split again into vector-wide slices, and a thread's
-    # column groups a row of threads apart (B's vectors are read without bank conflicts).
-    tx, (ko, k_slice, _) = _tile_for_registers(
-        sch, wl, C, "v5", threads, thread_m, thread_n, [tile_k // vector, vector], group)
-    # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast).
-    write_back_at(sch, wl, tx, C if split_k > 1 else None, min(group, 4))
-    # Step 2. Shared tiles filled with 16-byte vectors, rows padded against bank conflicts.
-    for operand in (0, 1):
-        cooperative_fetch(sch, C, operand, ko, threads, vector, "shared.dyn", pad_rows=True)
-    # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, B along N),
-    # the K slices of a tile unrolled so that the next fragments load during this slice's FMAs.
-    for operand, width in ((0, vector), (1, group)):
-        fragment = sch.cache_read(C, operand, "local")
-        sch.compute_at(fragment, k_slice)
-        _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
-        sch.vectorize(lanes)
-    sch.unroll(k_slice)
-    sch.decompose_reduction(C, ko)
-    # Step 4. Multi-buffering: load tile k + stages - 1 (asynchronously) while tile k is multiplied.
-    if stages > 1:
-        sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
-        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-        sch.annotate(ko, "software_pipeline_async_stages", [0])
+    _register_tiles_from_vectors(sch, wl, "v5", block_m, block_n, thread_m, thread_n, tile_k,
+                                 stages, split_k)
+
+
+@schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
+                                "thread_m": [8, 16], "thread_n": [8, 16], "tile_k": [16, 32],
+                                "stages": [2, 3], "split_k": [1, 4, 8], "fragment_stages": [1, 2]})
+def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
+        thread_n: int = 16, tile_k: int = 32, stages: int = 2, split_k: int = 1,
+        fragment_stages: int = 2) -> None:
+    """v5 + A's shared tile transposed and double-buffered fragments, as CUTLASS's SIMT
+    kernels do: A's tile is stored M-contiguous ([k, m], filled by 4-byte cp.async), so a
+    thread reads its rows of one K step as 16-byte vectors, like B's columns. A fragment is then
+    thread_m + thread_n registers per K step instead of v5's 4 K steps at once, which leaves
+    room for 128 outputs per thread (8x16: half the shared loads per FMA of v5's 8x4), and the
+    K step loop is pipelined: step s + 1's fragments load during step s's FMAs (with
+    fragment_stages=2). float32 only: cp.async copies no less than 4 bytes.
+
+    IR: A_shared allocated [tile_k, block_m + 4] and written A_shared[k, m]; 4-byte
+    ptx_cp_async for A, 16-byte for B; a software pipeline on the K step loop too."""
+    if wl.dtype != "float32":
+        raise ScheduleNotApplicable(f"v5t copies A element by element with cp.async, which moves "
+                                    f"4 bytes at least: float32 only, not {wl.dtype}")
+    _register_tiles_from_vectors(sch, wl, "v5t", block_m, block_n, thread_m, thread_n, tile_k,
+                                 stages, split_k, transpose_a=True, fragment_stages=fragment_stages)

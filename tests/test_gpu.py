@@ -81,6 +81,19 @@ def test_v5_split_k_is_correct(wl, split_k, target):
     check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
 
 
+@pytest.mark.parametrize("knobs", [{}, {"split_k": 8}, {"block_m": 64, "block_n": 128, "thread_m": 16,
+                                    "thread_n": 8, "split_k": 4, "fragment_stages": 1, "stages": 3}])
+@pytest.mark.parametrize("wl", [WORKLOADS[0], Workload("gemm", (200, 136, 256)), Workload("gemm", (200, 136, 256), layout="nt")],
+                         ids=lambda wl: wl.label())
+def test_v5t_is_correct(wl, knobs, target):
+    """A transposed in shared memory, the fragment pipeline, split K; tiles that overhang M and
+    N, and B in both layouts."""
+    mod = schedules.get("gemm", "v5t").apply(wl, target, **knobs)
+    inputs = measure.random_inputs(wl, 6)
+    run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
+    check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+
+
 def test_metaschedule_split_k_candidates_are_correct(target):
     """The first split-K candidates a MetaSchedule search would measure: partial sums over K
     slices, then the kernel that adds them."""

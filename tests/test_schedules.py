@@ -2,6 +2,7 @@
 the local nvcc where there is one) or refuses with a reason. Then the IR features that prove
 each rung's idea."""
 
+import re
 import shutil
 
 import pytest
@@ -33,6 +34,7 @@ WORKLOADS = {
 REFUSALS = (
     "is not a multiple of the 8-element vector",  # GEMV 16-byte loads
     "loads 16-byte vectors",  # v5: rows must start on 16-byte boundaries
+    "float32 only",  # v5t: A is copied by 4-byte cp.async
     "multiplies float16 or bfloat16 on tensor cores",  # v6
     "writes the float32 accumulators",  # v6
     "to be a multiple of its tile",  # v6
@@ -42,7 +44,7 @@ RUNGS = [(e.name, wl) for op, wls in WORKLOADS.items() for e in schedules.entrie
 
 
 def test_registry_lists_the_ladders_in_order():
-    assert schedules.names("gemm")[:7] == ["naive", "v1", "v2", "v3", "v4", "v5", "v6"]
+    assert schedules.names("gemm")[:8] == ["naive", "v1", "v2", "v3", "v4", "v5", "v5t", "v6"]
     assert schedules.names("gemv")[:6] == [
         "naive", "splitk", "splitk_vec", "allreduce", "multirow", "blockreduce"]
     assert schedules.names("batched_gemv") == schedules.names("gemv")
@@ -81,7 +83,7 @@ def test_rung_builds_or_refuses_with_a_reason(name, wl, compiled):
 
 
 # The shapes each rung is built for: there, no register spills and no stack frame.
-INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5")
+INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5t")
             for wl in (WORKLOADS["gemm"][0], Workload("gemm", (4096, 4096, 4096)))]
 INTENDED += [("v6", Workload("gemm", (4096, 4096, 4096), dt, layout=lay))
              for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
@@ -203,7 +205,7 @@ def test_vector_rungs_refuse_k_that_is_not_whole_vectors(target):
         schedules.get("gemv", "allreduce").apply(Workload("gemv", (64, 1001), "float16"), target)
 
 
-# -- past the seed: v4, v5, v6 ------------------------------------------------------------------
+# -- past the seed: v4, v5, v5t, v6 -------------------------------------------------------------
 
 
 def test_v4_has_coalesced_threads_and_a_register_tile(compiled):
@@ -248,6 +250,26 @@ def test_v5_split_k_sums_float32_partials_in_a_second_kernel(compiled):
 def test_v5_refuses_rows_that_are_not_whole_vectors(target):
     with pytest.raises(ScheduleNotApplicable, match="K \\(the rows of A\\)=2047 is not a multiple of 4"):
         schedules.get("gemm", "v5").apply(WORKLOADS["gemm"][1], target)
+
+
+def test_v5t_transposes_a_in_shared_memory_and_double_buffers_fragments(compiled):
+    ir, source, s = compiled("v5t", SEED)  # 128x256 block tile, 8x16 per thread, K tiles of 32
+    assert s.block == {"threadIdx.y": 16, "threadIdx.x": 16} and s.grid == {"blockIdx.y": 8, "blockIdx.x": 2}
+    assert "C_local = T.alloc_local((128,)" in ir
+    # A's tile is [k, m] with rows of 128 + 4 floats, filled 4 bytes at a time; B's as in v5.
+    assert s.shared_bytes == 2 * (32 * 132 + 32 * 260) * 4
+    assert "cp.async.ca.shared.global [%0], [%1], %2;" in source and "ptx_cp_async_legacy_ca_4_4_4" in source
+    assert "ptx_cp_async_legacy_cg_16_4_4" in source
+    # A thread's 8 rows of one K step are two 16-byte vectors of a [k, m] row; the next K
+    # step's (132 floats on) go to the fragment's second buffer while this one's are used.
+    assert "A_shared_dyn_local = T.alloc_local((16,)" in ir and "B_shared_dyn_local = T.alloc_local((32,)" in ir
+    this_step = re.search(r"A_shared_dyn_local\[0:4\] = A_shared_dyn\[T.Ramp\((cse_v\d+), 1, 4\)", ir)
+    assert this_step and f"A_shared_dyn_local[4:8] = A_shared_dyn[T.Ramp({this_step[1]} + 132, 1, 4)" in ir
+
+
+def test_v5t_refuses_16_bit_inputs(target):
+    with pytest.raises(ScheduleNotApplicable, match="float32 only, not float16"):
+        schedules.get("gemm", "v5t").apply(Workload("gemm", (256, 256, 256), "float16"), target)
 
 
 @pytest.mark.parametrize("dtype, layout", [("float16", "nn"), ("float16", "nt"), ("bfloat16", "nn"), ("bfloat16", "nt")])
