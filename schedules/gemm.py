@@ -2,9 +2,9 @@
 
 naive..v3 are the seed blog's schedules (`../shared/seeds/gemm-tvm-blog-naive-to-v3.md`)
 rewritten for TensorIR with the seed's tile sizes as defaults: the same launch dimensions, the
-same shared tiles and the same K split. v4, v5 and v5t go past the seed on CUDA cores; v6, on tensor
-cores, is in tensorcore.py. The defaults of v5 and v6 come from knob sweeps on an H100
-(reports/logs/h100-gemm-sweep-*.log). Loop names follow the seed: i/x is the row axis (M),
+same shared tiles and the same K split. v4, v5 and v5t go past the seed on CUDA cores; v6, on
+tensor cores, is in tensorcore.py. The defaults of v5 and v6 come from knob sweeps on an H100
+(reports/logs/h100-gemm-sweep-*.log), v5t's from reports/logs/h100-v5t-sweep-*.log. Loop names follow the seed: i/x is the row axis (M),
 j/y the column axis (N), k the reduction. Shapes that are not multiples of a tile get
 predicated tails from `split`.
 """
