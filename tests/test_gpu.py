@@ -53,6 +53,13 @@ def check(wl, run, inputs, tolerance):
     return err
 
 
+def check_module(wl, mod, target, seed):
+    """Build a scheduled module and check it on random inputs (`seed`) into a poisoned output."""
+    inputs = measure.random_inputs(wl, seed)
+    run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
+    check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+
+
 @pytest.mark.parametrize("name, wl", CASES, ids=[f"{n}-{wl.label().replace(' ', '-')}" for n, wl in CASES])
 def test_schedule_is_correct_on_random_inputs(name, wl, target):
     try:
@@ -75,10 +82,7 @@ def test_v5_split_k_is_correct(wl, split_k, target):
     """K in slices whose float32 partials a second kernel sums 4 outputs at a time (and casts,
     for float16 C); the last cases have tiles that overhang M and N, and the last one rows
     that end in part of a vector."""
-    mod = schedules.get("gemm", "v5").apply(wl, target, split_k=split_k)
-    inputs = measure.random_inputs(wl, 5)
-    run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
-    check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+    check_module(wl, schedules.get("gemm", "v5").apply(wl, target, split_k=split_k), target, 5)
 
 
 @pytest.mark.parametrize("knobs", [{}, {"split_k": 8}, {"block_m": 64, "block_n": 128, "thread_m": 16,
@@ -88,10 +92,7 @@ def test_v5_split_k_is_correct(wl, split_k, target):
 def test_v5t_is_correct(wl, knobs, target):
     """A transposed in shared memory, the fragment pipeline, split K; tiles that overhang M and
     N, and B in both layouts."""
-    mod = schedules.get("gemm", "v5t").apply(wl, target, **knobs)
-    inputs = measure.random_inputs(wl, 6)
-    run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
-    check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+    check_module(wl, schedules.get("gemm", "v5t").apply(wl, target, **knobs), target, 6)
 
 
 def test_metaschedule_split_k_candidates_are_correct(target):
@@ -102,10 +103,8 @@ def test_metaschedule_split_k_candidates_are_correct(target):
     wl = Workload("gemm", (256, 128, 512))
     mods = split_k_candidates(wl, target)
     assert mods, "the first batch holds no split-K candidate"
-    inputs = measure.random_inputs(wl, 7)
     for mod in mods[:4]:
-        run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
-        check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+        check_module(wl, mod, target, 7)
 
 
 @pytest.mark.parametrize("wl", [WORKLOADS[i] for i in (0, 2, 5, 6, 8, 12)], ids=lambda wl: wl.label())
