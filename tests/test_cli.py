@@ -35,7 +35,7 @@ def run(capsys, *argv):
         (["--preset", "nope"], "error: unknown preset 'nope'; valid: gemm-seed"),
         (["--preset", "gemv-1024", "--op", "gemm"], "error: preset gemv-1024 is a gemv workload"),
         (["--arch", "hopper"], "error: malformed --arch 'hopper'"),
-        (["--diff", "v2", "v7"], "error: unknown schedule 'v7' for gemm"),
+        (["--diff", "v2", "v9"], "error: unknown schedule 'v9' for gemm"),
         (["--op", "gemv", "--shape", "64x1001", "--diff", "naive", "allreduce"],
          "error: K=1001 is not a multiple of the 8-element vector"),
         (["--schedule", "v5:split=4"], "error: v5 has no knob 'split'; knobs: block_m, block_n"),

@@ -95,6 +95,17 @@ def test_v5t_is_correct(wl, knobs, target):
     check_module(wl, schedules.get("gemm", "v5t").apply(wl, target, **knobs), target, 6)
 
 
+@pytest.mark.parametrize("knobs", [{}, {"block_m": 64, "block_n": 128, "stages": 2},
+                                   {"block_m": 256, "block_n": 64, "chunk_k": 32, "stages": 3}])
+@pytest.mark.parametrize("wl", [Workload("gemm", (256, 512, 320), "float16"),
+                                Workload("gemm", (256, 512, 320), "bfloat16", layout="nt")],
+                         ids=lambda wl: wl.label())
+def test_v7_is_correct(wl, knobs, target):
+    """wgmma from core-matrix tiles: both B layouts, one to four warpgroups per block, n from
+    64 to 256, K chunks of 32 and 64."""
+    check_module(wl, schedules.get("gemm", "v7").apply(wl, target, **knobs), target, 8)
+
+
 def test_metaschedule_split_k_candidates_are_correct(target):
     """The first split-K candidates a MetaSchedule search would measure: partial sums over K
     slices, then the kernel that adds them."""

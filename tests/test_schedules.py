@@ -37,14 +37,14 @@ REFUSALS = (
     "float32 only",  # v5t: A is copied by 4-byte cp.async
     "multiplies float16 or bfloat16 on tensor cores",  # v6
     "writes the float32 accumulators",  # v6
-    "to be a multiple of its tile",  # v6
+    "to be a multiple of its tile",  # v6, v7
 )
 RUNGS = [(e.name, wl) for op, wls in WORKLOADS.items() for e in schedules.entries(op)
          if not e.baseline for wl in wls]
 
 
 def test_registry_lists_the_ladders_in_order():
-    assert schedules.names("gemm")[:8] == ["naive", "v1", "v2", "v3", "v4", "v5", "v5t", "v6"]
+    assert schedules.names("gemm")[:9] == ["naive", "v1", "v2", "v3", "v4", "v5", "v5t", "v6", "v7"]
     assert schedules.names("gemv")[:6] == [
         "naive", "splitk", "splitk_vec", "allreduce", "multirow", "blockreduce"]
     assert schedules.names("batched_gemv") == schedules.names("gemv")
@@ -85,7 +85,7 @@ def test_rung_builds_or_refuses_with_a_reason(name, wl, compiled):
 # The shapes each rung is built for: there, no register spills and no stack frame.
 INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5t")
             for wl in (WORKLOADS["gemm"][0], Workload("gemm", (4096, 4096, 4096)))]
-INTENDED += [("v6", Workload("gemm", (4096, 4096, 4096), dt, layout=lay))
+INTENDED += [(name, Workload("gemm", (4096, 4096, 4096), dt, layout=lay)) for name in ("v6", "v7")
              for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
 INTENDED += [(e.name, wl) for e in schedules.entries("gemv") if not e.baseline
              for wl in (WORKLOADS["gemv"][0], WORKLOADS["batched_gemv"][0])]
@@ -294,3 +294,25 @@ def test_v6_runs_on_tensor_cores(dtype, layout, compiled):
 def test_v6_refuses_what_tensor_cores_cannot_take(wl, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=reason):
         schedules.get("gemm", "v6").apply(wl, target)
+
+
+@pytest.mark.parametrize("dtype, layout", [("float16", "nn"), ("bfloat16", "nt")])
+def test_v7_multiplies_with_wgmma_from_shared_memory(dtype, layout, compiled):
+    wl = Workload("gemm", (256, 256, 256), dtype, layout=layout)
+    _, source, s = compiled("v7", wl)
+    short = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    assert f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{short}.{short}" in source
+    # B is K x N in nn: wgmma transposes it (the last immediate); in nt it is already K-major.
+    assert re.search(r"ps0, 1, 1, 0, (\d);", source).group(1) == ("1" if layout == "nn" else "0")
+    # shared memory written by cp.async is fenced for wgmma's reads; each chunk is waited for
+    assert "fence.proxy.async.shared::cta" in source and "wgmma.wait_group.sync.aligned 0" in source
+    assert "cp.async" in source and "ldmatrix" not in source  # no operand fragments in registers
+    assert s.block == {"threadIdx.y": 8, "threadIdx.x": 32}  # two warpgroups
+    if shutil.which("nvcc"):
+        usage = build.nvcc_resources(source, "sm_90")["main_kernel"]
+        assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0  # 128 accumulators in registers
+
+
+def test_v7_refuses_a_block_that_splits_a_warpgroup(target):
+    with pytest.raises(ScheduleNotApplicable, match="block_m=32 is not a multiple of 64"):
+        schedules.get("gemm", "v7").apply(Workload("gemm", (256, 256, 256), "float16"), target, block_m=32)

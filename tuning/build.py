@@ -28,8 +28,14 @@ _CUDA_LIMITS = {
 }
 
 
+def with_arch_features(arch: str) -> str:
+    """Hopper's own instructions (wgmma, v7's) assemble only for sm_90a, which runs on every
+    sm_90 GPU: build for it there."""
+    return arch + "a" if arch == "sm_90" else arch
+
+
 def cuda_target(arch: str = "sm_90") -> Target:
-    return Target({"kind": "cuda", "arch": arch, **_CUDA_LIMITS})
+    return Target({"kind": "cuda", "arch": with_arch_features(arch), **_CUDA_LIMITS})
 
 
 def has_warp_fragments(script: str) -> bool:
@@ -205,7 +211,7 @@ def nvcc_resources(source: str, arch: str) -> dict | None:
         with open(src, "w") as f:
             f.write(source)
         done = subprocess.run(
-            [nvcc, "-cubin", f"-arch={arch}", "--resource-usage", "-o", src + ".cubin", src],
+            [nvcc, "-cubin", f"-arch={with_arch_features(arch)}", "--resource-usage", "-o", src + ".cubin", src],
             capture_output=True,
             text=True,
         )
