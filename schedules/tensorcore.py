@@ -210,8 +210,8 @@ def _descriptor(pointer, k: int):
 
 def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool) -> str:
     """Register (once) and name the intrinsic for one warp's 16 rows of a warpgroup's
-    C[64, n] += A[64, k] * B[k, n], A and B in core-matrix order in shared memory, C in the
-    warp-fragment layout of TVM's mma intrinsics (which is wgmma's accumulator layout).
+    C[64, n] += A[64, k] * B[k, n], A and B in core-matrix order in shared memory, C as each
+    lane's registers of the fragment layout of TVM's mma intrinsics (which is wgmma's).
     Its body: make the threads' shared-memory writes visible to wgmma's reads (a proxy fence
     and a barrier), then k/16 wgmma.m64n{n}k16 from descriptors, committed and waited for."""
     name = f"v7_wgmma_{SHORT[dtype]}_n{n}_k{k}_{'nt' if b_k_contiguous else 'nn'}"
@@ -238,11 +238,11 @@ def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool) -> str:
             for i, j, kk in T.grid(MMA, n, k):
                 with T.sblock("update"):
                     vi, vj, vk = T.axis.remap("SSR", [i, j, kk])
-                    register = T.meta_var(_register_of(vi, vj)[2])
+                    _, tile, register = T.meta_var(_register_of(vi, vj))
+                    a0, a1, a2, a3 = T.meta_var(_core_matrix_index(vi, vk, True))
                     b0, b1, b2, b3 = T.meta_var(b_index(vk, vj))
-                    C[vj // MMA, register] = C[vj // MMA, register] + T.Cast(
-                        "float32", A[vi // CORE, vk // CORE, vi % CORE, vk % CORE]) * T.Cast(
-                        "float32", B[b0, b1, b2, b3])
+                    C[tile, register] = C[tile, register] + T.Cast(
+                        "float32", A[a0, a1, a2, a3]) * T.Cast("float32", B[b0, b1, b2, b3])
 
     def issue(C, A, B, step):
         group_start = A.elem_offset - A.elem_offset % group_elements
@@ -279,7 +279,8 @@ def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool) -> str:
 def _register_of(i, j):
     """The accumulator register that holds C[i, j] in the lane that holds it (v6's fragment
     layout without the lane): 16x16 tile, then one of 8 registers."""
-    return (i // MMA, j // MMA, _tvm_intrinsics().shared_16x16_to_ldmatrix_32x8_layout(i % MMA, j % MMA)[1])
+    tile_i, tile_j, _, register = _warp_layout(i, j)
+    return tile_i, tile_j, register
 
 
 def _bind_fragment_lanes(sch: Schedule, block):
