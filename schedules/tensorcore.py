@@ -160,71 +160,111 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
 
 
 # -- v7: Hopper's warpgroup MMA (wgmma) --------------------------------------------------------
-# wgmma reads A and B from shared memory through 64-bit descriptors, in "core matrices" of 8 rows
-# of 16 bytes (8 elements along the contiguous axis), 128 contiguous bytes each. The layout here
-# is the one without a swizzle: a tile is [MN/8][K/8][8 rows][8 elements], so the descriptor's
-# leading byte offset (between core matrices along K) is 128 bytes and its stride byte offset
-# (between core matrices along M or N) is K/8 * 128 bytes. For an operand stored K-contiguous
-# (A; B in the nt layout) a core matrix's rows run along M or N; for B in the nn layout they run
-# along K, and wgmma is told to transpose it (its trans-b bit).
-CORE = 8  # a core matrix is 8 x 8 16-bit elements
+# wgmma reads A and B from shared memory through 64-bit descriptors. The layout here is its
+# 128-byte swizzle: an operand's tile is cut into atoms of 8 rows of 128 bytes (64 elements along
+# the contiguous axis), 1024 contiguous bytes each, and the 16-byte chunk j of row r is stored at
+# chunk j ^ r. The 8 rows wgmma reads together then fall in 8 different groups of banks, and
+# the hardware applies the same XOR to the address bits when it reads. For an operand stored
+# K-contiguous (A; B in the nt layout) a row is one M or N index over 64 K; for B in the nn
+# layout a row is one K index over 64 columns, and wgmma is told to transpose it (its trans-b
+# bit). Without the swizzle (the plain core-matrix layout), v7 ran at 24% of cuBLAS instead of
+# 67% (reports/notes/h100-gemm-ladder.md).
+SWIZZLE_ROW = 64  # 16-bit elements in a 128-byte swizzled row
+ATOM_ROWS = 8  # rows in an atom; also the 16-byte chunks in a row, and the elements in a chunk
+ATOM_ELEMENTS = ATOM_ROWS * SWIZZLE_ROW  # 1024 bytes
 WARPGROUP = 4  # warps that issue one wgmma together
+HOPPER_SHARED_BYTES = 227 * 1024  # dynamic shared memory one block can have on sm_90
+REGISTERS_PER_BLOCK = 65536
 
 
-def _core_matrix_index(rows, cols, k_contiguous: bool):
-    """Where element (rows, cols) of a 16-bit shared tile lives in core-matrix order; `cols` is
-    the contiguous axis, and is K when k_contiguous, M or N otherwise."""
-    mn, k = (rows, cols) if k_contiguous else (cols, rows)
-    return (mn // CORE, k // CORE, rows % CORE, cols % CORE)
+def _swizzled_index(rows, cols, k_contiguous: bool):
+    """Where element (rows, cols) of a 16-bit shared tile lives in 128-byte-swizzled atoms;
+    `cols` is the contiguous axis, and is K when k_contiguous (an atom: 8 M or N x 64 K), M or
+    N otherwise (an atom: 8 K x 64 M or N). [MN atom][K atom][row][chunk ^ row][element]."""
+    row = rows % ATOM_ROWS
+    chunk = (cols % SWIZZLE_ROW // ATOM_ROWS ^ row) % ATOM_ROWS  # "% 8" bounds it for TVM
+    mn_atom, k_atom = ((rows // ATOM_ROWS, cols // SWIZZLE_ROW) if k_contiguous
+                       else (cols // SWIZZLE_ROW, rows // ATOM_ROWS))
+    return (mn_atom, k_atom, row, chunk, cols % ATOM_ROWS)
 
 
-def _core_matrix_fetch(sch: Schedule, block, operand: int, at, threads: tuple[int, int],
-                       k_contiguous: bool):
-    """Stage 16-bit operand `operand` of `block` in shared memory at loop `at` in core-matrix
-    order, loaded by all threads as 16-byte vectors: a warp takes 4 consecutive vectors of each
-    of 8 rows, so it reads 64 contiguous bytes per row and writes 4 whole core matrices (no
-    bank conflicts). Returns the copy block."""
+def _swizzled_fetch(sch: Schedule, block, operand: int, at, threads: tuple[int, int],
+                    k_contiguous: bool):
+    """Stage 16-bit operand `operand` of `block` in shared memory at loop `at` in swizzled atoms,
+    loaded by all threads as 16-byte vectors, 8 consecutive threads per 128-byte row: each
+    warp reads whole 128-byte rows and writes whole swizzled rows (no bank conflicts).
+    Returns the copy block."""
     tile = sch.cache_read(block, operand, "shared.dyn")
     sch.compute_at(tile, at)
-    rows, cols = sch.get_loops(tile)[-2:]
-    rows, row = sch.split(rows, [None, CORE])
-    cols, col_vectors, lanes = sch.split(cols, [None, 4, CORE])
-    sch.reorder(rows, cols, col_vectors, row, lanes)
-    _, ty, tx = sch.split(sch.fuse(rows, cols, col_vectors, row), [None, *threads])
+    vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, ATOM_ROWS])
+    _, ty, tx = sch.split(vectors, [None, *threads])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(lanes)
-    sch.transform_layout(tile, ("write", 0), lambda r, c: _core_matrix_index(r, c, k_contiguous))
+    sch.transform_layout(tile, ("write", 0), lambda r, c: _swizzled_index(r, c, k_contiguous),
+                         assume_injective_transform=True)  # the xor is a permutation
     return tile
 
 
-def _descriptor(pointer, k: int):
-    """wgmma's shared-memory matrix descriptor of a core-matrix tile K elements deep that starts
-    at `pointer`: start address, leading byte offset 128, stride byte offset K/8 * 128, no
-    swizzle; every field counts 16-byte units."""
+def _descriptor(pointer, leading_bytes: int, stride_bytes: int):
+    """wgmma's shared-memory matrix descriptor of a 128-byte-swizzled tile that starts at
+    `pointer`: its start address, leading and stride byte offsets (in 16-byte units) and the
+    swizzle mode (1 in bits 62-63: 128 bytes). The XOR comes from address bits 7-9, so atoms
+    must start 1024-byte aligned: every tile here is whole atoms, and dynamic shared memory
+    starts 1024-byte aligned on Hopper (v7 is correct on the H100)."""
     address = T.cuda.cvta_generic_to_shared(pointer)
-    fields = (128 // 16) << 16 | (k // CORE * 128 // 16) << 32
+    fields = (leading_bytes // 16) << 16 | (stride_bytes // 16) << 32 | 1 << 62
     return T.bitwise_or(T.Cast("uint64", T.bitwise_and(T.shift_right(address, 4), 0x3FFF)),
                         T.uint64(fields))
 
 
-def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool) -> str:
+def _descriptor_offsets(k_contiguous: bool, k: int) -> tuple[int, int]:
+    """The leading and stride byte offsets of a descriptor of a swizzled tile k deep. An atom is
+    1024 bytes; the atoms of one MN position along K are contiguous. K-contiguous: stride =
+    between 8-row atoms (k/64 atoms apart); leading unused within a 128-byte row. MN-contiguous:
+    leading = between 64-wide MN atoms (k/8 atoms apart), stride = between 8-deep K atoms."""
+    atom_bytes = 2 * ATOM_ELEMENTS
+    if k_contiguous:
+        return 16, k // SWIZZLE_ROW * atom_bytes
+    return k // ATOM_ROWS * atom_bytes, atom_bytes
+
+
+def _k_offset(kk, k_contiguous: bool):
+    """Elements from the start of a swizzled tile to K index kk of its first M or N index, where
+    a wgmma k16 step starts: row 0 of an atom, which the XOR leaves in place (the hardware
+    applies the XOR to the other rows' addresses itself)."""
+    if k_contiguous:
+        return kk // SWIZZLE_ROW * ATOM_ELEMENTS + kk % SWIZZLE_ROW
+    return kk // ATOM_ROWS * ATOM_ELEMENTS
+
+
+def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool, stages: int) -> str:
     """Register (once) and name the intrinsic for one warp's 16 rows of a warpgroup's
-    C[64, n] += A[64, k] * B[k, n], A and B in core-matrix order in shared memory, C as each
-    lane's registers of the fragment layout of TVM's mma intrinsics (which is wgmma's).
-    Its body: make the threads' shared-memory writes visible to wgmma's reads (a proxy fence
-    and a barrier), then k/16 wgmma.m64n{n}k16 from descriptors, committed and waited for."""
-    name = f"v7_wgmma_{SHORT[dtype]}_n{n}_k{k}_{'nt' if b_k_contiguous else 'nn'}"
+    C[64, n] += A[64, k] * B[k, n], A and B in swizzled atoms in shared memory, C as each lane's
+    registers of the fragment layout of TVM's mma intrinsics (which is wgmma's). Its body:
+    wait for this chunk's cp.async group (stages - 2 younger ones may still be loading), make
+    the threads' shared-memory writes visible to wgmma's reads (a proxy fence and a barrier),
+    issue k/16 wgmma.m64n{n}k16 from descriptors as one group, and wait for the previous
+    chunk's group only: this one keeps the tensor cores busy while the threads load the next.
+
+    The cp.async wait is here because TVM's pipeline, with the loads after the multiply in the
+    loop body, does not wait for this chunk in its steady state: it emits wait_group 4 with 4
+    stages, when only 3 groups are in flight. Its prologue and epilogue waits are right."""
+    name = f"v7_wgmma_{SHORT[dtype]}_n{n}_k{k}_{'nt' if b_k_contiguous else 'nn'}_s{stages}"
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return name
-    a_shape, b_shape, c_shape = (2, k // CORE, CORE, CORE), (n // CORE, k // CORE, CORE, CORE), (n // MMA, 8)
+    atoms = (ATOM_ROWS, ATOM_ROWS, ATOM_ROWS)  # row, chunk, element
+    k_atoms = k // SWIZZLE_ROW  # of a K-contiguous operand
+    a_shape = (MMA // ATOM_ROWS, k_atoms, *atoms)
+    b_shape = (n // ATOM_ROWS, k_atoms, *atoms) if b_k_contiguous else (n // SWIZZLE_ROW, k // ATOM_ROWS, *atoms)
+    c_shape = (n // MMA, 8)
     wgmma = getattr(T.ptx.wgmma.mma_async.sync.aligned, f"m64n{n}k16").f32
     wgmma = getattr(getattr(wgmma, SHORT[dtype]), SHORT[dtype])
     group_elements = WARPGROUP * MMA * k  # one warpgroup's 64 rows of A
-    steps = k // MMA
+    a_offsets, b_offsets = _descriptor_offsets(True, k), _descriptor_offsets(b_k_contiguous, k)
 
     def b_index(vk, vj):
-        return _core_matrix_index(vj, vk, True) if b_k_contiguous else _core_matrix_index(vk, vj, False)
+        return _swizzled_index(vj, vk, True) if b_k_contiguous else _swizzled_index(vk, vj, False)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -232,24 +272,25 @@ def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool) -> str:
         B = T.match_buffer(b, b_shape, dtype, offset_factor=1, scope="shared.dyn")
         C = T.match_buffer(c, c_shape, "float32", offset_factor=1, scope="local")
         with T.sblock("root"):
-            T.reads(C[0:c_shape[0], 0:8], A[0:2, 0:a_shape[1], 0:CORE, 0:CORE],
-                    B[0:b_shape[0], 0:b_shape[1], 0:CORE, 0:CORE])
+            T.reads(C[0:c_shape[0], 0:8], A[0:a_shape[0], 0:k_atoms, 0:8, 0:8, 0:8],
+                    B[0:b_shape[0], 0:b_shape[1], 0:8, 0:8, 0:8])
             T.writes(C[0:c_shape[0], 0:8])
             for i, j, kk in T.grid(MMA, n, k):
                 with T.sblock("update"):
                     vi, vj, vk = T.axis.remap("SSR", [i, j, kk])
                     _, tile, register = T.meta_var(_register_of(vi, vj))
-                    a0, a1, a2, a3 = T.meta_var(_core_matrix_index(vi, vk, True))
-                    b0, b1, b2, b3 = T.meta_var(b_index(vk, vj))
+                    a0, a1, a2, a3, a4 = T.meta_var(_swizzled_index(vi, vk, True))
+                    b0, b1, b2, b3, b4 = T.meta_var(b_index(vk, vj))
                     C[tile, register] = C[tile, register] + T.Cast(
-                        "float32", A[a0, a1, a2, a3]) * T.Cast("float32", B[b0, b1, b2, b3])
+                        "float32", A[a0, a1, a2, a3, a4]) * T.Cast("float32", B[b0, b1, b2, b3, b4])
 
     def issue(C, A, B, step):
         group_start = A.elem_offset - A.elem_offset % group_elements
-        a_desc = _descriptor(A.access_ptr("r", offset=group_start - A.elem_offset + step * 2 * CORE * CORE), k)
-        b_desc = _descriptor(B.access_ptr("r", offset=step * 2 * CORE * CORE), k)
+        a_pointer = A.access_ptr("r", offset=group_start - A.elem_offset + _k_offset(step * MMA, True))
+        b_pointer = B.access_ptr("r", offset=_k_offset(step * MMA, b_k_contiguous))
         accumulators = [C[t, r] for t in range(c_shape[0]) for r in range(8)]  # wgmma's order
-        return wgmma(*accumulators, a_desc, b_desc, T.bool(True), 1, 1, 0, 0 if b_k_contiguous else 1)
+        return wgmma(*accumulators, _descriptor(a_pointer, *a_offsets), _descriptor(b_pointer, *b_offsets),
+                     T.bool(True), 1, 1, 0, 0 if b_k_contiguous else 1)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -257,20 +298,65 @@ def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool) -> str:
         B = T.match_buffer(b, b_shape, dtype, offset_factor=1, scope="shared.dyn")
         C = T.match_buffer(c, c_shape, "float32", offset_factor=1, scope="local")
         with T.sblock("root"):
-            T.reads(C[0:c_shape[0], 0:8], A[0:2, 0:a_shape[1], 0:CORE, 0:CORE],
-                    B[0:b_shape[0], 0:b_shape[1], 0:CORE, 0:CORE])
+            T.reads(C[0:c_shape[0], 0:8], A[0:a_shape[0], 0:k_atoms, 0:8, 0:8, 0:8],
+                    B[0:b_shape[0], 0:b_shape[1], 0:8, 0:8, 0:8])
             T.writes(C[0:c_shape[0], 0:8])
             # one statement (the step loop), so that it is one stage of the cp.async pipeline
             for tx in T.thread_binding(0, 32, "threadIdx.x"):
-                for step in T.unroll(steps):
+                for step in T.unroll(k // MMA):
                     if step == 0:
+                        T.evaluate(T.ptx.cp.async_.wait_group(stages - 2))
                         T.evaluate(T.ptx.fence.proxy.async_.shared__cta())
                         T.tvm_storage_sync("shared")
                         T.evaluate(T.ptx.wgmma.fence.sync.aligned())
                     T.evaluate(issue(C, A, B, step))
-                    if step == steps - 1:
+                    if step == k // MMA - 1:
                         T.evaluate(T.ptx.wgmma.commit_group.sync.aligned())
-                        T.evaluate(T.ptx.wgmma.wait_group.sync.aligned(0))
+                        T.evaluate(T.ptx.wgmma.wait_group.sync.aligned(1))
+
+    TensorIntrin.register(name, desc, impl)
+    return name
+
+
+def wgmma_store_intrinsic(n: int) -> str:
+    """Register (once) and name the intrinsic that writes one warp's 16 x n accumulators to C
+    once every wgmma in flight has finished (wgmma.wait_group 0): each lane stores the pairs of
+    adjacent columns it holds (lane = 4 * (row % 8) + (col % 8) / 2), from the registers that
+    _register_of names."""
+    name = f"v7_store_n{n}"
+    if TensorIntrin.get(name, allow_missing=True) is not None:
+        return name
+    c_shape = (n // MMA, 8)
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, c: T.handle) -> None:
+        accumulators = T.match_buffer(a, c_shape, "float32", offset_factor=1, scope="local")
+        C = T.match_buffer(c, (MMA, n), "float32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(accumulators[0:c_shape[0], 0:8])
+            T.writes(C[0:MMA, 0:n])
+            for i, j in T.grid(MMA, n):
+                with T.sblock("store"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    _, tile, register = T.meta_var(_register_of(vi, vj))
+                    C[vi, vj] = accumulators[tile, register]
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, c: T.handle) -> None:
+        row_stride = T.int32()
+        accumulators = T.match_buffer(a, c_shape, "float32", offset_factor=1, scope="local")
+        C = T.match_buffer(c, (MMA, n), "float32", offset_factor=1, strides=[row_stride, 1])
+        with T.sblock("root"):
+            T.reads(accumulators[0:c_shape[0], 0:8])
+            T.writes(C[0:MMA, 0:n])
+            for lane in T.thread_binding(0, 32, "threadIdx.x"):
+                T.evaluate(T.ptx.wgmma.wait_group.sync.aligned(0))
+                for tile, col_half, row_half in T.grid(n // MMA, 2, 2):
+                    for pair in T.vectorized(2):
+                        row = T.meta_var(row_half * 8 + lane // 4)
+                        col = T.meta_var(tile * MMA + col_half * 8 + lane % 4 * 2 + pair)
+                        _, col_tile, register = T.meta_var(_register_of(row, col))
+                        C[row, col] = accumulators[col_tile, register]
 
     TensorIntrin.register(name, desc, impl)
     return name
@@ -286,27 +372,30 @@ def _register_of(i, j):
 def _bind_fragment_lanes(sch: Schedule, block):
     """Loop over a warp's 16 x n accumulators by the lane that holds each (threadIdx.x =
     4 * (row % 8) + (col % 8) // 2, as in mma's and wgmma's fragments), so that each thread
-    touches only its own registers. Returns the innermost loop: 2 adjacent columns."""
+    touches only its own registers."""
     rows, cols = sch.get_loops(block)[-2:]
-    row_half, row = sch.split(rows, [2, CORE])
+    row_half, row = sch.split(rows, [2, MMA // 2])
     tile, col_half, col_pair, col = sch.split(cols, [None, 2, 4, 2])
     sch.reorder(row, col_pair, tile, col_half, row_half, col)
     sch.bind(sch.fuse(row, col_pair), "threadIdx.x")
-    return col
 
 
 @schedule("gemm", "v7", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
-                               "chunk_k": [32, 64], "stages": [2, 3, 4]})
+                               "chunk_k": [64, 128], "stages": [3, 4]})
 def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chunk_k: int = 64,
        stages: int = 4) -> None:
     """Hopper's warpgroup MMA: v6's block tile, but each group of 4 warps multiplies 64 rows of
     it by the whole block_n columns with wgmma.mma_async (m64n{block_n}k16), reading A and B
     straight from shared memory, no ldmatrix and no operand registers. Shared tiles are laid
-    out in wgmma's core matrices (8 rows of 16 bytes) and filled by v6's cp.async pipeline; each
-    K chunk's wgmmas are issued back to back and waited for once. sm_90a only.
+    out in wgmma's 128-byte-swizzled atoms (8 rows of 128 bytes, 16-byte chunks XOR the row)
+    and filled by v6's cp.async pipeline, K in chunks of chunk_k (whole swizzled rows). A
+    chunk's wgmmas are issued back to back as one group and left running while the threads
+    load the next chunk; each chunk waits for the previous one's group, and the store for the
+    last. sm_90a only.
 
-    IR: shared tiles [MN/8, K/8, 8, 8]; per warp, 16 x block_n accumulators in `warp` scope
-    (v6's fragment layout); T.ptx.wgmma calls with descriptors from cvta_generic_to_shared."""
+    IR: shared tiles [MN atom, K atom, 8, 8, 8] indexed with a bitwise xor; per warp, 16 x
+    block_n accumulators in `local` scope, indexed by tile and register (v6's fragment layout);
+    T.ptx.wgmma calls with descriptors from cvta_generic_to_shared."""
     if wl.dtype not in SHORT:
         raise ScheduleNotApplicable(f"v7 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
     if wl.has_cast:
@@ -317,6 +406,19 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
             raise ScheduleNotApplicable(f"v7 needs {axis}={extent} to be a multiple of its tile {tile}")
     if block_m % (WARPGROUP * MMA):
         raise ScheduleNotApplicable(f"v7 gives each warpgroup 64 rows: block_m={block_m} is not a multiple of 64")
+    if block_n % SWIZZLE_ROW or block_n > 256 or chunk_k % SWIZZLE_ROW:
+        raise ScheduleNotApplicable(f"v7 needs block_n (at most 256) and chunk_k in whole 64-element swizzled "
+                                    f"rows: block_n={block_n}, chunk_k={chunk_k}")
+    if block_m * block_n >= REGISTERS_PER_BLOCK:
+        raise ScheduleNotApplicable(f"v7's {block_m}x{block_n} fp32 accumulators alone would fill a block's "
+                                    f"{REGISTERS_PER_BLOCK} registers")
+    if stages < 3:
+        raise ScheduleNotApplicable(f"v7 needs stages >= 3 (a chunk multiplied, one in flight, one loading), "
+                                    f"not {stages}")
+    shared_bytes = stages * (block_m + block_n) * chunk_k * 2
+    if shared_bytes > HOPPER_SHARED_BYTES:
+        raise ScheduleNotApplicable(f"v7 with these tiles needs {shared_bytes} bytes of shared memory; "
+                                    f"a Hopper block has at most {HOPPER_SHARED_BYTES}")
     require_grid_y("v7", "M/block_m", wl.dims["M"] // block_m)
     warps = block_m // MMA
     # Step 1. Blocks of block_m x block_n; a warp per 16 rows, all block_n columns; K in chunks.
@@ -329,22 +431,24 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
     sch.bind(warp, "threadIdx.y")
-    # Step 2. A and B tiles in shared memory, in core matrices, by all threads.
+    # Step 2. A and B tiles in shared memory, in swizzled atoms, by all threads.
     for operand, k_contiguous in ((0, True), (1, wl.layout == "nt")):
-        _core_matrix_fetch(sch, C, operand, ko, (warps, 32), k_contiguous)
+        _swizzled_fetch(sch, C, operand, ko, (warps, 32), k_contiguous)
     # Step 3. Accumulators in registers for the whole K loop, where wgmma leaves them: each
     # lane holds 8 of every 16x16 tile (v6's fragment layout), so a thread's local buffer is
-    # indexed by tile and register only, and the loops that zero and store it run by lane.
+    # indexed by tile and register only; the loop that zeroes it runs by lane, and the store
+    # (an intrinsic: it first waits for the last wgmmas) by lane too.
     accumulator = sch.cache_write(C, 0, "local")
     sch.reverse_compute_at(accumulator, warp)
     init = sch.decompose_reduction(C, ko)
     sch.transform_layout(accumulator, ("read", 0), _register_of)
     _bind_fragment_lanes(sch, init)
-    sch.vectorize(_bind_fragment_lanes(sch, accumulator))  # 2 adjacent columns per store
+    sch.tensorize(sch.get_loops(accumulator)[-2], wgmma_store_intrinsic(block_n))
     # Step 4. The multiply: one warp's rows of the wgmma over a whole K chunk.
-    sch.tensorize(rows, wgmma_intrinsic(wl.dtype, block_n, chunk_k, wl.layout == "nt"))
-    # Step 5. cp.async pipeline: chunk ko + stages - 1 loads while chunk ko is multiplied.
-    if stages > 1:
-        sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
-        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-        sch.annotate(ko, "software_pipeline_async_stages", [0])
+    sch.tensorize(rows, wgmma_intrinsic(wl.dtype, block_n, chunk_k, wl.layout == "nt", stages))
+    # Step 5. cp.async pipeline: chunk ko + stages - 1 loads while chunk ko is multiplied. The
+    # loads come after the multiply in the loop body: they refill the buffer of chunk ko - 1,
+    # whose wgmmas the wait at the end of chunk ko's has seen finish.
+    sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
+    sch.annotate(ko, "software_pipeline_order", [1, 2, 0])
+    sch.annotate(ko, "software_pipeline_async_stages", [0])

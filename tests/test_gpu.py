@@ -95,14 +95,17 @@ def test_v5t_is_correct(wl, knobs, target):
     check_module(wl, schedules.get("gemm", "v5t").apply(wl, target, **knobs), target, 6)
 
 
-@pytest.mark.parametrize("knobs", [{}, {"block_m": 64, "block_n": 128, "stages": 2},
-                                   {"block_m": 256, "block_n": 64, "chunk_k": 32, "stages": 3}])
-@pytest.mark.parametrize("wl", [Workload("gemm", (256, 512, 320), "float16"),
-                                Workload("gemm", (256, 512, 320), "bfloat16", layout="nt")],
-                         ids=lambda wl: wl.label())
+@pytest.mark.parametrize("wl, knobs", [
+    (Workload("gemm", (256, 512, 384), "float16"), {}),
+    (Workload("gemm", (256, 512, 384), "bfloat16", layout="nt"), {}),
+    (Workload("gemm", (256, 512, 384), "float16"), {"block_m": 64, "block_n": 128, "stages": 3}),
+    (Workload("gemm", (256, 512, 384), "bfloat16", layout="nt"), {"block_m": 256, "block_n": 64, "stages": 3}),
+    (Workload("gemm", (256, 512, 384), "bfloat16"), {"block_n": 128, "chunk_k": 128, "stages": 3}),
+    (Workload("gemm", (128, 256, 128), "float16", layout="nt"), {}),  # 2 chunks, fewer than the stages
+], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v7_is_correct(wl, knobs, target):
-    """wgmma from core-matrix tiles: both B layouts, one to four warpgroups per block, n from
-    64 to 256, K chunks of 32 and 64."""
+    """wgmma from swizzled tiles: both B layouts, one to four warpgroups per block, n from 64
+    to 256, K chunks of one and two swizzled rows, a K loop shorter than the pipeline."""
     check_module(wl, schedules.get("gemm", "v7").apply(wl, target, **knobs), target, 8)
 
 

@@ -304,8 +304,14 @@ def test_v7_multiplies_with_wgmma_from_shared_memory(dtype, layout, compiled):
     assert f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{short}.{short}" in source
     # B is K x N in nn: wgmma transposes it (the last immediate); in nt it is already K-major.
     assert re.search(r"ps0, 1, 1, 0, (\d);", source).group(1) == ("1" if layout == "nn" else "0")
-    # shared memory written by cp.async is fenced for wgmma's reads; each chunk is waited for
-    assert "fence.proxy.async.shared::cta" in source and "wgmma.wait_group.sync.aligned 0" in source
+    # every descriptor asks for the 128-byte swizzle, and the copies store with the same xor
+    descriptors = {int(v) for v in re.findall(r"\| \(uint64_t\)(\d+)ULL\)", source)}
+    assert descriptors and all(d >> 62 == 1 for d in descriptors)
+    assert re.search(r"ptx_cp_async\w*\(buf_dyn_shmem_ptr, [^;]* \^ ", source)
+    # shared memory written by cp.async is fenced for wgmma's reads; a chunk's wgmmas stay in
+    # flight while the next chunk loads (wait for all but one), the store waits for all
+    assert "fence.proxy.async.shared::cta" in source
+    assert "wgmma.wait_group.sync.aligned 1" in source and "wgmma.wait_group.sync.aligned 0" in source
     assert "cp.async" in source and "ldmatrix" not in source  # no operand fragments in registers
     assert s.block == {"threadIdx.y": 8, "threadIdx.x": 32}  # two warpgroups
     if shutil.which("nvcc"):
@@ -313,6 +319,14 @@ def test_v7_multiplies_with_wgmma_from_shared_memory(dtype, layout, compiled):
         assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0  # 128 accumulators in registers
 
 
-def test_v7_refuses_a_block_that_splits_a_warpgroup(target):
-    with pytest.raises(ScheduleNotApplicable, match="block_m=32 is not a multiple of 64"):
-        schedules.get("gemm", "v7").apply(Workload("gemm", (256, 256, 256), "float16"), target, block_m=32)
+@pytest.mark.parametrize("knobs, reason", [
+    ({"block_m": 32}, "block_m=32 is not a multiple of 64"),
+    ({"block_n": 32}, "whole 64-element swizzled rows: block_n=32"),
+    ({"chunk_k": 32}, "whole 64-element swizzled rows: block_n=256, chunk_k=32"),
+    ({"stages": 2}, "stages >= 3"),
+    ({"block_m": 256, "stages": 3}, "256x256 fp32 accumulators alone would fill"),
+    ({"block_n": 128, "chunk_k": 128}, "needs 262144 bytes of shared memory"),
+])
+def test_v7_refuses_tiles_wgmma_cannot_take(knobs, reason, target):
+    with pytest.raises(ScheduleNotApplicable, match=reason):
+        schedules.get("gemm", "v7").apply(Workload("gemm", (512, 512, 512), "float16"), target, **knobs)
