@@ -65,6 +65,21 @@ def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads:
     return tile
 
 
+def software_pipeline(sch: tvm.s_tir.Schedule, loop, stages: int, computes: int = 1,
+                      async_loads: bool = False, loads_last: bool = False) -> None:
+    """Pipeline `loop`, whose body is two loads (A's, then B's) followed by `computes`
+    statements: the loads of iteration i + stages - 1 run during iteration i's computes, into
+    `stages` buffers (stages=1: no pipeline). With async_loads they become cp.async (TVM's
+    async stage); with loads_last they come after the computes in the loop body."""
+    if stages < 2:
+        return
+    sch.annotate(loop, "software_pipeline_stage", [0, 0] + [stages - 1] * computes)
+    order = [computes, computes + 1, *range(computes)] if loads_last else list(range(2 + computes))
+    sch.annotate(loop, "software_pipeline_order", order)
+    if async_loads:
+        sch.annotate(loop, "software_pipeline_async_stages", [0])
+
+
 def transposed_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: tuple[int, int]):
     """Stage float32 operand `operand` (rows x K) of `block` in shared memory at loop `at`,
     transposed ([k, row]), so that a thread reads several rows of one K step as one 16-byte

@@ -2,19 +2,19 @@
 
 naive..v3 are the seed blog's schedules (`../shared/seeds/gemm-tvm-blog-naive-to-v3.md`)
 rewritten for TensorIR with the seed's tile sizes as defaults: the same launch dimensions, the
-same shared tiles and the same K split. v4, v5 and v5t go past the seed on CUDA cores; v6, on
-tensor cores, is in tensorcore.py. The defaults of v5 and v6 come from knob sweeps on an H100
-(reports/logs/h100-gemm-sweep-*.log), v5t's from reports/logs/h100-v5t-sweep-*.log. Loop names follow the seed: i/x is the row axis (M),
-j/y the column axis (N), k the reduction. Shapes that are not multiples of a tile get
-predicated tails from `split`.
+same shared tiles and the same K split. v4, v5 and v5t go past the seed on CUDA cores; v6 and
+v7, on tensor cores, are in tensorcore.py. The defaults of v5 and v6 come from knob sweeps on an
+H100 (reports/logs/h100-gemm-sweep-*.log), v5t's from reports/logs/h100-v5t-sweep-*.log. Loop
+names follow the seed: i/x is the row axis (M), j/y the column axis (N), k the reduction.
+Shapes that are not multiples of a tile get predicated tails from `split`.
 """
 
 from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from .common import (cast_epilogue_at, cooperative_fetch, require_grid_y, transposed_fetch,
-                     write_back_at)
+from .common import (cast_epilogue_at, cooperative_fetch, require_grid_y, software_pipeline,
+                     transposed_fetch, write_back_at)
 from .registry import ScheduleNotApplicable, schedule
 from .workloads import DTYPE_BYTES, Workload
 
@@ -270,17 +270,12 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
         _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
         sch.vectorize(lanes)
     sch.unroll(k_slice)
-    if fragment_stages > 1:  # the fragments of K slice s + fragment_stages - 1 load during slice s
-        sch.annotate(k_slice, "software_pipeline_stage", [0, 0, fragment_stages - 1])
-        sch.annotate(k_slice, "software_pipeline_order", [0, 1, 2])
+    # The fragments of K slice s + fragment_stages - 1 load during slice s.
+    software_pipeline(sch, k_slice, fragment_stages)
     sch.decompose_reduction(C, ko)
     # Step 4. Multi-buffering: load tile k + stages - 1 (asynchronously) while tile k is multiplied.
-    if stages > 1:
-        # a pipelined fragment loop is three statements by then: prologue, body, epilogue
-        compute = 3 if fragment_stages > 1 else 1
-        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [stages - 1] * compute)
-        sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
-        sch.annotate(ko, "software_pipeline_async_stages", [0])
+    # A pipelined fragment loop is three statements by then: prologue, body, epilogue.
+    software_pipeline(sch, ko, stages, 3 if fragment_stages > 1 else 1, async_loads=True)
 
 
 @schedule("gemm", "v5", space={**TILES, "thread_m": [4, 8], "thread_n": [4, 8],

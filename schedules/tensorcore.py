@@ -18,7 +18,7 @@ import tvm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import cooperative_fetch, require_grid_y
+from .common import cooperative_fetch, require_grid_y, software_pipeline
 from .registry import ScheduleNotApplicable, schedule
 from .workloads import Workload
 
@@ -150,13 +150,8 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     # epilogue) in place of one in ko's body, all of them in ko's compute stage.
     inner_pipelined = overlap_ldmatrix and chunk_k > 1
     if inner_pipelined:
-        sch.annotate(k_chunk, "software_pipeline_stage", [0, 0, 1])
-        sch.annotate(k_chunk, "software_pipeline_order", [0, 1, 2])
-    if stages > 1:
-        computes = 3 if inner_pipelined else 1
-        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [stages - 1] * computes)
-        sch.annotate(ko, "software_pipeline_order", list(range(2 + computes)))
-        sch.annotate(ko, "software_pipeline_async_stages", [0])
+        software_pipeline(sch, k_chunk, 2)
+    software_pipeline(sch, ko, stages, 3 if inner_pipelined else 1, async_loads=True)
 
 
 # -- v7: Hopper's warpgroup MMA (wgmma) --------------------------------------------------------
@@ -449,6 +444,4 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     # Step 5. cp.async pipeline: chunk ko + stages - 1 loads while chunk ko is multiplied. The
     # loads come after the multiply in the loop body: they refill the buffer of chunk ko - 1,
     # whose wgmmas the wait at the end of chunk ko's has seen finish.
-    sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
-    sch.annotate(ko, "software_pipeline_order", [1, 2, 0])
-    sch.annotate(ko, "software_pipeline_async_stages", [0])
+    software_pipeline(sch, ko, stages, async_loads=True, loads_last=True)
