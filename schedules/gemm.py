@@ -11,7 +11,9 @@ Shapes that are not multiples of a tile get predicated tails from `split`.
 
 from __future__ import annotations
 
-from tvm.s_tir import Schedule
+import tvm
+from tvm.s_tir import Schedule, TensorIntrin
+from tvm.script import tirx as T
 
 from .common import (cast_epilogue_at, cooperative_fetch, require_grid_y, software_pipeline,
                      transposed_fetch, write_back_at)
@@ -209,19 +211,30 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     sch.decompose_reduction(C, ko)
 
 
-def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int):
-    """Split K into `slices` independent slices (rfactor): each slice's partial products go to
-    a float32 buffer, and a second kernel sums the slices, 4 output elements per thread.
-    Each slice is whole `vector`s. Returns the partial-product block, its loops
-    (slice, i, j, k) with the slice outermost."""
+def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int, atomic: bool):
+    """Split K into `slices` independent slices (rfactor), each slice whole `vector`s. Returns
+    the partial-product block, its loops (slice, i, j, k) with the slice outermost.
+
+    By default each slice's partial products go to a float32 buffer, and a second kernel sums
+    the slices, 4 output elements per thread. With `atomic`, the partials stay in registers
+    and each thread adds its own into C with `red.global.add` (see _add_partials_atomically)."""
     if wl.dims["K"] % (slices * vector):
         raise ScheduleNotApplicable(
             f"{name} splits K={wl.dims['K']} into {slices} slices of whole {vector}-element vectors")
+    arch = tvm.target.Target.current().attrs.get("arch", "")
+    if atomic and int(arch.removeprefix("sm_").rstrip("a") or 0) < 90:
+        raise ScheduleNotApplicable(f"{name} adds partials with red.global.add.v4.f32, which "
+                                    f"needs sm_90 or later, not {arch or 'no arch'}")
+    if atomic and wl.has_cast:
+        raise ScheduleNotApplicable(f"{name} adds float32 partials into C atomically: it needs a "
+                                    f"float32 output, not {wl.out_dtype}")
     C = sch.get_sblock(wl.reduction_block)
     k_slice, _ = sch.split(sch.get_loops(C)[-1], [slices, None])
     partial = sch.rfactor(k_slice, 0)
     i, j, k_slice = sch.get_loops(partial)[:3]
     sch.reorder(k_slice, i, j)
+    if atomic:
+        return partial
     # The sum over the slices: each thread sums a vector of 4 consecutive outputs, reading the
     # partials as 16-byte vectors; 256 threads per block.
     i, j, k_slice = sch.get_loops(C)
@@ -235,10 +248,60 @@ def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int):
     return partial
 
 
+def _add_partials_atomically(sch: Schedule, wl: Workload, partial, thread_loop) -> None:
+    """Split K's sum without a second pass over the partials: the sum over the slices moves
+    under `thread_loop` of the partial-product kernel, so each thread adds its own registers
+    into C, 4 columns per `red.global.add.v4.f32`. The slices' blocks add concurrently; C's
+    zeroing, which must come first, becomes a kernel of its own ahead of them. Float addition
+    in whatever order the slices arrive: the last bits of C can differ from run to run."""
+    C = sch.get_sblock(wl.reduction_block)
+    sch.reverse_compute_at(C, thread_loop)
+    zero = sch.decompose_reduction(C, sch.get_loops(C)[0])  # above the slices: its own kernel
+    sch.set_scope(partial, 0, "local")
+    for block in (zero, C):  # C is now the update, without its zeroing; both by float4
+        _, lanes = sch.split(sch.get_loops(block)[-1], [None, 4])
+        if block == zero:
+            sch.vectorize(lanes)
+        else:
+            sch.tensorize(lanes, _red_add_v4_f32())
+
+
+def _red_add_v4_f32() -> str:
+    """A tensor intrinsic, registered once: C[0:4] += P[0:4] as one `red.global.add.v4.f32`
+    (an atomic add of 4 consecutive float32, Hopper and later)."""
+    name = "red_add_v4_f32"
+    if TensorIntrin.get(name, allow_missing=True) is not None:
+        return name
+
+    @T.prim_func(s_tir=True)
+    def desc(c: T.handle, p: T.handle) -> None:
+        C = T.match_buffer(c, (4,), "float32", offset_factor=1)
+        P = T.match_buffer(p, (4,), "float32", offset_factor=1, scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:4], P[0:4])
+            T.writes(C[0:4])
+            for j in range(4):
+                with T.sblock("add"):
+                    vj = T.axis.remap("S", [j])
+                    C[vj] = C[vj] + P[vj]
+
+    @T.prim_func(s_tir=True)
+    def impl(c: T.handle, p: T.handle) -> None:
+        C = T.match_buffer(c, (4,), "float32", offset_factor=1)
+        P = T.match_buffer(p, (4,), "float32", offset_factor=1, scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:4], P[0:4])
+            T.writes(C[0:4])
+            T.evaluate(T.ptx.red.global_.add.v4.f32(C.access_ptr("w"), P[0], P[1], P[2], P[3]))
+
+    TensorIntrin.register(name, desc, impl)
+    return name
+
+
 def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m: int,
                                  block_n: int, thread_m: int, thread_n: int, tile_k: int,
-                                 stages: int, split_k: int, transpose_a: bool = False,
-                                 fragment_stages: int = 1) -> None:
+                                 stages: int, split_k: int, atomic_split_k: bool,
+                                 transpose_a: bool = False, fragment_stages: int = 1) -> None:
     """v5's schedule; v5t's with transpose_a and fragment_stages (see their docstrings)."""
     vector = 16 // DTYPE_BYTES[wl.dtype]
     _require_whole_vectors(name, wl, vector)
@@ -247,13 +310,26 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
     group_m = min(thread_m, vector) if transpose_a else thread_m
     # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.
     k_split = [tile_k] if transpose_a else [tile_k // vector, vector]
-    C = _split_k(sch, wl, name, split_k, vector) if split_k > 1 else sch.get_sblock(wl.reduction_block)
+    if atomic_split_k and split_k < 2:
+        raise ScheduleNotApplicable(f"{name}: atomic_split_k adds the slices of a split K; "
+                                    f"set split_k > 1")
+    for axis, tile in (("M", block_m), ("N", block_n)):
+        if atomic_split_k and wl.dims[axis] % tile:  # TVM cannot tensorize a predicated block
+            raise ScheduleNotApplicable(f"{name}'s atomic adds take whole tiles: {axis}="
+                                        f"{wl.dims[axis]} is not a multiple of {tile}")
+    split = split_k > 1
+    C = (_split_k(sch, wl, name, split_k, vector, atomic_split_k) if split
+         else sch.get_sblock(wl.reduction_block))
     # Step 1. v4's tiling, with the K step split again into fragment-wide slices, and a thread's
     # column groups a row of threads apart (B's vectors are read without bank conflicts).
     tx, (ko, k_slice, *_) = _tile_for_registers(
         sch, wl, C, name, threads, thread_m, thread_n, k_split, group, group_m)
-    # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast).
-    write_back_at(sch, wl, tx, C if split_k > 1 else None, min(group, 4))
+    # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast), or
+    # is added into C atomically.
+    if split and atomic_split_k:
+        _add_partials_atomically(sch, wl, C, tx)
+    else:
+        write_back_at(sch, wl, tx, C if split else None, min(group, 4))
     # Step 2. Shared tiles filled with 16-byte vectors, rows padded against bank conflicts; or
     # A transposed, element by element.
     if transpose_a:
@@ -279,9 +355,11 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
 
 
 @schedule("gemm", "v5", space={**TILES, "thread_m": [4, 8], "thread_n": [4, 8],
-                               "tile_k": [16, 32], "stages": [1, 2, 3], "split_k": [1, 2, 4]})
+                               "tile_k": [16, 32], "stages": [1, 2, 3], "split_k": [1, 2, 4, 8],
+                               "atomic_split_k": [False, True]})
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
-       thread_n: int = 4, tile_k: int = 32, stages: int = 2, split_k: int = 1) -> None:
+       thread_n: int = 4, tile_k: int = 32, stages: int = 2, split_k: int = 1,
+       atomic_split_k: bool = False) -> None:
     """v4 + 128-bit loads everywhere, padded shared rows, a multi-buffered K loop and an
     optional split K: global tiles come in as 16-byte vectors (cp.async when pipelined), each
     thread reads its A and B fragments from shared memory as 16-byte vectors, the next
@@ -289,13 +367,15 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     a tile's K is unrolled, a thread's columns come in 16-byte groups a row of threads apart
     (virtual threads) and C is written back in 16-byte vectors. With split_k > 1, split_k
     blocks (blockIdx.z) share each C tile, each over 1/split_k of K, and a second kernel sums
-    their float32 partials: more blocks for a small C with a long K.
+    their float32 partials: more blocks for a small C with a long K. With atomic_split_k, each
+    block adds its partials into a zeroed C with atomic adds instead (sm_90 and later).
 
     IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
     storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait; with
-    split_k, a C_rf buffer and a second kernel."""
+    split_k, a C_rf buffer and a second kernel; with atomic_split_k, C_rf in `local`, a
+    kernel that zeroes C first and T.ptx.red calls."""
     _register_tiles_from_vectors(sch, wl, "v5", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k)
+                                 stages, split_k, atomic_split_k)
 
 
 @schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
@@ -303,7 +383,7 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
                                 "stages": [2, 3], "split_k": [1, 4, 8], "fragment_stages": [1, 2]})
 def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
         thread_n: int = 16, tile_k: int = 32, stages: int = 2, split_k: int = 1,
-        fragment_stages: int = 2) -> None:
+        fragment_stages: int = 2, atomic_split_k: bool = False) -> None:
     """v5 + A's shared tile transposed and double-buffered fragments, as CUTLASS's SIMT
     kernels do: A's tile is stored M-contiguous ([k, m], filled by 4-byte cp.async), so a
     thread reads its rows of one K step as 16-byte vectors, like B's columns. A fragment is then
@@ -318,4 +398,5 @@ def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thr
         raise ScheduleNotApplicable(f"v5t copies A element by element with cp.async, which moves "
                                     f"4 bytes at least: float32 only, not {wl.dtype}")
     _register_tiles_from_vectors(sch, wl, "v5t", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k, transpose_a=True, fragment_stages=fragment_stages)
+                                 stages, split_k, atomic_split_k, transpose_a=True,
+                                 fragment_stages=fragment_stages)

@@ -247,6 +247,36 @@ def test_v5_split_k_sums_float32_partials_in_a_second_kernel(compiled):
         compiled("v5", SEED, split_k=3)
 
 
+def test_v5_atomic_split_k_adds_partials_into_a_zeroed_c_without_a_partial_buffer(compiled):
+    ir, source, s = compiled("v5", SEED, split_k=4, atomic_split_k=True)
+    assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
+    assert "C_rf = T.decl_buffer" not in ir and "C_rf_ptr" not in source  # partials in registers
+    zero = source[source.rindex("main_kernel(float* __restrict__ C_ptr"):source.rindex("main_kernel_1(")]
+    assert "*(float4*)(C_ptr + " in zero and "= make_float4(0x0p+0f" in zero and "A_ptr" not in zero
+    adds = source[source.rindex("main_kernel_1("):]
+    # 8 x 4 outputs per thread: one add of 4 consecutive floats per row, from the registers
+    rows = adds[adds.rindex("for (int ax0"):]
+    assert rows.startswith("for (int ax0_32 = 0; ax0_32 < 8; ++ax0_32)")
+    assert rows.count("tvm_builtin_ptx_red_vec_f32_global_add_v4_f32((&(C_ptr[") == 1
+    assert "C_rf_local_ptr[((ax0_32 * 4) + 3)]);" in rows
+    assert "red.global.add.v4.f32" in source
+    build.nvcc_resources(source, "sm_90")  # nvcc accepts the inline PTX
+
+
+@pytest.mark.parametrize("wl, knobs, reason", [
+    (SEED, {}, "atomic_split_k adds the slices of a split K; set split_k > 1"),
+    (Workload("gemm", (1000, 512, 2048)), {"split_k": 4}, "atomic adds take whole tiles: M=1000"),
+    (Workload("gemm", (1024, 512, 2048), "float16", "float16"), {"split_k": 4},
+     "needs a float32 output, not float16"),
+])
+def test_v5_atomic_split_k_refusals(wl, knobs, reason, target):
+    with pytest.raises(ScheduleNotApplicable, match=reason):
+        schedules.get("gemm", "v5").apply(wl, target, atomic_split_k=True, **knobs)
+    with pytest.raises(ScheduleNotApplicable, match="needs sm_90 or later, not sm_80"):
+        schedules.get("gemm", "v5").apply(SEED, build.cuda_target("sm_80"), atomic_split_k=True,
+                                          split_k=4)
+
+
 def test_v5_refuses_rows_that_are_not_whole_vectors(target):
     with pytest.raises(ScheduleNotApplicable, match="K \\(the rows of A\\)=2047 is not a multiple of 4"):
         schedules.get("gemm", "v5").apply(WORKLOADS["gemm"][1], target)
