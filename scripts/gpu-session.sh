@@ -20,8 +20,9 @@
 #   bash scripts/gpu-session.sh gemm-16bit   # the same for the fp16/bf16 shapes of gemm-ladder
 #   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
 #                                            # v5, 4096^3
-#   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of the best v5 and
-#                                            # of cuBLAS on the seed GEMM (split K: two kernels)
+#   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
+#                                            # best v5) and of cuBLAS on the seed GEMM (split K:
+#                                            # two kernels)
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -106,7 +107,7 @@ for part in "$@"; do
       for kernels in main_kernel 'gemm|splitK'; do
         timeout 240 ncu --kernel-name-base demangled --kernel-name regex:"$kernels" --launch-count 10 \
           --metrics gpu__time_duration.sum python3 runner.py --preset gemm-seed \
-          --schedule autotvm:v5 --records reports/tuning/autotvm-h100.jsonl --no-ir \
+          --schedule "${SCHEDULE:-autotvm:v5}" --records reports/tuning/autotvm-h100.jsonl --no-ir \
           --results /tmp/kernel-times.jsonl
       done 2>&1 | tee "$out/kernel-times.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
