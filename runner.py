@@ -398,7 +398,8 @@ def tune_template(args, wl, entry, target, builder, runner, local_gpu: bool) -> 
     device = (f"rpc:{args.rpc_key}" if args.rpc_tracker else
               measure.device_facts()["gpu"] if local_gpu else "cpu")
     key = autotvm.search_key(wl, entry.name, device, args.tuner, args.seed)
-    history = autotvm.history_of(load_records(args.records), key)
+    history = autotvm.history_of(load_records(args.records), key,
+                                 {knob: entry.defaults[knob] for knob in space.knobs})
     print(f"{args.tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"
           f" {len(history)} measured before, in {args.records}")
     start, trial = time.time(), [len(history)]

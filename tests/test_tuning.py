@@ -121,6 +121,18 @@ def test_a_search_resumes_from_its_records_and_measures_nothing_twice(tmp_path):
     assert autotvm.history_of(records.load(path).records, {**key, "tuner": "random"}) == {}
 
 
+def test_records_from_before_a_knob_joined_the_space_count_with_its_default(tmp_path):
+    path = str(tmp_path / "at.jsonl")
+    key = autotvm.search_key(SEED_GEMM, "v5", "H100", "xgb")
+    old = {k: v for k, v in schedules.get("gemm", "v5").defaults.items() if k != "atomic_split_k"}
+    records.append(path, autotvm.trial_record(key, old, candidates.Outcome("ok", 0.06), 1))
+    space = autotvm.Space.of(schedules.get("gemm", "v5"))
+    history = autotvm.history_of(records.load(path).records, key, {"atomic_split_k": False})
+    assert list(history) == [autotvm.config_key({**old, "atomic_split_k": False})]
+    left = autotvm.GridTuner().propose(space, space.configs(), history, len(space))
+    assert len(left) == len(space) - 1 and {**old, "atomic_split_k": False} not in left
+
+
 def test_an_interrupted_search_keeps_every_measured_record(tmp_path):
     grid = recorded_grid("seed_template")
     path = str(tmp_path / "at.jsonl")

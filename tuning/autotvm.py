@@ -193,9 +193,11 @@ def matches(record: dict, key: dict) -> bool:
     return all(record.get(k, 0 if k == "seed" else None) == v for k, v in key.items())
 
 
-def history_of(records: list[dict], key: dict) -> History:
-    """The measured configurations of one search, from its records (the last word wins)."""
-    return {config_key(r["config"]): Outcome(r["status"], r.get("time_ms"), r.get("error"))
+def history_of(records: list[dict], key: dict, defaults: dict | None = None) -> History:
+    """The measured configurations of one search, from its records (the last word wins). A
+    record made before a knob joined the space ran with that knob's value in `defaults`."""
+    return {config_key({**(defaults or {}), **r["config"]}):
+            Outcome(r["status"], r.get("time_ms"), r.get("error"))
             for r in records if matches(r, key) and isinstance(r.get("config"), dict)}
 
 
