@@ -221,13 +221,6 @@ def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int, a
     if wl.dims["K"] % (slices * vector):
         raise ScheduleNotApplicable(
             f"{name} splits K={wl.dims['K']} into {slices} slices of whole {vector}-element vectors")
-    arch = tvm.target.Target.current().attrs.get("arch", "")
-    if atomic and int(arch.removeprefix("sm_").rstrip("a") or 0) < 90:
-        raise ScheduleNotApplicable(f"{name} adds partials with red.global.add.v4.f32, which "
-                                    f"needs sm_90 or later, not {arch or 'no arch'}")
-    if atomic and wl.has_cast:
-        raise ScheduleNotApplicable(f"{name} adds float32 partials into C atomically: it needs a "
-                                    f"float32 output, not {wl.out_dtype}")
     C = sch.get_sblock(wl.reduction_block)
     k_slice, _ = sch.split(sch.get_loops(C)[-1], [slices, None])
     partial = sch.rfactor(k_slice, 0)
@@ -248,6 +241,25 @@ def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int, a
     return partial
 
 
+def _require_atomic_adds(name: str, wl: Workload, split_k: int, tiles: dict[str, int]) -> None:
+    """What atomic_split_k needs: slices to add, a float32 C, sm_90's vector atomics, and whole
+    tiles (TVM 0.27 cannot tensorize the adds of a block that carries a predicate)."""
+    arch = tvm.target.Target.current().attrs.get("arch", "")
+    if split_k < 2:
+        raise ScheduleNotApplicable(f"{name}: atomic_split_k adds the slices of a split K; "
+                                    f"set split_k > 1")
+    if wl.has_cast:
+        raise ScheduleNotApplicable(f"{name} adds float32 partials into C atomically: it needs a "
+                                    f"float32 output, not {wl.out_dtype}")
+    if int(arch.removeprefix("sm_").rstrip("a") or 0) < 90:
+        raise ScheduleNotApplicable(f"{name} adds partials with red.global.add.v4.f32, which "
+                                    f"needs sm_90 or later, not {arch or 'no arch'}")
+    for axis, tile in tiles.items():
+        if wl.dims[axis] % tile:
+            raise ScheduleNotApplicable(f"{name}'s atomic adds take whole tiles: {axis}="
+                                        f"{wl.dims[axis]} is not a multiple of {tile}")
+
+
 def _add_partials_atomically(sch: Schedule, wl: Workload, partial, thread_loop) -> None:
     """Split K's sum without a second pass over the partials: the sum over the slices moves
     under `thread_loop` of the partial-product kernel, so each thread adds its own registers
@@ -258,12 +270,10 @@ def _add_partials_atomically(sch: Schedule, wl: Workload, partial, thread_loop) 
     sch.reverse_compute_at(C, thread_loop)
     zero = sch.decompose_reduction(C, sch.get_loops(C)[0])  # above the slices: its own kernel
     sch.set_scope(partial, 0, "local")
-    for block in (zero, C):  # C is now the update, without its zeroing; both by float4
-        _, lanes = sch.split(sch.get_loops(block)[-1], [None, 4])
-        if block == zero:
-            sch.vectorize(lanes)
-        else:
-            sch.tensorize(lanes, _red_add_v4_f32())
+    _, lanes = sch.split(sch.get_loops(zero)[-1], [None, 4])
+    sch.vectorize(lanes)  # zeroes by float4
+    _, lanes = sch.split(sch.get_loops(C)[-1], [None, 4])  # C: the adds, without the zeroing
+    sch.tensorize(lanes, _red_add_v4_f32())
 
 
 def _red_add_v4_f32() -> str:
@@ -310,13 +320,8 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
     group_m = min(thread_m, vector) if transpose_a else thread_m
     # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.
     k_split = [tile_k] if transpose_a else [tile_k // vector, vector]
-    if atomic_split_k and split_k < 2:
-        raise ScheduleNotApplicable(f"{name}: atomic_split_k adds the slices of a split K; "
-                                    f"set split_k > 1")
-    for axis, tile in (("M", block_m), ("N", block_n)):
-        if atomic_split_k and wl.dims[axis] % tile:  # TVM cannot tensorize a predicated block
-            raise ScheduleNotApplicable(f"{name}'s atomic adds take whole tiles: {axis}="
-                                        f"{wl.dims[axis]} is not a multiple of {tile}")
+    if atomic_split_k:
+        _require_atomic_adds(name, wl, split_k, {"M": block_m, "N": block_n})
     split = split_k > 1
     C = (_split_k(sch, wl, name, split_k, vector, atomic_split_k) if split
          else sch.get_sblock(wl.reduction_block))
