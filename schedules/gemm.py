@@ -331,7 +331,7 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
         sch, wl, C, name, threads, thread_m, thread_n, k_split, group, group_m)
     # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast), or
     # is added into C atomically.
-    if split and atomic_split_k:
+    if atomic_split_k:  # split_k > 1 here: _require_atomic_adds refused the rest
         _add_partials_atomically(sch, wl, C, tx)
     else:
         write_back_at(sch, wl, tx, C if split else None, min(group, 4))

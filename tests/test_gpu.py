@@ -53,11 +53,13 @@ def check(wl, run, inputs, tolerance):
     return err
 
 
-def check_module(wl, mod, target, seed):
-    """Build a scheduled module and check it on random inputs (`seed`) into a poisoned output."""
+def check_module(wl, mod, target, seed, calls=1):
+    """Build a scheduled module and check it on random inputs (`seed`) into a poisoned output,
+    `calls` times into that same output."""
     inputs = measure.random_inputs(wl, seed)
     run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
-    check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+    for _ in range(calls):
+        check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
 
 
 @pytest.mark.parametrize("name, wl", CASES, ids=[f"{n}-{wl.label().replace(' ', '-')}" for n, wl in CASES])
@@ -110,10 +112,7 @@ def test_atomic_split_k_is_correct_call_after_call(name, wl, knobs, target):
     except ScheduleNotApplicable as e:
         assert name == "v5t" and wl.dtype != "float32", str(e)
         return
-    inputs = measure.random_inputs(wl, 9)
-    run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
-    for _ in range(2):
-        check(wl, run, inputs, measure.TOLERANCE[wl.dtype])
+    check_module(wl, mod, target, 9, calls=2)
 
 
 @pytest.mark.parametrize("wl, knobs", [
