@@ -65,12 +65,18 @@ def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads:
     return tile
 
 
+SINGLE_BARRIER = "explorer.single_barrier"  # a loop annotation, read by tuning/lowering.py
+
+
 def software_pipeline(sch: tvm.s_tir.Schedule, loop, stages: int, computes: int = 1,
-                      async_loads: bool = False, loads_last: bool = False) -> None:
+                      async_loads: bool = False, loads_last: bool = False,
+                      single_barrier: bool = False) -> None:
     """Pipeline `loop`, whose body is two loads (A's, then B's) followed by `computes`
     statements: the loads of iteration i + stages - 1 run during iteration i's computes, into
     `stages` buffers (stages=1: no pipeline). With async_loads they become cp.async (TVM's
-    async stage); with loads_last they come after the computes in the loop body."""
+    async stage); with loads_last they come after the computes in the loop body. With
+    single_barrier (async loads first), each iteration waits for its tile and syncs once before
+    it issues the next loads, as CUTLASS's multistage loop does (see tuning/lowering.py)."""
     if stages < 2:
         return
     sch.annotate(loop, "software_pipeline_stage", [0, 0] + [stages - 1] * computes)
@@ -78,6 +84,8 @@ def software_pipeline(sch: tvm.s_tir.Schedule, loop, stages: int, computes: int 
     sch.annotate(loop, "software_pipeline_order", order)
     if async_loads:
         sch.annotate(loop, "software_pipeline_async_stages", [0])
+    if single_barrier:
+        sch.annotate(loop, SINGLE_BARRIER, True)
 
 
 def transposed_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: tuple[int, int]):

@@ -311,7 +311,8 @@ def _red_add_v4_f32() -> str:
 def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m: int,
                                  block_n: int, thread_m: int, thread_n: int, tile_k: int,
                                  stages: int, split_k: int, atomic_split_k: bool,
-                                 transpose_a: bool = False, fragment_stages: int = 1) -> None:
+                                 single_barrier: bool, transpose_a: bool = False,
+                                 fragment_stages: int = 1) -> None:
     """v5's schedule; v5t's with transpose_a and fragment_stages (see their docstrings)."""
     vector = 16 // DTYPE_BYTES[wl.dtype]
     _require_whole_vectors(name, wl, vector)
@@ -356,7 +357,8 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
     sch.decompose_reduction(C, ko)
     # Step 4. Multi-buffering: load tile k + stages - 1 (asynchronously) while tile k is multiplied.
     # A pipelined fragment loop is three statements by then: prologue, body, epilogue.
-    software_pipeline(sch, ko, stages, 3 if fragment_stages > 1 else 1, async_loads=True)
+    software_pipeline(sch, ko, stages, 3 if fragment_stages > 1 else 1, async_loads=True,
+                      single_barrier=single_barrier)
 
 
 @schedule("gemm", "v5", space={**TILES, "thread_m": [4, 8], "thread_n": [4, 8],
@@ -364,7 +366,7 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
                                "atomic_split_k": [False, True]})
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
        thread_n: int = 4, tile_k: int = 32, stages: int = 2, split_k: int = 1,
-       atomic_split_k: bool = False) -> None:
+       atomic_split_k: bool = False, single_barrier: bool = True) -> None:
     """v4 + 128-bit loads everywhere, padded shared rows, a multi-buffered K loop and an
     optional split K: global tiles come in as 16-byte vectors (cp.async when pipelined), each
     thread reads its A and B fragments from shared memory as 16-byte vectors, the next
@@ -373,14 +375,18 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     (virtual threads) and C is written back in 16-byte vectors. With split_k > 1, split_k
     blocks (blockIdx.z) share each C tile, each over 1/split_k of K, and a second kernel sums
     their float32 partials: more blocks for a small C with a long K. With atomic_split_k, each
-    block adds its partials into a zeroed C with atomic adds instead (sm_90 and later).
+    block adds its partials into a zeroed C with atomic adds instead (sm_90 and later). With
+    single_barrier (pipelined), each K tile starts with one __syncthreads instead of two, in
+    CUTLASS's order: wait for this tile, sync, then issue the next tile's loads
+    (tuning/lowering.py).
 
     IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
     storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait; with
     split_k, a C_rf buffer and a second kernel; with atomic_split_k, C_rf in `local`, a
-    kernel that zeroes C first and T.ptx.red calls."""
+    kernel that zeroes C first and T.ptx.red calls; with single_barrier, one
+    tvm_storage_sync in the K loop, after its wait."""
     _register_tiles_from_vectors(sch, wl, "v5", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k, atomic_split_k)
+                                 stages, split_k, atomic_split_k, single_barrier)
 
 
 @schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
@@ -388,7 +394,8 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
                                 "stages": [2, 3], "split_k": [1, 4, 8], "fragment_stages": [1, 2]})
 def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
         thread_n: int = 16, tile_k: int = 32, stages: int = 2, split_k: int = 1,
-        fragment_stages: int = 2, atomic_split_k: bool = False) -> None:
+        fragment_stages: int = 2, atomic_split_k: bool = False,
+        single_barrier: bool = True) -> None:
     """v5 + A's shared tile transposed and double-buffered fragments, as CUTLASS's SIMT
     kernels do: A's tile is stored M-contiguous ([k, m], filled by 4-byte cp.async), so a
     thread reads its rows of one K step as 16-byte vectors, like B's columns. A fragment is then
@@ -403,5 +410,5 @@ def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thr
         raise ScheduleNotApplicable(f"v5t copies A element by element with cp.async, which moves "
                                     f"4 bytes at least: float32 only, not {wl.dtype}")
     _register_tiles_from_vectors(sch, wl, "v5t", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k, atomic_split_k, transpose_a=True,
+                                 stages, split_k, atomic_split_k, single_barrier, transpose_a=True,
                                  fragment_stages=fragment_stages)

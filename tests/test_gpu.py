@@ -87,6 +87,18 @@ def test_v5_split_k_is_correct(wl, split_k, target):
     check_module(wl, schedules.get("gemm", "v5").apply(wl, target, split_k=split_k), target, 5)
 
 
+@pytest.mark.parametrize("single_barrier", [True, False])
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("wl", [WORKLOADS[0], Workload("gemm", (200, 136, 256)),
+                                Workload("gemm", (256, 128, 8192), layout="nt")],
+                         ids=lambda wl: wl.label())
+def test_v5_pipelines_are_correct(wl, stages, single_barrier, target):
+    """v5's cp.async pipelines, double and triple buffered, with one barrier per K tile and with
+    TVM's two; tiles that overhang M and N; a long K (256 tiles of 32)."""
+    mod = schedules.get("gemm", "v5").apply(wl, target, stages=stages, single_barrier=single_barrier)
+    check_module(wl, mod, target, 7, calls=2)
+
+
 @pytest.mark.parametrize("knobs", [{}, {"split_k": 8}, {"block_m": 64, "block_n": 128, "thread_m": 16,
                                     "thread_n": 8, "split_k": 4, "fragment_stages": 1, "stages": 3}])
 @pytest.mark.parametrize("wl", [WORKLOADS[0], Workload("gemm", (200, 136, 256)), Workload("gemm", (200, 136, 256), layout="nt")],

@@ -277,6 +277,42 @@ def test_v5_atomic_split_k_refusals(wl, knobs, reason, target):
                                           split_k=4)
 
 
+def _k_tile_head(source: str) -> list[str]:
+    """What the pipelined K loop does before a tile's first fragment load: barriers, cp.async
+    waits (with the groups they leave in flight), global->shared copies and commits."""
+    loop = source[source.index("for (int k_0 = 0"):]
+    head = loop[:loop.index("A_shared_dyn_local_ptr")]
+    events = re.findall(r"__syncthreads|wait_group_\d(?=\(\);)|commit_group(?=\(\);)|ptx_cp_async_legacy", head)
+    return [e for i, e in enumerate(events) if e != "ptx_cp_async_legacy" or events[i - 1] != e]
+
+
+@pytest.mark.parametrize("name, stages", [("v5", 2), ("v5", 3), ("v5t", 2)])
+def test_pipelined_k_loop_syncs_once_per_tile_after_its_wait(compiled, name, stages):
+    _, single, single_s = compiled(name, SEED, stages=stages)  # single_barrier: the default
+    _, double, double_s = compiled(name, SEED, stages=stages, single_barrier=False)
+    # TVM's order: sync (the loads overwrite the tile before last), loads, commit, wait for this
+    # tile, sync. One barrier per tile: wait (one group fewer in flight: this tile's loads are
+    # not committed yet), sync, loads, commit.
+    assert _k_tile_head(double) == ["__syncthreads", "ptx_cp_async_legacy", "commit_group",
+                                    f"wait_group_{stages - 1}", "__syncthreads"]
+    assert _k_tile_head(single) == [f"wait_group_{stages - 2}", "__syncthreads",
+                                    "ptx_cp_async_legacy", "commit_group"]
+    assert single_s.syncthreads == double_s.syncthreads - 1
+
+
+def test_single_barrier_refuses_a_loop_that_is_not_an_async_pipeline(target):
+    from tvm.s_tir import Schedule
+
+    from schedules.common import SINGLE_BARRIER
+
+    sch = Schedule(schedules.get("gemm", "v5").apply(SEED, target, stages=1))
+    k_tiles = next(loop for loop in sch.get_loops(sch.get_sblock("C_update"))
+                   if sch.get(loop).loop_var.name == "k_0")
+    sch.annotate(k_tiles, SINGLE_BARRIER, True)
+    with pytest.raises(RuntimeError, match="loop k_0 is not a cp.async pipeline with its loads first"):
+        build.lower(sch.mod, target)
+
+
 def test_v5_refuses_rows_that_are_not_whole_vectors(target):
     with pytest.raises(ScheduleNotApplicable, match="K \\(the rows of A\\)=2047 is not a multiple of 4"):
         schedules.get("gemm", "v5").apply(WORKLOADS["gemm"][1], target)

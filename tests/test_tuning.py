@@ -124,9 +124,10 @@ def test_a_search_resumes_from_its_records_and_measures_nothing_twice(tmp_path):
 def test_records_from_before_a_knob_joined_the_space_count_with_its_default(tmp_path):
     path = str(tmp_path / "at.jsonl")
     key = autotvm.search_key(SEED_GEMM, "v5", "H100", "xgb")
-    old = {k: v for k, v in schedules.get("gemm", "v5").defaults.items() if k != "atomic_split_k"}
-    records.append(path, autotvm.trial_record(key, old, candidates.Outcome("ok", 0.06), 1))
     space = autotvm.Space.of(schedules.get("gemm", "v5"))
+    old = {k: v for k, v in schedules.get("gemm", "v5").defaults.items()
+           if k in space.knobs and k != "atomic_split_k"}  # a trial's config: the space's knobs
+    records.append(path, autotvm.trial_record(key, old, candidates.Outcome("ok", 0.06), 1))
     history = autotvm.history_of(records.load(path).records, key, {"atomic_split_k": False})
     assert list(history) == [autotvm.config_key({**old, "atomic_split_k": False})]
     left = autotvm.GridTuner().propose(space, space.configs(), history, len(space))

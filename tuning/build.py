@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.target import Target
 
+from . import lowering
+
 # Per-block limits of every NVIDIA GPU since Volta; the same for a build with or without a GPU,
 # so the IR printed on a laptop is the IR that runs on the card.
 _CUDA_LIMITS = {
@@ -60,10 +62,11 @@ def pass_config(mod: tvm.IRModule) -> dict:
 
 
 def lower(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
-    """The device kernels exactly as `build` lowers them (TVM's pipeline for `target`, up to
-    code generation), without the host-side argument checking."""
+    """The device kernels exactly as `build` lowers them (TVM's default pipeline, then the
+    project's rewrite in lowering.py, up to code generation), without the host-side argument
+    checking."""
     bound = tvm.tirx.transform.BindTarget(target.with_host(Target("llvm")))(mod)
-    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
+    pipeline, _, _ = tvm.tirx.get_tir_pipeline(lowering.PIPELINE)
     with tvm.transform.PassContext(config=pass_config(mod)):
         lowered = pipeline(bound)
     kernels = {
@@ -83,7 +86,7 @@ def ir_text(lowered: tvm.IRModule) -> str:
 def build(mod: tvm.IRModule, target: Target):
     """Compile for `target`: CUDA source always, a loadable binary when a GPU is present."""
     with tvm.transform.PassContext(config=pass_config(mod)):
-        return tvm.compile(mod, target=target)
+        return tvm.compile(mod, target=target, tir_pipeline=lowering.PIPELINE)
 
 
 def build_artifact(job: tuple[tvm.IRModule, Target]) -> str:

@@ -1,0 +1,104 @@
+"""The project's TIR pipeline: TVM's default one, then one rewrite that schedules ask for.
+
+A cp.async pipeline whose loads come first in the loop body (`software_pipeline` with
+async_loads) comes out of TVM 0.27 as
+
+    __syncthreads(); loads of tile k+s-1; commit; wait for tile k; __syncthreads(); compute tile k
+
+Tile k+s-1 goes into tile k-1's buffer: the first barrier keeps its loads from overwriting that
+tile while a slower warp still reads it; the second makes tile k visible to every thread.
+CUTLASS's multistage loop needs one barrier per tile:
+
+    wait for tile k; __syncthreads(); loads of tile k+s-1; commit; compute tile k
+
+There the one barrier does both jobs: every thread has finished tile k-1 before it, and tile k
+is complete after it. The wait allows one group fewer in flight, because this iteration's loads
+are not committed yet, so it waits for the same tile as before. `rewrite_single_barrier` turns
+the first form into the second in every loop annotated with SINGLE_BARRIER.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm.tirx import stmt as S
+
+from schedules.common import SINGLE_BARRIER
+
+PIPELINE = "explorer"  # the name tvm.compile knows this pipeline by
+
+
+def _is_barrier(stmt) -> bool:
+    return (isinstance(stmt, S.Evaluate) and isinstance(stmt.value, tvm.ir.Call)
+            and stmt.value.op.name == "tirx.tvm_storage_sync")
+
+
+def _scope(stmt, key: str):
+    """`stmt` if it is the attribute scope `key`, else None."""
+    return stmt if isinstance(stmt, S.AttrStmt) and stmt.attr_key == key else None
+
+
+def _single_barrier(loop: S.For) -> S.For:
+    """One pipelined loop, rewritten (see the module docstring). Raises if TVM lowered it into
+    anything but the expected shape: a loop that asked for one barrier never silently keeps two."""
+    seq = list(loop.body.seq) if isinstance(loop.body, S.SeqStmt) else []
+    # The commit scope (the loads), maybe some bindings of common subexpressions, the wait scope.
+    at_wait = 1
+    while at_wait < len(seq) and isinstance(seq[at_wait], S.Bind):
+        at_wait += 1
+    commit = _scope(seq[0], "async_commit_queue_scope") if seq else None
+    wait = _scope(seq[at_wait], "async_wait_queue_scope") if at_wait < len(seq) else None
+    inflight = wait and _scope(wait.body, "async_wait_inflight_count")
+    loads = list(commit.body.seq) if commit and isinstance(commit.body, S.SeqStmt) else []
+    compute = list(inflight.body.seq) if inflight and isinstance(inflight.body, S.SeqStmt) else []
+    first_barrier = next((i for i, stmt in enumerate(loads) if _is_barrier(stmt)), None)
+    if first_barrier is None or not compute or not _is_barrier(compute[0]):
+        raise RuntimeError(f"{SINGLE_BARRIER}: loop {loop.loop_var} is not a cp.async pipeline "
+                           "with its loads first, as TVM lowers one")
+    del loads[first_barrier]
+    wait_then_barrier = S.AttrStmt(
+        wait.node, wait.attr_key, wait.value,
+        S.AttrStmt(inflight.node, inflight.attr_key, inflight.value - 1, compute[0]))
+    commit = S.AttrStmt(commit.node, commit.attr_key, commit.value, S.SeqStmt(loads))
+    body = S.SeqStmt([wait_then_barrier, commit, *seq[1:at_wait], *compute[1:],
+                      *seq[at_wait + 1:]])
+    return S.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding,
+                 loop.annotations, loop.step)
+
+
+def _rewrite(stmt):
+    """`stmt` with every annotated loop under it rewritten (and its annotation dropped)."""
+    if isinstance(stmt, S.SeqStmt):
+        return S.SeqStmt([_rewrite(s) for s in stmt.seq])
+    if isinstance(stmt, S.For):
+        annotations = {k: v for k, v in stmt.annotations.items() if k != SINGLE_BARRIER}
+        loop = S.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _rewrite(stmt.body),
+                     stmt.thread_binding, annotations, stmt.step)
+        return _single_barrier(loop) if SINGLE_BARRIER in stmt.annotations else loop
+    if isinstance(stmt, S.AttrStmt):
+        return S.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _rewrite(stmt.body))
+    if isinstance(stmt, S.IfThenElse):
+        return S.IfThenElse(stmt.condition, _rewrite(stmt.then_case),
+                            stmt.else_case and _rewrite(stmt.else_case))
+    return stmt
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="RewriteSingleBarrier")
+def rewrite_single_barrier(func, _mod, _ctx):
+    """Every loop annotated with SINGLE_BARRIER: one barrier per iteration instead of two."""
+    if SINGLE_BARRIER not in func.script():
+        return func
+    func = func.with_body(_rewrite(func.body))
+    if SINGLE_BARRIER in func.script():
+        raise RuntimeError(f"{SINGLE_BARRIER}: an annotated loop sits where the rewrite does not "
+                           "look (inside something other than loops, sequences, attributes and "
+                           "conditions)")
+    return func
+
+
+def _pipeline():
+    default, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("default")
+    return (tvm.transform.Sequential([default, rewrite_single_barrier]), finalize_host,
+            finalize_device)
+
+
+tvm.tirx.compilation_pipeline.register_tir_pipeline(PIPELINE, _pipeline)
