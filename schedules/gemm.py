@@ -260,26 +260,71 @@ def _require_atomic_adds(name: str, wl: Workload, split_k: int, tiles: dict[str,
                                         f"{wl.dims[axis]} is not a multiple of {tile}")
 
 
-def _add_partials_atomically(sch: Schedule, wl: Workload, partial, thread_loop) -> None:
+def _add_partials_atomically(sch: Schedule, wl: Workload, partial, thread_loop,
+                             overlap_zeroing: bool) -> None:
     """Split K's sum without a second pass over the partials: the sum over the slices moves
     under `thread_loop` of the partial-product kernel, so each thread adds its own registers
     into C, 4 columns per `red.global.add.v4.f32`. The slices' blocks add concurrently; C's
     zeroing, which must come first, becomes a kernel of its own ahead of them. Float addition
-    in whatever order the slices arrive: the last bits of C can differ from run to run."""
+    in whatever order the slices arrive: the last bits of C can differ from run to run.
+
+    With overlap_zeroing (Hopper's programmatic dependent launch), the two kernels overlap: the
+    zeroing kernel's threads release the main kernel as they start
+    (`griddepcontrol.launch_dependents`), the main kernel is launched to start early (by
+    tuning/lowering.py, as every kernel that waits so), and it waits for the zeroes
+    (`griddepcontrol.wait`) only before its adds. Its K loop runs while C is zeroed."""
     C = sch.get_sblock(wl.reduction_block)
     sch.reverse_compute_at(C, thread_loop)
     zero = sch.decompose_reduction(C, sch.get_loops(C)[0])  # above the slices: its own kernel
     sch.set_scope(partial, 0, "local")
     _, lanes = sch.split(sch.get_loops(zero)[-1], [None, 4])
-    sch.vectorize(lanes)  # zeroes by float4
+    if overlap_zeroing:
+        sch.tensorize(lanes, _zero_v4_f32_launching_dependents())
+    else:
+        sch.vectorize(lanes)  # zeroes by float4
     _, lanes = sch.split(sch.get_loops(C)[-1], [None, 4])  # C: the adds, without the zeroing
-    sch.tensorize(lanes, _red_add_v4_f32())
+    sch.tensorize(lanes, _red_add_v4_f32(after_predecessor=overlap_zeroing))
 
 
-def _red_add_v4_f32() -> str:
-    """A tensor intrinsic, registered once: C[0:4] += P[0:4] as one `red.global.add.v4.f32`
-    (an atomic add of 4 consecutive float32, Hopper and later)."""
-    name = "red_add_v4_f32"
+def _zero_v4_f32_launching_dependents() -> str:
+    """A tensor intrinsic, registered once: C[0:4] = 0 as one 16-byte store, after
+    `griddepcontrol.launch_dependents`, which lets the kernel launched next start now (it must
+    `griddepcontrol.wait` before it touches C)."""
+    name = "zero_v4_f32_launching_dependents"
+    if TensorIntrin.get(name, allow_missing=True) is not None:
+        return name
+
+    @T.prim_func(s_tir=True)
+    def desc(c: T.handle) -> None:
+        C = T.match_buffer(c, (4,), "float32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:4])
+            for j in range(4):
+                with T.sblock("zero"):
+                    vj = T.axis.remap("S", [j])
+                    C[vj] = T.float32(0)
+
+    @T.prim_func(s_tir=True)
+    def impl(c: T.handle) -> None:
+        C = T.match_buffer(c, (4,), "float32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:4])
+            T.evaluate(T.ptx.griddepcontrol.launch_dependents())
+            for j in T.vectorized(4):
+                C[j] = T.float32(0)
+
+    TensorIntrin.register(name, desc, impl)
+    return name
+
+
+def _red_add_v4_f32(after_predecessor: bool) -> str:
+    """A tensor intrinsic, registered once per variant: C[0:4] += P[0:4] as one
+    `red.global.add.v4.f32` (an atomic add of 4 consecutive float32, Hopper and later). With
+    after_predecessor, first `griddepcontrol.wait`: until the kernel before has finished and
+    its writes are visible (at once when it has)."""
+    name = "red_add_v4_f32" + "_after_predecessor" * after_predecessor
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return name
 
@@ -302,6 +347,8 @@ def _red_add_v4_f32() -> str:
         with T.sblock("root"):
             T.reads(C[0:4], P[0:4])
             T.writes(C[0:4])
+            if after_predecessor:
+                T.evaluate(T.ptx.griddepcontrol.wait())
             T.evaluate(T.ptx.red.global_.add.v4.f32(C.access_ptr("w"), P[0], P[1], P[2], P[3]))
 
     TensorIntrin.register(name, desc, impl)
@@ -311,8 +358,8 @@ def _red_add_v4_f32() -> str:
 def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m: int,
                                  block_n: int, thread_m: int, thread_n: int, tile_k: int,
                                  stages: int, split_k: int, atomic_split_k: bool,
-                                 single_barrier: bool, transpose_a: bool = False,
-                                 fragment_stages: int = 1) -> None:
+                                 single_barrier: bool, overlap_zeroing: bool,
+                                 transpose_a: bool = False, fragment_stages: int = 1) -> None:
     """v5's schedule; v5t's with transpose_a and fragment_stages (see their docstrings)."""
     vector = 16 // DTYPE_BYTES[wl.dtype]
     _require_whole_vectors(name, wl, vector)
@@ -333,7 +380,7 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
     # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast), or
     # is added into C atomically.
     if atomic_split_k:  # split_k > 1 here: _require_atomic_adds refused the rest
-        _add_partials_atomically(sch, wl, C, tx)
+        _add_partials_atomically(sch, wl, C, tx, overlap_zeroing)
     else:
         write_back_at(sch, wl, tx, C if split else None, min(group, 4))
     # Step 2. Shared tiles filled with 16-byte vectors, rows padded against bank conflicts; or
@@ -366,7 +413,8 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
                                "atomic_split_k": [False, True]})
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
        thread_n: int = 4, tile_k: int = 32, stages: int = 2, split_k: int = 1,
-       atomic_split_k: bool = False, single_barrier: bool = True) -> None:
+       atomic_split_k: bool = False, single_barrier: bool = True,
+       overlap_zeroing: bool = True) -> None:
     """v4 + 128-bit loads everywhere, padded shared rows, a multi-buffered K loop and an
     optional split K: global tiles come in as 16-byte vectors (cp.async when pipelined), each
     thread reads its A and B fragments from shared memory as 16-byte vectors, the next
@@ -375,18 +423,20 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     (virtual threads) and C is written back in 16-byte vectors. With split_k > 1, split_k
     blocks (blockIdx.z) share each C tile, each over 1/split_k of K, and a second kernel sums
     their float32 partials: more blocks for a small C with a long K. With atomic_split_k, each
-    block adds its partials into a zeroed C with atomic adds instead (sm_90 and later). With
-    single_barrier (pipelined), each K tile starts with one __syncthreads instead of two, in
-    CUTLASS's order: wait for this tile, sync, then issue the next tile's loads
-    (tuning/lowering.py).
+    block adds its partials into a zeroed C with atomic adds instead (sm_90 and later), and with
+    overlap_zeroing as well, its K loop runs while C is zeroed, the zeroing kernel and the main
+    kernel overlapping (programmatic dependent launch). With single_barrier (pipelined), each K
+    tile starts with one __syncthreads instead of two, in CUTLASS's order: wait for this tile,
+    sync, then issue the next tile's loads (tuning/lowering.py).
 
     IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
     storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait; with
     split_k, a C_rf buffer and a second kernel; with atomic_split_k, C_rf in `local`, a
-    kernel that zeroes C first and T.ptx.red calls; with single_barrier, one
+    kernel that zeroes C first and T.ptx.red calls; with overlap_zeroing, T.ptx.griddepcontrol
+    "launch_dependents" before the zeroes and "wait" before each add; with single_barrier, one
     tvm_storage_sync in the K loop, after its wait."""
     _register_tiles_from_vectors(sch, wl, "v5", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k, atomic_split_k, single_barrier)
+                                 stages, split_k, atomic_split_k, single_barrier, overlap_zeroing)
 
 
 @schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
@@ -395,7 +445,7 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
 def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
         thread_n: int = 16, tile_k: int = 32, stages: int = 2, split_k: int = 1,
         fragment_stages: int = 2, atomic_split_k: bool = False,
-        single_barrier: bool = True) -> None:
+        single_barrier: bool = True, overlap_zeroing: bool = True) -> None:
     """v5 + A's shared tile transposed and double-buffered fragments, as CUTLASS's SIMT
     kernels do: A's tile is stored M-contiguous ([k, m], filled by 4-byte cp.async), so a
     thread reads its rows of one K step as 16-byte vectors, like B's columns. A fragment is then
@@ -410,5 +460,6 @@ def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thr
         raise ScheduleNotApplicable(f"v5t copies A element by element with cp.async, which moves "
                                     f"4 bytes at least: float32 only, not {wl.dtype}")
     _register_tiles_from_vectors(sch, wl, "v5t", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k, atomic_split_k, single_barrier, transpose_a=True,
+                                 stages, split_k, atomic_split_k, single_barrier, overlap_zeroing,
+                                 transpose_a=True,
                                  fragment_stages=fragment_stages)

@@ -111,14 +111,15 @@ def test_v5t_is_correct(wl, knobs, target):
 
 @pytest.mark.parametrize("name, knobs", [
     ("v5", {"split_k": 2}), ("v5", {"block_m": 64, "block_n": 64, "thread_n": 8, "split_k": 4}),
-    ("v5t", {"block_n": 128, "split_k": 8})], ids=lambda x: x if isinstance(x, str) else
-    ",".join(f"{k}={v}" for k, v in x.items()))
+    ("v5", {"split_k": 4, "overlap_zeroing": False}), ("v5t", {"block_n": 128, "split_k": 8})],
+    ids=lambda x: x if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()))
 @pytest.mark.parametrize("wl", [WORKLOADS[0], Workload("gemm", (256, 384, 1024), layout="nt"),
                                 Workload("gemm", (256, 384, 1024), "float16")],
                          ids=lambda wl: wl.label())
 def test_atomic_split_k_is_correct_call_after_call(name, wl, knobs, target):
     """Slices added into C with red.global.add: C is zeroed by the function itself, so a second
-    call into the same output gives the same answer, not twice it."""
+    call into the same output gives the same answer, not twice it; with the main kernel
+    overlapping the zeroing (the default) or after it."""
     try:
         mod = schedules.get("gemm", name).apply(wl, target, atomic_split_k=True, **knobs)
     except ScheduleNotApplicable as e:

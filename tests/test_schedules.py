@@ -263,6 +263,32 @@ def test_v5_atomic_split_k_adds_partials_into_a_zeroed_c_without_a_partial_buffe
     build.nvcc_resources(source, "sm_90")  # nvcc accepts the inline PTX
 
 
+def _launch_tags(ir: str, kernel: str) -> str:
+    """The launch tags (`tirx.kernel_launch_params`) of one lowered kernel."""
+    head = ir[ir.index(f"def {kernel}("):]
+    return re.search(r'"tirx.kernel_launch_params": \[([^\]]*)\]', head).group(1)
+
+
+def test_overlap_zeroing_launches_the_adding_kernel_early_and_waits_before_its_adds(compiled):
+    ir, source, _ = compiled("v5", SEED, split_k=4, atomic_split_k=True)  # overlap: the default
+    plain_ir, plain, _ = compiled("v5", SEED, split_k=4, atomic_split_k=True, overlap_zeroing=False)
+    zero = source[source.rindex("main_kernel(float* __restrict__ C_ptr"):source.rindex("main_kernel_1(")]
+    adds = source[source.rindex("main_kernel_1("):]
+    # The zeroing releases the main kernel before its stores; the main kernel's K loop does not
+    # wait, and each add waits for the zeroing kernel to be done first.
+    assert zero.index("tvm_builtin_ptx_griddepcontrol_launch_dependents();") < zero.index("make_float4(0x0p+0f")
+    rows = adds[adds.rindex("for (int ax0"):]
+    assert "griddepcontrol" not in adds[:adds.rindex("for (int ax0")]
+    assert rows.index("tvm_builtin_ptx_griddepcontrol_wait();") < rows.index("ptx_red_vec_f32_global_add")
+    # Only the kernel that waits is launched with programmatic dependent launch, and the tag
+    # goes before the dynamic shared memory's, which TVM wants last.
+    assert _launch_tags(ir, "main_kernel_1").endswith(
+        '"tirx.use_programtic_dependent_launch", "tirx.use_dyn_shared_memory"')
+    assert "programtic" not in _launch_tags(ir, "main_kernel")
+    assert "griddepcontrol" not in plain and "programtic" not in plain_ir
+    assert "tvm_builtin_ptx_red_vec_f32_global_add_v4_f32" in plain
+
+
 @pytest.mark.parametrize("wl, knobs, reason", [
     (SEED, {}, "atomic_split_k adds the slices of a split K; set split_k > 1"),
     (Workload("gemm", (1000, 512, 2048)), {"split_k": 4}, "atomic adds take whole tiles: M=1000"),

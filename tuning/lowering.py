@@ -1,4 +1,6 @@
-"""The project's TIR pipeline: TVM's default one, then one rewrite that schedules ask for.
+"""The project's TIR pipeline: TVM's default one, then two passes that schedules ask for.
+
+One barrier per K tile (`rewrite_single_barrier`):
 
 A cp.async pipeline whose loads come first in the loop body (`software_pipeline` with
 async_loads) comes out of TVM 0.27 as
@@ -15,6 +17,11 @@ There the one barrier does both jobs: every thread has finished tile k-1 before 
 is complete after it. The wait allows one group fewer in flight, because this iteration's loads
 are not committed yet, so it waits for the same tile as before. `rewrite_single_barrier` turns
 the first form into the second in every loop annotated with SINGLE_BARRIER.
+
+Overlapping kernels (`launch_waiting_kernels_early`): a kernel that calls `griddepcontrol.wait`
+is launched with programmatic dependent launch (Hopper), so it may start before the kernel
+ahead of it in the stream has finished. TVM 0.27 launches a kernel that way when its launch
+tags say so; this pass adds the tag.
 """
 
 from __future__ import annotations
@@ -108,10 +115,45 @@ def rewrite_single_barrier(func, _mod, _ctx):
     return func if body.same_as(func.body) else func.with_body(body)
 
 
+PDL_TAG = "tirx.use_programtic_dependent_launch"  # sic: TVM 0.27's spelling
+DYNAMIC_SHARED_TAG = "tirx.use_dyn_shared_memory"  # TVM wants it last among the launch tags
+
+
+def _evaluated_calls(stmt):
+    """The calls evaluated as statements anywhere in `stmt`."""
+    if isinstance(stmt, S.Evaluate) and isinstance(stmt.value, tvm.ir.Call):
+        yield stmt.value
+    children = stmt.seq if isinstance(stmt, S.SeqStmt) else [
+        getattr(stmt, field, None) for field in ("body", "then_case", "else_case")]
+    for child in children:
+        if child is not None:
+            yield from _evaluated_calls(child)
+
+
+def _waits_for_predecessor(func) -> bool:
+    """Whether the kernel calls `griddepcontrol.wait` anywhere."""
+    return any(call.op.name == "tirx.ptx.griddepcontrol" and call.args[0].value == "wait"
+               for call in _evaluated_calls(func.body))
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="LaunchWaitingKernelsEarly")
+def launch_waiting_kernels_early(func, _mod, _ctx):
+    """A device kernel that calls `griddepcontrol.wait` before it touches what the kernel before
+    it writes is launched with programmatic dependent launch: it may start while that kernel
+    still runs, and the wait holds it back only where it must."""
+    tags = func.attrs.get("tirx.kernel_launch_params") if func.attrs else None
+    if tags is None or PDL_TAG in tags or not _waits_for_predecessor(func):
+        return func
+    tags = [str(t) for t in tags]
+    at = tags.index(DYNAMIC_SHARED_TAG) if DYNAMIC_SHARED_TAG in tags else len(tags)
+    return func.with_attr("tirx.kernel_launch_params", tags[:at] + [PDL_TAG] + tags[at:])
+
+
 def _pipeline():
     default, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("default")
-    return (tvm.transform.Sequential([default, rewrite_single_barrier]), finalize_host,
-            finalize_device)
+    return (tvm.transform.Sequential([default, rewrite_single_barrier,
+                                      launch_waiting_kernels_early]),
+            finalize_host, finalize_device)
 
 
 tvm.tirx.compilation_pipeline.register_tir_pipeline(PIPELINE, _pipeline)
