@@ -34,9 +34,16 @@ from schedules.common import SINGLE_BARRIER
 PIPELINE = "explorer"  # the name tvm.compile knows this pipeline by
 
 
+def _call_to(stmt, op_name: str):
+    """The call `stmt` evaluates, if it is one to the op `op_name`; else None."""
+    if (isinstance(stmt, S.Evaluate) and isinstance(stmt.value, tvm.ir.Call)
+            and stmt.value.op.name == op_name):
+        return stmt.value
+    return None
+
+
 def _is_barrier(stmt) -> bool:
-    return (isinstance(stmt, S.Evaluate) and isinstance(stmt.value, tvm.ir.Call)
-            and stmt.value.op.name == "tirx.tvm_storage_sync")
+    return _call_to(stmt, "tirx.tvm_storage_sync") is not None
 
 
 def _scope(stmt, key: str):
@@ -119,21 +126,20 @@ PDL_TAG = "tirx.use_programtic_dependent_launch"  # sic: TVM 0.27's spelling
 DYNAMIC_SHARED_TAG = "tirx.use_dyn_shared_memory"  # TVM wants it last among the launch tags
 
 
-def _evaluated_calls(stmt):
-    """The calls evaluated as statements anywhere in `stmt`."""
-    if isinstance(stmt, S.Evaluate) and isinstance(stmt.value, tvm.ir.Call):
-        yield stmt.value
+def _statements(stmt):
+    """`stmt` and every statement under it."""
+    yield stmt
     children = stmt.seq if isinstance(stmt, S.SeqStmt) else [
         getattr(stmt, field, None) for field in ("body", "then_case", "else_case")]
     for child in children:
         if child is not None:
-            yield from _evaluated_calls(child)
+            yield from _statements(child)
 
 
 def _waits_for_predecessor(func) -> bool:
     """Whether the kernel calls `griddepcontrol.wait` anywhere."""
-    return any(call.op.name == "tirx.ptx.griddepcontrol" and call.args[0].value == "wait"
-               for call in _evaluated_calls(func.body))
+    calls = (_call_to(stmt, "tirx.ptx.griddepcontrol") for stmt in _statements(func.body))
+    return any(call is not None and call.args[0].value == "wait" for call in calls)
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="LaunchWaitingKernelsEarly")
