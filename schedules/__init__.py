@@ -1,11 +1,17 @@
 """What to compute (workloads) and how to schedule it (the registered ladders)."""
 
 from . import dlight, gemm, gemv, tensorcore  # noqa: F401  (importing registers the schedules)
-from .registry import ScheduleNotApplicable, UnknownSchedule, entries, get, names, schedule
-from .workloads import PRESETS, Workload, WorkloadError, parse_shape
+from .errors import (ExplorerError, RecordsError, ScheduleNotApplicable, SearchFailed,
+                     UnknownSchedule, UsageError, WorkloadError)
+from .registry import entries, get, names, schedule
+from .workloads import PRESETS, Workload, parse_shape
 
 __all__ = [
+    "ExplorerError",
     "PRESETS",
+    "RecordsError",
+    "SearchFailed",
+    "UsageError",
     "ScheduleNotApplicable",
     "UnknownSchedule",
     "Workload",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tvm
 
-from .registry import ScheduleNotApplicable
+from .errors import ScheduleNotApplicable
 from .workloads import Workload
 
 MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
@@ -34,6 +34,15 @@ def write_back_at(sch: tvm.s_tir.Schedule, wl: Workload, loop, block=None, vecto
     if vector > 1:
         _, lanes = sch.split(sch.get_loops(copy_out)[-1], [None, vector])
         sch.vectorize(lanes)
+
+
+def require_sm(name: str, minimum: int, feature: str) -> None:
+    """Refuse a schedule whose `feature` needs compute capability `minimum` (90: sm_90) or
+    later on an older target."""
+    arch = tvm.target.Target.current().attrs.get("arch", "")
+    if int(arch.removeprefix("sm_").rstrip("af") or 0) < minimum:
+        raise ScheduleNotApplicable(f"{name} uses {feature}, which needs sm_{minimum} or later, "
+                                    f"not {arch or 'a target without an arch'}")
 
 
 def require_grid_y(name: str, axis: str, extent: int) -> None:
@@ -79,6 +88,8 @@ def software_pipeline(sch: tvm.s_tir.Schedule, loop, stages: int, computes: int 
     it issues the next loads, as CUTLASS's multistage loop does (see tuning/lowering.py)."""
     if stages < 2:
         return
+    if async_loads:
+        require_sm(f"a {stages}-stage pipeline", 80, "cp.async")
     sch.annotate(loop, "software_pipeline_stage", [0, 0] + [stages - 1] * computes)
     order = [computes, computes + 1, *range(computes)] if loads_last else list(range(2 + computes))
     sch.annotate(loop, "software_pipeline_order", order)

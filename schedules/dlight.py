@@ -5,7 +5,8 @@ from __future__ import annotations
 from tvm.s_tir import Schedule, dlight
 from tvm.target import Target
 
-from .registry import ScheduleNotApplicable, schedule
+from .errors import ScheduleNotApplicable
+from .registry import schedule
 from .workloads import OPS, Workload
 
 # The rule order of TVM's default GPU pipeline: the first rule that matches schedules the function.

@@ -15,9 +15,10 @@ import tvm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import (cast_epilogue_at, cooperative_fetch, require_grid_y, software_pipeline,
-                     transposed_fetch, write_back_at)
-from .registry import ScheduleNotApplicable, schedule
+from .common import (cast_epilogue_at, cooperative_fetch, require_grid_y, require_sm,
+                     software_pipeline, transposed_fetch, write_back_at)
+from .errors import ScheduleNotApplicable
+from .registry import schedule
 from .workloads import DTYPE_BYTES, Workload
 
 
@@ -150,6 +151,17 @@ def seed_template(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 1
     sch.decompose_reduction(C, ko)
 
 
+def _threads_of_register_tiles(name: str, block_m: int, block_n: int, thread_m: int,
+                               thread_n: int) -> tuple[int, int]:
+    """(threadIdx.y, threadIdx.x) of a block tile cut into thread_m x thread_n register tiles;
+    refused unless the register tiles fit the block tile whole."""
+    for block, thread, axis in ((block_m, thread_m, "m"), (block_n, thread_n, "n")):
+        if block % thread:
+            raise ScheduleNotApplicable(f"{name} cuts block_{axis}={block} into register tiles "
+                                        f"of thread_{axis}={thread}: not a whole number of them")
+    return block_m // thread_m, block_n // thread_n
+
+
 def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
     """16-byte loads need every row of A and B to start on a 16-byte boundary."""
     contiguous = {"K (the rows of A)": wl.dims["K"]}
@@ -199,7 +211,7 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
 
     IR: C_local = alloc_local((thread_m * thread_n,)); block (block_n/thread_n, block_m/thread_m)
     threads; shared A and B tiles of block_m*tile_k and tile_k*block_n per K step."""
-    threads = (block_m // thread_m, block_n // thread_n)
+    threads = _threads_of_register_tiles("v4", block_m, block_n, thread_m, thread_n)
     C = sch.get_sblock(wl.reduction_block)
     # Step 1. Block tile, thread tile, register tile; K in steps of tile_k.
     tx, (ko, _) = _tile_for_registers(sch, wl, C, "v4", threads, thread_m, thread_n, [tile_k])
@@ -244,16 +256,13 @@ def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int, a
 def _require_atomic_adds(name: str, wl: Workload, split_k: int, tiles: dict[str, int]) -> None:
     """What atomic_split_k needs: slices to add, a float32 C, sm_90's vector atomics, and whole
     tiles (TVM 0.27 cannot tensorize the adds of a block that carries a predicate)."""
-    arch = tvm.target.Target.current().attrs.get("arch", "")
     if split_k < 2:
         raise ScheduleNotApplicable(f"{name}: atomic_split_k adds the slices of a split K; "
                                     f"set split_k > 1")
     if wl.has_cast:
         raise ScheduleNotApplicable(f"{name} adds float32 partials into C atomically: it needs a "
                                     f"float32 output, not {wl.out_dtype}")
-    if int(arch.removeprefix("sm_").rstrip("a") or 0) < 90:
-        raise ScheduleNotApplicable(f"{name} adds partials with red.global.add.v4.f32, which "
-                                    f"needs sm_90 or later, not {arch or 'no arch'}")
+    require_sm(name, 90, "red.global.add.v4.f32 to add the partials")
     for axis, tile in tiles.items():
         if wl.dims[axis] % tile:
             raise ScheduleNotApplicable(f"{name}'s atomic adds take whole tiles: {axis}="
@@ -363,7 +372,7 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
     """v5's schedule; v5t's with transpose_a and fragment_stages (see their docstrings)."""
     vector = 16 // DTYPE_BYTES[wl.dtype]
     _require_whole_vectors(name, wl, vector)
-    threads = (block_m // thread_m, block_n // thread_n)
+    threads = _threads_of_register_tiles(name, block_m, block_n, thread_m, thread_n)
     group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
     group_m = min(thread_m, vector) if transpose_a else thread_m
     # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.

@@ -15,7 +15,8 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from .common import require_grid_y, write_back_at
-from .registry import ScheduleNotApplicable, schedule
+from .errors import ScheduleNotApplicable
+from .registry import schedule
 from .workloads import DTYPE_BYTES, Workload
 
 VECTOR_BYTES = 16  # one 128-bit load per thread

@@ -1,29 +1,25 @@
 """Schedules by op and name: `@schedule("gemm", "v3")` registers, `get("gemm", "v3")` finds.
 
 A schedule is a function `(sch: tvm.s_tir.Schedule, wl: Workload, **params) -> None` that edits
-`sch` in place. Its keyword parameters (with defaults) are its tunable knobs, and `space`, declared
-with it, lists the values the template tuner (tuning/autotvm.py) tries for each. A schedule that
-cannot handle a workload (or a knob setting) raises ScheduleNotApplicable with the reason.
+`sch` in place. Its keyword parameters (with defaults and annotations) are its tunable knobs:
+`bool` switches, and `int` sizes and counts, which are at least 1 (`int | None`: None lets the
+schedule choose). `space`, declared with it, lists the values the template tuner
+(tuning/autotvm.py) tries for each. A schedule that cannot handle a workload (or a knob
+setting) raises ScheduleNotApplicable with the reason.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
+import types
 from dataclasses import dataclass
 from typing import Callable
 
 import tvm
 
+from .errors import ExplorerError, ScheduleNotApplicable, UnknownSchedule, UsageError
 from .workloads import OPS, Workload
-
-
-class ScheduleNotApplicable(Exception):
-    """This schedule does not handle this workload; the message says why."""
-
-
-class UnknownSchedule(KeyError):
-    def __str__(self):
-        return self.args[0]
 
 
 @dataclass(frozen=True)
@@ -50,17 +46,107 @@ class ScheduleEntry:
         params = list(inspect.signature(self.fn).parameters.values())[2:]
         return {p.name: p.default for p in params}
 
+    @property
+    def knob_types(self) -> dict[str, tuple[type, bool]]:
+        """Each knob's declared type, and whether it may be None: (int, False), (int, True)
+        for `int | None`, (bool, False)."""
+        params = list(inspect.signature(self.fn, eval_str=True).parameters.values())[2:]
+        found = {}
+        for p in params:
+            kinds = set(p.annotation.__args__) if isinstance(p.annotation, types.UnionType) \
+                else {p.annotation}
+            found[p.name] = ((kinds - {type(None)}).pop(), type(None) in kinds)
+        return found
+
+    def check_knobs(self, params: dict) -> None:
+        """Refuse unknown knobs and values of the wrong type or range, naming the knob."""
+        knob_types = self.knob_types
+        for knob, value in params.items():
+            if knob not in knob_types:
+                known = ", ".join(knob_types) or "none"
+                raise UsageError(f"{self.name} has no knob '{knob}'; its knobs: {known}")
+            kind, optional = knob_types[knob]
+            if value is None and optional:
+                continue
+            if kind is bool and not isinstance(value, bool):
+                raise UsageError(f"knob {knob} of {self.name} is true or false, not {value!r}")
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 1):
+                raise UsageError(f"knob {knob} of {self.name} is a size or count of at least 1"
+                                 f"{' (or none)' if optional else ''}, not {value!r}")
+
+    def parse_knobs(self, text: str) -> dict:
+        """'split_k=4,thread_n=8' -> {'split_k': 4, 'thread_n': 8}, each value read as its
+        knob's declared type ('true'/'false', an integer, or 'none'), then checked."""
+        knob_types = self.knob_types
+        chosen = {}
+        for item in text.split(","):
+            knob, _, value = item.partition("=")
+            kind, optional = knob_types.get(knob, (str, False))
+            if optional and value == "none":
+                chosen[knob] = None
+            elif kind is bool and value in ("true", "false"):
+                chosen[knob] = value == "true"
+            elif kind is int and re.fullmatch(r"-?\d+", value):
+                chosen[knob] = int(value)
+            else:
+                chosen[knob] = value  # check_knobs names what it should have been
+        self.check_knobs(chosen)
+        return chosen
+
+    def values_that_apply(self, wl: Workload, target: tvm.target.Target, chosen: dict,
+                          knob: str) -> list:
+        """The values of `knob` (its space's, else true/false or powers of two up to 256) with
+        which this schedule applies to `wl`, the other knobs as `chosen`."""
+        kind, _ = self.knob_types[knob]
+        tried = (self.space or {}).get(knob) or ([False, True] if kind is bool
+                                                 else [2 ** n for n in range(9)])
+        working = []
+        for value in tried:
+            try:
+                self.apply(wl, target, **{**chosen, knob: value})
+            except ScheduleNotApplicable:
+                continue
+            working.append(value)
+        return working
+
+    def with_knobs(self, text: str) -> "TunedSchedule":
+        """This schedule with the knobs of 'k=v,k=v' set, run like a rung under the name
+        '<name>:<text>'."""
+        chosen = self.parse_knobs(text)
+        return TunedSchedule(self.op, f"{self.name}:{text}", {**self.defaults, **chosen},
+                             lambda wl, target: self.apply(wl, target, **chosen), self.kind,
+                             knobs=(self, chosen))
+
     def apply(self, wl: Workload, target: tvm.target.Target, **params) -> tvm.IRModule:
         """Schedule the workload's PrimFunc for `target` and return the scheduled module."""
         if wl.op != self.op:
             raise ScheduleNotApplicable(f"{self.name} is a {self.op} schedule, not {wl.op}")
-        unknown = set(params) - set(self.defaults)
-        if unknown:
-            raise ValueError(f"{self.name} has no parameter(s) {', '.join(sorted(unknown))}")
+        self.check_knobs(params)
         sch = tvm.s_tir.Schedule(tvm.IRModule({"main": wl.prim_func()}))
+        changed = {k: v for k, v in params.items() if v != self.defaults[k]}
         with target:
-            self.fn(sch, wl, **{**self.defaults, **params})
+            try:
+                self.fn(sch, wl, **{**self.defaults, **params})
+            except ExplorerError:
+                raise
+            except Exception as e:  # noqa: BLE001  TVM refusing a primitive for these knobs
+                if not changed:
+                    raise  # with its defaults, a failure is the schedule's bug: not hidden
+                knobs = ", ".join(f"{k}={v}" for k, v in changed.items())
+                raise ScheduleNotApplicable(f"{self.name} cannot be scheduled with {knobs}: "
+                                            f"{_reason(e)}") from None
         return sch.mod
+
+
+def _reason(error: Exception) -> str:
+    """What a failed schedule primitive said, in one line (TVM's ScheduleError puts it after
+    'Error message:')."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    after = [n for n, line in enumerate(lines) if line.startswith("Error message:")]
+    if after:
+        return lines[after[0]].removeprefix("Error message:").strip()[:200]
+    return (lines[:1] or [type(error).__name__])[0][:200]
 
 
 @dataclass(frozen=True)
@@ -74,6 +160,7 @@ class TunedSchedule:
     params: dict
     make: Callable[[Workload, tvm.target.Target], tvm.IRModule]
     kind: str = "tuned"
+    knobs: tuple | None = None  # (entry, chosen) for a rung with knobs set by the user
 
     @property
     def defaults(self) -> dict:

@@ -18,8 +18,9 @@ import tvm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import cooperative_fetch, require_grid_y, software_pipeline
-from .registry import ScheduleNotApplicable, schedule
+from .common import cooperative_fetch, require_grid_y, require_sm, software_pipeline
+from .errors import ScheduleNotApplicable
+from .registry import schedule
 from .workloads import Workload
 
 MMA = 16  # every tensor-core tile here is 16 x 16 (x 16 along K)
@@ -85,6 +86,7 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     IR: ptx_ldmatrix and ptx_mma calls (mma.sync.aligned.m16n8k16 in the CUDA), `warp` scope
     fragments, a block tile of (warps_m*warp_tiles_m*16) x (warps_n*warp_tiles_n*16)."""
     # Step 0. What the tensor-core path can take.
+    require_sm("v6", 80, "mma.sync m16n8k16 and cp.async")
     if wl.dtype not in SHORT:
         raise ScheduleNotApplicable(f"v6 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
     if wl.has_cast:
@@ -391,6 +393,7 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     IR: shared tiles [MN atom, K atom, 8, 8, 8] indexed with a bitwise xor; per warp, 16 x
     block_n accumulators in `local` scope, indexed by tile and register (v6's fragment layout);
     T.ptx.wgmma calls with descriptors from cvta_generic_to_shared."""
+    require_sm("v7", 90, "wgmma (built for sm_90a)")
     if wl.dtype not in SHORT:
         raise ScheduleNotApplicable(f"v7 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
     if wl.has_cast:

@@ -16,10 +16,13 @@ and an elementwise block casts it into the output; schedules keep that accumulat
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from tvm import te
+
+from .errors import WorkloadError
 
 ACC_DTYPE = "float32"
 DTYPES = ("float32", "float16", "bfloat16")
@@ -28,10 +31,7 @@ SHAPE_AXES = {"gemm": ("M", "N", "K"), "gemv": ("N", "K"), "batched_gemv": ("L",
 LAYOUTS = {"gemm": ("nn", "nt"), "gemv": ("nt",), "batched_gemv": ("nt",)}
 OPS = tuple(SHAPE_AXES)
 OUTPUT_NAME = {"gemm": "C", "gemv": "y", "batched_gemv": "y"}
-
-
-class WorkloadError(ValueError):
-    """A workload that cannot exist: bad op, shape, dtype or layout."""
+INT32_MAX = 2**31 - 1  # the kernels index buffers with int32
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,21 @@ class Workload:
             raise WorkloadError(
                 f"unknown layout '{self.layout}' for {self.op}; valid: {', '.join(LAYOUTS[self.op])}"
             )
+        for name, shape in self.buffer_shapes().items():
+            elements = math.prod(shape)
+            if elements > INT32_MAX:
+                raise WorkloadError(
+                    f"{name} would hold {elements} elements ({'x'.join(map(str, shape))}), more "
+                    f"than int32 indices reach ({INT32_MAX}); split the problem")
+
+    def buffer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each buffer's shape by name: the inputs, then the output."""
+        d = self.dims
+        if self.op == "gemm":
+            b = (d["K"], d["N"]) if self.layout == "nn" else (d["N"], d["K"])
+            return {"A": (d["M"], d["K"]), "B": b, "C": (d["M"], d["N"])}
+        batch = (d["L"],) if "L" in d else ()
+        return {"B": (*batch, d["N"], d["K"]), "x": (*batch, d["K"]), "y": (*batch, d["N"])}
 
     # -- names the schedules use -------------------------------------------------------------
     @property

@@ -23,7 +23,9 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from schedules import ScheduleNotApplicable
+import tvm
+
+from schedules.errors import RecordsError, ScheduleNotApplicable, UsageError
 from schedules.registry import ScheduleEntry
 from schedules.workloads import Workload
 
@@ -31,10 +33,6 @@ from .candidates import Outcome
 
 
 BATCH = 16  # configurations built in parallel, then run one after another
-
-
-class TemplateError(ValueError):
-    """The schedule cannot be searched (it declares no knob space)."""
 
 
 def config_key(config: dict) -> str:
@@ -50,7 +48,7 @@ class Space:
     @classmethod
     def of(cls, entry: ScheduleEntry) -> "Space":
         if not entry.space:
-            raise TemplateError(f"{entry.op}/{entry.name} declares no knob space to search")
+            raise UsageError(f"{entry.op}/{entry.name} declares no knob space to search")
         return cls(entry.space)
 
     def configs(self) -> list[dict]:
@@ -178,10 +176,11 @@ def measure_with(entry: ScheduleEntry, wl: Workload, target, builder, runner):
 
 
 def search_key(wl: Workload, template: str, device: str, tuner: str, seed: int = 0) -> dict:
-    """The fields that name one search in the records file."""
+    """The fields that name one search in the records file: what was searched, on which
+    device, with which TVM (a configuration's time holds for that pair only), by which tuner."""
     return {"search": "autotvm", "op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype,
             "out_dtype": wl.out_dtype, "layout": wl.layout, "schedule": template,
-            "device": device, "tuner": tuner, "seed": seed}
+            "device": device, "tvm": tvm.__version__, "tuner": tuner, "seed": seed}
 
 
 def trial_record(key: dict, config: dict, outcome: Outcome, trial: int, **extra) -> dict:
@@ -201,13 +200,25 @@ def history_of(records: list[dict], key: dict, defaults: dict | None = None) -> 
             for r in records if matches(r, key) and isinstance(r.get("config"), dict)}
 
 
-def best_record(records: list[dict], wl: Workload, template: str) -> dict | None:
-    """The fastest correct configuration of `template` on `wl` in the records, any tuner."""
-    key = search_key(wl, template, "", "")
-    del key["device"], key["tuner"], key["seed"]
+def measured_on(records: list[dict], wl: Workload, template: str) -> set[str]:
+    """The devices with correct measurements of `template` on `wl` with this TVM."""
+    key = _any_device(wl, template)
+    return {r.get("device") for r in records if matches(r, key) and r.get("status") == "ok"}
+
+
+def best_record(records: list[dict], wl: Workload, template: str, device: str) -> dict | None:
+    """The fastest correct configuration of `template` on `wl` measured on `device` with this
+    TVM, by any tuner."""
+    key = {**_any_device(wl, template), "device": device}
     timed = [r for r in records if matches(r, key) and r.get("status") == "ok"
              and isinstance(r.get("time_ms"), (int, float))]
     return min(timed, key=lambda r: r["time_ms"]) if timed else None
+
+
+def _any_device(wl: Workload, template: str) -> dict:
+    key = search_key(wl, template, "", "")
+    del key["device"], key["tuner"], key["seed"]
+    return key
 
 
 def curve(records: list[dict], key: dict) -> list[tuple[int, float | None]]:
@@ -220,16 +231,23 @@ def curve(records: list[dict], key: dict) -> list[tuple[int, float | None]]:
     return points
 
 
-def tuned_entry(entry: ScheduleEntry, wl: Workload, records: list[dict], path: str):
-    """`autotvm:<template>`: the template with the best configuration measured for `wl`."""
+def tuned_entry(entry: ScheduleEntry, wl: Workload, records: list[dict], path: str,
+                device: str | None):
+    """`autotvm:<template>`: the template with the best configuration measured for `wl` on
+    `device` with this TVM. With no device (no GPU here), the records' one device."""
     from schedules.registry import TunedSchedule
 
-    from .records import RecordsError
-
-    found = best_record(records, wl, entry.name)
+    if device is None:
+        devices = measured_on(records, wl, entry.name)
+        if len(devices) > 1:
+            raise RecordsError(f"{path} has {entry.name} measured on {', '.join(sorted(devices))}"
+                               f" for {wl.label()}: say which device's best to apply")
+        device = devices.pop() if devices else "this device"
+    found = best_record(records, wl, entry.name, device)
     if found is None:
         raise RecordsError(f"no correct measured configuration of {entry.name} for "
-                           f"{wl.label()} in {path}: tune it first (--tune autotvm:{entry.name})")
+                           f"{wl.label()} on {device} with TVM {tvm.__version__} in {path}: "
+                           f"tune it there first (--tune autotvm:{entry.name})")
     config = found["config"]
     return TunedSchedule(wl.op, f"autotvm:{entry.name}", config,
                          lambda w, target: entry.apply(w, target, **config))

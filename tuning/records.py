@@ -10,9 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-
-class RecordsError(ValueError):
-    """The records file cannot be used at all (not a file, unreadable)."""
+from schedules.errors import RecordsError
 
 
 @dataclass
