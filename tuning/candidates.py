@@ -21,6 +21,9 @@ import functools
 import importlib
 import os
 import shutil
+import socket
+import struct
+import time
 from dataclasses import dataclass
 
 import tvm
@@ -29,16 +32,14 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from schedules.errors import UsageError
 from schedules.workloads import Workload
 
 from . import build, measure
 
 BUILD_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 60.0
-
-
-class UsageError(ValueError):
-    """Bad search settings (an RPC tracker address that does not parse)."""
+TRACKER_TIMEOUT_S = 5.0  # check_rpc: the longest a tracker may take to connect and answer
 
 
 TENSOR_INTRINSICS = "tvm.s_tir.tensor_intrin.cuda"
@@ -104,9 +105,9 @@ class CheckingRunner(ms.runner.PyRunner):
     all the rest of the search: the first 128-trial H100 run lost every candidate), so
     after any failure other than a wrong result the worker is replaced."""
 
-    def __init__(self, wl: Workload, flush_l2: bool = True, timeout_sec: float = RUN_TIMEOUT_S):
+    def __init__(self, wl: Workload, flush: str = "read", timeout_sec: float = RUN_TIMEOUT_S):
         super().__init__()
-        self.evaluate = functools.partial(measure.evaluate_artifact, wl, flush_l2)
+        self.evaluate = functools.partial(measure.evaluate_artifact, wl, flush)
         self.timeout_sec = timeout_sec
         self.pool = self._new_pool()
 
@@ -140,7 +141,81 @@ def parse_tracker(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def make_runner(target: tvm.target.Target, wl: Workload, flush_l2: bool = True,
+def _ask_tracker(host: str, port: int, timeout_s: float) -> dict:
+    """The tracker's summary ({"queue_info": {key: {"free", "pending"}}, "server_info": [...]}),
+    over a socket of our own: TVM's TrackerSession retries a refused connection for 60 s,
+    logging each retry, and waits without limit for an answer."""
+    from tvm.rpc import base
+
+    where = f"the RPC tracker at {host}:{port}"
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except socket.gaierror as e:
+        raise UsageError(f"cannot reach {where}: unknown host '{host}' ({e.strerror}); "
+                         "check --rpc-tracker") from None
+    except ConnectionRefusedError:
+        raise UsageError(f"cannot reach {where}: connection refused; is `python -m "
+                         f"tvm.exec.rpc_tracker --port {port}` running on {host}?") from None
+    except TimeoutError:
+        raise UsageError(f"cannot reach {where}: no answer to connect within {timeout_s:g} s; "
+                         "is the host up and the port open to this machine?") from None
+    except OSError as e:
+        raise UsageError(f"cannot reach {where}: {e.strerror or e}; check --rpc-tracker "
+                         "and that `python -m tvm.exec.rpc_tracker` runs there") from None
+    with sock:
+        try:
+            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+            magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+            if magic != base.RPC_TRACKER_MAGIC:
+                raise ValueError(f"it answered with magic {magic:#x}")
+            base.sendjson(sock, [base.TrackerCode.SUMMARY])
+            code, summary = base.recvjson(sock)
+            if code != base.TrackerCode.SUCCESS:
+                raise ValueError(f"it answered a summary request with code {code}")
+            if not (isinstance(summary, dict) and isinstance(summary.get("queue_info"), dict)
+                    and isinstance(summary.get("server_info"), list)):
+                raise ValueError("its summary has no queue_info and server_info")
+            return summary
+        except TimeoutError:
+            reason = f"no answer within {timeout_s:g} s"
+        except (OSError, ValueError, TypeError, struct.error) as e:
+            reason = str(e) or type(e).__name__
+    raise UsageError(f"{host}:{port} does not answer as an RPC tracker ({reason}); check "
+                     "--rpc-tracker (the tracker's port, not an RPC server's)")
+
+
+def check_rpc(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> int:
+    """Ask the tracker at `tracker` (host:port) how many servers under `key` are free now.
+    A UsageError, within about `timeout_s`, if the tracker cannot be reached or does not
+    answer as one, or if no server has registered under the key after `timeout_s` (a search
+    would wait for one forever); its message names the keys the tracker has. Servers all
+    busy is not an error: a search queues for them. Only asks: queues no request that could
+    take a server."""
+    host, port = parse_tracker(tracker)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        summary = _ask_tracker(host, port, timeout_s)
+        queues = summary["queue_info"]
+        registered = {name[len("server:"):] for name in
+                      (str(server.get("key", "")) for server in summary["server_info"])
+                      if name.startswith("server:")}  # a server's key reads "server:<key>"
+        # servers behind a proxy are queued without being listed
+        registered |= {name for name, queue in queues.items() if queue.get("free")}
+        free = int(queues.get(key, {}).get("free", 0))
+        if key in registered or free:
+            return free
+        if time.monotonic() + 0.5 > deadline:  # else a server may be registering just now
+            break
+        time.sleep(0.5)
+    there = (f"keys there: {', '.join(sorted(registered))}" if registered
+             else "no server has registered there")
+    raise UsageError(f"no RPC server registered under key '{key}' with the tracker at "
+                     f"{host}:{port} ({there}); pass one of its keys to --rpc-key, or start "
+                     f"a server: `python -m tvm.exec.rpc_server --tracker {host}:{port} "
+                     f"--key {key}`")
+
+
+def make_runner(target: tvm.target.Target, wl: Workload, flush: str = "read",
                 rpc_tracker: str | None = None, rpc_key: str | None = None) -> ms.runner.Runner:
     """Over RPC: TVM's runner on the tracker's hosts. On this machine's GPU: a worker process
     that checks and times each candidate with this project's harness. Otherwise (a CPU target):
@@ -149,11 +224,12 @@ def make_runner(target: tvm.target.Target, wl: Workload, flush_l2: bool = True,
         if not rpc_key:
             raise UsageError("--rpc-tracker needs --rpc-key (the key the GPU hosts registered)")
         host, port = parse_tracker(rpc_tracker)
+        check_rpc(rpc_tracker, rpc_key)  # refused in seconds, rather than retries or a hang
         config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key,
                                      session_timeout_sec=int(RUN_TIMEOUT_S))
         return ms.runner.RPCRunner(rpc_config=config, max_workers=1)
     if target.kind.name == "cuda":
-        return CheckingRunner(wl, flush_l2)
+        return CheckingRunner(wl, flush)
     return ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S)
 
 
@@ -181,8 +257,43 @@ def mean_ms(run_secs) -> float:
     return 1e3 * sum(seconds) / len(seconds)
 
 
+RPC_WRAPPER = "Error caught from RPC call:"  # TVM's line before a remote host's own message
+
+
+def _remote_reason(wrapped: str) -> str:
+    """A remote host's error message as one line: the lines after its last traceback frame
+    (all of them when it has no traceback), joined."""
+    reason: list[str] = []
+    in_frame = False
+    for line in wrapped.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("Traceback (most recent call last)"):
+            reason, in_frame = [], False
+        elif stripped.startswith('File "') and '", line ' in stripped:
+            reason, in_frame = [], True
+        elif in_frame and line[:1].isspace():
+            continue  # the frame's source line and its ^^^ marks
+        else:
+            in_frame = False
+            reason.append(stripped)
+    text = ""
+    for line in reason:
+        if text:
+            text += " " if text.endswith((":", ",", ".", ";", "(", "[")) else "; "
+        text += line
+    return text
+
+
 def error_summary(message: str) -> str:
-    """The line of a worker's traceback that says what went wrong."""
+    """One line (at most 300 characters) saying what went wrong: for a remote failure, the
+    remote host's message (TVM's RPCRunner wraps it in a local traceback whose last error line
+    is only RPC_WRAPPER); otherwise the last line of the traceback that names an error."""
+    if RPC_WRAPPER in message:
+        reason = _remote_reason(message.rpartition(RPC_WRAPPER)[2])
+        if reason:
+            return f"RPCError: {reason}"[:300]
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     errors = [line for line in lines if "Error" in line or "error:" in line]
     return (errors or lines or ["failed"])[-1][:300]
