@@ -13,7 +13,7 @@ import os
 from tabulate import tabulate
 
 from schedules.workloads import Workload
-from tuning.measure import SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
+from tuning.measure import FLUSHES, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
 
 MEMORY_BOUND = ("gemv", "batched_gemv")
 
@@ -33,6 +33,29 @@ def _fmt(value, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+def flush_of(record: dict) -> str:
+    """What ran before each timed launch (measure.FLUSHES); records from before --flush say
+    flush_l2, and their flush was a read."""
+    return record.get("flush") or ("read" if record.get("flush_l2", True) else "none")
+
+
+def schedule_label(record: dict) -> str:
+    """The row's name: the schedule, and for cuBLAS the torch call that was timed (which
+    output dtype it writes)."""
+    call = (record.get("params") or {}).get("call")
+    return f"{record['schedule']} ({call})" if call else record["schedule"]
+
+
+def registers(record: dict) -> str:
+    """The most registers any kernel of the row uses, and the bytes spilled, if any."""
+    usage = list((record.get("resources") or {}).values())
+    if not usage:
+        return "-"
+    spilled = sum(u.get("spill_stores", 0) + u.get("spill_loads", 0) for u in usage)
+    most = str(max(u.get("registers", 0) for u in usage))
+    return most + (f" (SPILLS {spilled} B)" if spilled else "")
+
+
 def _ratio(numerator, denominator):
     return numerator / denominator if numerator and denominator else None
 
@@ -50,7 +73,7 @@ def table_rows(run: list[dict]) -> list[dict]:
     for r in run:
         t = timed.get(r["schedule"])
         is_rung = r.get("kind") == "rung"
-        row = {"schedule": r["schedule"]}
+        row = {"schedule": schedule_label(r)}
         row[f"time ({unit})"] = _fmt(t and t * scale, ".3f" if unit == "ms" else ".2f")
         if t is not None:
             row["min-max"] = f"{r['timing']['min_ms'] * scale:.3g}-{r['timing']['max_ms'] * scale:.3g}"
@@ -68,8 +91,7 @@ def table_rows(run: list[dict]) -> list[dict]:
             peak = (spec_peaks(r["gpu"]) or {}).get("tf32" if r["schedule"] == "cublas-tf32" else wl.dtype)
             row["% of peak"] = _fmt(_ratio(tflops and 100 * tflops, peak), ".1f", "%")
         row["% of cuBLAS"] = _fmt(_ratio(cublas and 100 * cublas, t), ".1f", "%")
-        usage = list((r.get("resources") or {}).values())
-        row["regs"] = str(max(u.get("registers", 0) for u in usage)) if usage else "-"
+        row["regs"] = registers(r)
         row["smem B"] = str((r.get("structure") or {}).get("shared bytes", "-"))
         row["rel. error"] = _fmt(r.get("rel_error"), ".1e")
         row["status"] = r.get("status") if r.get("status") != "ok" else "correct"
@@ -254,6 +276,7 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
         lines.append(f"## {wl.label()}")
         lines.append("")
         where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
+        where += f"; before each timed launch: {FLUSHES[flush_of(first)]}"
         if first.get("copy_gbps"):
             where += f"; device copy bandwidth in the same run: {first['copy_gbps']:.0f} GB/s"
         lines.append(where + ".")

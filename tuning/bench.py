@@ -22,7 +22,7 @@ from . import measure
 class Run:
     """Identity and environment shared by every record of one run."""
 
-    flush_l2: bool = True
+    flush: str = "read"  # what runs before each timed launch: measure.FLUSHES
     facts: dict = field(default_factory=measure.device_facts)
     started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
@@ -41,7 +41,7 @@ class Run:
             "driver": self.facts["driver"],
             "arch": self.facts["arch"],
             "tvm": tvm.__version__,
-            "flush_l2": self.flush_l2,
+            "flush": self.flush,
         }
         if wl is not None:
             base.update(op=wl.op, shape=list(wl.shape), dtype=wl.dtype,
@@ -66,22 +66,24 @@ def measure_tvm(run: Run, wl: Workload, schedule: str, kind: str, params: dict, 
         inputs = measure.random_inputs(wl, seed)
         out = measure.poisoned_output(wl)
         runner = measure.tvm_runner(executable, wl, inputs, out)
-        return measure.check_and_time(wl, runner, inputs, measure.TOLERANCE[wl.dtype], run.flush_l2)
+        return measure.check_and_time(wl, runner, inputs, measure.tolerance(wl), run.flush)
 
     return run.record(wl, schedule, kind, params, **extra, **_guarded(go))
 
 
 def measure_cublas(run: Run, wl: Workload, tf32: bool = False, seed: int = 0) -> dict:
-    """torch (cuBLAS) on the same inputs and harness; TF32 is its own row."""
+    """torch (cuBLAS) on the same inputs and harness, writing the workload's output dtype (its
+    params name the call); TF32 is its own row."""
 
     def go():
         inputs = measure.random_inputs(wl, seed)
-        tolerance = measure.TOLERANCE["tf32" if tf32 else wl.dtype]
+        tolerance = measure.tolerance(wl, tf32)
         runner = measure.cublas_runner(wl, inputs, tf32=tf32)
-        return measure.check_and_time(wl, runner, inputs, tolerance, run.flush_l2)
+        return measure.check_and_time(wl, runner, inputs, tolerance, run.flush)
 
     name = "cublas-tf32" if tf32 else "cublas"
-    return run.record(wl, name, "baseline", {"tf32": tf32}, **_guarded(go))
+    return run.record(wl, name, "baseline", {"tf32": tf32, "call": measure.cublas_call(wl)},
+                      **_guarded(go))
 
 
 def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
@@ -95,7 +97,7 @@ def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
         inputs = measure.random_inputs(wl, seed)
         out = measure.poisoned_output(wl)
         runner = triton_gemv.runner(wl, inputs, out)
-        return measure.check_and_time(wl, runner, inputs, measure.TOLERANCE[wl.dtype], run.flush_l2)
+        return measure.check_and_time(wl, runner, inputs, measure.tolerance(wl), run.flush)
 
     return run.record(wl, "triton", "baseline", {}, **_guarded(go))
 
@@ -113,6 +115,6 @@ def measure_baselines(run: Run, wl: Workload) -> list[dict]:
 
 def measure_copy(run: Run, nbytes: int = 1 << 30) -> dict:
     """The copy-bandwidth ceiling of this run."""
-    gbps, timing = measure.copy_bandwidth_gbps(nbytes, flush_l2=run.flush_l2)
+    gbps, timing = measure.copy_bandwidth_gbps(nbytes, flush=run.flush)
     return run.record(None, "device-copy", "ceiling", {"bytes": nbytes}, op="copy",
                       status="ok", copy_gbps=gbps, timing=timing.as_dict())

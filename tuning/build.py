@@ -7,6 +7,7 @@ compiles the generated source with a local nvcc when there is one.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import shutil
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 import tvm
 from tvm.target import Target
+
+from schedules.errors import BuildFailed
 
 from . import lowering
 
@@ -114,13 +117,22 @@ class Built:
     structure: dict  # KernelSummary.row()
     resources: dict | None  # nvcc --resource-usage per kernel; None without nvcc
 
+    @property
+    def spills(self) -> dict[str, int]:
+        """Bytes each kernel spills to local memory (stores plus loads), where it spills."""
+        spilled = {kernel: usage.get("spill_stores", 0) + usage.get("spill_loads", 0)
+                   for kernel, usage in (self.resources or {}).items()}
+        return {kernel: n for kernel, n in spilled.items() if n}
+
     def describe(self) -> str:
-        """One line: launch shape, shared memory, barriers, loop depth; registers and spills."""
+        """One line: launch shape, shared memory, barriers, loop depth; registers and spills,
+        a spill flagged in capitals (it costs local-memory traffic in the inner loop)."""
         text = ", ".join(f"{k} {v}" for k, v in self.structure.items())
         for kernel, usage in (self.resources or {}).items():
+            spilled = self.spills.get(kernel)
             text += (f"; {kernel}: {usage.get('registers', '?')} registers, "
-                     f"{usage.get('spill_stores', 0) + usage.get('spill_loads', 0)} spill bytes, "
-                     f"{usage.get('stack_bytes', 0)} stack bytes")
+                     + (f"SPILLS {spilled} bytes" if spilled else "no spills")
+                     + f", {usage.get('stack_bytes', 0)} stack bytes")
         return text
 
 
@@ -195,12 +207,37 @@ def _loop_depth(script: str) -> int:
     return deepest
 
 
+CSE_NAME = re.compile(r"\bcse_v\d+\b")
+CSE_DEFINITION = re.compile(r"^\s*(cse_v\d+): T\.let\[[^\]]*\] = (.*)$")
+
+
+def stable_cse_names(script: str) -> str:
+    """TVMScript with TVM's common-subexpression names (cse_v1, cse_v2, ... numbered in the
+    order the pass met them) replaced by names made from what each one stands for (cse_ plus
+    a hash of its definition): one new subexpression no longer renumbers all later ones, so a
+    diff shows only the lines that really changed."""
+    stable: dict[str, str] = {}
+
+    def rename(text: str) -> str:
+        return CSE_NAME.sub(lambda m: stable.get(m.group(0), m.group(0)), text)
+
+    lines = []
+    for line in script.splitlines(keepends=True):
+        definition = CSE_DEFINITION.match(line)
+        if definition:
+            name, value = definition.groups()
+            digest = hashlib.sha1(rename(value).encode()).hexdigest()[:6]
+            stable[name] = f"cse_{digest}"
+        lines.append(rename(line))
+    return "".join(lines)
+
+
 def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), old_name, new_name
-        )
-    )
+    """A unified diff of two texts, each ended with a newline so that a last line never runs
+    into the next hunk line."""
+    old, new = (text if text.endswith("\n") or not text else text + "\n" for text in (old, new))
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                        new.splitlines(keepends=True), old_name, new_name))
 
 
 def nvcc_resources(source: str, arch: str) -> dict | None:
@@ -219,8 +256,10 @@ def nvcc_resources(source: str, arch: str) -> dict | None:
             text=True,
         )
     if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if "error" in line]
-        raise RuntimeError("nvcc rejected the generated CUDA: " + "; ".join(errors or ["no message"]))
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        errors = [line for line in said if "error" in line or "fatal" in line]
+        raise BuildFailed("nvcc rejected the generated CUDA: "
+                          + "; ".join(errors or said[-1:] or [f"exit status {done.returncode}"]))
     return _parse_resource_usage(done.stdout + done.stderr)
 
 

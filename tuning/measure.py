@@ -1,8 +1,8 @@
 """Measurement on the GPU: correctness against float64, timing, the card's ceilings, baselines.
 
 Every kernel, TVM's or cuBLAS's, goes through the same `time_kernel` harness: warm-up, then
-CUDA events around each timed launch, the L2 cache flushed before each one (unless
-`flush_l2=False`), and the median with min and max reported.
+CUDA events around each timed launch, the L2 cache flushed before each one (see FLUSHES), and
+the median with min and max reported.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ from typing import Callable
 from schedules.workloads import Workload
 
 TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def tolerance(wl: Workload, tf32: bool = False) -> float:
+    """The error a correct kernel may have: that of its input dtype (TF32 for cuBLAS's TF32
+    row), or of its output dtype where that rounds more."""
+    return max(TOLERANCE["tf32" if tf32 else wl.dtype], TOLERANCE[wl.out_dtype])
 
 
 def _torch():
@@ -75,15 +81,24 @@ class Timing:
         return asdict(self)
 
 
-def timing_method(flush_l2: bool) -> str:
-    ahead = "an L2 flush (a 256 MB read)" if flush_l2 else "a GPU sleep (L2 stays warm)"
-    return (f"CUDA events around each launch, {ahead} queued before each one so the launch is "
-            "already waiting when the GPU reaches it; median of many after warm-up")
+# What runs on the GPU before each timed launch (--flush). Both flushes touch a buffer well over
+# any L2 so far (~85 us of GPU work on an H100). `read` leaves L2 clean: the kernel pays only
+# for its own traffic. `write` is what Triton's and TileLang's do_bench do (zeroing 256 MB): it
+# leaves L2 full of dirty lines whose write-back is billed to the kernel under test (~50 MB of
+# extra DRAM traffic on an H100; 10-12% on bandwidth-bound GEMVs), so numbers can be set beside
+# figures published with do_bench. `none` keeps L2 warm (a GPU sleep instead).
+FLUSHES = {
+    "read": "an L2 flush (a 256 MB read)",
+    "write": "an L2 flush (a 256 MB write, as do_bench's)",
+    "none": "a GPU sleep (L2 stays warm)",
+}
 
 
-# The flush *reads* a buffer well over any L2 so far (~85 us of GPU work on an H100). A flush
-# that writes would leave the L2 full of dirty lines, and their write-back would then be
-# billed to the kernel under test: ~50 MB of extra DRAM traffic on an H100.
+def timing_method(flush: str) -> str:
+    return (f"CUDA events around each launch, {FLUSHES[flush]} queued before each one so the "
+            "launch is already waiting when the GPU reaches it; median of many after warm-up")
+
+
 FLUSH_BYTES = 256 << 20
 SLEEP_CYCLES = 200_000  # ~100 us at H100 clocks: the GPU waits while the CPU queues the launch
 BUDGET_MS = 1500.0  # timing budget of a schedule the runner was asked for
@@ -91,7 +106,7 @@ BUDGET_MS = 1500.0  # timing budget of a schedule the runner was asked for
 
 def time_kernel(
     run: Callable[[], object],
-    flush_l2: bool = True,
+    flush: str = "read",
     budget_ms: float = BUDGET_MS,
     max_samples: int = 200,
     min_samples: int = 10,
@@ -112,10 +127,10 @@ def time_kernel(
     for _ in range(max(1, int(min(50.0, budget_ms / 10) / estimate))):  # warm-up, clocks up
         run()
     samples = int(min(max_samples, max(min_samples, budget_ms / estimate)))
-    if flush_l2:
+    if flush in ("read", "write"):
         nbytes = max(FLUSH_BYTES, 2 * torch.cuda.get_device_properties(0).L2_cache_size)
-        flush = torch.zeros(nbytes // 4, dtype=torch.int32, device="cuda")
-        busy = flush.sum
+        buffer = torch.zeros(nbytes // 4, dtype=torch.int32, device="cuda")
+        busy = buffer.sum if flush == "read" else buffer.zero_
     else:
         busy = lambda: torch.cuda._sleep(SLEEP_CYCLES)  # noqa: E731
     events = [
@@ -134,7 +149,7 @@ def time_kernel(
         min_ms=times[0],
         max_ms=times[-1],
         samples=samples,
-        method=timing_method(flush_l2),
+        method=timing_method(flush),
     )
 
 
@@ -200,31 +215,48 @@ def tvm_runner(executable, wl: Workload, inputs: list, out) -> Callable[[], obje
     return run
 
 
+WIDENING = {("float16", "float32"), ("bfloat16", "float32")}  # torch's mm/bmm out_dtype=
+
+
+def cublas_call(wl: Workload) -> str:
+    """Which torch call times cuBLAS for `wl`: one that writes the workload's output dtype, as
+    the TVM kernels do. 16-bit inputs with a float32 output use cuBLAS's own float32 epilogue
+    (`out_dtype=torch.float32`); any other pair of dtypes has no such call, so the result is
+    cast by a second kernel, and the name says so."""
+    call = {"gemm": "mm", "gemv": "mv", "batched_gemv": "bmm"}[wl.op]
+    if wl.out_dtype == wl.dtype:
+        return f"torch.{call}"
+    if (wl.dtype, wl.out_dtype) in WIDENING:
+        return f"torch.{'bmm' if wl.op == 'batched_gemv' else 'mm'}(out_dtype={wl.out_dtype})"
+    return f"torch.{call} + cast to {wl.out_dtype}"
+
+
 def cublas_runner(wl: Workload, inputs: list, tf32: bool = False) -> Callable[[], object]:
-    """torch's own call for the op (cuBLAS matmul / mv / bmm), computing in the input dtype."""
+    """torch's own call for the op (cuBLAS mm / mv / bmm; see cublas_call), on `inputs`."""
     torch = _torch()
     a, b = inputs
+    out = torch_dtype(wl.out_dtype)
+    widen = {"out_dtype": out} if (wl.dtype, wl.out_dtype) in WIDENING else {}
     if wl.op == "gemm":
         rhs = b if wl.layout == "nn" else b.T
-
-        def run():
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            return torch.matmul(a, rhs)
+        multiply = lambda: torch.mm(a, rhs, **widen)  # noqa: E731
     elif wl.op == "gemv":
-
-        def run():
-            return torch.mv(a, b)
+        column = b.unsqueeze(-1)
+        multiply = (lambda: torch.mm(a, column, **widen).squeeze(-1)) if widen else \
+            (lambda: torch.mv(a, b))
     else:
-        vec = b.unsqueeze(-1)
+        column = b.unsqueeze(-1)
+        multiply = lambda: torch.bmm(a, column, **widen).squeeze(-1)  # noqa: E731
 
-        def run():
-            return torch.bmm(a, vec).squeeze(-1)
+    def run():
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        return multiply().to(out)  # no kernel where the dtype is already `out`
 
     return run
 
 
 def check_and_time(
-    wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush_l2: bool,
+    wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush: str,
     budget_ms: float = BUDGET_MS,
 ) -> dict:
     """Run once and compare with the float64 reference; only a correct kernel is then timed.
@@ -232,18 +264,20 @@ def check_and_time(
     torch = _torch()
     out = run()
     torch.cuda.synchronize()
+    if out.dtype != torch_dtype(wl.out_dtype):  # like for like: every kernel writes wl's dtype
+        return {"status": "failed", "error": f"writes {out.dtype}, not {wl.out_dtype}"}
     err = relative_error(out, reference(wl, inputs))
     result = {"rel_error": err if math.isfinite(err) else None, "tolerance": tolerance}
     if not err <= tolerance:
         return {**result, "status": "failed", "error": f"relative error {err:.3g} > {tolerance:g}"}
-    timing = time_kernel(run, flush_l2=flush_l2, budget_ms=budget_ms)
+    timing = time_kernel(run, flush=flush, budget_ms=budget_ms)
     return {**result, "status": "ok", "timing": timing.as_dict()}
 
 
 SEARCH_BUDGET_MS = 300.0  # timing budget per search candidate; a chosen schedule gets BUDGET_MS
 
 
-def evaluate_artifact(wl: Workload, flush_l2: bool, artifact_path: str) -> float:
+def evaluate_artifact(wl: Workload, flush: str, artifact_path: str) -> float:
     """A search candidate, built and exported by a builder: check it against float64 on random
     inputs, then time it with this module's harness (a short budget). Returns the median in
     seconds; a wrong result raises."""
@@ -252,16 +286,16 @@ def evaluate_artifact(wl: Workload, flush_l2: bool, artifact_path: str) -> float
     executable = tvm.runtime.load_module(artifact_path)
     inputs = random_inputs(wl)
     runner = tvm_runner(executable, wl, inputs, poisoned_output(wl))
-    result = check_and_time(wl, runner, inputs, TOLERANCE[wl.dtype], flush_l2, SEARCH_BUDGET_MS)
+    result = check_and_time(wl, runner, inputs, tolerance(wl), flush, SEARCH_BUDGET_MS)
     if result["status"] != "ok":
         raise RuntimeError(f"wrong result: {result['error']}")
     return result["timing"]["median_ms"] * 1e-3
 
 
-def copy_bandwidth_gbps(nbytes: int = 1 << 30, flush_l2: bool = True) -> tuple[float, Timing]:
+def copy_bandwidth_gbps(nbytes: int = 1 << 30, flush: str = "read") -> tuple[float, Timing]:
     """Device-to-device copy of `nbytes`, counting bytes read plus bytes written."""
     torch = _torch()
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    timing = time_kernel(lambda: dst.copy_(src), flush_l2=flush_l2)
+    timing = time_kernel(lambda: dst.copy_(src), flush=flush)
     return 2 * nbytes / (timing.median_ms * 1e-3) / 1e9, timing

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -23,10 +24,10 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Instruction, Trace
 
+from schedules.errors import RecordsError
 from schedules.workloads import Workload
 
 from .candidates import error_summary, mean_ms
-from .records import RecordsError
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 PROGRESS = "progress.jsonl"
@@ -114,8 +115,9 @@ def design_space(mod: tvm.IRModule, target: tvm.target.Target, space: str):
 
 
 def check_work_dir(work_dir: str, must_exist: bool) -> None:
-    """Refuse a work dir that is not a directory, or whose database has a corrupt line
-    (named by path and line; nothing is rewritten)."""
+    """Refuse a work dir that is not a directory, or whose database has a line that TVM cannot
+    read back (not JSON, or JSON that is not a workload or tuning record): the line is named
+    by path and number, and nothing is rewritten."""
     if not os.path.exists(work_dir):
         if must_exist:
             raise RecordsError(f"work dir {work_dir} does not exist: tune into it first "
@@ -123,21 +125,45 @@ def check_work_dir(work_dir: str, must_exist: bool) -> None:
         return
     if not os.path.isdir(work_dir):
         raise RecordsError(f"work dir {work_dir} is not a directory")
-    for name in DATABASE_FILES:
-        path = os.path.join(work_dir, name)
-        if not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise RecordsError(
-                        f"{path}:{number}: not valid JSON ({e.msg}); the database is left as it "
-                        "is (a last line cut short by a killed run can be deleted to resume)"
-                    ) from e
+    workloads = []
+    for number, entry, path in _database_lines(work_dir, DATABASE_FILES[0]):
+        workloads.append(_read_line(path, number, "workload",
+                                    lambda: ms.database.Workload.from_json(entry)))
+    for number, entry, path in _database_lines(work_dir, DATABASE_FILES[1]):
+        def record():
+            index, record_json = entry
+            if not isinstance(index, int) or not 0 <= index < len(workloads):
+                raise ValueError(f"workload {index} is not in {DATABASE_FILES[0]}")
+            return ms.database.TuningRecord.from_json(record_json, workloads[index])
+        _read_line(path, number, "tuning record", record)
+
+
+def _database_lines(work_dir: str, name: str):
+    """(line number, parsed JSON, path) for each non-empty line of a database file."""
+    path = os.path.join(work_dir, name)
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line), path
+            except json.JSONDecodeError as e:
+                raise RecordsError(
+                    f"{path}:{number}: not valid JSON ({e.msg}); the database is left as it is "
+                    "(a last line cut short by a killed run can be deleted to resume)") from e
+
+
+def _read_line(path: str, number: int, what: str, read: Callable):
+    """read(), with any failure to make sense of the line reported as that line's fault: not
+    a MetaSchedule `what`."""
+    try:
+        return read()
+    except Exception as e:  # noqa: BLE001  TVM's parsers raise many kinds of error
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+        raise RecordsError(f"{path}:{number}: not a MetaSchedule {what} ({reason}); the "
+                           "database is left as it is") from e
 
 
 def open_database(work_dir: str) -> ms.database.JSONDatabase:
@@ -176,7 +202,7 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
     previous = read_progress(work_dir)
     timed = [p["time_ms"] for p in previous if p.get("time_ms") is not None]
     state = {"trials": len(previous), "new": 0, "best": min(timed, default=None),
-             "start": time.time()}
+             "start": time.time(), "errors": Counter()}
 
     @derived_object
     class Progress(ms.measure_callback.PyMeasureCallback):
@@ -194,6 +220,8 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
                 state["trials"] += 1
                 state["new"] += 1
                 last = error_summary(error) if error else None
+                if last:
+                    state["errors"][last] += 1
                 _append_line(path, {"session": session, "trial": state["trials"],
                                     "time_ms": time_ms, "error": last,
                                     "elapsed_s": round(time.time() - state["start"], 2)})
@@ -251,12 +279,33 @@ def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, sp
                     space=generator, seed=seed)
     elapsed = time.time() - state["start"]
     found = save_best(wl, target, work_dir, database)
+    errors = state["errors"].most_common(1)
     return {"new_trials": state["new"], "trials": state["trials"], "elapsed_s": elapsed,
+            "most_common_error": errors[0][0] if errors else None,
             "trials_per_min": 60 * state["new"] / elapsed if elapsed else None, **found}
 
 
-def _best_schedule(wl: Workload, target, database) -> tvm.s_tir.Schedule | None:
+def _describe(target: tvm.target.Target) -> str:
+    return " ".join(filter(None, (target.kind.name, target.attrs.get("arch", ""))))
+
+
+def _machine(target: tvm.target.Target) -> tuple[str, str]:
+    """What a tuned schedule is tied to: the target kind and the GPU generation (sm_90 and
+    sm_90a, its arch-specific feature set, are one GPU)."""
+    return target.kind.name, str(target.attrs.get("arch", "")).rstrip("af")
+
+
+def _best_schedule(wl: Workload, target, database, work_dir: str) -> tvm.s_tir.Schedule | None:
+    """The best schedule of `wl` in the database; refused if it was tuned for another target
+    kind or arch (MetaSchedule's query itself looks at the workload only)."""
     mod = tvm.IRModule({"main": wl.prim_func()})
+    record = database.query_tuning_record(mod, target, workload_name="main")
+    if record is None:
+        return None
+    tuned_for = record.target
+    if _machine(tuned_for) != _machine(target):
+        raise RecordsError(f"work dir {work_dir} was tuned for {_describe(tuned_for)}, not "
+                           f"{_describe(target)}: tune a work dir of its own for this target")
     return database.query_schedule(mod, target, workload_name="main")
 
 
@@ -266,7 +315,7 @@ def save_best(wl: Workload, target, work_dir: str, database) -> dict:
     record = database.query_tuning_record(mod, target, workload_name="main")
     if record is None:
         return {"best_ms": None, "trace": None}
-    sch = _best_schedule(wl, target, database)
+    sch = _best_schedule(wl, target, database, work_dir)
     trace = "\n".join(sch.trace.as_python())
     with open(os.path.join(work_dir, "best_trace.py"), "w") as f:
         f.write(trace + "\n")
@@ -278,7 +327,7 @@ def save_best(wl: Workload, target, work_dir: str, database) -> dict:
 def best_module(wl: Workload, target: tvm.target.Target, work_dir: str) -> tvm.IRModule:
     """The best schedule of `wl` in the work dir's database, applied to `wl`."""
     check_work_dir(work_dir, must_exist=True)
-    sch = _best_schedule(wl, target, open_database(work_dir))
+    sch = _best_schedule(wl, target, open_database(work_dir), work_dir)
     if sch is None:
         raise RecordsError(f"no MetaSchedule record for {wl.label()} in {work_dir}")
     return sch.mod

@@ -1,0 +1,128 @@
+"""The exploration run: schedules x one workload -> lowered IR, CUDA, measurements, records.
+
+Each chosen schedule is applied, lowered and built; on a GPU it is then checked against float64
+and timed, and every outcome (timed, failed, skipped) becomes a record of the same run, followed
+by the baselines and the copy-bandwidth ceiling of that run. Without a GPU the run stops after
+the build. Output goes through `say`, so the command line decides where it is printed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from schedules.errors import BuildFailed, ExplorerError, KernelFailed, ScheduleNotApplicable
+from schedules.workloads import Workload
+
+from . import build, measure, records
+
+
+@dataclass(frozen=True)
+class Settings:
+    results: str  # the JSONL file every measurement is appended to
+    arch: str = "sm_90"  # what to build for when there is no GPU here
+    flush: str = "read"  # what runs before each timed launch (measure.FLUSHES)
+    show_ir: bool = True
+    show_cuda: bool = False
+    explicit: bool = False  # one schedule the user named: a refusal or failure is an error
+
+
+def refusal(schedule, wl: Workload, target, error: ScheduleNotApplicable) -> ScheduleNotApplicable:
+    """The refusal of a schedule the user named, with the values of each knob they set that
+    would apply to this workload (the other knobs as they set them)."""
+    if not getattr(schedule, "knobs", None):
+        return error
+    entry, chosen = schedule.knobs
+    message = f"{schedule.name}: {error}"
+    for knob in chosen:
+        working = entry.values_that_apply(wl, target, chosen, knob)
+        values = ", ".join(str(v).lower() for v in working) or "none of those tried"
+        message += f"; {knob} values that apply here: {values}"
+    return ScheduleNotApplicable(message)
+
+
+def first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str], None] = print,
+            warn: Callable[[str], None] = print, extra_records: list[dict] | None = None
+            ) -> list[dict]:
+    """Lower, print, build, check, time and record each chosen schedule, then the baselines;
+    warnings (a corrupt records line, a kernel that spills) go to `warn`. Returns the records
+    of this run (none without a GPU)."""
+    from reports.render import markdown_table, table_rows
+
+    loaded = records.load(settings.results)  # read first: a corrupt line is named, never rewritten
+    for problem in loaded.problems:
+        warn(f"warning: {problem}; the line is kept as it is and new records are appended")
+    run = None
+    if measure.gpu_present():
+        from . import bench
+
+        run = bench.Run(flush=settings.flush)
+        arch = run.facts["arch"]
+        say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")
+    else:
+        arch = settings.arch
+    target = build.cuda_target(arch)
+    measured = []
+
+    def keep(record):
+        records.append(settings.results, record)
+        measured.append(record)
+
+    for entry in chosen:
+        try:
+            built = build.lower_and_build(entry.apply(wl, target), target)
+        except ScheduleNotApplicable as e:
+            if settings.explicit:
+                raise refusal(entry, wl, target, e) from None
+            say(f"{entry.name}: skipped: {e}")
+            if run:
+                keep(run.record(wl, entry.name, entry.kind, entry.defaults, status="skipped",
+                                error=str(e)))
+            continue
+        except ExplorerError:
+            raise  # records or settings that cannot be used: the user must act, every rung alike
+        except Exception as e:  # noqa: BLE001  a schedule or build bug stops this rung only
+            if run:
+                keep(run.record(wl, entry.name, entry.kind, entry.defaults,
+                                status="build_failed", error=str(e)))
+            if settings.explicit:
+                raise BuildFailed(f"{entry.name} failed to build: {first_line(e)}") from None
+            say(f"{entry.name}: build failed: {first_line(e)}")
+            continue
+        if settings.show_ir:
+            say(f"# ---- {entry.name}: lowered for {arch} ({wl.label()}) ----")
+            say(build.ir_text(built.lowered))
+        if settings.show_cuda:
+            say(f"// ---- {entry.name}: CUDA ----")
+            say(built.source)
+        say(f"{entry.name}: built: {built.describe()}")
+        for kernel, spilled in built.spills.items():
+            warn(f"warning: {entry.name}'s {kernel} spills {spilled} bytes of registers to local "
+                "memory")
+        if run:
+            keep(bench.measure_tvm(run, wl, entry.name, entry.kind, entry.defaults,
+                                   built.executable, structure=built.structure,
+                                   resources=built.resources))
+    if not run:
+        say(f"no GPU here: built {wl.label()} for {arch} (CUDA source only); "
+            "skipped the correctness check and timing")
+        return []
+    for extra in extra_records or []:
+        records.append(settings.results, run.record(wl, **extra))
+    for baseline in bench.measure_baselines(run, wl):
+        keep(baseline)
+    ceiling = bench.measure_copy(run)
+    records.append(settings.results, ceiling)
+    rows = table_rows([{**m, "copy_gbps": ceiling["copy_gbps"]} for m in measured])
+    say(f"\n{wl.label()} on {run.facts['gpu']}; {measure.timing_method(run.flush)}; "
+        f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s")
+    say(markdown_table(rows))
+    say(f"records appended to {settings.results}")
+    failed = [m for m in measured if m["kind"] != "baseline" and m["status"] != "ok"]
+    if settings.explicit and failed:
+        raise KernelFailed(f"{failed[0]['schedule']}: {failed[0].get('error') or 'failed'}")
+    return measured
