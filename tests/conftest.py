@@ -6,6 +6,19 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Without a CUDA GPU, the gpu tier is skipped with the reason (as TVM's requires_cuda), so
+    a bare `pytest` on a CPU machine runs the CPU tier and says what it left out."""
+    from tuning import measure
+
+    if measure.gpu_present():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on the GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def target():
     from tuning.build import cuda_target

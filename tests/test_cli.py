@@ -38,10 +38,36 @@ def run(capsys, *argv):
         (["--diff", "v2", "v9"], "error: unknown schedule 'v9' for gemm"),
         (["--op", "gemv", "--shape", "64x1001", "--diff", "naive", "allreduce"],
          "error: K=1001 is not a multiple of the 8-element vector"),
-        (["--schedule", "v5:split=4"], "error: v5 has no knob 'split'; knobs: block_m, block_n"),
-        (["--schedule", "v5:split_k=four"], "error: knob split_k of v5 is an integer, not 'four'"),
+        (["--schedule", "v5:split=4"], "error: v5 has no knob 'split'; its knobs: block_m, block_n"),
+        (["--schedule", "v5:split_k=four"],
+         "error: knob split_k of v5 is a size or count of at least 1, not 'four'"),
         (["--diff", "v5", "seed_template:vectorize=1"],
          "error: knob vectorize of seed_template is true or false, not '1'"),
+        # knobs out of range, and settings the user named that cannot run: what would work
+        (["--schedule", "v5:split_k=0"], "error: knob split_k of v5 is a size or count of at least 1, not 0"),
+        (["--schedule", "v5:split_k=-4"], "error: knob split_k of v5 is a size or count of at least 1, not -4"),
+        (["--schedule", "v4:thread_n=0"], "error: knob thread_n of v4 is a size or count of at least 1"),
+        (["--schedule", "v3:tile_x=0"], "error: knob tile_x of v3 is a size or count of at least 1"),
+        (["--schedule", "v5:split_k=3"], "error: v5:split_k=3: v5 splits K=2048 into 3 slices of whole "
+         "4-element vectors; split_k values that apply here: 1, 2, 4, 8"),
+        (["--schedule", "v4:block_m=62"], "error: v4:block_m=62: v4 cuts block_m=62 into register tiles "
+         "of thread_m=4"),
+        (["--schedule", "v3:tile_x=1"], "error: v3:tile_x=1: v3 cannot be scheduled with tile_x=1: "),
+        (["--op", "gemv", "--schedule", "splitk:tile_k=x"],
+         "error: knob tile_k of splitk is a size or count of at least 1 (or none), not 'x'"),
+        (["--schedule", "v7"], "error: v7 multiplies float16 or bfloat16 on tensor cores, not float32"),
+        (["--schedule", "v7", "--dtype", "float16", "--shape", "256x256x256", "--arch", "sm_80"],
+         "error: v7 uses wgmma (built for sm_90a), which needs sm_90 or later, not sm_80"),
+        (["--schedule", "v6", "--dtype", "float16", "--shape", "256x256x256", "--arch", "sm_75"],
+         "error: v6 uses mma.sync m16n8k16 and cp.async, which needs sm_80 or later, not sm_75"),
+        (["--arch", "sm_20"], "error: --arch sm_20 is older than any GPU that CUDA 13 builds for"),
+        # shapes whose buffers int32 indices cannot reach
+        (["--shape", "100000x100000x100000"], "error: A would hold 10000000000 elements"),
+        (["--diff", "v2", "v3", "--shape", "100000x100000x100000"], "error: A would hold"),
+        (["--tune", "metaschedule", "--work-dir", "x", "--tuner", "grid"],
+         "error: --tuner picks a template search's tuner"),
+        (["--tune", "autotvm:v5", "--records", "r.jsonl", "--ms-space", "tvm"],
+         "error: --ms-space is MetaSchedule's design space"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
@@ -51,9 +77,51 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
 
 
 def test_argparse_errors_also_exit_2(capsys):
-    with pytest.raises(SystemExit) as exc:
-        runner.main(["--no-such-flag"])
-    assert exc.value.code == 2
+    for argv in (["--no-such-flag"], ["--flush", "sometimes"]):
+        with pytest.raises(SystemExit) as exc:
+            runner.main(argv)
+        assert exc.value.code == 2
+
+
+def test_knobs_are_read_by_their_declared_type(capsys):
+    # tile_k's default is None (the rung chooses); a number given for it is a number
+    code, out, err = run(capsys, "--op", "gemv", "--schedule", "splitk:tile_k=16", "--no-ir")
+    assert code == 0 and "splitk:tile_k=16: built" in out and not err
+    code, out, _ = run(capsys, "--op", "gemv", "--diff", "splitk", "splitk:tile_k=16")
+    assert code == 0 and "+++ splitk:tile_k=16 (lowered)" in out
+    code, out, _ = run(capsys, "--op", "gemv", "--schedule", "splitk:tile_k=none", "--no-ir")
+    assert code == 0 and "built" in out
+
+
+def test_a_report_path_that_is_a_directory_is_one_line(capsys, tmp_path):
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({"op": "gemm", "schedule": "v3"}) + "\n")
+    code, _, err = run(capsys, "--report", str(tmp_path), "--results", str(results))
+    assert code == 2 and err == f"error: --report {tmp_path} is a directory; name the markdown " \
+        "file to write\n"
+
+
+def test_a_schedule_that_fails_to_build_when_named_is_exit_1(capsys, monkeypatch):
+    from schedules import registry
+
+    def broken(sch, wl):
+        raise RuntimeError("CUDA codegen exploded\nsecond line")
+
+    monkeypatch.setitem(registry._REGISTRY["gemm"], "v2", registry.ScheduleEntry("gemm", "v2", broken))
+    code, _, err = run(capsys, "--schedule", "v2", "--no-ir")
+    assert code == 1 and err == "error: v2 failed to build: CUDA codegen exploded\n"
+    code, _, err = run(capsys, "--diff", "v2", "v3")
+    assert code == 1 and err == "error: v2 failed to build: CUDA codegen exploded\n"
+
+
+def test_spills_are_flagged(capsys, monkeypatch):
+    from tuning import build
+
+    spilling = {"main_kernel": {"registers": 255, "spill_stores": 1362, "spill_loads": 1362}}
+    monkeypatch.setattr(build, "nvcc_resources", lambda source, arch: spilling)
+    code, out, err = run(capsys, "--schedule", "v3", "--no-ir")
+    assert code == 0 and "main_kernel: 255 registers, SPILLS 2724 bytes" in out
+    assert err == "warning: v3's main_kernel spills 2724 bytes of registers to local memory\n"
 
 
 def test_list_shows_every_op_its_rungs_and_the_presets(capsys):
@@ -100,10 +168,12 @@ def test_a_failing_build_is_reported_and_the_run_goes_on(capsys, monkeypatch):
 
 
 def test_dlight_failing_inside_tvm_is_a_build_failure(capsys):
-    # dlight's GEMV rule raises inside TVM on a batched GEMV with ragged rows.
+    # dlight's GEMV rule raises inside TVM on a batched GEMV with ragged rows (TVM's message,
+    # whatever it says, is reported on one line and the run goes on).
     code, out, _ = run(capsys, "--op", "batched_gemv", "--shape", "3x1001x1000", "--schedule", "all", "--no-ir")
     assert code == 0 and "multirow: built" in out
-    assert "dlight: build failed: 'FloorDiv' object has no attribute 'value'" in out
+    failure = [line for line in out.splitlines() if line.startswith("dlight: ")]
+    assert len(failure) == 1 and failure[0].startswith("dlight: build failed: ")
 
 
 def test_diff_shows_ir_changes_and_a_structural_summary(capsys):
@@ -147,5 +217,48 @@ def test_knobs_from_the_command_line_diff_and_record_like_a_rung(capsys):
     assert code == 0 and "+++ v5:split_k=4,thread_n=8 (lowered)" in out
     assert "+    C_rf = T.decl_buffer((2097152,)" in out  # the float32 partials of the 4 K slices
     assert re.search(r"\| kernels\s+\| 1\s+\| 2\s+\|", out)
-    code, out, _ = run(capsys, "--schedule", "v5:split_k=3", "--no-ir")
-    assert code == 0 and "v5:split_k=3: skipped: v5 splits K=2048 into 3 slices" in out
+
+
+def test_diff_lines_never_run_together_and_cse_names_follow_their_definitions():
+    from tuning import build
+
+    assert build.unified_diff("a\nb", "a\nc", "old", "new").splitlines()[-2:] == ["-b", "+c"]
+    old = ("cse_v1: T.let[T.int32] = x * 4\ncse_v2: T.let[T.int32] = cse_v1 + y\n"
+           "A[cse_v2] = B[cse_v1]\n")
+    new = ("cse_v1: T.let[T.int32] = z * 2\ncse_v2: T.let[T.int32] = x * 4\n"
+           "cse_v3: T.let[T.int32] = cse_v2 + y\nA[cse_v3] = B[cse_v2] + C[cse_v1]\n")
+    diff = build.unified_diff(build.stable_cse_names(old), build.stable_cse_names(new), "o", "n")
+    changed = [line for line in diff.splitlines()[2:] if line[:1] in "+-"]
+    # one new subexpression and the line that uses it; the renumbered ones are not changes
+    assert len(changed) == 3 and changed[0].startswith("+cse_") and changed[0].endswith("z * 2")
+
+
+def test_v5s_diff_against_v4_is_hunks_not_one_block(capsys):
+    code, out, _ = run(capsys, "--diff", "v5", "v5:stages=3")
+    assert code == 0
+    assert "cse_v" not in out and len(re.findall(r"^@@ ", out, re.M)) > 1
+
+
+def test_without_nvcc_the_build_still_runs_and_says_nothing_of_registers(capsys, monkeypatch):
+    import shutil
+
+    from tuning import build
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert build.nvcc_resources("__global__ void k() {}", "sm_90") is None
+    code, out, _ = run(capsys, "--schedule", "v3", "--no-ir")
+    assert code == 0 and "v3: built: grid (x,y,z) 64x32x1" in out and "registers" not in out
+
+
+@pytest.mark.skipif(measure.gpu_present(), reason="this machine has a GPU: the gpu tier runs")
+def test_bare_pytest_without_a_gpu_skips_the_gpu_tier_with_the_reason():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           os.path.join(root, "tests", "test_gpu.py"), "-k", "flush"],
+                          capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "3 skipped" in done.stdout and "needs a CUDA GPU" in done.stdout

@@ -135,3 +135,37 @@ def test_relative_error_is_frobenius_and_nan_is_infinite():
     ref = torch.tensor([3.0, 4.0], dtype=torch.float64)
     assert relative_error(torch.tensor([3.0, 4.5]), ref) == pytest.approx(0.1)
     assert relative_error(torch.tensor([3.0, float("nan")]), ref) == float("inf")
+
+
+def test_cublas_rows_say_which_call_and_output_dtype_they_timed():
+    from schedules import Workload
+    from tuning import measure
+
+    wl = lambda dtype, out: Workload("gemm", (64, 64, 64), dtype, out)  # noqa: E731
+    assert measure.cublas_call(wl("bfloat16", "float32")) == "torch.mm(out_dtype=float32)"
+    assert measure.cublas_call(wl("float16", "float16")) == "torch.mm"
+    assert measure.cublas_call(wl("float32", "bfloat16")) == "torch.mm + cast to bfloat16"
+    assert measure.cublas_call(Workload("batched_gemv", (2, 8, 8), "float16", "float32")) == \
+        "torch.bmm(out_dtype=float32)"
+    run = seed_run()
+    run[5] = {**run[5], "params": {"tf32": False, "call": "torch.mm"}}
+    rows = table_rows(run)
+    assert rows[5]["schedule"] == "cublas (torch.mm)" and rows[5]["% of cuBLAS"] == "100.0%"
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"flush": "write"}, "a 256 MB write, as do_bench's"),
+    ({"flush": "none"}, "a GPU sleep (L2 stays warm)"),
+    ({"flush_l2": True}, "a 256 MB read"),  # records from before --flush
+    ({"flush_l2": False}, "a GPU sleep (L2 stays warm)"),
+])
+def test_every_run_in_a_report_says_how_l2_was_flushed(fields, says):
+    text = render([{**m, **fields} for m in seed_run()], title="t")
+    assert f"before each timed launch: {'an L2 flush (' if 'MB' in says else ''}{says}" in text
+
+
+def test_a_kernel_that_spills_is_flagged_in_the_report():
+    run = seed_run()
+    run[3] = {**run[3], "resources": {"main_kernel": {"registers": 255, "spill_stores": 1362,
+                                                      "spill_loads": 1362}}}
+    assert {r["schedule"]: r for r in table_rows(run)}["v3"]["regs"] == "255 (SPILLS 2724 B)"

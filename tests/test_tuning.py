@@ -242,6 +242,10 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
     assert "(4 there already)" in capsys.readouterr().out
     assert len(metaschedule.curve(str(work_dir))) == 8 and metaschedule.trials_per_minute(
         str(work_dir)) > 0
+    # a work dir tuned for the CPU is not applied to a CUDA build
+    assert runner.main(["--shape", "32x32x32", "--schedule", "metaschedule", "--work-dir",
+                        str(work_dir), "--no-ir"]) == 2
+    assert f"work dir {work_dir} was tuned for llvm, not cuda sm_90a" in capsys.readouterr().err
 
 
 def test_metaschedule_measures_through_an_rpc_tracker_on_loopback(tmp_path):
@@ -293,15 +297,25 @@ def test_ctrl_c_keeps_every_measured_record_and_the_next_run_resumes(tmp_path):
     assert _database_lines(work_dir) == len(metaschedule.read_progress(str(work_dir))) > kept
 
 
-def test_a_corrupt_database_is_named_by_path_and_line_and_left_alone(tmp_path, capsys):
+@pytest.mark.parametrize("line, says", [
+    ("{not json", "not valid JSON"),
+    ('[0, [["x"], [1.0]]]', "not a MetaSchedule tuning record"),  # JSON, but not a record
+    ('[7, []]', "not a MetaSchedule tuning record (workload 7 is not in"),
+])
+def test_a_corrupt_database_is_named_by_path_and_line_and_left_alone(tmp_path, capsys, line, says):
+    import shutil
+
     work_dir = tmp_path / "ms"
-    work_dir.mkdir()
+    shutil.copytree(MS_GEMM, work_dir)
     path = work_dir / "database_tuning_record.json"
-    path.write_text('[0, [[], []]]\n{not json\n')
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    number = _database_lines(work_dir)
     before = path.read_bytes()
-    assert _tune_llvm(work_dir) == 2
+    assert runner.main(["--preset", "gemm-seed", "--schedule", "metaschedule", "--work-dir",
+                        str(work_dir), "--no-ir"]) == 2
     err = capsys.readouterr().err
-    assert f"{path}:2: not valid JSON" in err and "Traceback" not in err
+    assert err.startswith(f"error: {path}:{number}: {says}") and err.count("\n") == 1
     assert path.read_bytes() == before
 
 
@@ -354,10 +368,48 @@ def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
     candidates_ = split_k_candidates(SEED_GEMM, target)
     assert len(candidates_) >= 32, "split-K candidates are not most of the first batch of 64"
     built = build.lower_and_build(candidates_[0], target)  # its CUDA compiled by the local nvcc
-    assert len(built.resources) == 2  # a kernel for the partial sums, one that adds them
+    assert built.structure["kernels"] == 2  # a kernel for the partial sums, one that adds them
 
 
 # -- the committed searches, applied like rungs (no GPU: built, not timed) ------------------------
+
+
+def trial(device: str, time_ms: float, tile_x: int, tvm_version: str | None = None) -> dict:
+    key = autotvm.search_key(SEED_GEMM, "seed_template", device, "grid")
+    if tvm_version:
+        key["tvm"] = tvm_version
+    return autotvm.trial_record(key, {**SEED_SPACE.configs()[0], "tile_x": tile_x},
+                                candidates.Outcome("ok", time_ms), 1)
+
+
+def test_a_template_record_applies_only_on_its_device_and_tvm_version():
+    import tvm
+
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    measured = [trial(h100, 0.5, 8), trial(h200, 0.1, 32), trial(h100, 0.05, 16, "0.26.0")]
+    assert autotvm.search_key(SEED_GEMM, "seed_template", h100, "grid")["tvm"] == tvm.__version__
+    best = autotvm.best_record(measured, SEED_GEMM, "seed_template", h100)
+    assert best["config"]["tile_x"] == 8  # not the H200's faster one, nor the other TVM's
+    assert autotvm.best_record(measured, SEED_GEMM, "seed_template", "NVIDIA A100") is None
+    # no GPU here and records of two GPUs: which one's best is not guessed
+    with pytest.raises(schedules.RecordsError, match="measured on NVIDIA H100 80GB HBM3, NVIDIA H200"):
+        autotvm.tuned_entry(schedules.get("gemm", "seed_template"), SEED_GEMM, measured, "r", None)
+    chosen = autotvm.tuned_entry(schedules.get("gemm", "seed_template"), SEED_GEMM, measured, "r", h200)
+    assert chosen.params["tile_x"] == 32
+
+
+def test_without_a_gpu_device_picks_whose_records_apply(tmp_path, capsys, monkeypatch):
+    from tuning import measure, records as store
+
+    monkeypatch.setattr(measure, "gpu_present", lambda: False)
+    path = str(tmp_path / "at.jsonl")
+    for record in (trial("NVIDIA H100 80GB HBM3", 0.5, 8), trial("NVIDIA H200", 0.1, 32)):
+        store.append(path, record)
+    args = ["--preset", "gemm-seed", "--schedule", "autotvm:seed_template", "--records", path,
+            "--no-ir"]
+    assert runner.main(args) == 2 and "say which device" in capsys.readouterr().err
+    assert runner.main([*args, "--device", "NVIDIA H200"]) == 0
+    assert "autotvm:seed_template: built: grid (x,y,z) 32x" in capsys.readouterr().out
 
 
 def test_the_committed_searches_apply_like_rungs(capsys):
