@@ -116,12 +116,8 @@ class Workload:
     @property
     def min_bytes(self) -> int:
         """Bytes moved if every input is read once and the output written once."""
-        d = self.dims
-        size_in, size_out = DTYPE_BYTES[self.dtype], DTYPE_BYTES[self.out_dtype]
-        if self.op == "gemm":
-            return (d["M"] * d["K"] + d["K"] * d["N"]) * size_in + d["M"] * d["N"] * size_out
-        batch = d.get("L", 1)
-        return batch * ((d["N"] * d["K"] + d["K"]) * size_in + d["N"] * size_out)
+        *inputs, output = (math.prod(shape) for shape in self.buffer_shapes().values())
+        return sum(inputs) * DTYPE_BYTES[self.dtype] + output * DTYPE_BYTES[self.out_dtype]
 
     def label(self) -> str:
         dt = self.dtype if self.out_dtype == self.dtype else f"{self.dtype}->{self.out_dtype}"
