@@ -182,21 +182,12 @@ def diff(args, wl) -> None:
     """--diff OLD NEW: the lowered IR's unified diff (common-subexpression names made stable)
     and a table of the structural facts of both."""
     from tuning import build
-    from tuning.explore import first_line
+    from tuning.explore import build_schedule
 
     target = build.cuda_target(args.arch)
-    built = []
-    for name in args.diff:
-        try:
-            built.append(build.lower_and_build(resolve(args, wl, name).apply(wl, target), target))
-        except ExplorerError:
-            raise
-        except Exception as e:  # noqa: BLE001  TVM's own failure to lower or build
-            from schedules.errors import BuildFailed
-
-            raise BuildFailed(f"{name} failed to build: {first_line(e)}") from None
-    (old, new), (a, b) = args.diff, built
-    print(build.unified_diff(*(build.stable_cse_names(build.ir_text(x.lowered)) for x in built),
+    (old, new), (a, b) = args.diff, [build_schedule(resolve(args, wl, name), wl, target)
+                                     for name in args.diff]
+    print(build.unified_diff(*(build.stable_cse_names(build.ir_text(x.lowered)) for x in (a, b)),
                              f"{old} (lowered)", f"{new} (lowered)"))
     if args.show_cuda:
         print(build.unified_diff(a.source, b.source, f"{old}.cu", f"{new}.cu"))
@@ -308,7 +299,7 @@ def tune(args, wl) -> None:
         if args.tune == "metaschedule":
             summary = tune_metaschedule(args, wl, target, builder, runner)
         else:
-            summary = tune_template(args, wl, entry, target, builder, runner, local_gpu)
+            summary = tune_template(args, wl, entry, target, builder, runner)
     finally:
         candidates.shut_down(builder, runner)
     if local_gpu:
@@ -340,19 +331,17 @@ def tune_metaschedule(args, wl, target, builder, runner) -> dict:
             "curve": metaschedule.curve(args.work_dir)}
 
 
-def tune_template(args, wl, entry, target, builder, runner, local_gpu: bool) -> dict:
+def tune_template(args, wl, entry, target, builder, runner) -> dict:
     """A template search, each measured configuration appended to --records as it comes;
     returns the search's summary record. A search with no correct configuration fails, with
     the most common reason."""
     from collections import Counter
 
-    from tuning import autotvm, measure
+    from tuning import autotvm
     from tuning import records as store
 
     space = autotvm.Space.of(entry)
-    device = (f"rpc:{args.rpc_key}" if args.rpc_tracker else
-              measure.device_facts()["gpu"] if local_gpu else "cpu")
-    key = autotvm.search_key(wl, entry.name, device, args.tuner, args.seed)
+    key = autotvm.search_key(wl, entry.name, template_device(args), args.tuner, args.seed)
     history = autotvm.history_of(load_records(args.records), key,
                                  {knob: entry.defaults[knob] for knob in space.knobs})
     print(f"{args.tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"

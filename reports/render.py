@@ -13,6 +13,7 @@ import os
 from tabulate import tabulate
 
 from schedules.workloads import Workload
+from tuning.build import spilled_bytes
 from tuning.measure import FLUSHES, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
 
 MEMORY_BOUND = ("gemv", "batched_gemv")
@@ -51,7 +52,7 @@ def registers(record: dict) -> str:
     usage = list((record.get("resources") or {}).values())
     if not usage:
         return "-"
-    spilled = sum(u.get("spill_stores", 0) + u.get("spill_loads", 0) for u in usage)
+    spilled = sum(spilled_bytes(record["resources"]).values())
     most = str(max(u.get("registers", 0) for u in usage))
     return most + (f" (SPILLS {spilled} B)" if spilled else "")
 

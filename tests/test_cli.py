@@ -262,3 +262,19 @@ def test_bare_pytest_without_a_gpu_skips_the_gpu_tier_with_the_reason():
                           capture_output=True, text=True, timeout=300, cwd=root)
     assert done.returncode == 0, done.stdout[-2000:]
     assert "3 skipped" in done.stdout and "needs a CUDA GPU" in done.stdout
+
+
+def test_nvcc_rejecting_a_rungs_cuda_stops_that_rung_only(capsys, monkeypatch):
+    from schedules.errors import BuildFailed
+    from tuning import build
+
+    def rejects(source, arch):
+        raise BuildFailed("nvcc rejected the generated CUDA: ptxas fatal: no")
+
+    monkeypatch.setattr(build, "nvcc_resources", rejects)
+    code, out, _ = run(capsys, "--schedule", "all", "--no-ir")
+    assert code == 0 and "v3: build failed: nvcc rejected the generated CUDA: ptxas fatal" in out
+    assert "dlight: build failed: nvcc rejected" in out  # the run went on to the last schedule
+    code, _, err = run(capsys, "--schedule", "v3", "--no-ir")
+    assert code == 1 and err == "error: v3 failed to build: nvcc rejected the generated CUDA: " \
+        "ptxas fatal: no\n"

@@ -119,10 +119,7 @@ class Built:
 
     @property
     def spills(self) -> dict[str, int]:
-        """Bytes each kernel spills to local memory (stores plus loads), where it spills."""
-        spilled = {kernel: usage.get("spill_stores", 0) + usage.get("spill_loads", 0)
-                   for kernel, usage in (self.resources or {}).items()}
-        return {kernel: n for kernel, n in spilled.items() if n}
+        return spilled_bytes(self.resources)
 
     def describe(self) -> str:
         """One line: launch shape, shared memory, barriers, loop depth; registers and spills,
@@ -134,6 +131,14 @@ class Built:
                      + (f"SPILLS {spilled} bytes" if spilled else "no spills")
                      + f", {usage.get('stack_bytes', 0)} stack bytes")
         return text
+
+
+def spilled_bytes(resources: dict | None) -> dict[str, int]:
+    """Bytes each kernel of nvcc's resource usage spills to local memory (stores plus loads),
+    for the kernels that spill."""
+    spilled = {kernel: usage.get("spill_stores", 0) + usage.get("spill_loads", 0)
+               for kernel, usage in (resources or {}).items()}
+    return {kernel: n for kernel, n in spilled.items() if n}
 
 
 def lower_and_build(mod: tvm.IRModule, target: Target) -> Built:

@@ -45,6 +45,21 @@ def first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
+def build_schedule(schedule, wl: Workload, target) -> build.Built:
+    """Apply `schedule` to `wl` and build it. TVM's or nvcc's failure to lower, compile or
+    assemble becomes a BuildFailed naming the schedule (the failure itself is its cause); a
+    refusal or any other ExplorerError passes as it is."""
+    try:
+        return build.lower_and_build(schedule.apply(wl, target), target)
+    except ExplorerError as e:
+        if not isinstance(e, BuildFailed):
+            raise
+        failure = e
+    except Exception as e:  # noqa: BLE001  TVM's own failure, whatever its type
+        failure = e
+    raise BuildFailed(f"{schedule.name} failed to build: {first_line(failure)}") from failure
+
+
 def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str], None] = print,
             warn: Callable[[str], None] = print, extra_records: list[dict] | None = None
             ) -> list[dict]:
@@ -74,7 +89,7 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
 
     for entry in chosen:
         try:
-            built = build.lower_and_build(entry.apply(wl, target), target)
+            built = build_schedule(entry, wl, target)
         except ScheduleNotApplicable as e:
             if settings.explicit:
                 raise refusal(entry, wl, target, e) from None
@@ -83,15 +98,13 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
                 keep(run.record(wl, entry.name, entry.kind, entry.defaults, status="skipped",
                                 error=str(e)))
             continue
-        except ExplorerError:
-            raise  # records or settings that cannot be used: the user must act, every rung alike
-        except Exception as e:  # noqa: BLE001  a schedule or build bug stops this rung only
+        except BuildFailed as e:  # a schedule or build bug stops this rung only
             if run:
                 keep(run.record(wl, entry.name, entry.kind, entry.defaults,
-                                status="build_failed", error=str(e)))
+                                status="build_failed", error=str(e.__cause__)))
             if settings.explicit:
-                raise BuildFailed(f"{entry.name} failed to build: {first_line(e)}") from None
-            say(f"{entry.name}: build failed: {first_line(e)}")
+                raise
+            say(f"{entry.name}: build failed: {first_line(e.__cause__)}")
             continue
         if settings.show_ir:
             say(f"# ---- {entry.name}: lowered for {arch} ({wl.label()}) ----")
