@@ -54,23 +54,25 @@ def require_grid_y(name: str, axis: str, extent: int) -> None:
 
 
 def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: tuple[int, int],
-                      vector: int = 1, scope: str = "shared", pad_rows: bool = False):
+                      vector: int = 1, scope: str = "shared", pad_to: int = 0):
     """Stage operand `operand` of `block` in shared memory at loop `at`, loaded by all threads:
     the tile is flattened, cut into `vector`-element vectors and the vectors are dealt out over
     (threadIdx.y, threadIdx.x), so a tile smaller than the threads leaves some threads with
     no vector at all rather than a partial one (which could not be loaded as one vector).
-    With pad_rows (and `vector` elements = 16 bytes), each row is padded so that the next one
-    starts 16 bytes further round the 32 four-byte banks: the 16-byte vectors of consecutive
-    rows never share a bank. Returns the copy block."""
+    With pad_to (the elements of 16 bytes), each row is padded so that the next one starts 16
+    bytes further round the 32 four-byte banks: the 16-byte vectors that readers take from
+    consecutive rows never share a bank, whatever width `vector` the tile was loaded in.
+    Returns the copy block."""
     tile = sch.cache_read(block, operand, scope)
     sch.compute_at(tile, at)
     vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
     _, ty, tx = sch.split(vectors, [None, threads[0], threads[1]])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
-    sch.vectorize(lanes)
-    if pad_rows:  # row stride = vector (mod 4 * vector) elements, i.e. 16 (mod 64) bytes
-        sch.storage_align(tile, 0, axis=-2, factor=4 * vector, offset=vector)
+    if vector > 1:
+        sch.vectorize(lanes)
+    if pad_to:  # row stride = pad_to (mod 4 * pad_to) elements, i.e. 16 (mod 64) bytes
+        sch.storage_align(tile, 0, axis=-2, factor=4 * pad_to, offset=pad_to)
     return tile
 
 

@@ -162,6 +162,16 @@ def _threads_of_register_tiles(name: str, block_m: int, block_n: int, thread_m: 
     return block_m // thread_m, block_n // thread_n
 
 
+def _widest_vector(widest: int, *rows: int) -> int:
+    """The widest vector, `widest` elements (a power of two) at most, that rows of these
+    lengths are made of whole, so that every row starts on a vector boundary: 16-byte accesses
+    on aligned shapes, narrower ones, down to single elements, on ragged ones."""
+    vector = widest
+    while any(row % vector for row in rows):
+        vector //= 2
+    return vector
+
+
 def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
     """16-byte loads need every row of A and B to start on a 16-byte boundary."""
     contiguous = {"K (the rows of A)": wl.dims["K"]}
@@ -370,8 +380,11 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
                                  single_barrier: bool, overlap_zeroing: bool,
                                  transpose_a: bool = False, fragment_stages: int = 1) -> None:
     """v5's schedule; v5t's with transpose_a and fragment_stages (see their docstrings)."""
+    # Shared tiles and register fragments in 16-byte vectors; global rows of A and B in the
+    # widest vectors they are made of (narrower on ragged K, or N in nn).
     vector = 16 // DTYPE_BYTES[wl.dtype]
-    _require_whole_vectors(name, wl, vector)
+    b_rows = wl.dims["N" if wl.layout == "nn" else "K"]
+    global_vector = _widest_vector(vector, wl.dims["K"], b_rows)
     threads = _threads_of_register_tiles(name, block_m, block_n, thread_m, thread_n)
     group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
     group_m = min(thread_m, vector) if transpose_a else thread_m
@@ -380,7 +393,7 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
     if atomic_split_k:
         _require_atomic_adds(name, wl, split_k, {"M": block_m, "N": block_n})
     split = split_k > 1
-    C = (_split_k(sch, wl, name, split_k, vector, atomic_split_k) if split
+    C = (_split_k(sch, wl, name, split_k, global_vector, atomic_split_k) if split
          else sch.get_sblock(wl.reduction_block))
     # Step 1. v4's tiling, with the K step split again into fragment-wide slices, and a thread's
     # column groups a row of threads apart (B's vectors are read without bank conflicts).
@@ -391,14 +404,15 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
     if atomic_split_k:  # split_k > 1 here: _require_atomic_adds refused the rest
         _add_partials_atomically(sch, wl, C, tx, overlap_zeroing)
     else:
-        write_back_at(sch, wl, tx, C if split else None, min(group, 4))
-    # Step 2. Shared tiles filled with 16-byte vectors, rows padded against bank conflicts; or
-    # A transposed, element by element.
+        c_vector = _widest_vector(min(group, 4), wl.dims["N"])
+        write_back_at(sch, wl, tx, C if split else None, c_vector)
+    # Step 2. Shared tiles filled with global vectors (16-byte ones on aligned shapes), rows
+    # padded against bank conflicts; or A transposed, element by element.
     if transpose_a:
         transposed_fetch(sch, C, 0, ko, threads)
     else:
-        cooperative_fetch(sch, C, 0, ko, threads, vector, "shared.dyn", pad_rows=True)
-    cooperative_fetch(sch, C, 1, ko, threads, vector, "shared.dyn", pad_rows=True)
+        cooperative_fetch(sch, C, 0, ko, threads, global_vector, "shared.dyn", pad_to=vector)
+    cooperative_fetch(sch, C, 1, ko, threads, global_vector, "shared.dyn", pad_to=vector)
     # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, or along
     # M when transposed; B along N), the K slices of a tile unrolled so that the next fragments
     # load during this slice's FMAs.
@@ -406,7 +420,8 @@ def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m
         fragment = sch.cache_read(C, operand, "local")
         sch.compute_at(fragment, k_slice)
         _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
-        sch.vectorize(lanes)
+        if width > 1:
+            sch.vectorize(lanes)
     sch.unroll(k_slice)
     # The fragments of K slice s + fragment_stages - 1 load during slice s.
     software_pipeline(sch, k_slice, fragment_stages)
@@ -425,7 +440,8 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
        atomic_split_k: bool = False, single_barrier: bool = True,
        overlap_zeroing: bool = True) -> None:
     """v4 + 128-bit loads everywhere, padded shared rows, a multi-buffered K loop and an
-    optional split K: global tiles come in as 16-byte vectors (cp.async when pipelined), each
+    optional split K: global tiles come in as 16-byte vectors (cp.async when pipelined; on
+    ragged rows, the widest vectors the rows are made of, down to single elements), each
     thread reads its A and B fragments from shared memory as 16-byte vectors, the next
     stages - 1 K tiles load while this one is multiplied (stages=1: no pipeline), the loop over
     a tile's K is unrolled, a thread's columns come in 16-byte groups a row of threads apart

@@ -120,7 +120,8 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     sch.bind(warp, "threadIdx.y")
     # Step 3. A and B tiles in shared memory: 16-byte vectors from all warps, padded rows (v5's).
     for operand in (0, 1):
-        cooperative_fetch(sch, outer, operand, ko, (warps, lanes), vector, "shared.dyn", pad_rows=True)
+        cooperative_fetch(sch, outer, operand, ko, (warps, lanes), vector, "shared.dyn",
+                          pad_to=vector)
     # Step 4. Warp fragments: ldmatrix from shared memory at each K chunk; accumulators in
     # registers for the whole K loop, stored to C at the end.
     fragments = [sch.cache_read(outer, operand, "warp") for operand in (0, 1)]

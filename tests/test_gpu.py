@@ -17,6 +17,8 @@ pytestmark = pytest.mark.gpu
 WORKLOADS = [
     Workload("gemm", (1024, 512, 2048)),  # the seed blog's problem
     Workload("gemm", (1023, 511, 2047)),  # not a multiple of any tile
+    Workload("gemm", (257, 129, 65)),  # odd K and N: v5 and v5t load single elements
+    Workload("gemm", (257, 129, 66), "float16", layout="nt"),  # rows of whole pairs
     Workload("gemm", (200, 136, 264), "float16", "float16", "nt"),
     Workload("gemm", (200, 136, 264), "bfloat16", layout="nt"),
     Workload("gemm", (128, 128, 128), "bfloat16", layout="nt"),  # the nt-bf16 tutorial's case

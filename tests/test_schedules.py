@@ -19,6 +19,8 @@ WORKLOADS = {
         Workload("gemm", (64, 48, 40), "bfloat16"),
         Workload("gemm", (256, 256, 256), "float16"),  # whole tensor-core tiles
         Workload("gemm", (128, 128, 128), "bfloat16", layout="nt"),  # the nt-bf16 tutorial's case
+        Workload("gemm", (257, 129, 65)),  # odd K and N: no row is whole 16-byte vectors
+        Workload("gemm", (257, 129, 65), "bfloat16", layout="nt"),
     ],
     "gemv": [
         Workload("gemv", (1024, 1024), "float16"),
@@ -31,15 +33,18 @@ WORKLOADS = {
         Workload("batched_gemv", (3, 1001, 1000), "float16"),
     ],
 }
+ODD = ("gemm 257x129x65 float32 nn", "gemm 257x129x65 bfloat16->float32 nt",
+       "gemm 257x129x66 float16->float32 nt")  # the last one: the GPU tier's
 FP32_ONLY = "v5t copies A element by element with cp.async, which moves 4 bytes at least"
 GEMV_VECTOR = "K=1001 is not a multiple of the 8-element vector"
 # What each rung declines, pinned per (rung, workload) on this file's and the GPU tier's
 # workloads, with the reason it must give: every pair not named here must build.
 REFUSED = {
     **{(rung, f"gemm {shape} float32 nn"): f"{rung} multiplies float16 or bfloat16 on tensor cores"
-       for rung in ("v6", "v7") for shape in ("1024x512x2048", "1023x511x2047")},
-    **{(rung, "gemm 1023x511x2047 float32 nn"): f"{rung} loads 16-byte vectors: K (the rows of "
-       "A)=2047 is not a multiple of 4" for rung in ("v5", "v5t")},
+       for rung in ("v6", "v7") for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
+    **{("v5t", label): FP32_ONLY for label in ODD[1:]},
+    **{(rung, label): f"{rung} needs M=257 to be a multiple of its tile 128"
+       for rung in ("v6", "v7") for label in ODD[1:]},
     **{(rung, f"gemm {shape} float16 nt"): f"{rung} writes the float32 accumulators"
        for rung in ("v6", "v7") for shape in ("100x60x72", "200x136x264")},
     **{("v5t", label): FP32_ONLY for label in (
@@ -366,9 +371,16 @@ def test_single_barrier_refuses_a_loop_that_is_not_an_async_pipeline(target):
         build.lower(sch.mod, target)
 
 
-def test_v5_refuses_rows_that_are_not_whole_vectors(target):
-    with pytest.raises(ScheduleNotApplicable, match="K \\(the rows of A\\)=2047 is not a multiple of 4"):
-        schedules.get("gemm", "v5").apply(WORKLOADS["gemm"][1], target)
+@pytest.mark.parametrize("shape, lanes", [((257, 130, 66), 2), ((257, 129, 65), 1)])
+def test_v5_loads_ragged_rows_in_the_widest_vectors_they_are_made_of(shape, lanes, compiled):
+    aligned, _, aligned_summary = compiled("v5", SEED)
+    ragged, _, summary = compiled("v5", Workload("gemm", shape))
+    # rows of K=66 and N=130 are whole pairs, of K=65 only whole elements; shared rows stay padded
+    # for the fragments' 16-byte reads, so the shared tiles are those of the aligned shape
+    assert re.search(r"cp_async_raw\([^\n]*, 16\)", aligned)
+    assert re.search(rf"cp_async_raw\([^\n]*, {4 * lanes}\)", ragged)
+    assert not re.search(r"cp_async_raw\([^\n]*, 16\)", ragged)
+    assert summary.shared_bytes == aligned_summary.shared_bytes
 
 
 def test_v5t_transposes_a_in_shared_memory_and_double_buffers_fragments(compiled):
