@@ -16,7 +16,9 @@ import tempfile
 from dataclasses import dataclass
 
 import tvm
+from tvm.s_tir.stmt import SBlock
 from tvm.target import Target
+from tvm.tirx import stmt as S
 
 from schedules.errors import BuildFailed
 
@@ -43,11 +45,20 @@ def cuda_target(arch: str = "sm_90") -> Target:
     return Target({"kind": "cuda", "arch": with_arch_features(arch), **_CUDA_LIMITS})
 
 
-def has_warp_fragments(script: str) -> bool:
-    """Whether a module's script keeps tensor-core (ldmatrix / mma.sync) fragments in `warp`
-    scope. Their CUDA code generation looks up fragment layouts that TVM's tensor intrinsics
+def has_warp_fragments(mod: tvm.IRModule) -> bool:
+    """Whether a module keeps tensor-core (ldmatrix / mma.sync) fragments in `warp` scope: a
+    buffer that a block (scheduled) or an AllocBuffer statement (lowered) allocates there. Their
+    CUDA code generation looks up fragment layouts that TVM's tensor intrinsics
     (tvm.s_tir.tensor_intrin.cuda) register when imported."""
-    return 'scope="warp"' in script
+    allocated = [buffer for block in lowering.find(mod, SBlock) for buffer in block.alloc_buffers]
+    allocated += [alloc.buffer for alloc in lowering.find(mod, S.AllocBuffer)]
+    return any(buffer.scope() == "warp" for buffer in allocated)
+
+
+def _has_async_pipeline(mod: tvm.IRModule) -> bool:
+    """Whether a loop of the module is software-pipelined with an async stage (cp.async)."""
+    return any("software_pipeline_async_stages" in loop.annotations
+               for loop in lowering.find(mod, S.For))
 
 
 def pass_config(mod: tvm.IRModule) -> dict:
@@ -58,8 +69,7 @@ def pass_config(mod: tvm.IRModule) -> dict:
     v5's CUDA-core tiles), and LowerWarpMemory needs StorageRewrite for tensor-core `warp`
     fragments. So StorageRewrite is skipped for async pipelines without warp fragments."""
     config = {"tirx.use_async_copy": True}
-    script = mod.script()
-    if "software_pipeline_async_stages" in script and not has_warp_fragments(script):
+    if _has_async_pipeline(mod) and not has_warp_fragments(mod):
         config["tirx.disable_storage_rewrite"] = True
     return config
 
@@ -80,10 +90,14 @@ def lower(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     return tvm.IRModule(kernels)
 
 
+def _kernels(lowered: tvm.IRModule) -> list[tvm.tirx.PrimFunc]:
+    """The lowered kernels, in name order."""
+    return [fn for _, fn in sorted(lowered.functions_items(), key=lambda item: item[0].name_hint)]
+
+
 def ir_text(lowered: tvm.IRModule) -> str:
     """TVMScript of the lowered kernels, one after another, in name order."""
-    funcs = sorted(lowered.functions_items(), key=lambda item: item[0].name_hint)
-    return "\n".join(fn.script() for _, fn in funcs)
+    return "\n".join(fn.script() for fn in _kernels(lowered))
 
 
 def build(mod: tvm.IRModule, target: Target):
@@ -174,10 +188,13 @@ class KernelSummary:
 
 
 def summarize(lowered: tvm.IRModule, source: str) -> KernelSummary:
-    text = ir_text(lowered)
+    """The structural facts of the lowered kernels (read off their IR) and their CUDA source
+    (barriers)."""
     grid, block = {}, {}
-    for tag, extent in re.findall(r'launch_thread\("((?:blockIdx|threadIdx)\.[xyz])", (\d+)\)', text):
-        (grid if tag.startswith("block") else block).setdefault(tag, int(extent))
+    for launch in (attr for fn in _kernels(lowered) for attr in lowering.find(fn.body, S.AttrStmt)
+                   if attr.attr_key == "thread_extent"):
+        tag = launch.node.thread_tag
+        (grid if tag.startswith("blockIdx") else block).setdefault(tag, int(launch.value))
     allocated = tvm.s_tir.analysis.calculate_allocated_bytes(lowered)
     shared = sum(
         int(size)
@@ -191,25 +208,15 @@ def summarize(lowered: tvm.IRModule, source: str) -> KernelSummary:
         block=block,
         shared_bytes=shared,
         syncthreads=source.count("__syncthreads()"),
-        loop_depth=_loop_depth(text),
+        loop_depth=_loop_depth(lowered),
     )
 
 
-def _loop_depth(script: str) -> int:
-    """Deepest nest of `for` loops in TVMScript text, read from indentation."""
-    open_loops: list[int] = []
-    deepest = 0
-    for line in script.splitlines():
-        stripped = line.lstrip()
-        if not stripped:
-            continue
-        indent = len(line) - len(stripped)
-        while open_loops and open_loops[-1] >= indent:
-            open_loops.pop()
-        if stripped.startswith("for "):
-            open_loops.append(indent)
-            deepest = max(deepest, len(open_loops))
-    return deepest
+def _loop_depth(root) -> int:
+    """Deepest nest of `for` loops in `root`: each loop counts, also those that TVMScript prints
+    as one `T.grid` line."""
+    return max((1 + _loop_depth(loop.body) for loop in lowering.find(root, S.For, outermost=True)),
+               default=0)
 
 
 CSE_NAME = re.compile(r"\bcse_v\d+\b")

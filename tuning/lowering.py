@@ -27,11 +27,28 @@ tags say so; this pass adds the tag.
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm.tirx import stmt as S
 
 from schedules.common import SINGLE_BARRIER
 
 PIPELINE = "explorer"  # the name tvm.compile knows this pipeline by
+
+
+def find(root, kind, outermost: bool = False) -> list:
+    """The nodes of type `kind` (a statement or expression class) in `root` (a statement, a
+    function or a whole module), each before the nodes inside it; with outermost, only those
+    that are not inside another one. tvm_ffi's structural walk follows every field of every
+    kind of node, so no kind of statement is passed over: the passes here and build.py look at
+    the IR through this, and rewrite_single_barrier maps with the same walk."""
+    found = []
+
+    def visit(node):
+        found.append(node)
+        return tvm_ffi.WalkResult.SKIP if outermost else tvm_ffi.WalkResult.ADVANCE
+
+    tvm_ffi.structural_walk(root, (kind, visit), order="pre")
+    return found
 
 
 def _call_to(stmt, op_name: str):
@@ -51,15 +68,25 @@ def _scope(stmt, key: str):
     return stmt if isinstance(stmt, S.AttrStmt) and stmt.attr_key == key else None
 
 
+def _after_bindings(seq: list, start: int) -> int:
+    """The index of the first statement of `seq` from `start` on that is not a Bind."""
+    while start < len(seq) and isinstance(seq[start], S.Bind):
+        start += 1
+    return start
+
+
 def _single_barrier(loop: S.For) -> S.For:
-    """One pipelined loop, rewritten (see the module docstring). Raises if TVM lowered it into
-    anything but the expected shape: a loop that asked for one barrier never silently keeps two."""
+    """`loop` itself, or, if it is annotated with SINGLE_BARRIER, rewritten (see the module
+    docstring) and without the annotation. Raises if TVM lowered an annotated loop into anything
+    but the expected shape: a loop that asked for one barrier never silently keeps two."""
+    if SINGLE_BARRIER not in loop.annotations:
+        return loop
     seq = list(loop.body.seq) if isinstance(loop.body, S.SeqStmt) else []
-    # The commit scope (the loads), maybe some bindings of common subexpressions, the wait scope.
-    at_wait = 1
-    while at_wait < len(seq) and isinstance(seq[at_wait], S.Bind):
-        at_wait += 1
-    commit = _scope(seq[0], "async_commit_queue_scope") if seq else None
+    # Bindings of common subexpressions, the commit scope (the loads), maybe more bindings, the
+    # wait scope.
+    at_commit = _after_bindings(seq, 0)
+    at_wait = _after_bindings(seq, at_commit + 1)
+    commit = _scope(seq[at_commit], "async_commit_queue_scope") if at_commit < len(seq) else None
     wait = _scope(seq[at_wait], "async_wait_queue_scope") if at_wait < len(seq) else None
     inflight = wait and _scope(wait.body, "async_wait_inflight_count")
     loads = list(commit.body.seq) if commit and isinstance(commit.body, S.SeqStmt) else []
@@ -72,53 +99,21 @@ def _single_barrier(loop: S.For) -> S.For:
     wait_then_barrier = S.AttrStmt(
         wait.node, wait.attr_key, wait.value,
         S.AttrStmt(inflight.node, inflight.attr_key, inflight.value - 1, compute[0]))
-    commit = S.AttrStmt(commit.node, commit.attr_key, commit.value, S.SeqStmt(loads))
-    body = S.SeqStmt([wait_then_barrier, commit, *seq[1:at_wait], *compute[1:],
-                      *seq[at_wait + 1:]])
+    commit = S.AttrStmt(commit.node, commit.attr_key, commit.value,
+                        loads[0] if len(loads) == 1 else S.SeqStmt(loads))
+    body = S.SeqStmt([*seq[:at_commit], wait_then_barrier, commit, *seq[at_commit + 1:at_wait],
+                      *compute[1:], *seq[at_wait + 1:]])
+    annotations = {k: v for k, v in loop.annotations.items() if k != SINGLE_BARRIER}
     return S.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding,
-                 loop.annotations, loop.step)
-
-
-def _rewrite(stmt):
-    """`stmt` with every annotated loop under it rewritten (and its annotation dropped); `stmt`
-    itself when there is none. It enters every kind of statement that holds others, and refuses
-    one it does not know, so an annotated loop is never passed over."""
-    if isinstance(stmt, S.SeqStmt):
-        seq = [_rewrite(s) for s in stmt.seq]
-        return stmt if all(new.same_as(old) for new, old in zip(seq, stmt.seq)) else S.SeqStmt(seq)
-    if isinstance(stmt, S.For):
-        body = _rewrite(stmt.body)
-        if SINGLE_BARRIER in stmt.annotations:
-            annotations = {k: v for k, v in stmt.annotations.items() if k != SINGLE_BARRIER}
-            return _single_barrier(S.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                                         stmt.thread_binding, annotations, stmt.step))
-        return stmt if body.same_as(stmt.body) else S.For(
-            stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding,
-            stmt.annotations, stmt.step)
-    if isinstance(stmt, S.AttrStmt):
-        body = _rewrite(stmt.body)
-        return stmt if body.same_as(stmt.body) else S.AttrStmt(stmt.node, stmt.attr_key,
-                                                               stmt.value, body)
-    if isinstance(stmt, S.While):
-        body = _rewrite(stmt.body)
-        return stmt if body.same_as(stmt.body) else S.While(stmt.condition, body)
-    if isinstance(stmt, S.IfThenElse):
-        then_case = _rewrite(stmt.then_case)
-        else_case = stmt.else_case and _rewrite(stmt.else_case)
-        unchanged = then_case.same_as(stmt.then_case) and (
-            else_case is None or else_case.same_as(stmt.else_case))
-        return stmt if unchanged else S.IfThenElse(stmt.condition, then_case, else_case)
-    if hasattr(stmt, "body"):
-        raise RuntimeError(f"{SINGLE_BARRIER}: the rewrite does not know statements of kind "
-                           f"{type(stmt).__name__}, which hold others")
-    return stmt
+                 annotations, loop.step)
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="RewriteSingleBarrier")
 def rewrite_single_barrier(func, _mod, _ctx):
     """Every loop annotated with SINGLE_BARRIER: one barrier per iteration instead of two. A
-    walk over the statements, not a search of the printed script: this runs in every build."""
-    body = _rewrite(func.body)
+    walk over the statements, inner loops first, not a search of the printed script: this runs
+    in every build."""
+    body = tvm_ffi.structural_map(func.body, (S.For, _single_barrier), order="post")
     return func if body.same_as(func.body) else func.with_body(body)
 
 
@@ -126,19 +121,9 @@ PDL_TAG = "tirx.use_programtic_dependent_launch"  # sic: TVM 0.27's spelling
 DYNAMIC_SHARED_TAG = "tirx.use_dyn_shared_memory"  # TVM wants it last among the launch tags
 
 
-def _statements(stmt):
-    """`stmt` and every statement under it."""
-    yield stmt
-    children = stmt.seq if isinstance(stmt, S.SeqStmt) else [
-        getattr(stmt, field, None) for field in ("body", "then_case", "else_case")]
-    for child in children:
-        if child is not None:
-            yield from _statements(child)
-
-
 def _waits_for_predecessor(func) -> bool:
     """Whether the kernel calls `griddepcontrol.wait` anywhere."""
-    calls = (_call_to(stmt, "tirx.ptx.griddepcontrol") for stmt in _statements(func.body))
+    calls = (_call_to(stmt, "tirx.ptx.griddepcontrol") for stmt in find(func.body, S.Evaluate))
     return any(call is not None and call.args[0].value == "wait" for call in calls)
 
 

@@ -1,0 +1,202 @@
+"""The project's lowering passes (tuning/lowering.py), each on a small kernel written as it comes
+out of TVM's default pipeline, against the kernel it must become: TVM's own style of pass test.
+Then what tuning/build.py reads off the IR: the pass configuration and the kernel summary."""
+
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from schedules.common import SINGLE_BARRIER
+from tuning import build, lowering
+
+
+def _apply(transform, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """`func` after the pass `transform`."""
+    return transform(tvm.IRModule({"main": func}))["main"]
+
+
+def _pipelined(annotations: dict):
+    """The main loop of a 2-stage cp.async pipeline (its prologue and epilogue left out),
+    annotated with `annotations`, as TVM 0.27 lowers one with its loads first: sync, loads of
+    the next tile, commit; a binding that TVM's CSE put between the two scopes; wait for this
+    tile (one group in flight), sync, compute."""
+
+    @T.prim_func(private=True)
+    def func(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"),
+             C: T.Buffer((1,), "float32")):
+        A_shared = T.alloc_shared((32,))
+        B_shared = T.alloc_shared((32,))
+        tx = T.launch_thread("threadIdx.x", 16)
+        for k in T.serial(3, annotations=annotations):
+            with T.attr({"async_commit_queue_scope": 0}):
+                T.tvm_storage_sync("shared")
+                A_shared[(k + 1) % 2 * 16 + tx] = A[k * 16 + tx + 16]
+                B_shared[(k + 1) % 2 * 16 + tx] = B[k * 16 + tx + 16]
+            tile: T.let[T.int32] = k % 2 * 16
+            with T.attr({"async_wait_queue_scope": 0, "async_wait_inflight_count": 1}):
+                T.tvm_storage_sync("shared")
+                C[0] = C[0] + A_shared[tile + tx] * B_shared[tile + tx]
+
+    return func
+
+
+def test_single_barrier_waits_then_syncs_once_before_the_loads():
+    @T.prim_func(private=True)
+    def expected(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"),
+                 C: T.Buffer((1,), "float32")):
+        A_shared = T.alloc_shared((32,))
+        B_shared = T.alloc_shared((32,))
+        tx = T.launch_thread("threadIdx.x", 16)
+        for k in range(3):
+            with T.attr({"async_wait_queue_scope": 0, "async_wait_inflight_count": 0}):
+                T.tvm_storage_sync("shared")
+            with T.attr({"async_commit_queue_scope": 0}):
+                A_shared[(k + 1) % 2 * 16 + tx] = A[k * 16 + tx + 16]
+                B_shared[(k + 1) % 2 * 16 + tx] = B[k * 16 + tx + 16]
+            tile: T.let[T.int32] = k % 2 * 16
+            C[0] = C[0] + A_shared[tile + tx] * B_shared[tile + tx]
+
+    after = _apply(lowering.rewrite_single_barrier, _pipelined({SINGLE_BARRIER: True}))
+    tvm.ir.assert_structural_equal(after, expected)
+
+
+def test_single_barrier_keeps_bindings_ahead_of_the_commit_and_a_single_load():
+    """A binding that CSE put before the commit scope (it serves the loads' predicate and the
+    compute, as in v5k's K slices) stays first; a commit scope left with one load holds it as
+    it is."""
+
+    @T.prim_func(private=True)
+    def before(A: T.Buffer((64,), "float32"), C: T.Buffer((1,), "float32")):
+        A_shared = T.alloc_shared((32,))
+        tx = T.launch_thread("threadIdx.x", 16)
+        for k in T.serial(3, annotations={SINGLE_BARRIER: True}):
+            step: T.let[T.int32] = k * 16
+            with T.attr({"async_commit_queue_scope": 0}):
+                T.tvm_storage_sync("shared")
+                if step < 32:
+                    A_shared[(k + 1) % 2 * 16 + tx] = A[step + tx + 16]
+            with T.attr({"async_wait_queue_scope": 0, "async_wait_inflight_count": 1}):
+                T.tvm_storage_sync("shared")
+                C[0] = C[0] + A_shared[k % 2 * 16 + tx] * T.Cast("float32", step)
+
+    @T.prim_func(private=True)
+    def expected(A: T.Buffer((64,), "float32"), C: T.Buffer((1,), "float32")):
+        A_shared = T.alloc_shared((32,))
+        tx = T.launch_thread("threadIdx.x", 16)
+        for k in range(3):
+            step: T.let[T.int32] = k * 16
+            with T.attr({"async_wait_queue_scope": 0, "async_wait_inflight_count": 0}):
+                T.tvm_storage_sync("shared")
+            with T.attr({"async_commit_queue_scope": 0}):
+                if step < 32:
+                    A_shared[(k + 1) % 2 * 16 + tx] = A[step + tx + 16]
+            C[0] = C[0] + A_shared[k % 2 * 16 + tx] * T.Cast("float32", step)
+
+    after = _apply(lowering.rewrite_single_barrier, before)
+    tvm.ir.assert_structural_equal(after, expected)
+
+
+def test_single_barrier_leaves_a_loop_that_did_not_ask_for_it_as_it_is():
+    before = _pipelined({"pragma_unroll_explicit": False})
+    after = _apply(lowering.rewrite_single_barrier, before)
+    tvm.ir.assert_structural_equal(after, before)
+
+
+def test_single_barrier_refuses_an_annotated_loop_that_is_not_a_pipeline():
+    @T.prim_func(private=True)
+    def before(A: T.Buffer((64,), "float32"), C: T.Buffer((1,), "float32")):
+        for k in T.serial(64, annotations={SINGLE_BARRIER: True}):
+            T.tvm_storage_sync("shared")
+            C[0] = C[0] + A[k]
+
+    with pytest.raises(RuntimeError, match="loop k is not a cp.async pipeline with its loads first"):
+        _apply(lowering.rewrite_single_barrier, before)
+
+
+def _kernel(launch_tags: list[str], control: str):
+    """A kernel with these launch tags that calls griddepcontrol `control` before its store."""
+
+    @T.prim_func(private=True)
+    def func(C: T.Buffer((32,), "float32")):
+        T.func_attr({"tirx.kernel_launch_params": launch_tags})
+        tx = T.launch_thread("threadIdx.x", 32)
+        if tx < 16:
+            T.ptx.griddepcontrol(control, "")
+        C[tx] = T.float32(0)
+
+    return func
+
+
+THREADS = ["blockIdx.x", "threadIdx.x"]
+
+
+@pytest.mark.parametrize("tags, expected", [
+    (THREADS, [*THREADS, lowering.PDL_TAG]),
+    ([*THREADS, lowering.DYNAMIC_SHARED_TAG],  # which TVM wants last
+     [*THREADS, lowering.PDL_TAG, lowering.DYNAMIC_SHARED_TAG]),
+], ids=["appended", "before-dynamic-shared-memory"])
+def test_a_kernel_that_waits_is_launched_early(tags, expected):
+    after = _apply(lowering.launch_waiting_kernels_early, _kernel(tags, "wait"))
+    tvm.ir.assert_structural_equal(after, _kernel(expected, "wait"))
+
+
+@pytest.mark.parametrize("tags, control", [
+    (THREADS, "launch_dependents"),  # it lets the next kernel start, but waits for nothing
+    ([*THREADS, lowering.PDL_TAG], "wait"),  # already launched early
+], ids=["no-wait", "already-tagged"])
+def test_launch_tags_stay_as_they_are(tags, control):
+    before = _kernel(tags, control)
+    tvm.ir.assert_structural_equal(_apply(lowering.launch_waiting_kernels_early, before), before)
+
+
+# -- what tuning/build.py reads off the IR: the pass configuration and the kernel summary -------
+
+
+def _staged(scope: str, loop_annotations: dict) -> tvm.IRModule:
+    """A scheduled module that stages A in a `scope` buffer, in a loop annotated so."""
+
+    @T.prim_func(s_tir=True, private=True)
+    def func(A: T.Buffer((64,), "float32"), C: T.Buffer((64,), "float32")):
+        A_staged = T.sblock_alloc_buffer((64,), scope=scope)
+        for i in T.serial(64, annotations=loop_annotations):
+            with T.sblock("stage"):
+                vi = T.axis.remap("S", [i])
+                A_staged[vi] = A[vi]
+            with T.sblock("copy"):
+                vi = T.axis.remap("S", [i])
+                C[vi] = A_staged[vi]
+
+    return tvm.IRModule({"main": func})
+
+
+ASYNC = {"software_pipeline_async_stages": [0]}
+
+
+@pytest.mark.parametrize("scope, annotations, skips_storage_rewrite", [
+    ("shared.dyn", ASYNC, True),  # v5p's cp.async pipeline on CUDA cores
+    ("warp", ASYNC, False),  # v6's: LowerWarpMemory needs StorageRewrite
+    ("shared.dyn", {"software_pipeline_stage": [0, 1]}, False),  # no async stage
+], ids=["async", "async-warp-fragments", "sync"])
+def test_storage_rewrite_is_skipped_only_for_async_pipelines_without_warp_fragments(
+        scope, annotations, skips_storage_rewrite):
+    mod = _staged(scope, annotations)
+    assert build.has_warp_fragments(mod) == (scope == "warp")
+    config = build.pass_config(mod)
+    assert config["tirx.use_async_copy"]
+    assert config.get("tirx.disable_storage_rewrite", False) == skips_storage_rewrite
+
+
+def test_summary_reads_launches_and_loop_nests_off_the_ir():
+    @T.prim_func(private=True)
+    def kernel(C: T.Buffer((256,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 4)
+        tx = T.launch_thread("threadIdx.x", 16)
+        for k in range(8):
+            for i, j in T.grid(2, 2):  # one line of TVMScript, two loops
+                C[bx * 64 + tx * 4 + i * 2 + j] = C[bx * 64 + tx * 4 + i * 2 + j] + T.float32(k)
+        for i in range(4):
+            C[bx * 64 + tx * 4 + i] = T.float32(0)
+
+    summary = build.summarize(tvm.IRModule({"main": kernel}), "__syncthreads();")
+    assert (summary.grid, summary.block) == ({"blockIdx.x": 4}, {"threadIdx.x": 16})
+    assert summary.loop_depth == 3 and summary.syncthreads == 1 and summary.kernels == 1
