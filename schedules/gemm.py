@@ -2,16 +2,19 @@
 
 naive..v3 are the seed blog's schedules (`../shared/seeds/gemm-tvm-blog-naive-to-v3.md`)
 rewritten for TensorIR with the seed's tile sizes as defaults: the same launch dimensions, the
-same shared tiles and the same K split. v4, v5 and v5t go past the seed on CUDA cores; v6 and
-v7, on tensor cores, are in tensorcore.py. The defaults of v5 and v6 come from knob sweeps on an
-H100 (reports/logs/h100-gemm-sweep-*.log), v5t's from reports/logs/h100-v5t-sweep-*.log. Loop
+same shared tiles and the same K split. v4 to v5t go past the seed on CUDA cores, one idea per
+rung: v4 coalesced threads and register tiles, v5 16-byte vectors, v5p a cp.async pipeline, v5k
+split K, v5t A transposed in shared memory; v6 and v7, on tensor cores, are in tensorcore.py.
+The tiles of v5..v5k and of v6 come from knob sweeps on an H100
+(reports/logs/h100-gemm-sweep-*.log), v5t's from reports/logs/h100-v5t-sweep-*.log. Loop
 names follow the seed: i/x is the row axis (M), j/y the column axis (N), k the reduction.
 Shapes that are not multiples of a tile get predicated tails from `split`.
 """
 
 from __future__ import annotations
 
-import tvm
+from dataclasses import dataclass
+
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
@@ -192,7 +195,7 @@ def _tile_for_registers(sch: Schedule, wl: Workload, C, name: str, threads: tupl
     thread_n / group_n groups of group_n, one block row of threads apart (virtual threads);
     likewise its rows with group_m < thread_m. Returns the threadIdx.x loop and the K loops."""
     require_grid_y(name, "M/block_m", -(-wl.dims["M"] // (threads[0] * thread_m)))
-    *k_slice, i, j, k = sch.get_loops(C)  # a split-K partial block (_split_k) has a K slice loop
+    *k_slice, i, j, k = sch.get_loops(C)  # a K-sliced partial block (_slice_k) has a slice loop
     if k_slice:
         sch.bind(k_slice[0], "blockIdx.z")
     group_m, group_n = group_m or thread_m, group_n or thread_n
@@ -233,22 +236,21 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     sch.decompose_reduction(C, ko)
 
 
-def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int, atomic: bool):
-    """Split K into `slices` independent slices (rfactor), each slice whole `vector`s. Returns
-    the partial-product block, its loops (slice, i, j, k) with the slice outermost.
+def _slice_k(sch: Schedule, wl: Workload, slices: int, tile_k: int, atomic_sum: bool):
+    """Cut K into `slices` independent slices (rfactor) of whole K tiles each, the last ones
+    shorter (or empty) where K is not that many tiles. Returns the partial-product block, its
+    loops (slice, i, j, k) with the slice outermost.
 
     By default each slice's partial products go to a float32 buffer, and a second kernel sums
-    the slices, 4 output elements per thread. With `atomic`, the partials stay in registers
+    the slices, 4 output elements per thread. With `atomic_sum`, the partials stay in registers
     and each thread adds its own into C with `red.global.add` (see _add_partials_atomically)."""
-    if wl.dims["K"] % (slices * vector):
-        raise ScheduleNotApplicable(
-            f"{name} splits K={wl.dims['K']} into {slices} slices of whole {vector}-element vectors")
     C = sch.get_sblock(wl.reduction_block)
-    k_slice, _ = sch.split(sch.get_loops(C)[-1], [slices, None])
+    slice_tiles = -(-wl.dims["K"] // (slices * tile_k))
+    k_slice, _ = sch.split(sch.get_loops(C)[-1], [slices, slice_tiles * tile_k])
     partial = sch.rfactor(k_slice, 0)
     i, j, k_slice = sch.get_loops(partial)[:3]
     sch.reorder(k_slice, i, j)
-    if atomic:
+    if atomic_sum:
         return partial
     # The sum over the slices: each thread sums a vector of 4 consecutive outputs, reading the
     # partials as 16-byte vectors; 256 threads per block.
@@ -263,12 +265,12 @@ def _split_k(sch: Schedule, wl: Workload, name: str, slices: int, vector: int, a
     return partial
 
 
-def _require_atomic_adds(name: str, wl: Workload, split_k: int, tiles: dict[str, int]) -> None:
-    """What atomic_split_k needs: slices to add, a float32 C, sm_90's vector atomics, and whole
+def _require_atomic_adds(name: str, wl: Workload, slices: int, tiles: dict[str, int]) -> None:
+    """What atomic_sum needs: slices to add, a float32 C, sm_90's vector atomics, and whole
     tiles (TVM 0.27 cannot tensorize the adds of a block that carries a predicate)."""
-    if split_k < 2:
-        raise ScheduleNotApplicable(f"{name}: atomic_split_k adds the slices of a split K; "
-                                    f"set split_k > 1")
+    if slices < 2:
+        raise ScheduleNotApplicable(f"{name}: atomic_sum adds the K slices' partials; "
+                                    f"set k_slices > 1")
     if wl.has_cast:
         raise ScheduleNotApplicable(f"{name} adds float32 partials into C atomically: it needs a "
                                     f"float32 output, not {wl.out_dtype}")
@@ -374,104 +376,151 @@ def _red_add_v4_f32(after_predecessor: bool) -> str:
     return name
 
 
-def _register_tiles_from_vectors(sch: Schedule, wl: Workload, name: str, block_m: int,
-                                 block_n: int, thread_m: int, thread_n: int, tile_k: int,
-                                 stages: int, split_k: int, atomic_split_k: bool,
-                                 single_barrier: bool, overlap_zeroing: bool,
-                                 transpose_a: bool = False, fragment_stages: int = 1) -> None:
-    """v5's schedule; v5t's with transpose_a and fragment_stages (see their docstrings)."""
+@dataclass(frozen=True, kw_only=True)
+class RegisterTiles:
+    """The settings of the register-tile schedule that v5, v5p, v5k and v5t share
+    (_schedule_register_tiles); each rung turns one more group of them on."""
+
+    block_m: int  # C tile of a block: block_m x block_n
+    block_n: int
+    thread_m: int  # C tile of a thread, in registers: thread_m x thread_n
+    thread_n: int
+    tile_k: int  # K elements per shared tile
+    stages: int = 1  # v5p: shared K tiles in flight, filled by cp.async (1: no pipeline)
+    single_barrier: bool = False  # v5p: one __syncthreads per K tile instead of two
+    k_slices: int = 1  # v5k: blocks (blockIdx.z) that share a C tile, each over a K slice
+    atomic_sum: bool = False  # v5k: slices add into C atomically instead of a sum kernel
+    overlap_zeroing: bool = False  # v5k, atomic_sum: the K loop runs while C is zeroed
+    transpose_a: bool = False  # v5t: A's shared tile M-contiguous, read along M
+    fragment_stages: int = 1  # v5t: register fragments of K steps in flight
+
+
+def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: RegisterTiles) -> None:
+    """The register-tile schedule of v5 and the rungs after it, as `tiles` sets it."""
     # Shared tiles and register fragments in 16-byte vectors; global rows of A and B in the
     # widest vectors they are made of (narrower on ragged K, or N in nn).
     vector = 16 // DTYPE_BYTES[wl.dtype]
     b_rows = wl.dims["N" if wl.layout == "nn" else "K"]
     global_vector = _widest_vector(vector, wl.dims["K"], b_rows)
-    threads = _threads_of_register_tiles(name, block_m, block_n, thread_m, thread_n)
+    thread_m, thread_n = tiles.thread_m, tiles.thread_n
+    threads = _threads_of_register_tiles(name, tiles.block_m, tiles.block_n, thread_m, thread_n)
     group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
-    group_m = min(thread_m, vector) if transpose_a else thread_m
+    group_m = min(thread_m, vector) if tiles.transpose_a else thread_m
     # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.
-    k_split = [tile_k] if transpose_a else [tile_k // vector, vector]
-    if atomic_split_k:
-        _require_atomic_adds(name, wl, split_k, {"M": block_m, "N": block_n})
-    split = split_k > 1
-    C = (_split_k(sch, wl, name, split_k, global_vector, atomic_split_k) if split
+    k_split = [tiles.tile_k] if tiles.transpose_a else [tiles.tile_k // vector, vector]
+    if tiles.atomic_sum:
+        _require_atomic_adds(name, wl, tiles.k_slices, {"M": tiles.block_m, "N": tiles.block_n})
+    sliced = tiles.k_slices > 1
+    C = (_slice_k(sch, wl, tiles.k_slices, tiles.tile_k, tiles.atomic_sum) if sliced
          else sch.get_sblock(wl.reduction_block))
     # Step 1. v4's tiling, with the K step split again into fragment-wide slices, and a thread's
     # column groups a row of threads apart (B's vectors are read without bank conflicts).
-    tx, (ko, k_slice, *_) = _tile_for_registers(
+    tx, (ko, k_step, *_) = _tile_for_registers(
         sch, wl, C, name, threads, thread_m, thread_n, k_split, group, group_m)
-    # The register tile goes out in 16-byte float32 vectors (split-K partials: never cast), or
+    # The register tile goes out in 16-byte float32 vectors (K slices' partials: never cast), or
     # is added into C atomically.
-    if atomic_split_k:  # split_k > 1 here: _require_atomic_adds refused the rest
-        _add_partials_atomically(sch, wl, C, tx, overlap_zeroing)
+    if tiles.atomic_sum:  # k_slices > 1 here: _require_atomic_adds refused the rest
+        _add_partials_atomically(sch, wl, C, tx, tiles.overlap_zeroing)
     else:
         c_vector = _widest_vector(min(group, 4), wl.dims["N"])
-        write_back_at(sch, wl, tx, C if split else None, c_vector)
+        write_back_at(sch, wl, tx, C if sliced else None, c_vector)
     # Step 2. Shared tiles filled with global vectors (16-byte ones on aligned shapes), rows
     # padded against bank conflicts; or A transposed, element by element.
-    if transpose_a:
+    if tiles.transpose_a:
         transposed_fetch(sch, C, 0, ko, threads)
     else:
         cooperative_fetch(sch, C, 0, ko, threads, global_vector, "shared.dyn", pad_to=vector)
     cooperative_fetch(sch, C, 1, ko, threads, global_vector, "shared.dyn", pad_to=vector)
     # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, or along
-    # M when transposed; B along N), the K slices of a tile unrolled so that the next fragments
-    # load during this slice's FMAs.
-    for operand, width in ((0, group_m if transpose_a else vector), (1, group)):
+    # M when transposed; B along N), the K steps of a tile unrolled so that the next fragments
+    # load during this step's FMAs.
+    for operand, width in ((0, group_m if tiles.transpose_a else vector), (1, group)):
         fragment = sch.cache_read(C, operand, "local")
-        sch.compute_at(fragment, k_slice)
+        sch.compute_at(fragment, k_step)
         _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
         if width > 1:
             sch.vectorize(lanes)
-    sch.unroll(k_slice)
-    # The fragments of K slice s + fragment_stages - 1 load during slice s.
-    software_pipeline(sch, k_slice, fragment_stages)
+    sch.unroll(k_step)
+    # The fragments of K step s + fragment_stages - 1 load during step s.
+    software_pipeline(sch, k_step, tiles.fragment_stages)
     sch.decompose_reduction(C, ko)
     # Step 4. Multi-buffering: load tile k + stages - 1 (asynchronously) while tile k is multiplied.
     # A pipelined fragment loop is three statements by then: prologue, body, epilogue.
-    software_pipeline(sch, ko, stages, 3 if fragment_stages > 1 else 1, async_loads=True,
-                      single_barrier=single_barrier)
+    software_pipeline(sch, ko, tiles.stages, 3 if tiles.fragment_stages > 1 else 1,
+                      async_loads=True, single_barrier=tiles.single_barrier)
 
 
-@schedule("gemm", "v5", space={**TILES, "thread_m": [4, 8], "thread_n": [4, 8],
-                               "tile_k": [16, 32], "stages": [1, 2, 3], "split_k": [1, 2, 4, 8],
-                               "atomic_split_k": [False, True]})
+V5_SPACE = {**TILES, "thread_m": [4, 8], "thread_n": [4, 8], "tile_k": [16, 32]}
+
+
+@schedule("gemm", "v5", space=V5_SPACE)
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
-       thread_n: int = 4, tile_k: int = 32, stages: int = 2, split_k: int = 1,
-       atomic_split_k: bool = False, single_barrier: bool = True,
-       overlap_zeroing: bool = True) -> None:
-    """v4 + 128-bit loads everywhere, padded shared rows, a multi-buffered K loop and an
-    optional split K: global tiles come in as 16-byte vectors (cp.async when pipelined; on
-    ragged rows, the widest vectors the rows are made of, down to single elements), each
-    thread reads its A and B fragments from shared memory as 16-byte vectors, the next
-    stages - 1 K tiles load while this one is multiplied (stages=1: no pipeline), the loop over
-    a tile's K is unrolled, a thread's columns come in 16-byte groups a row of threads apart
-    (virtual threads) and C is written back in 16-byte vectors. With split_k > 1, split_k
-    blocks (blockIdx.z) share each C tile, each over 1/split_k of K, and a second kernel sums
-    their float32 partials: more blocks for a small C with a long K. With atomic_split_k, each
-    block adds its partials into a zeroed C with atomic adds instead (sm_90 and later), and with
-    overlap_zeroing as well, its K loop runs while C is zeroed, the zeroing kernel and the main
-    kernel overlapping (programmatic dependent launch). With single_barrier (pipelined), each K
-    tile starts with one __syncthreads instead of two, in CUTLASS's order: wait for this tile,
-    sync, then issue the next tile's loads (tuning/lowering.py).
+       thread_n: int = 4, tile_k: int = 32) -> None:
+    """v4 + 16-byte vectors: global tiles come into shared memory as 16-byte vectors (on
+    ragged rows, the widest vectors the rows are made of, down to single elements), shared rows
+    are padded so that those vectors are read without bank conflicts, each thread reads its A
+    and B fragments as 16-byte vectors (its columns in 16-byte groups a row of threads apart:
+    virtual threads), the K steps of a tile are unrolled, and C goes out in 16-byte vectors.
 
-    IR: vectorized (Ramp) global->shared copies, A/B_local fragments, shared rows padded by
-    storage_align, `stages` shared buffers per operand and ptx_cp_async / commit / wait; with
-    split_k, a C_rf buffer and a second kernel; with atomic_split_k, C_rf in `local`, a
-    kernel that zeroes C first and T.ptx.red calls; with overlap_zeroing, T.ptx.griddepcontrol
-    "launch_dependents" before the zeroes and "wait" before each add; with single_barrier, one
-    tvm_storage_sync in the K loop, after its wait."""
-    _register_tiles_from_vectors(sch, wl, "v5", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k, atomic_split_k, single_barrier, overlap_zeroing)
+    IR: vectorized (Ramp) global->shared copies into shared.dyn rows padded by storage_align;
+    A_local and B_local fragments filled by vectorized loops; vthread.x/y; an unrolled K step
+    loop; still two __syncthreads per K tile and no cp.async."""
+    _schedule_register_tiles(sch, wl, "v5", RegisterTiles(
+        block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n, tile_k=tile_k))
+
+
+V5P_SPACE = {**V5_SPACE, "stages": [1, 2, 3]}
+
+
+@schedule("gemm", "v5p", space=V5P_SPACE)
+def v5p(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
+        thread_n: int = 4, tile_k: int = 32, stages: int = 2, single_barrier: bool = True) -> None:
+    """v5 + a cp.async pipeline: the next stages - 1 K tiles load asynchronously, into shared
+    buffers of their own, while this one is multiplied. With single_barrier, each K tile starts
+    with one __syncthreads instead of two, in CUTLASS's order: wait for this tile, sync, then
+    issue the next tile's loads (tuning/lowering.py).
+
+    IR: `stages` shared buffers per operand, ptx_cp_async / commit_group / wait_group in the K
+    loop (software_pipeline annotations); with single_barrier, one tvm_storage_sync in the K
+    loop, after its wait."""
+    _schedule_register_tiles(sch, wl, "v5p", RegisterTiles(
+        block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n, tile_k=tile_k,
+        stages=stages, single_barrier=single_barrier))
+
+
+V5K_SPACE = {**V5P_SPACE, "k_slices": [1, 2, 4, 8], "atomic_sum": [False, True]}
+
+
+@schedule("gemm", "v5k", space=V5K_SPACE)
+def v5k(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
+        thread_n: int = 4, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
+        k_slices: int = 4, atomic_sum: bool = False, overlap_zeroing: bool = True) -> None:
+    """v5p + split K: k_slices blocks (blockIdx.z) share each C tile, each over 1/k_slices of
+    K, which gives a small C with a long K more blocks than the GPU has SMs. A second kernel
+    sums their float32 partials; with atomic_sum, each block adds its partials into a zeroed C
+    with `red.global.add` instead (sm_90 and later, float32 C), and with overlap_zeroing as
+    well its K loop runs while C is zeroed, the zeroing kernel and the main kernel overlapping
+    (programmatic dependent launch).
+
+    IR: a C_rf buffer with the slice axis on blockIdx.z, and a second kernel that sums it; with
+    atomic_sum, C_rf in `local`, a kernel that zeroes C first and T.ptx.red calls; with
+    overlap_zeroing, T.ptx.griddepcontrol "launch_dependents" before the zeroes and "wait"
+    before each add."""
+    _schedule_register_tiles(sch, wl, "v5k", RegisterTiles(
+        block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n, tile_k=tile_k,
+        stages=stages, single_barrier=single_barrier, k_slices=k_slices, atomic_sum=atomic_sum,
+        overlap_zeroing=overlap_zeroing))
 
 
 @schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
                                 "thread_m": [8, 16], "thread_n": [8, 16], "tile_k": [16, 32],
-                                "stages": [2, 3], "split_k": [1, 4, 8], "fragment_stages": [1, 2]})
+                                "stages": [2, 3], "k_slices": [1, 4, 8],
+                                "fragment_stages": [1, 2]})
 def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
-        thread_n: int = 16, tile_k: int = 32, stages: int = 2, split_k: int = 1,
-        fragment_stages: int = 2, atomic_split_k: bool = False,
-        single_barrier: bool = True, overlap_zeroing: bool = True) -> None:
-    """v5 + A's shared tile transposed and double-buffered fragments, as CUTLASS's SIMT
+        thread_n: int = 16, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
+        k_slices: int = 1, atomic_sum: bool = False, overlap_zeroing: bool = True,
+        fragment_stages: int = 2) -> None:
+    """v5k + A's shared tile transposed and double-buffered fragments, as CUTLASS's SIMT
     kernels do: A's tile is stored M-contiguous ([k, m], filled by 4-byte cp.async), so a
     thread reads its rows of one K step as 16-byte vectors, like B's columns. A fragment is then
     thread_m + thread_n registers per K step instead of v5's 4 K steps at once, which leaves
@@ -484,7 +533,7 @@ def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thr
     if wl.dtype != "float32":
         raise ScheduleNotApplicable(f"v5t copies A element by element with cp.async, which moves "
                                     f"4 bytes at least: float32 only, not {wl.dtype}")
-    _register_tiles_from_vectors(sch, wl, "v5t", block_m, block_n, thread_m, thread_n, tile_k,
-                                 stages, split_k, atomic_split_k, single_barrier, overlap_zeroing,
-                                 transpose_a=True,
-                                 fragment_stages=fragment_stages)
+    _schedule_register_tiles(sch, wl, "v5t", RegisterTiles(
+        block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n, tile_k=tile_k,
+        stages=stages, single_barrier=single_barrier, k_slices=k_slices, atomic_sum=atomic_sum,
+        overlap_zeroing=overlap_zeroing, transpose_a=True, fragment_stages=fragment_stages))

@@ -56,7 +56,7 @@ def naive(sch: Schedule, wl: Workload, rows_per_block: int = 128) -> None:
     sch.decompose_reduction(block, k)
 
 
-def split_k(
+def _k_across_threads(
     sch: Schedule,
     wl: Workload,
     *,
@@ -67,7 +67,8 @@ def split_k(
     warp_reduce: bool,
     rows_per_thread: int = 1,
 ) -> None:
-    """The split-K GEMV that the rungs after naive share; each rung turns one more knob on.
+    """K split across the threads of a block (TileLang's "split-K" GEMV, whose names the rungs
+    keep), the schedule that the rungs after naive share; each rung turns one more knob on.
 
     Every thread owns `rows_per_thread` rows and, for each of them, a register partial sum
     over its slice of K: `tile_k` consecutive elements per step at stride reduce_threads*tile_k.
@@ -127,7 +128,7 @@ def splitk(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_threads:
 
     IR: threadIdx.x = rows (the seed's layout), threadIdx.y = K threads, each summing tile_k
     scalar loads per step; a shared-memory tree (red_buf, __syncthreads) adds the partials."""
-    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=False, warp_reduce=False)
 
 
@@ -139,7 +140,7 @@ def splitk_vec(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_thre
 
     IR: local B and x tiles filled by a vectorized loop; `uint4` loads in the CUDA source.
     K must be a multiple of the vector (8 halves, 4 floats)."""
-    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=False)
 
 
@@ -151,7 +152,7 @@ def allreduce(sch: Schedule, wl: Workload, rows_per_block: int = 4, reduce_threa
 
     IR: tvm_thread_allreduce over threadIdx.x; __shfl_down_sync in the CUDA source, and the
     warp's 32 loads of 16 bytes are 512 contiguous bytes of a row."""
-    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=True)
 
 
@@ -168,7 +169,7 @@ def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_thread
 
     IR: rows_per_thread register accumulators per thread; one x load per K step, then one
     B load per row; rows_per_thread warp all-reduces at the end."""
-    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=True, rows_per_thread=rows_per_thread)
 
 
@@ -181,5 +182,5 @@ def blockreduce(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_thr
 
     IR: threadIdx.x = reduce_threads (> 32); the CUDA has __shfl_down_sync plus a small shared
     red_buf for the partials of the warps."""
-    split_k(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=True)

@@ -14,14 +14,14 @@
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #                                                 # per preset of $PRESETS (both)
 #   bash scripts/gpu-session.sh peaks        # mma.sync and FFMA ceilings; the kernels cuBLAS runs
-#   bash scripts/gpu-session.sh at-v5 at-v5t at-v6 at-v7  # xgb over the rung's space: $TRIALS on
+#   bash scripts/gpu-session.sh at-v5k at-v5t at-v6 at-v7 # xgb over the rung's space: $TRIALS on
 #                                            # each of $SHAPES in $DTYPE (float32)
 #   bash scripts/gpu-session.sh gemm-fp32    # fp32 ladders with the searches' bests, one run a shape
 #   bash scripts/gpu-session.sh gemm-16bit   # the same for the fp16/bf16 shapes of gemm-ladder
 #   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
-#                                            # v5, 4096^3
+#                                            # v5k, 4096^3
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
-#                                            # best v5) and of cuBLAS on the seed GEMM (split K:
+#                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
 #                                            # two kernels)
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
@@ -78,7 +78,7 @@ for part in "$@"; do
       { nvcc -O3 -arch=sm_90a -o /tmp/mma_peak scripts/mma_peak.cu && /tmp/mma_peak
         python3 scripts/cublas_kernels.py 1024x512x2048:float32 4096x4096x4096:float32 \
           4096x4096x4096:float16 4096x4096x4096:bfloat16; } 2>&1 | tee "$out/peaks.log" ;;
-    at-v5|at-v5t|at-v6|at-v7)
+    at-v5|at-v5p|at-v5k|at-v5t|at-v6|at-v7)
       for shape in ${SHAPES:-1024x512x2048 4096x4096x4096}; do
         python3 runner.py --shape "$shape" --dtype "${DTYPE:-float32}" --tune "autotvm:${part#at-}" \
           --tuner xgb --trials "${TRIALS:-64}" --no-ir --records reports/tuning/autotvm-h100.jsonl \
@@ -97,21 +97,21 @@ for part in "$@"; do
           --results "$out/gemm-16bit.jsonl"
       done 2>&1 | tee "$out/gemm-16bit.log" ;;
     profile)
-      for args in "--dtype float16 --schedule v6" "--schedule autotvm:v5 --records reports/tuning/autotvm-h100.jsonl"; do
+      for args in "--dtype float16 --schedule v6" "--schedule autotvm:v5k --records reports/tuning/autotvm-h100.jsonl"; do
         timeout 240 ncu --kernel-name main_kernel --launch-count 1 ${NCU:---set detailed} \
           python3 runner.py --shape 4096x4096x4096 $args --no-ir --results /tmp/profile.jsonl
       done 2>&1 | tee "$out/profile.log" ;;
     kernel-times)
-      # the first launches whose names match: v5's two kernels, then cuBLAS's (and torch's
+      # the first launches whose names match: v5k's two kernels, then cuBLAS's (and torch's
       # float64 reference); ncu flushes caches before each
       for kernels in main_kernel 'gemm|splitK'; do
         timeout 240 ncu --kernel-name-base demangled --kernel-name regex:"$kernels" --launch-count 10 \
           --metrics gpu__time_duration.sum python3 runner.py --preset gemm-seed \
-          --schedule "${SCHEDULE:-autotvm:v5}" --records reports/tuning/autotvm-h100.jsonl --no-ir \
+          --schedule "${SCHEDULE:-autotvm:v5k}" --records reports/tuning/autotvm-h100.jsonl --no-ir \
           --results /tmp/kernel-times.jsonl
       done 2>&1 | tee "$out/kernel-times.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
-            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v5t, at-v6, at-v7, gemm-fp32, gemm-16bit,"\
+            "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v5p, at-v5k, at-v5t, at-v6, at-v7, gemm-fp32, gemm-16bit,"\
             "profile, kernel-times)"; exit 2 ;;
   esac
 done

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 WORKLOADS = [
     Workload("gemm", (1024, 512, 2048)),  # the seed blog's problem
     Workload("gemm", (1023, 511, 2047)),  # not a multiple of any tile
-    Workload("gemm", (257, 129, 65)),  # odd K and N: v5 and v5t load single elements
+    Workload("gemm", (257, 129, 65)),  # odd K and N: v5..v5t load single elements
     Workload("gemm", (257, 129, 66), "float16", layout="nt"),  # rows of whole pairs
     Workload("gemm", (200, 136, 264), "float16", "float16", "nt"),
     Workload("gemm", (200, 136, 264), "bfloat16", layout="nt"),
@@ -74,15 +74,16 @@ def test_schedule_is_correct_on_random_inputs(name, wl, target):
         check(wl, measure.tvm_runner(executable, wl, inputs, out), inputs, measure.tolerance(wl))
 
 
-@pytest.mark.parametrize("split_k", [2, 4])
+@pytest.mark.parametrize("k_slices", [2, 3, 4])
 @pytest.mark.parametrize("wl", [WORKLOADS[0], WORKLOADS[5], Workload("gemm", (200, 136, 256), "float16", "float16", "nt"),
-                                Workload("gemm", (200, 130, 256), "float16", "float16", "nt")],
+                                Workload("gemm", (200, 130, 256), "float16", "float16", "nt"),
+                                Workload("gemm", (257, 129, 65)), Workload("gemm", (100, 60, 72), "float16", "float16", "nt")],
                          ids=lambda wl: wl.label())
-def test_v5_split_k_is_correct(wl, split_k, target):
+def test_v5k_is_correct(wl, k_slices, target):
     """K in slices whose float32 partials a second kernel sums 4 outputs at a time (and casts,
-    for float16 C); the last cases have tiles that overhang M and N, and the last one rows
-    that end in part of a vector."""
-    check_module(wl, schedules.get("gemm", "v5").apply(wl, target, split_k=split_k), target, 5)
+    for float16 C); tiles that overhang M and N, rows that end in part of a vector, and K that
+    is not whole slices (the last slice shorter, or empty)."""
+    check_module(wl, schedules.get("gemm", "v5k").apply(wl, target, k_slices=k_slices), target, 5)
 
 
 @pytest.mark.parametrize("single_barrier", [True, False])
@@ -90,15 +91,15 @@ def test_v5_split_k_is_correct(wl, split_k, target):
 @pytest.mark.parametrize("wl", [WORKLOADS[0], Workload("gemm", (200, 136, 256)),
                                 Workload("gemm", (256, 128, 8192), layout="nt")],
                          ids=lambda wl: wl.label())
-def test_v5_pipelines_are_correct(wl, stages, single_barrier, target):
-    """v5's cp.async pipelines, double and triple buffered, with one barrier per K tile and with
-    TVM's two; tiles that overhang M and N; a long K (256 tiles of 32)."""
-    mod = schedules.get("gemm", "v5").apply(wl, target, stages=stages, single_barrier=single_barrier)
+def test_v5p_pipelines_are_correct(wl, stages, single_barrier, target):
+    """v5p's cp.async pipelines, double and triple buffered, with one barrier per K tile and
+    with TVM's two; tiles that overhang M and N; a long K (256 tiles of 32)."""
+    mod = schedules.get("gemm", "v5p").apply(wl, target, stages=stages, single_barrier=single_barrier)
     check_module(wl, mod, target, 7, calls=2)
 
 
-@pytest.mark.parametrize("knobs", [{}, {"split_k": 8}, {"block_m": 64, "block_n": 128, "thread_m": 16,
-                                    "thread_n": 8, "split_k": 4, "fragment_stages": 1, "stages": 3}])
+@pytest.mark.parametrize("knobs", [{}, {"k_slices": 8}, {"block_m": 64, "block_n": 128, "thread_m": 16,
+                                    "thread_n": 8, "k_slices": 4, "fragment_stages": 1, "stages": 3}])
 @pytest.mark.parametrize("wl", [WORKLOADS[0], Workload("gemm", (200, 136, 256)), Workload("gemm", (200, 136, 256), layout="nt")],
                          ids=lambda wl: wl.label())
 def test_v5t_is_correct(wl, knobs, target):
@@ -108,18 +109,18 @@ def test_v5t_is_correct(wl, knobs, target):
 
 
 @pytest.mark.parametrize("name, knobs", [
-    ("v5", {"split_k": 2}), ("v5", {"block_m": 64, "block_n": 64, "thread_n": 8, "split_k": 4}),
-    ("v5", {"split_k": 4, "overlap_zeroing": False}), ("v5t", {"block_n": 128, "split_k": 8})],
+    ("v5k", {"k_slices": 2}), ("v5k", {"block_m": 64, "block_n": 64, "thread_n": 8, "k_slices": 4}),
+    ("v5k", {"k_slices": 4, "overlap_zeroing": False}), ("v5t", {"block_n": 128, "k_slices": 8})],
     ids=lambda x: x if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()))
 @pytest.mark.parametrize("wl", [WORKLOADS[0], Workload("gemm", (256, 384, 1024), layout="nt"),
                                 Workload("gemm", (256, 384, 1024), "float16")],
                          ids=lambda wl: wl.label())
-def test_atomic_split_k_is_correct_call_after_call(name, wl, knobs, target):
+def test_atomic_sum_is_correct_call_after_call(name, wl, knobs, target):
     """Slices added into C with red.global.add: C is zeroed by the function itself, so a second
     call into the same output gives the same answer, not twice it; with the main kernel
     overlapping the zeroing (the default) or after it."""
     try:
-        mod = schedules.get("gemm", name).apply(wl, target, atomic_split_k=True, **knobs)
+        mod = schedules.get("gemm", name).apply(wl, target, atomic_sum=True, **knobs)
     except ScheduleNotApplicable as e:
         assert name == "v5t" and wl.dtype != "float32", str(e)
         return

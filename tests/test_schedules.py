@@ -68,7 +68,8 @@ RUNGS = [(e.name, wl) for op, wls in WORKLOADS.items() for e in schedules.entrie
 
 
 def test_registry_lists_the_ladders_in_order():
-    assert schedules.names("gemm")[:9] == ["naive", "v1", "v2", "v3", "v4", "v5", "v5t", "v6", "v7"]
+    assert schedules.names("gemm")[:11] == ["naive", "v1", "v2", "v3", "v4", "v5", "v5p", "v5k", "v5t",
+                                            "v6", "v7"]
     assert schedules.names("gemv")[:6] == [
         "naive", "splitk", "splitk_vec", "allreduce", "multirow", "blockreduce"]
     assert schedules.names("batched_gemv") == schedules.names("gemv")
@@ -101,7 +102,7 @@ def test_rung_builds_or_refuses_with_its_pinned_reason(name, wl, compiled):
             compiled(name, wl)
         return
     _, source, summary = compiled(name, wl)
-    assert "__global__" in source and summary.kernels == 1
+    assert "__global__" in source and summary.kernels == (2 if name == "v5k" else 1)  # + the sum
 
 
 BUILT = [(name, wl) for name, wl in RUNGS if (name, wl.label()) not in REFUSED]
@@ -115,7 +116,7 @@ def test_nvcc_accepts_every_rungs_cuda(name, wl, compiled):
 
 
 # The shapes each rung is built for: there, no register spills and no stack frame.
-INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5t")
+INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5p", "v5k", "v5t")
             for wl in (WORKLOADS["gemm"][0], Workload("gemm", (4096, 4096, 4096)))]
 INTENDED += [(name, Workload("gemm", (4096, 4096, 4096), dt, layout=lay)) for name in ("v6", "v7")
              for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
@@ -237,7 +238,7 @@ def test_vector_rungs_refuse_k_that_is_not_whole_vectors(target):
         schedules.get("gemv", "allreduce").apply(Workload("gemv", (64, 1001), "float16"), target)
 
 
-# -- past the seed: v4, v5, v5t, v6 -------------------------------------------------------------
+# -- past the seed: v4, v5, v5p, v5k, v5t, v6 -------------------------------------------------------------
 
 
 def test_v4_has_coalesced_threads_and_a_register_tile(compiled):
@@ -249,25 +250,35 @@ def test_v4_has_coalesced_threads_and_a_register_tile(compiled):
     assert s.shared_bytes == 2 * 64 * 16 * 4
 
 
-def test_v5_vector_loads_padding_and_an_async_double_buffer(compiled):
+def test_v5_loads_vectors_into_padded_rows_without_a_pipeline(compiled):
     ir, source, s = compiled("v5", SEED)  # 64x64 block tile, 8x4 per thread, K tiles of 32
-    assert "cp_async" in ir and "async_wait_inflight_count" in ir
-    assert "(k_0 + 1) % 2" in ir  # the next K tile goes into the other buffer
     assert "A_shared_dyn_local = T.alloc_local((32,)" in ir and "T.Ramp(" in ir  # 8 rows x 4 k
-    assert "ax0 * 36" in ir  # A's 32-float rows padded to 36: the next row starts 4 banks on
-    assert "cp.async.cg.shared.global" in source
-    assert s.shared_bytes == 2 * (64 * 36 + 32 * 68) * 4  # two stages of padded A and B tiles
+    assert "] = *(float4*)(A_ptr + " in source  # global->shared in 16-byte vectors
+    assert "cp_async" not in ir and s.syncthreads == 2  # synchronous loads, v4's two barriers
+    # A's 32-float rows padded to 36 (the next row starts 4 banks on), B's 64 to 68: one stage
+    assert s.shared_bytes == (64 * 36 + 32 * 68) * 4
 
 
-def test_v5_unrolls_a_tiles_k_slices_and_writes_c_in_vectors(compiled):
-    _, source, _ = compiled("v5", SEED)  # K tiles of 32 = 8 slices of 4
-    # The slice loop is gone: 8 fragment loads of A's 8 rows, in the loop and in the last tile.
-    assert source.count("*(float4*)(A_shared_dyn_local_ptr") == 2 * 8
+def test_v5_unrolls_a_tiles_k_steps_and_writes_c_in_vectors(compiled):
+    _, source, _ = compiled("v5", SEED)  # K tiles of 32 = 8 steps of 4
+    # The step loop is gone: 8 fragment loads of A's 8 rows, each a 16-byte vector.
+    assert source.count("*(float4*)(A_shared_dyn_local_ptr") == 8
     assert "*(float4*)(C_ptr + " in source and "C_ptr[" not in source
 
 
-def test_v5_split_k_sums_float32_partials_in_a_second_kernel(compiled):
-    ir, source, s = compiled("v5", SEED, split_k=4)
+def test_v5p_pipelines_the_k_tiles_with_cp_async(compiled):
+    ir, source, s = compiled("v5p", SEED)  # v5's tiles, two stages
+    assert "cp_async" in ir and "async_wait_inflight_count" in ir
+    assert "(k_0 + 1) % 2" in ir  # the next K tile goes into the other buffer
+    assert "ax0 * 36" in ir  # the padded rows of v5, now in two buffers
+    assert "cp.async.cg.shared.global" in source
+    assert s.shared_bytes == 2 * (64 * 36 + 32 * 68) * 4  # two stages of padded A and B tiles
+    # The last tile is multiplied after the loop (the pipeline's epilogue): 8 more fragment loads
+    assert source.count("*(float4*)(A_shared_dyn_local_ptr") == 2 * 8
+
+
+def test_v5k_sums_float32_partials_in_a_second_kernel(compiled):
+    ir, source, s = compiled("v5k", SEED)  # 4 K slices
     assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
     assert "C_rf = T.decl_buffer((2097152,)" in ir  # 4 slices x 1024 x 512 float32 partials
     # The second kernel: 4 outputs per thread, the 4 slices' partials read as 16-byte vectors
@@ -275,12 +286,20 @@ def test_v5_split_k_sums_float32_partials_in_a_second_kernel(compiled):
     sum_kernel = source[source.rindex("main_kernel_1("):]
     assert "float4 v__1 = *(float4*)(C_rf_ptr + " in sum_kernel
     assert "*(float4*)(C_ptr + " in sum_kernel
-    with pytest.raises(ScheduleNotApplicable, match="splits K=2048 into 3 slices of whole 4-element vectors"):
-        compiled("v5", SEED, split_k=3)
 
 
-def test_v5_atomic_split_k_adds_partials_into_a_zeroed_c_without_a_partial_buffer(compiled):
-    ir, source, s = compiled("v5", SEED, split_k=4, atomic_split_k=True)
+@pytest.mark.parametrize("k, slices, slice_k", [(2048, 3, 704), (72, 4, 32), (264, 4, 96)])
+def test_v5k_slices_are_whole_k_tiles_the_last_ones_shorter(k, slices, slice_k, compiled):
+    """K need not be whole slices: each slice is whole K tiles of 32 and the last ones are cut
+    short by K (slices of 704 K, the third ending at 2048; at K=72, the fourth slice is empty)."""
+    wl = Workload("gemm", (256, 128, k))
+    ir, _, s = compiled("v5k", wl, k_slices=slices)
+    assert s.kernels == 2 and s.grid["blockIdx.z"] == slices
+    assert f"blockIdx_z * {slice_k}" in ir
+
+
+def test_v5k_atomic_sum_adds_partials_into_a_zeroed_c_without_a_partial_buffer(compiled):
+    ir, source, s = compiled("v5k", SEED, atomic_sum=True)
     assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
     assert "C_rf = T.decl_buffer" not in ir and "C_rf_ptr" not in source  # partials in registers
     zero = source[source.rindex("main_kernel(float* __restrict__ C_ptr"):source.rindex("main_kernel_1(")]
@@ -302,8 +321,8 @@ def _launch_tags(ir: str, kernel: str) -> str:
 
 
 def test_overlap_zeroing_launches_the_adding_kernel_early_and_waits_before_its_adds(compiled):
-    ir, source, _ = compiled("v5", SEED, split_k=4, atomic_split_k=True)  # overlap: the default
-    plain_ir, plain, _ = compiled("v5", SEED, split_k=4, atomic_split_k=True, overlap_zeroing=False)
+    ir, source, _ = compiled("v5k", SEED, atomic_sum=True)  # overlap: the default
+    plain_ir, plain, _ = compiled("v5k", SEED, atomic_sum=True, overlap_zeroing=False)
     zero = source[source.rindex("main_kernel(float* __restrict__ C_ptr"):source.rindex("main_kernel_1(")]
     adds = source[source.rindex("main_kernel_1("):]
     # The zeroing releases the main kernel before its stores; the main kernel's K loop does not
@@ -322,17 +341,16 @@ def test_overlap_zeroing_launches_the_adding_kernel_early_and_waits_before_its_a
 
 
 @pytest.mark.parametrize("wl, knobs, reason", [
-    (SEED, {}, "atomic_split_k adds the slices of a split K; set split_k > 1"),
-    (Workload("gemm", (1000, 512, 2048)), {"split_k": 4}, "atomic adds take whole tiles: M=1000"),
-    (Workload("gemm", (1024, 512, 2048), "float16", "float16"), {"split_k": 4},
+    (SEED, {"k_slices": 1}, "atomic_sum adds the K slices' partials; set k_slices > 1"),
+    (Workload("gemm", (1000, 512, 2048)), {}, "atomic adds take whole tiles: M=1000"),
+    (Workload("gemm", (1024, 512, 2048), "float16", "float16"), {},
      "needs a float32 output, not float16"),
 ])
-def test_v5_atomic_split_k_refusals(wl, knobs, reason, target):
+def test_v5k_atomic_sum_refusals(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=reason):
-        schedules.get("gemm", "v5").apply(wl, target, atomic_split_k=True, **knobs)
+        schedules.get("gemm", "v5k").apply(wl, target, atomic_sum=True, **knobs)
     with pytest.raises(ScheduleNotApplicable, match="needs sm_90 or later, not sm_80"):
-        schedules.get("gemm", "v5").apply(SEED, build.cuda_target("sm_80"), atomic_split_k=True,
-                                          split_k=4)
+        schedules.get("gemm", "v5k").apply(SEED, build.cuda_target("sm_80"), atomic_sum=True)
 
 
 def _k_tile_head(source: str) -> list[str]:
@@ -344,7 +362,7 @@ def _k_tile_head(source: str) -> list[str]:
     return [e for i, e in enumerate(events) if e != "ptx_cp_async_legacy" or events[i - 1] != e]
 
 
-@pytest.mark.parametrize("name, stages", [("v5", 2), ("v5", 3), ("v5t", 2)])
+@pytest.mark.parametrize("name, stages", [("v5p", 2), ("v5p", 3), ("v5t", 2)])
 def test_pipelined_k_loop_syncs_once_per_tile_after_its_wait(compiled, name, stages):
     _, single, single_s = compiled(name, SEED, stages=stages)  # single_barrier: the default
     _, double, double_s = compiled(name, SEED, stages=stages, single_barrier=False)
@@ -363,7 +381,7 @@ def test_single_barrier_refuses_a_loop_that_is_not_an_async_pipeline(target):
 
     from schedules.common import SINGLE_BARRIER
 
-    sch = Schedule(schedules.get("gemm", "v5").apply(SEED, target, stages=1))
+    sch = Schedule(schedules.get("gemm", "v5").apply(SEED, target))
     k_tiles = next(loop for loop in sch.get_loops(sch.get_sblock("C_update"))
                    if sch.get(loop).loop_var.name == "k_0")
     sch.annotate(k_tiles, SINGLE_BARRIER, True)
@@ -372,9 +390,9 @@ def test_single_barrier_refuses_a_loop_that_is_not_an_async_pipeline(target):
 
 
 @pytest.mark.parametrize("shape, lanes", [((257, 130, 66), 2), ((257, 129, 65), 1)])
-def test_v5_loads_ragged_rows_in_the_widest_vectors_they_are_made_of(shape, lanes, compiled):
-    aligned, _, aligned_summary = compiled("v5", SEED)
-    ragged, _, summary = compiled("v5", Workload("gemm", shape))
+def test_v5p_loads_ragged_rows_in_the_widest_vectors_they_are_made_of(shape, lanes, compiled):
+    aligned, _, aligned_summary = compiled("v5p", SEED)
+    ragged, _, summary = compiled("v5p", Workload("gemm", shape))
     # rows of K=66 and N=130 are whole pairs, of K=65 only whole elements; shared rows stay padded
     # for the fragments' 16-byte reads, so the shared tiles are those of the aligned shape
     assert re.search(r"cp_async_raw\([^\n]*, 16\)", aligned)
