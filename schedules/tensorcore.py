@@ -2,11 +2,13 @@
 shared memory, through TVM's intrinsics in `tvm.s_tir.tensor_intrin.cuda`. v7: Hopper's
 `wgmma.mma_async`, through an intrinsic of its own built on TVM's `T.ptx` instructions.
 
-TVM 0.27 registers those intrinsics for float16 only. `ldmatrix` moves 16-bit words whatever
-they hold, and `mma.m16n8k16` also takes bfloat16 operands, so the bfloat16 intrinsics here are
-the float16 ones with their dtypes renamed. One detail does not survive printing: the ldmatrix
-call's own dtype, which TVM's CUDA codegen reads to choose `ldmatrix.trans` (a reparsed call
-comes back int8 and gets the scalar fallback loop, a 2 KB stack frame), so it is written back.
+TVM 0.27 registers those intrinsics for float16 only (its generators refuse other dtypes).
+`ldmatrix` moves 16-bit words whatever they hold, and `mma.m16n8k16` also takes bfloat16
+operands, so the bfloat16 intrinsics here are the float16 ones with float16 replaced by bfloat16
+throughout their IR, by a structural map: the buffers, the pointers, the mma calls' operand type
+names, and the calls' own dtypes. The ldmatrix call's dtype is the one that matters: TVM's CUDA
+codegen reads it to choose `ldmatrix.trans`, and a call without it (int8, the default) gets the
+scalar fallback loop, a 2 KB stack frame.
 
 `tvm.s_tir.tensor_intrin.cuda` registers all of TVM's CUDA intrinsics when imported, which
 takes about 20 seconds, so it is imported only when v6 is applied.
@@ -15,6 +17,8 @@ takes about 20 seconds, so it is imported only when v6 is applied.
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
+from tvm.ir import Call, PrimType, StringImm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
@@ -25,22 +29,37 @@ from .workloads import Workload
 
 MMA = 16  # every tensor-core tile here is 16 x 16 (x 16 along K)
 SHORT = {"float16": "f16", "bfloat16": "bf16"}
+MMA_TYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16"}  # ptx_legacy.mma's operand types
 
 
-def _renamed_to_bf16(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
-    """A float16 intrinsic function with bfloat16 operands (and ldmatrix's dtype written back)."""
-    text = func.script().replace('"float16"', '"bfloat16"').replace('"fp16"', '"bf16"')
-    lines = [line[: line.rindex(")")] + ', dtype="bfloat16")' if "T.ptx_legacy.ldmatrix(" in line
-             else line for line in text.splitlines()]
-    return tvm.script.from_source("\n".join(lines))
+def _with_operand_dtype(fp16_func: tvm.tirx.PrimFunc, dtype: str) -> tvm.tirx.PrimFunc:
+    """A float16 intrinsic function of TVM's with `dtype` operands: float16 becomes dtype in its
+    buffers and pointers, in its calls' own dtypes (ldmatrix's, which the codegen reads) and in
+    its mma calls' operand type names."""
+    fp16, new = PrimType("float16"), PrimType(dtype)
+
+    def retyped(call: Call) -> Call:
+        """The call with its own dtype mapped too (the PrimType callback does not reach it)."""
+        if call.ty == fp16:
+            return Call(call.op, call.args, call.attrs, call.ty_args, call.span, ret_ty=new)
+        return call
+
+    def renamed(name: StringImm) -> StringImm:
+        """mma's operand type name for dtype in place of float16's."""
+        return StringImm(MMA_TYPE_NAMES[dtype]) if name.value == MMA_TYPE_NAMES["float16"] else name
+
+    return tvm_ffi.structural_map(fp16_func, [(PrimType, lambda ty: new if ty == fp16 else ty),
+                                              (Call, retyped), (StringImm, renamed)])
 
 
-def _bf16_twin(fp16_name: str) -> str:
-    """Register (once) the bfloat16 version of a float16 TVM intrinsic; return its name."""
-    name = fp16_name.replace("f16", "bf16")
+def _intrinsic_for(fp16_name: str, dtype: str) -> str:
+    """Register (once) the `dtype` version of a float16 TVM intrinsic; return its name (for
+    float16, TVM's own)."""
+    name = fp16_name.replace(SHORT["float16"], SHORT[dtype])
     if TensorIntrin.get(name, allow_missing=True) is None:
         fp16 = TensorIntrin.get(fp16_name)
-        TensorIntrin.register(name, _renamed_to_bf16(fp16.desc), _renamed_to_bf16(fp16.impl))
+        TensorIntrin.register(name, _with_operand_dtype(fp16.desc, dtype),
+                              _with_operand_dtype(fp16.impl, dtype))
     return name
 
 
@@ -61,10 +80,27 @@ def intrinsics(dtype: str, b_transposed: bool) -> dict[str, str]:
         "init": intrin.MMA_fill_16x16_f32_INTRIN,
         "store": intrin.MMA_store_16x16_f32_global_INTRIN,
     }
-    if dtype == "bfloat16":
-        for key in ("load_a", "load_b", "compute"):
-            names[key] = _bf16_twin(names[key])
+    for key in ("load_a", "load_b", "compute"):
+        names[key] = _intrinsic_for(names[key], dtype)
     return names
+
+
+def require_tensor_core_gemm(name: str, wl: Workload, tile: tuple[int, int, int], sm: int,
+                             feature: str) -> None:
+    """Refuse, in the words of rung `name`, what both tensor-core rungs cannot take: a target
+    older than sm_`sm` (which `feature` needs), inputs other than float16 or bfloat16, an output
+    other than the float32 accumulators, M, N or K not whole block tiles (`tile`: M x N x K),
+    or more rows of blocks than blockIdx.y reaches."""
+    require_sm(name, sm, feature)
+    if wl.dtype not in SHORT:
+        raise ScheduleNotApplicable(f"{name} multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
+    if wl.has_cast:
+        raise ScheduleNotApplicable(f"{name} writes the float32 accumulators; use --out-dtype float32")
+    for axis, size in zip("MNK", tile):
+        if wl.dims[axis] % size:
+            raise ScheduleNotApplicable(f"{name} needs {axis}={wl.dims[axis]} to be a multiple of its "
+                                        f"tile {size}")
+    require_grid_y(name, "M/block_m", wl.dims["M"] // tile[0])
 
 
 def _warp_layout(i, j):
@@ -86,17 +122,9 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     IR: ptx_ldmatrix and ptx_mma calls (mma.sync.aligned.m16n8k16 in the CUDA), `warp` scope
     fragments, a block tile of (warps_m*warp_tiles_m*16) x (warps_n*warp_tiles_n*16)."""
     # Step 0. What the tensor-core path can take.
-    require_sm("v6", 80, "mma.sync m16n8k16 and cp.async")
-    if wl.dtype not in SHORT:
-        raise ScheduleNotApplicable(f"v6 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
-    if wl.has_cast:
-        raise ScheduleNotApplicable("v6 writes the float32 accumulators; use --out-dtype float32")
     block_m, block_n = warps_m * warp_tiles_m * MMA, warps_n * warp_tiles_n * MMA
-    for axis, extent, tile in (("M", wl.dims["M"], block_m), ("N", wl.dims["N"], block_n),
-                               ("K", wl.dims["K"], chunk_k * MMA)):
-        if extent % tile:
-            raise ScheduleNotApplicable(f"v6 needs {axis}={extent} to be a multiple of its tile {tile}")
-    require_grid_y("v6", "M/block_m", wl.dims["M"] // block_m)
+    require_tensor_core_gemm("v6", wl, (block_m, block_n, chunk_k * MMA), 80,
+                             "mma.sync m16n8k16 and cp.async")
     b_transposed = wl.layout == "nt"
     names = intrinsics(wl.dtype, b_transposed)
     warps, lanes, vector = warps_m * warps_n, 32, 8
@@ -173,6 +201,10 @@ ATOM_ELEMENTS = ATOM_ROWS * SWIZZLE_ROW  # 1024 bytes
 WARPGROUP = 4  # warps that issue one wgmma together
 HOPPER_SHARED_BYTES = 227 * 1024  # dynamic shared memory one block can have on sm_90
 REGISTERS_PER_BLOCK = 65536
+# wgmma.mma_async's operands after the two descriptors (PTX ISA 9.7.17.5.2), in this order:
+ACCUMULATE = True  # scale-d: D = A * B + D (false: D = A * B); the accumulators start at zero
+UNNEGATED = 1  # imm-scale-a, imm-scale-b: 1 takes A (B) as it is, -1 negates it
+K_MAJOR, MN_MAJOR = 0, 1  # imm-trans-a/b: 0 reads a K-contiguous operand, 1 transposes an MN-contiguous one
 
 
 def _swizzled_index(rows, cols, k_contiguous: bool):
@@ -288,7 +320,8 @@ def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool, stages: in
         b_pointer = B.access_ptr("r", offset=_k_offset(step * MMA, b_k_contiguous))
         accumulators = [C[t, r] for t in range(c_shape[0]) for r in range(8)]  # wgmma's order
         return wgmma(*accumulators, _descriptor(a_pointer, *a_offsets), _descriptor(b_pointer, *b_offsets),
-                     T.bool(True), 1, 1, 0, 0 if b_k_contiguous else 1)
+                     T.bool(ACCUMULATE), UNNEGATED, UNNEGATED, K_MAJOR,
+                     K_MAJOR if b_k_contiguous else MN_MAJOR)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -394,15 +427,7 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     IR: shared tiles [MN atom, K atom, 8, 8, 8] indexed with a bitwise xor; per warp, 16 x
     block_n accumulators in `local` scope, indexed by tile and register (v6's fragment layout);
     T.ptx.wgmma calls with descriptors from cvta_generic_to_shared."""
-    require_sm("v7", 90, "wgmma (built for sm_90a)")
-    if wl.dtype not in SHORT:
-        raise ScheduleNotApplicable(f"v7 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
-    if wl.has_cast:
-        raise ScheduleNotApplicable("v7 writes the float32 accumulators; use --out-dtype float32")
-    for axis, extent, tile in (("M", wl.dims["M"], block_m), ("N", wl.dims["N"], block_n),
-                               ("K", wl.dims["K"], chunk_k)):
-        if extent % tile:
-            raise ScheduleNotApplicable(f"v7 needs {axis}={extent} to be a multiple of its tile {tile}")
+    require_tensor_core_gemm("v7", wl, (block_m, block_n, chunk_k), 90, "wgmma (built for sm_90a)")
     if block_m % (WARPGROUP * MMA):
         raise ScheduleNotApplicable(f"v7 gives each warpgroup 64 rows: block_m={block_m} is not a multiple of 64")
     if block_n % SWIZZLE_ROW or block_n > 256 or chunk_k % SWIZZLE_ROW:
@@ -418,7 +443,6 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     if shared_bytes > HOPPER_SHARED_BYTES:
         raise ScheduleNotApplicable(f"v7 with these tiles needs {shared_bytes} bytes of shared memory; "
                                     f"a Hopper block has at most {HOPPER_SHARED_BYTES}")
-    require_grid_y("v7", "M/block_m", wl.dims["M"] // block_m)
     warps = block_m // MMA
     # Step 1. Blocks of block_m x block_n; a warp per 16 rows, all block_n columns; K in chunks.
     C = sch.get_sblock(wl.reduction_block)
