@@ -18,10 +18,8 @@ import argparse
 import os
 import re
 import sys
-import time
-from datetime import datetime, timezone
 
-from schedules.errors import ExplorerError, SearchFailed, UsageError
+from schedules.errors import ExplorerError, UsageError
 
 DEFAULT_RESULTS = os.path.join("reports", "results.jsonl")
 OLDEST_ARCH = 75  # the oldest GPU that CUDA 13's nvcc builds for (sm_75, Turing)
@@ -110,82 +108,35 @@ def list_schedules() -> None:
         print(f"  {name:18s}{wl.label()}")
 
 
-def template_device(args) -> str | None:
-    """Whose template-search records apply here: this machine's GPU, the RPC key's hosts, or
-    (no GPU here) --device, else None for the records' only device."""
-    from tuning import measure
-
-    here = (f"rpc:{args.rpc_key}" if args.rpc_tracker else
-            measure.device_facts()["gpu"] if measure.gpu_present() else None)
-    if here and args.device and args.device != here:
-        raise UsageError(f"--device {args.device}: records measured elsewhere are not applied "
-                         f"here; this run's are {here}'s")
-    return here or args.device
+def say(line: str) -> None:
+    """A line of progress or of results, on stdout at once."""
+    print(line, flush=True)
 
 
-def resolve(args, wl, name: str):
-    """A schedule by name: a registered one, with knobs set as 'v5:split_k=4,thread_n=8',
-    'metaschedule' (the best in --work-dir) or 'autotvm:<template>' (the template with the best
-    configuration in --records)."""
-    import schedules
-
-    if name == "metaschedule":
-        if not args.work_dir:
-            raise UsageError("--schedule metaschedule needs --work-dir (where a search ran)")
-        from tuning import metaschedule
-
-        return metaschedule.tuned_entry(wl, args.work_dir)
-    if name.startswith("autotvm:"):
-        if not args.records:
-            raise UsageError(f"--schedule {name} needs --records (where a template search ran)")
-        from tuning import autotvm
-
-        return autotvm.tuned_entry(schedules.get(wl.op, name[len("autotvm:"):]), wl,
-                                   load_records(args.records), args.records, template_device(args))
-    base, _, knobs = name.partition(":")
-    entry = schedules.get(wl.op, base)
-    return entry.with_knobs(knobs) if knobs else entry
+def warn(line: str) -> None:
+    """A warning, on stderr."""
+    print(line, file=sys.stderr)
 
 
-def load_records(path: str) -> list[dict]:
-    """Every record of a JSONL file; a corrupt line is named (path:line) and left as it is."""
-    from tuning import records
-
-    loaded = records.load(path)
-    for problem in loaded.problems:
-        print(f"warning: {problem}; the line is kept as it is, and skipped", file=sys.stderr)
-    return loaded.records
-
-
-def selection(args, wl) -> list:
-    """--schedule: one name, or 'all': the ladder and baselines, plus the best of the searches
-    in --work-dir and --records for this workload on this device."""
-    import schedules
+def search_results(args):
+    """Where --work-dir and --records say searches left their results, and whose records apply
+    here: this GPU's, the RPC key's hosts' or (no GPU here) --device's."""
     from tuning import autotvm
+    from tuning.explore import SearchResults
 
-    if args.schedule != "all":
-        return [resolve(args, wl, args.schedule)]
-    chosen = schedules.entries(wl.op)
-    if args.work_dir:
-        chosen.append(resolve(args, wl, "metaschedule"))
-    if args.records:
-        measured = load_records(args.records)
-        device = template_device(args)
-        for entry in schedules.entries(wl.op, templates=True):
-            if entry.space and (autotvm.measured_on(measured, wl, entry.name) if device is None
-                                else autotvm.best_record(measured, wl, entry.name, device)):
-                chosen.append(autotvm.tuned_entry(entry, wl, measured, args.records, device))
-    return chosen
+    device = (autotvm.records_device(args.rpc_tracker, args.rpc_key, args.device)
+              if args.records else None)
+    return SearchResults(args.work_dir, args.records, device)
 
 
-def diff(args, wl) -> None:
+def diff(args, wl, found) -> None:
     """--diff OLD NEW: the lowered IR's unified diff (common-subexpression names made stable)
     and a table of the structural facts of both."""
     from tuning import build
-    from tuning.explore import build_schedule
+    from tuning.explore import build_schedule, resolve
 
     target = build.cuda_target(args.arch)
-    (old, new), (a, b) = args.diff, [build_schedule(resolve(args, wl, name), wl, target)
+    (old, new), (a, b) = args.diff, [build_schedule(resolve(wl, name, found, warn), wl, target)
                                      for name in args.diff]
     print(build.unified_diff(*(build.stable_cse_names(build.ir_text(x.lowered)) for x in (a, b)),
                              f"{old} (lowered)", f"{new} (lowered)"))
@@ -204,10 +155,8 @@ def report(args) -> None:
 
     if os.path.isdir(args.report):
         raise UsageError(f"--report {args.report} is a directory; name the markdown file to write")
-    loaded = records.load(args.results)
-    for problem in loaded.problems:
-        print(f"warning: {problem}; skipped", file=sys.stderr)
-    if not loaded.records:
+    measured = records.load_and_warn(args.results, warn, then="skipped")
+    if not measured:
         raise UsageError(f"no measurements in {args.results}: run on a GPU first")
     notes = None
     if args.notes:
@@ -217,7 +166,7 @@ def report(args) -> None:
         except OSError as e:
             raise UsageError(f"cannot read --notes {args.notes}: {e.strerror}") from e
     title = args.title or os.path.splitext(os.path.basename(args.report))[0]
-    text = render(loaded.records, title=title, notes=notes,
+    text = render(measured, title=title, notes=notes,
                   figure_prefix=os.path.splitext(args.report)[0])
     os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
     with open(args.report, "w") as f:
@@ -232,49 +181,17 @@ def run_schedules(args, wl, chosen: list, extra_records: list | None = None,
 
     settings = Settings(results=args.results, arch=args.arch, flush=args.flush,
                         show_ir=not args.no_ir, show_cuda=args.show_cuda, explicit=explicit)
-    explore(wl, chosen, settings, warn=lambda line: print(line, file=sys.stderr),
-            extra_records=extra_records)
+    explore(wl, chosen, settings, warn=warn, extra_records=extra_records)
 
 
-def search_target(args):
-    """The target a search measures on: this machine's GPU, the RPC tracker's hosts, or (with
-    --target llvm, MetaSchedule only) this CPU."""
-    from tuning import build, measure
+def search_request(args, found):
+    """--tune and the flags that go with it, as a search request; a flag the search needs and
+    lacks, or one that belongs to the other kind of search, is refused here."""
+    from tuning.search import Request
 
-    if args.target == "llvm":
-        if args.tune != "metaschedule":
-            raise UsageError("--target llvm is for MetaSchedule searches (--tune metaschedule)")
-        import tvm
-
-        return tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count() or 1})
-    if args.target != "cuda":
-        raise UsageError(f"unknown --target '{args.target}'; valid: cuda, llvm")
-    if args.rpc_tracker:
-        return build.cuda_target(args.arch)
-    if not measure.gpu_present():
-        raise UsageError("no GPU here: a CUDA search needs this machine's GPU, or "
-                         "--rpc-tracker HOST:PORT --rpc-key KEY for remote ones")
-    return build.cuda_target(measure.device_facts()["arch"])
-
-
-def tune(args, wl) -> None:
-    """--tune: search, print the best, then (on a local GPU) run the best like a rung, next to
-    the baselines, and record the search's curve for the report."""
-    import schedules
-    from tuning import autotvm, candidates, metaschedule
-
-    if args.trials <= 0:
-        raise UsageError(f"--trials must be positive, not {args.trials}")
     if args.tune == "metaschedule":
         if not args.work_dir:
             raise UsageError("--tune metaschedule needs --work-dir (its database; reused to resume)")
-        metaschedule.check_work_dir(args.work_dir, must_exist=False)
-        if args.ms_space not in (None, *metaschedule.SPACES):
-            raise UsageError(f"unknown --ms-space '{args.ms_space}'; valid: "
-                             f"{', '.join(metaschedule.SPACES)}")
-        if args.ms_space == "split-k" and args.target != "cuda":
-            raise UsageError("--ms-space split-k is for CUDA targets; TVM's CPU rules split "
-                             "reductions already (AddRFactor)")
         if args.tuner:
             raise UsageError("--tuner picks a template search's tuner (--tune autotvm:<template>);"
                              " MetaSchedule has its own evolutionary search")
@@ -282,99 +199,30 @@ def tune(args, wl) -> None:
         if args.ms_space:
             raise UsageError("--ms-space is MetaSchedule's design space (--tune metaschedule); a "
                              "template search's space is the template's knobs")
-        args.tuner = args.tuner or "xgb"
-        if args.tuner not in autotvm.TUNERS:
-            raise UsageError(f"unknown --tuner '{args.tuner}'; valid: {', '.join(autotvm.TUNERS)}")
         if not args.records:
             raise UsageError(f"--tune {args.tune} needs --records (a JSONL file; reused to resume)")
-        entry = schedules.get(wl.op, args.tune[len("autotvm:"):])
-        autotvm.Space.of(entry)  # a schedule without a space is refused before any work
-    else:
-        raise UsageError(f"unknown search '{args.tune}'; valid: metaschedule, autotvm:<template>")
-    target = search_target(args)
-    local_gpu = target.kind.name == "cuda" and not args.rpc_tracker
-    runner = candidates.make_runner(target, wl, args.flush, args.rpc_tracker, args.rpc_key)
-    builder = candidates.WarmBuilder()
-    try:
-        if args.tune == "metaschedule":
-            summary = tune_metaschedule(args, wl, target, builder, runner)
-        else:
-            summary = tune_template(args, wl, entry, target, builder, runner)
-    finally:
-        candidates.shut_down(builder, runner)
-    if local_gpu:
-        print(f"checking and timing the best ({summary['schedule']}) with the baselines, in one run:")
-        run_schedules(args, wl, [resolve(args, wl, summary["schedule"])],
-                      [{**summary, "kind": "search", "status": "ok"}], explicit=True)
+        if args.target == "llvm":
+            raise UsageError("--target llvm is for MetaSchedule searches (--tune metaschedule)")
+    if args.rpc_tracker and not args.rpc_key:
+        raise UsageError("--rpc-tracker needs --rpc-key (the key the GPU hosts registered)")
+    return Request(args.tune, args.trials, work_dir=found.work_dir, space=args.ms_space,
+                   records=found.records, device=found.device, tuner=args.tuner, seed=args.seed,
+                   target=args.target, arch=args.arch, flush=args.flush,
+                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
 
 
-def tune_metaschedule(args, wl, target, builder, runner) -> dict:
-    """MetaSchedule into --work-dir; returns the search's summary record. A search with no
-    correct candidate at all fails, with the most common reason."""
-    from tuning import metaschedule
+def tune(args, wl, found) -> None:
+    """--tune: search, then (on this machine's GPU) check and time the best like a rung, next
+    to the baselines, with the search's summary recorded among them for the report."""
+    from tuning import search
+    from tuning.explore import resolve
 
-    space = args.ms_space or ("split-k" if target.kind.name == "cuda" else "tvm")
-    found = metaschedule.tune(wl, target, args.work_dir, args.trials, space, builder, runner,
-                              seed=args.seed)
-    if found["best_ms"] is None:
-        raise SearchFailed(f"no candidate ran correctly in {found['new_trials']} trials; "
-                           f"most often: {found['most_common_error'] or 'nothing was measured'}")
-    print(f"best: {found['best_ms']:.4f} ms after {found['trials']} trials; "
-          f"{found['trials_per_min']:.1f} trials/min this run")
-    print("# best schedule's trace:\n" + found["trace"])
-    print(f"saved best_trace.py and best_module.py in {args.work_dir}")
-    return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
-            "params": {"work_dir": args.work_dir}, "rules": metaschedule.SPACES[space],
-            "seed": args.seed,
-            "trials": found["trials"],
-            "trials_per_min": metaschedule.trials_per_minute(args.work_dir),
-            "curve": metaschedule.curve(args.work_dir)}
-
-
-def tune_template(args, wl, entry, target, builder, runner) -> dict:
-    """A template search, each measured configuration appended to --records as it comes;
-    returns the search's summary record. A search with no correct configuration fails, with
-    the most common reason."""
-    from collections import Counter
-
-    from tuning import autotvm
-    from tuning import records as store
-
-    space = autotvm.Space.of(entry)
-    key = autotvm.search_key(wl, entry.name, template_device(args), args.tuner, args.seed)
-    history = autotvm.history_of(load_records(args.records), key,
-                                 {knob: entry.defaults[knob] for knob in space.knobs})
-    print(f"{args.tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"
-          f" {len(history)} measured before, in {args.records}")
-    start, trial = time.time(), [len(history)]
-
-    def on_measured(config, outcome):
-        trial[0] += 1
-        store.append(args.records, autotvm.trial_record(
-            key, config, outcome, trial[0],
-            date=datetime.now(timezone.utc).isoformat(timespec="seconds")))
-        result = f"{outcome.time_ms:.4f} ms" if outcome.status == "ok" else outcome.status
-        so_far = autotvm.best(history)
-        print(f"  [{trial[0]}] {config}: {result}; best so far "
-              f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {time.time() - start:.0f} s",
-              flush=True)
-
-    new = autotvm.tune(space, autotvm.TUNERS[args.tuner](args.seed),
-                       autotvm.measure_with(entry, wl, target, builder, runner), history,
-                       args.trials, autotvm.BATCH, on_measured)
-    if new < args.trials:
-        print(f"the space is exhausted: {new} new configurations measured")
-    found = autotvm.best(history)
-    if found is None:
-        reasons = Counter(o.error or o.status for o in history.values())
-        raise SearchFailed(f"no configuration ran correctly in {len(history)} measured; most "
-                           f"often: {reasons.most_common(1)[0][0] if reasons else 'none ran'}")
-    rate = 60 * new / (time.time() - start)
-    print(f"best: {found[1]:.4f} ms with {found[0]} ({len(history)} measured; "
-          f"{rate:.1f} trials/min this run)")
-    return {"schedule": f"autotvm:{entry.name}", "search": "autotvm", "tuner": args.tuner,
-            "seed": args.seed, "params": found[0], "trials": len(history), "space": len(space),
-            "trials_per_min": rate, "curve": autotvm.curve(load_records(args.records), key)}
+    request = search_request(args, found)
+    summary = search.run(wl, request, say, warn)
+    if request.on_local_gpu:
+        say(f"checking and timing the best ({summary['schedule']}) with the baselines, in one run:")
+        run_schedules(args, wl, [resolve(wl, summary["schedule"], found, warn)], [summary],
+                      explicit=True)
 
 
 def check_arch(arch: str) -> None:
@@ -395,13 +243,17 @@ def main(argv: list[str] | None = None) -> int:
         elif args.report:
             report(args)
         else:
+            from tuning.explore import selection
+
             wl = workload(args)
+            found = search_results(args)
             if args.diff:
-                diff(args, wl)
+                diff(args, wl, found)
             elif args.tune:
-                tune(args, wl)
+                tune(args, wl, found)
             else:
-                run_schedules(args, wl, selection(args, wl), explicit=args.schedule != "all")
+                run_schedules(args, wl, selection(wl, args.schedule, found, warn),
+                              explicit=args.schedule != "all")
     except ExplorerError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -39,17 +39,17 @@ def run(capsys, *argv):
         (["--op", "gemv", "--shape", "64x1001", "--diff", "naive", "allreduce"],
          "error: K=1001 is not a multiple of the 8-element vector"),
         (["--schedule", "v5:split=4"], "error: v5 has no knob 'split'; its knobs: block_m, block_n"),
-        (["--schedule", "v5:split_k=four"],
-         "error: knob split_k of v5 is a size or count of at least 1, not 'four'"),
+        (["--schedule", "v5k:k_slices=four"],
+         "error: knob k_slices of v5k is a size or count of at least 1, not 'four'"),
         (["--diff", "v5", "seed_template:vectorize=1"],
          "error: knob vectorize of seed_template is true or false, not '1'"),
         # knobs out of range, and settings the user named that cannot run: what would work
-        (["--schedule", "v5:split_k=0"], "error: knob split_k of v5 is a size or count of at least 1, not 0"),
-        (["--schedule", "v5:split_k=-4"], "error: knob split_k of v5 is a size or count of at least 1, not -4"),
+        (["--schedule", "v5k:k_slices=0"], "error: knob k_slices of v5k is a size or count of at least 1, not 0"),
+        (["--schedule", "v5k:k_slices=-4"], "error: knob k_slices of v5k is a size or count of at least 1, not -4"),
         (["--schedule", "v4:thread_n=0"], "error: knob thread_n of v4 is a size or count of at least 1"),
         (["--schedule", "v3:tile_x=0"], "error: knob tile_x of v3 is a size or count of at least 1"),
-        (["--schedule", "v5:split_k=3"], "error: v5:split_k=3: v5 splits K=2048 into 3 slices of whole "
-         "4-element vectors; split_k values that apply here: 1, 2, 4, 8"),
+        (["--schedule", "v5:thread_m=3"], "error: v5:thread_m=3: v5 cuts block_m=64 into register tiles "
+         "of thread_m=3: not a whole number of them; thread_m values that apply here: 4, 8"),
         (["--schedule", "v4:block_m=62"], "error: v4:block_m=62: v4 cuts block_m=62 into register tiles "
          "of thread_m=4"),
         (["--schedule", "v3:tile_x=1"], "error: v3:tile_x=1: v3 cannot be scheduled with tile_x=1: "),
@@ -213,8 +213,8 @@ def test_runner_warns_about_a_corrupt_results_line_and_keeps_it(capsys, tmp_path
 
 
 def test_knobs_from_the_command_line_diff_and_record_like_a_rung(capsys):
-    code, out, _ = run(capsys, "--diff", "v5", "v5:split_k=4,thread_n=8")
-    assert code == 0 and "+++ v5:split_k=4,thread_n=8 (lowered)" in out
+    code, out, _ = run(capsys, "--diff", "v5p", "v5k:k_slices=4,thread_n=8")
+    assert code == 0 and "+++ v5k:k_slices=4,thread_n=8 (lowered)" in out
     assert "+    C_rf = T.decl_buffer((2097152,)" in out  # the float32 partials of the 4 K slices
     assert re.search(r"\| kernels\s+\| 1\s+\| 2\s+\|", out)
 
@@ -233,8 +233,8 @@ def test_diff_lines_never_run_together_and_cse_names_follow_their_definitions():
     assert len(changed) == 3 and changed[0].startswith("+cse_") and changed[0].endswith("z * 2")
 
 
-def test_v5s_diff_against_v4_is_hunks_not_one_block(capsys):
-    code, out, _ = run(capsys, "--diff", "v5", "v5:stages=3")
+def test_a_diff_between_two_pipelines_is_hunks_not_one_block(capsys):
+    code, out, _ = run(capsys, "--diff", "v5p", "v5p:stages=3")
     assert code == 0
     assert "cse_v" not in out and len(re.findall(r"^@@ ", out, re.M)) > 1
 

@@ -54,6 +54,22 @@ def test_a_line_cut_short_does_not_swallow_the_next_record(tmp_path):
     assert [r["schedule"] for r in loaded.records] == ["v1", "v3"] and len(loaded.problems) == 1
 
 
+def test_any_json_lines_file_loads_by_its_own_fields_and_names_each_bad_line(tmp_path):
+    path = tmp_path / "progress.jsonl"
+    path.write_text('{"trial": 1}\n\n[1, 2]\n{"trial"\n')
+    assert list(records.lines(str(path))) == [
+        (f"{path}:1", {"trial": 1}, None), (f"{path}:3", [1, 2], None),
+        (f"{path}:4", None, "not valid JSON (Expecting ':' delimiter)")]
+    loaded = records.load(str(path), required=("trial",), kind="progress line")
+    assert loaded.records == [{"trial": 1}]
+    assert loaded.problems == [f"{path}:3: not a progress line",
+                               f"{path}:4: not valid JSON (Expecting ':' delimiter)"]
+    warnings = []
+    assert records.load_and_warn(str(path), warnings.append, then="skipped") == []
+    assert warnings[0] == f"warning: {path}:1: not a measurement record; skipped"
+    assert list(records.lines(str(tmp_path / "none.jsonl"))) == []
+
+
 def test_a_directory_is_not_a_records_file(tmp_path):
     with pytest.raises(records.RecordsError, match="is not a file"):
         records.load(str(tmp_path))

@@ -1,7 +1,8 @@
 """Searches through an RPC tracker when something is wrong with it, on loopback, CPU only: a
 tracker that is down or a key no server registered is refused in seconds with one line (no
 hang, no retries, no traceback), and a candidate that fails on the remote host keeps the
-remote reason, not TVM's wrapper line. Every tracker and server is started here and stopped
+remote reason, not TVM's wrapper line (a timeout, which TVM reports as text only, is read as
+one). Every tracker and server is started here and stopped
 in `finally`; every command runs under a time limit."""
 
 import os
@@ -15,6 +16,7 @@ import pytest
 
 from schedules.errors import UsageError
 from tuning import candidates
+from tuning.candidates import Status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI_LIMIT_S = 90  # a command still running after this is killed and the test fails
@@ -172,8 +174,8 @@ RPC_WRONG_SHAPE = (
 ], ids=["no-cuda-loader", "not-a-tar", "wrong-shape"])
 def test_a_remote_failure_keeps_the_remote_reason(message, summary):
     assert candidates.error_summary(message) == summary
-    outcome = candidates._failure("run_failed", message)
-    assert outcome.status == "run_failed" and outcome.error == summary
+    outcome = candidates.tvm_run_failure(message)
+    assert outcome.status is Status.RUN_FAILED and outcome.error == summary
 
 
 def test_a_remote_reason_is_one_line_of_at_most_300_characters():
@@ -187,3 +189,15 @@ def test_a_remote_reason_is_one_line_of_at_most_300_characters():
     summary = candidates.error_summary(wrapped)
     assert summary.startswith("RPCError: ValueError: xxx") and "\n" not in summary
     assert len(summary) <= 300
+
+
+@pytest.mark.parametrize("message, error", [
+    ("RPCRunner: Timeout, killed after 60 seconds", "RPCRunner: Timeout, killed after 60 seconds"),
+    ("LocalRunner: Timeout, killed after 60 seconds\n",
+     "LocalRunner: Timeout, killed after 60 seconds"),
+    (RPC_WRONG_SHAPE.split("tvm.error.RPCError")[0]
+     + "RuntimeError: Session timeout when running run_evaluator\n",
+     "RuntimeError: Session timeout when running run_evaluator"),
+], ids=["rpc-runner", "local-runner", "rpc-session"])
+def test_tvm_runners_timeouts_are_read_from_their_text(message, error):
+    assert candidates.tvm_run_failure(message) == candidates.Outcome(Status.TIMEOUT, error=error)

@@ -14,8 +14,10 @@ import pytest
 
 import runner
 import schedules
-from schedules import ScheduleNotApplicable, Workload
-from tuning import autotvm, candidates, metaschedule, records
+import tuning.search
+from schedules import ScheduleNotApplicable, SearchFailed, UsageError, Workload
+from tuning import autotvm, candidates, measure, metaschedule, records
+from tuning.candidates import Outcome, Status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDED = os.path.join(ROOT, "reports", "tuning", "autotvm-h100.jsonl")
@@ -28,8 +30,8 @@ def recorded_grid(template: str) -> dict:
     grid = {}
     for r in records.load(RECORDED).records:
         if r["schedule"] == template and r["tuner"] == "grid":
-            grid[autotvm.config_key(r["config"])] = candidates.Outcome(
-                r["status"], r["time_ms"], r["error"])
+            grid[autotvm.config_key(r["config"])] = Outcome(
+                Status(r["status"]), r["time_ms"], r["error"])
     return grid
 
 
@@ -123,15 +125,15 @@ def test_a_search_resumes_from_its_records_and_measures_nothing_twice(tmp_path):
 
 def test_records_from_before_a_knob_joined_the_space_count_with_its_default(tmp_path):
     path = str(tmp_path / "at.jsonl")
-    key = autotvm.search_key(SEED_GEMM, "v5", "H100", "xgb")
-    space = autotvm.Space.of(schedules.get("gemm", "v5"))
-    old = {k: v for k, v in schedules.get("gemm", "v5").defaults.items()
-           if k in space.knobs and k != "atomic_split_k"}  # a trial's config: the space's knobs
-    records.append(path, autotvm.trial_record(key, old, candidates.Outcome("ok", 0.06), 1))
-    history = autotvm.history_of(records.load(path).records, key, {"atomic_split_k": False})
-    assert list(history) == [autotvm.config_key({**old, "atomic_split_k": False})]
+    key = autotvm.search_key(SEED_GEMM, "v5k", "H100", "xgb")
+    space = autotvm.Space.of(schedules.get("gemm", "v5k"))
+    old = {k: v for k, v in schedules.get("gemm", "v5k").defaults.items()
+           if k in space.knobs and k != "atomic_sum"}  # a trial's config: the space's knobs
+    records.append(path, autotvm.trial_record(key, old, Outcome(Status.OK, 0.06), 1))
+    history = autotvm.history_of(records.load(path).records, key, {"atomic_sum": False})
+    assert list(history) == [autotvm.config_key({**old, "atomic_sum": False})]
     left = autotvm.GridTuner().propose(space, space.configs(), history, len(space))
-    assert len(left) == len(space) - 1 and {**old, "atomic_split_k": False} not in left
+    assert len(left) == len(space) - 1 and {**old, "atomic_sum": False} not in left
 
 
 def test_an_interrupted_search_keeps_every_measured_record(tmp_path):
@@ -153,16 +155,64 @@ def test_an_interrupted_search_keeps_every_measured_record(tmp_path):
 
 
 def test_failed_candidates_are_recorded_and_the_search_goes_on():
-    outcomes = [candidates.Outcome("build_failed", error="nvcc said no"),
-                candidates.Outcome("timeout", error="run timed out after 60 s"),
-                candidates.Outcome("ok", 2.0), candidates.Outcome("run_failed", error="crash"),
-                candidates.Outcome("ok", 1.5)]
+    outcomes = [Outcome(Status.BUILD_FAILED, error="nvcc said no"),
+                Outcome(Status.TIMEOUT, error="run timed out after 60 s"),
+                Outcome(Status.OK, 2.0), Outcome(Status.RUN_FAILED, error="crash"),
+                Outcome(Status.OK, 1.5)]
     measured = iter(outcomes * 40)
     history, order = {}, []
     autotvm.tune(SEED_SPACE, autotvm.XGBTuner(0), lambda cs: [next(measured) for _ in cs],
                  history, 30, 16, lambda c, o: order.append(o))
-    assert len(order) == 30 and {o.status for o in order} >= {"build_failed", "timeout", "ok"}
+    assert len(order) == 30 and {o.status for o in order} >= {
+        Status.BUILD_FAILED, Status.TIMEOUT, Status.OK}
     assert autotvm.best(history)[1] == 1.5
+
+
+def test_a_template_search_records_each_trial_and_returns_its_summary(tmp_path):
+    grid = recorded_grid("seed_template")
+    path = str(tmp_path / "at.jsonl")
+    entry = schedules.get("gemm", "seed_template")
+    said = []
+    summary = autotvm.search(entry, SEED_GEMM, replay(grid), path=path, device="H100",
+                             tuner="grid", seed=0, trials=20, say=said.append, warn=said.append)
+    trials = records.load(path).records
+    assert [t["trial"] for t in trials] == list(range(1, 21))
+    assert [t["config"] for t in trials] == SEED_SPACE.configs()[:20]
+    assert [t["status"] for t in trials] == [grid[autotvm.config_key(c)].status.value
+                                             for c in SEED_SPACE.configs()[:20]]
+    fastest = min((t for t in trials if t["status"] == "ok"), key=lambda t: t["time_ms"])
+    curve, rate = summary.pop("curve"), summary.pop("trials_per_min")
+    assert summary == {"schedule": "autotvm:seed_template", "search": "autotvm", "tuner": "grid",
+                       "seed": 0, "params": fastest["config"], "trials": 20, "space": 144}
+    assert len(curve) == 20 and curve[-1] == (20, fastest["time_ms"]) and rate > 0
+    assert said[0] == (f"grid search of seed_template (144 configurations) on "
+                       f"{SEED_GEMM.label()}: 0 measured before, in {path}")
+    assert said[-1].startswith(f"best: {fastest['time_ms']:.4f} ms with {fastest['config']}")
+    # a search in which nothing ran correctly fails with the most common reason
+    with pytest.raises(SearchFailed, match="no configuration ran correctly in 4 measured; most "
+                                           "often: misaligned address"):
+        autotvm.search(entry, SEED_GEMM,
+                       lambda configs: [Outcome(Status.RUN_FAILED, error="misaligned address")
+                                        for _ in configs],
+                       path=str(tmp_path / "failing.jsonl"), device="H100", tuner="random",
+                       seed=0, trials=4, say=said.append, warn=said.append)
+
+
+def test_whose_template_records_apply(monkeypatch):
+    monkeypatch.setattr(measure, "gpu_present", lambda: False)
+    assert autotvm.records_device(None, None, None) is None  # the records' only device
+    assert autotvm.records_device(None, None, "NVIDIA H200") == "NVIDIA H200"
+    assert autotvm.records_device("host:9190", "h100", None) == "rpc:h100"
+    with pytest.raises(UsageError, match="records measured on NVIDIA H200 are not applied here; "
+                                         "this run's are rpc:h100's"):
+        autotvm.records_device("host:9190", "h100", "NVIDIA H200")
+
+
+def test_every_committed_trial_has_one_of_the_statuses():
+    statuses = {r["status"] for r in records.load(RECORDED).records}
+    assert {Status(s) for s in statuses} >= {Status.OK, Status.INVALID, Status.RUN_FAILED}
+    assert {str(s) for s in Status} == {"ok", "invalid", "build_failed", "run_failed", "wrong",
+                                        "timeout"}
 
 
 @pytest.mark.parametrize("template", ["seed_template", "multirow"])
@@ -205,16 +255,46 @@ def test_curve_is_the_best_so_far_of_one_search():
     assert times == sorted(times, reverse=True)
 
 
-def test_candidate_failures_are_classified_by_their_message():
-    crash = ("LocalRunner: An exception occurred\nTraceback (most recent call last):\n  ...\n"
-             "torch.AcceleratorError: CUDA error: misaligned address\n"
-             "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
-    assert candidates._failure("run_failed", crash) == candidates.Outcome(
-        "run_failed", error="torch.AcceleratorError: CUDA error: misaligned address")
-    assert candidates._failure("run_failed", "RuntimeError: wrong result: relative error 1 > "
-                               "1e-05").status == "wrong"
-    assert candidates._failure("build_failed", "build timed out after 60 s").status == "timeout"
-    with pytest.raises(candidates.UsageError, match="host:port"):
+def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
+    from tvm.s_tir import meta_schedule as ms
+
+    def evaluate(path: str) -> float:
+        """measure.evaluate_artifact's stand-in (pickled by value: it is local), ending as the
+        path says."""
+        import time
+
+        if path == "wrong":
+            raise measure.WrongResult("relative error 0.5 > 1e-05")
+        if path == "crash":
+            raise RuntimeError("CUDA error: misaligned address")
+        if path == "hang":
+            time.sleep(60)
+        return 2e-3
+
+    runner = candidates.CheckingRunner(SEED_GEMM, timeout_sec=10)
+    runner.evaluate = evaluate
+    try:
+        first_worker = runner.pool
+        ok, wrong = runner.outcomes(["fast", "wrong"])
+        assert runner.pool is first_worker  # a wrong result keeps the worker
+        crash, hang = runner.outcomes(["crash", "hang"])
+        assert runner.pool is not first_worker  # replaced: it may hold a broken CUDA context
+        # MetaSchedule's interface: the time in seconds, or why there is none as text
+        timed, failed = [future.result() for future in runner.run(
+            [ms.runner.RunnerInput(path, "cuda", []) for path in ("fast", "wrong")])]
+    finally:
+        candidates.shut_down(runner)
+    assert ok == Outcome(Status.OK, pytest.approx(2.0))
+    assert wrong == Outcome(Status.WRONG,
+                            error="tuning.measure.WrongResult: relative error 0.5 > 1e-05")
+    assert crash == Outcome(Status.RUN_FAILED, error="RuntimeError: CUDA error: misaligned address")
+    assert hang == Outcome(Status.TIMEOUT, error="run timed out after 10 s")
+    assert float(timed.run_secs[0]) == pytest.approx(2e-3) and timed.error_msg is None
+    assert failed.run_secs is None and failed.error_msg == wrong.error
+
+
+def test_a_malformed_tracker_address_is_refused():
+    with pytest.raises(UsageError, match="host:port"):
         candidates.parse_tracker("nohost")
 
 
@@ -233,19 +313,43 @@ def _database_lines(work_dir) -> int:
 
 def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tmp_path, capsys):
     work_dir = tmp_path / "ms"
-    assert _tune_llvm(work_dir) == 0
-    out = capsys.readouterr().out
-    assert "best:" in out and "sch.get_sblock" in out  # the best trace, printed as Python
-    assert _database_lines(work_dir) == 4 and (work_dir / "best_trace.py").exists()
+    said = []
+    request = tuning.search.Request("metaschedule", 4, work_dir=str(work_dir), target="llvm")
+    summary = tuning.search.run(Workload("gemm", (32, 32, 32)), request, say=said.append)
+    curve = summary.pop("curve")
+    assert summary == {"schedule": "metaschedule", "search": "metaschedule",
+                       "tuner": "evolutionary", "params": {"work_dir": str(work_dir)},
+                       "rules": "TVM's rules", "seed": 0, "trials": 4,
+                       "trials_per_min": metaschedule.trials_per_minute(str(work_dir)),
+                       "kind": "search", "status": "ok"}
+    assert [n for n, _ in curve] == [1, 2, 3, 4] and curve[-1][1] > 0
+    assert said[-1] == f"saved best_trace.txt and best_module.txt in {work_dir}"
+    assert _database_lines(work_dir) == 4
+    assert (work_dir / metaschedule.BEST_TRACE).read_text().startswith("b0 = sch.get_sblock")
+    assert "T.prim_func" in (work_dir / metaschedule.BEST_MODULE).read_text()
     assert _tune_llvm(work_dir, 4) == 0
     assert _database_lines(work_dir) == 8
-    assert "(4 there already)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(4 there already)" in out and "best:" in out
+    assert "sch.get_sblock" in out  # the best trace, printed as Python
     assert len(metaschedule.curve(str(work_dir))) == 8 and metaschedule.trials_per_minute(
         str(work_dir)) > 0
     # a work dir tuned for the CPU is not applied to a CUDA build
     assert runner.main(["--shape", "32x32x32", "--schedule", "metaschedule", "--work-dir",
                         str(work_dir), "--no-ir"]) == 2
     assert f"work dir {work_dir} was tuned for llvm, not cuda sm_90a" in capsys.readouterr().err
+
+
+def test_progress_is_read_past_a_line_cut_short_by_a_kill(tmp_path):
+    path = str(tmp_path / metaschedule.PROGRESS)
+    line = {"session": "s", "trial": 1, "time_ms": 0.5, "error": None, "elapsed_s": 1.0}
+    records.append(path, line)
+    with open(path, "a") as f:
+        f.write('{"session": "s", "tri')
+    records.append(path, {**line, "trial": 3, "elapsed_s": 3.0})
+    assert [p["trial"] for p in metaschedule.read_progress(str(tmp_path))] == [1, 3]
+    assert metaschedule.curve(str(tmp_path)) == [(1, 0.5), (3, 0.5)]
+    assert metaschedule.trials_per_minute(str(tmp_path)) == 40.0  # 2 in the session's 3 s
 
 
 def test_metaschedule_measures_through_an_rpc_tracker_on_loopback(tmp_path):
@@ -379,7 +483,7 @@ def trial(device: str, time_ms: float, tile_x: int, tvm_version: str | None = No
     if tvm_version:
         key["tvm"] = tvm_version
     return autotvm.trial_record(key, {**SEED_SPACE.configs()[0], "tile_x": tile_x},
-                                candidates.Outcome("ok", time_ms), 1)
+                                Outcome(Status.OK, time_ms), 1)
 
 
 def test_a_template_record_applies_only_on_its_device_and_tvm_version():
@@ -422,23 +526,27 @@ def test_the_committed_searches_apply_like_rungs(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--tune", "metaschedule", "--trials", "0", "--work-dir", "x"], "--trials must be positive"),
+    (["--tune", "metaschedule", "--trials", "0", "--work-dir", "x"],
+     "trials must be positive, not 0"),
     (["--tune", "metaschedule", "--target", "llvm"], "needs --work-dir"),
-    (["--schedule", "metaschedule"], "needs --work-dir"),
+    (["--schedule", "metaschedule"], "metaschedule needs the work dir of a MetaSchedule search"),
+    (["--schedule", "autotvm:seed_template"], "autotvm:seed_template needs the records of a "
+                                              "template search"),
     (["--schedule", "metaschedule", "--work-dir", "no/such/dir"], "does not exist"),
     (["--tune", "autotvm:seed_template", "--tuner", "anneal", "--records", "r.jsonl"],
-     "unknown --tuner 'anneal'; valid: grid, random, xgb"),
+     "unknown tuner 'anneal'; valid: grid, random, xgb"),
     (["--tune", "autotvm:seed_template"], "needs --records"),
     (["--tune", "autotvm:v3", "--records", "r.jsonl"], "declares no knob space"),
     (["--tune", "autotvm:seed_template", "--records", "r.jsonl", "--target", "llvm"],
      "--target llvm is for MetaSchedule"),
-    (["--tune", "metaschedule", "--work-dir", "x", "--target", "rocm"], "unknown --target"),
+    (["--tune", "metaschedule", "--work-dir", "x", "--target", "rocm"],
+     "unknown target 'rocm'; valid: cuda, llvm"),
     (["--tune", "anneal"], "unknown search 'anneal'"),
     (["--tune", "metaschedule", "--work-dir", "x", "--rpc-tracker", "nohost", "--rpc-key", "k"],
      "host:port"),
     (["--tune", "metaschedule", "--work-dir", "x", "--rpc-tracker", "h:1"], "needs --rpc-key"),
     (["--tune", "metaschedule", "--work-dir", "x", "--ms-space", "wide"],
-     "unknown --ms-space 'wide'; valid: tvm, split-k"),
+     "unknown design space 'wide'; valid: tvm, split-k"),
     (["--tune", "metaschedule", "--work-dir", "x", "--ms-space", "split-k", "--target", "llvm"],
      "split-k is for CUDA targets"),
     (["--schedule", "autotvm:seed_template", "--records", RECORDED, "--shape", "64x64x64"],
@@ -476,7 +584,9 @@ def test_the_builder_builds_tensor_core_candidates():
     """CUDA code generation for a v6 candidate looks up the fragment layouts that TVM's tensor
     intrinsics register, so the builder's workers import them for such candidates (on the
     H100, every v6 candidate of the first search failed to build without them), and only
-    for those: the import costs each worker about 40 s on the GPU machine."""
+    for those: the import costs each worker about 40 s on the GPU machine. A candidate that
+    fails to build is build_failed, with TVM's reason."""
+    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from tuning import build
@@ -491,7 +601,12 @@ def test_the_builder_builds_tensor_core_candidates():
         assert not builder.tensor_intrinsics
         results += builder.build([ms.builder.BuilderInput(tensor_cores, target)])
         assert builder.tensor_intrinsics
+        for_the_cpu = ms.builder.BuilderInput(cuda_cores, tvm.target.Target("llvm"))
+        failed, = builder.artifacts([for_the_cpu])
     finally:
         candidates.shut_down(builder)
     for result in results:
         assert result.error_msg is None and os.path.getsize(result.artifact_path) > 0
+    # a CUDA schedule built for the CPU: build_failed, with TVM's reason
+    assert failed.status is Status.BUILD_FAILED
+    assert failed.error.startswith("tvm.error.InternalError: Check failed: (device_id_) is false")

@@ -12,6 +12,8 @@ Each measured configuration becomes one JSON line of the records file the moment
 so an interrupted search loses nothing measured and the next run resumes. A search is one
 (workload, template, device, tuner, seed): grid, random and xgb keep separate histories on the
 same space, so their curves can be compared; the best of a records file is the best of them all.
+A search ends with its summary record (the best configuration and the tuning curve), for the
+report.
 """
 
 from __future__ import annotations
@@ -20,16 +22,20 @@ import itertools
 import json
 import math
 import random
+import time
+from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Callable
 
 import tvm
 
-from schedules.errors import RecordsError, ScheduleNotApplicable, UsageError
+from schedules.errors import RecordsError, ScheduleNotApplicable, SearchFailed, UsageError
 from schedules.registry import ScheduleEntry
 from schedules.workloads import Workload
 
-from .candidates import Outcome
+from . import records as store
+from .candidates import Outcome, Status
 
 
 BATCH = 16  # configurations built in parallel, then run one after another
@@ -73,7 +79,7 @@ History = dict  # config_key -> Outcome
 
 def best(history: History) -> tuple[dict, float] | None:
     """The fastest correct configuration and its time (ms), or None."""
-    timed = [(json.loads(k), o.time_ms) for k, o in history.items() if o.status == "ok"]
+    timed = [(json.loads(k), o.time_ms) for k, o in history.items() if o.status == Status.OK]
     return min(timed, key=lambda item: item[1]) if timed else None
 
 
@@ -112,7 +118,7 @@ class XGBTuner(RandomTuner):
 
     def propose(self, space: Space, configs: list[dict], history: History, n: int) -> list[dict]:
         left = _unmeasured(configs, history)
-        speeds = {k: -math.log(o.time_ms) for k, o in history.items() if o.status == "ok"}
+        speeds = {k: -math.log(o.time_ms) for k, o in history.items() if o.status == Status.OK}
         if len(history) < self.warmup or not speeds:  # the model's first data: a small batch
             return super().propose(space, configs, history, min(n, max(1, self.warmup - len(history))))
         import numpy as np
@@ -133,6 +139,7 @@ class XGBTuner(RandomTuner):
 
 
 TUNERS = {"grid": GridTuner, "random": RandomTuner, "xgb": XGBTuner}
+DEFAULT_TUNER = "xgb"
 
 
 def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], history: History,
@@ -154,8 +161,8 @@ def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], hi
 
 
 def measure_with(entry: ScheduleEntry, wl: Workload, target, builder, runner):
-    """measure(configs) -> outcomes: schedule each configuration (a refusal is 'invalid'), then
-    build and run the batch through the builder and runner."""
+    """measure(configs) -> outcomes: schedule each configuration (a refusal is invalid), then
+    build and run the batch through the builder (a WarmBuilder) and runner."""
     from .candidates import measure_modules
 
     def measure(configs: list[dict]) -> list[Outcome]:
@@ -164,9 +171,9 @@ def measure_with(entry: ScheduleEntry, wl: Workload, target, builder, runner):
             try:
                 mods.append(entry.apply(wl, target, **config))
             except ScheduleNotApplicable as e:
-                mods.append(Outcome("invalid", error=str(e)))
+                mods.append(Outcome(Status.INVALID, error=str(e)))
             except Exception as e:  # noqa: BLE001  a schedule error is this candidate's failure
-                mods.append(Outcome("build_failed", error=f"{type(e).__name__}: {e}"[:500]))
+                mods.append(Outcome(Status.BUILD_FAILED, error=f"{type(e).__name__}: {e}"[:500]))
         return measure_modules(mods, target, builder, runner)
 
     return measure
@@ -196,21 +203,21 @@ def history_of(records: list[dict], key: dict, defaults: dict | None = None) -> 
     """The measured configurations of one search, from its records (the last word wins). A
     record made before a knob joined the space ran with that knob's value in `defaults`."""
     return {config_key({**(defaults or {}), **r["config"]}):
-            Outcome(r["status"], r.get("time_ms"), r.get("error"))
+            Outcome(Status(r["status"]), r.get("time_ms"), r.get("error"))
             for r in records if matches(r, key) and isinstance(r.get("config"), dict)}
 
 
 def measured_on(records: list[dict], wl: Workload, template: str) -> set[str]:
     """The devices with correct measurements of `template` on `wl` with this TVM."""
     key = _any_device(wl, template)
-    return {r.get("device") for r in records if matches(r, key) and r.get("status") == "ok"}
+    return {r.get("device") for r in records if matches(r, key) and r.get("status") == Status.OK}
 
 
 def best_record(records: list[dict], wl: Workload, template: str, device: str) -> dict | None:
     """The fastest correct configuration of `template` on `wl` measured on `device` with this
     TVM, by any tuner."""
     key = {**_any_device(wl, template), "device": device}
-    timed = [r for r in records if matches(r, key) and r.get("status") == "ok"
+    timed = [r for r in records if matches(r, key) and r.get("status") == Status.OK
              and isinstance(r.get("time_ms"), (int, float))]
     return min(timed, key=lambda r: r["time_ms"]) if timed else None
 
@@ -225,7 +232,7 @@ def curve(records: list[dict], key: dict) -> list[tuple[int, float | None]]:
     """(trial, best correct time so far in ms) over one search's records, in measured order."""
     points, best_ms = [], None
     for n, r in enumerate((r for r in records if matches(r, key)), start=1):
-        if r.get("status") == "ok" and (best_ms is None or r["time_ms"] < best_ms):
+        if r.get("status") == Status.OK and (best_ms is None or r["time_ms"] < best_ms):
             best_ms = r["time_ms"]
         points.append((n, best_ms))
     return points
@@ -251,3 +258,62 @@ def tuned_entry(entry: ScheduleEntry, wl: Workload, records: list[dict], path: s
     config = found["config"]
     return TunedSchedule(wl.op, f"autotvm:{entry.name}", config,
                          lambda w, target: entry.apply(w, target, **config))
+
+
+def records_device(rpc_tracker: str | None, rpc_key: str | None, asked: str | None) -> str | None:
+    """Whose template-search records this run measures and applies: the RPC key's hosts
+    (`rpc:<key>`) when it measures through a tracker, else this machine's GPU; with neither,
+    the device `asked` for, which may be None: the records' only one. Asking for another device
+    than the one this run measures on is refused."""
+    from . import measure
+
+    here = (f"rpc:{rpc_key}" if rpc_tracker else
+            measure.device_facts()["gpu"] if measure.gpu_present() else None)
+    if here and asked and asked != here:
+        raise UsageError(f"records measured on {asked} are not applied here; this run's are "
+                         f"{here}'s")
+    return here or asked
+
+
+# -- a search, from its records to its summary ---------------------------------------------------
+
+
+def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], list[Outcome]], *,
+           path: str, device: str, tuner: str, seed: int, trials: int,
+           say: Callable[[str], None] = print, warn: Callable[[str], None] = print) -> dict:
+    """Search `entry`'s space on `wl` with `tuner`, resuming from the records at `path` of the
+    same search on `device`; each measured configuration is appended there as it comes and said.
+    Returns the search's summary record. A search with no correct configuration fails, with the
+    most common reason."""
+    space = Space.of(entry)
+    key = search_key(wl, entry.name, device, tuner, seed)
+    history = history_of(store.load_and_warn(path, warn), key,
+                         {knob: entry.defaults[knob] for knob in space.knobs})
+    say(f"{tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"
+        f" {len(history)} measured before, in {path}")
+    start, trial = time.time(), [len(history)]
+
+    def on_measured(config, outcome):
+        trial[0] += 1
+        store.append(path, trial_record(
+            key, config, outcome, trial[0],
+            date=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+        result = f"{outcome.time_ms:.4f} ms" if outcome.status == Status.OK else outcome.status
+        so_far = best(history)
+        say(f"  [{trial[0]}] {config}: {result}; best so far "
+            f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {time.time() - start:.0f} s")
+
+    new = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured)
+    if new < trials:
+        say(f"the space is exhausted: {new} new configurations measured")
+    found = best(history)
+    if found is None:
+        reasons = Counter(o.error or o.status for o in history.values())
+        raise SearchFailed(f"no configuration ran correctly in {len(history)} measured; most "
+                           f"often: {reasons.most_common(1)[0][0] if reasons else 'none ran'}")
+    rate = 60 * new / (time.time() - start)
+    say(f"best: {found[1]:.4f} ms with {found[0]} ({len(history)} measured; "
+        f"{rate:.1f} trials/min this run)")
+    return {"schedule": f"autotvm:{entry.name}", "search": "autotvm", "tuner": tuner,
+            "seed": seed, "params": found[0], "trials": len(history), "space": len(space),
+            "trials_per_min": rate, "curve": curve(store.load(path).records, key)}

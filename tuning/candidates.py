@@ -13,6 +13,11 @@ more than the builder's 30 s timeout, so every candidate timed out
 (reports/logs/h100-ms-builder-probe.log). WarmBuilder starts its workers once, imports TVM
 before the first candidate (outside the timeout) and builds with `build.build_artifact`, which
 needs the intrinsics only for tensor-core candidates (their workers import them at start).
+
+What became of a candidate is an Outcome with a Status, which WarmBuilder and CheckingRunner
+take from how their workers ended (completed, timed out, or raised: measure.WrongResult for a
+wrong result). TVM's own runners (RPC, and the local one of CPU searches) report a failure as
+text only, which `tvm_run_failure` reads.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+from enum import Enum
 
 import tvm
 from tvm.ir.utils import derived_object
@@ -69,7 +75,15 @@ class WarmBuilder(ms.builder.PyBuilder):
         self.tensor_intrinsics = False  # whether the workers have imported them
 
     def build(self, build_inputs):
-        needed = any(build.has_warp_fragments(b.mod.script()) for b in build_inputs)
+        """MetaSchedule's interface: each candidate's artifact, or why it has none."""
+        return [ms.builder.BuilderResult(None, built.error) if isinstance(built, Outcome)
+                else ms.builder.BuilderResult(built, None)
+                for built in self.artifacts(build_inputs)]
+
+    def artifacts(self, build_inputs) -> list[str | Outcome]:
+        """Build each candidate in the workers: its artifact's path, or the Outcome of a build
+        that timed out or failed."""
+        needed = any(build.has_warp_fragments(b.mod) for b in build_inputs)
         if self.pool is None or needed and not self.tensor_intrinsics:
             if self.pool is not None:
                 self.pool.shutdown()
@@ -80,12 +94,13 @@ class WarmBuilder(ms.builder.PyBuilder):
         results = []
         for done in self.pool.map_with_error_catching(build.build_artifact, jobs):
             if done.status == StatusKind.COMPLETE:
-                results.append(ms.builder.BuilderResult(done.value, None))
+                results.append(done.value)
             elif done.status == StatusKind.TIMEOUT:
-                results.append(ms.builder.BuilderResult(
-                    None, f"build timed out after {self.timeout_sec:.0f} s"))
+                results.append(Outcome(Status.TIMEOUT,
+                                       error=f"build timed out after {self.timeout_sec:.0f} s"))
             else:
-                results.append(ms.builder.BuilderResult(None, f"build failed: {done.value}"))
+                results.append(Outcome(Status.BUILD_FAILED,
+                                       error=error_summary(f"build failed: {done.value}")))
         return results
 
 
@@ -116,22 +131,34 @@ class CheckingRunner(ms.runner.PyRunner):
                                  initializer=_warm_up_runner)
 
     def run(self, runner_inputs):
-        futures = []
-        for runner_input in runner_inputs:
-            done = next(iter(self.pool.map_with_error_catching(
-                self.evaluate, [runner_input.artifact_path])))
-            if done.status == StatusKind.COMPLETE:
-                futures.append(LocalRunnerFuture(res=[done.value]))
-                continue
-            if done.status == StatusKind.TIMEOUT:
-                error = f"run timed out after {self.timeout_sec:.0f} s"
-            else:
-                error = f"run failed: {done.value}"
-            if "wrong result" not in error:  # the worker may hold a broken CUDA context
+        """MetaSchedule's interface: each candidate's time, or why it has none."""
+        return [LocalRunnerFuture(res=[outcome.time_ms * 1e-3]) if outcome.status is Status.OK
+                else LocalRunnerFuture(error_message=outcome.error)
+                for outcome in self.outcomes([i.artifact_path for i in runner_inputs])]
+
+    def outcomes(self, artifact_paths: list[str]) -> list[Outcome]:
+        """Check and time each built candidate in turn; after a failure other than a wrong
+        result, the worker is replaced (it may hold a broken CUDA context)."""
+        outcomes = []
+        for path in artifact_paths:
+            outcome = self._outcome(next(iter(self.pool.map_with_error_catching(
+                self.evaluate, [path]))))
+            if outcome.status not in (Status.OK, Status.WRONG):
                 self.pool.shutdown()
                 self.pool = self._new_pool()
-            futures.append(LocalRunnerFuture(error_message=error))
-        return futures
+            outcomes.append(outcome)
+        return outcomes
+
+    def _outcome(self, done) -> Outcome:
+        """A run's Outcome, from how its worker ended: completed (the time), timed out, raised
+        measure.WrongResult (wrong), or raised anything else (run_failed)."""
+        if done.status == StatusKind.COMPLETE:
+            return Outcome(Status.OK, mean_ms([done.value]))
+        if done.status == StatusKind.TIMEOUT:
+            return Outcome(Status.TIMEOUT, error=f"run timed out after {self.timeout_sec:.0f} s")
+        if isinstance(done.value, measure.WrongResult):
+            return Outcome(Status.WRONG, error=error_summary(str(done.value)))
+        return Outcome(Status.RUN_FAILED, error=error_summary(f"run failed: {done.value}"))
 
 
 def parse_tracker(address: str) -> tuple[str, int]:
@@ -217,12 +244,10 @@ def check_rpc(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> i
 
 def make_runner(target: tvm.target.Target, wl: Workload, flush: str = "read",
                 rpc_tracker: str | None = None, rpc_key: str | None = None) -> ms.runner.Runner:
-    """Over RPC: TVM's runner on the tracker's hosts. On this machine's GPU: a worker process
-    that checks and times each candidate with this project's harness. Otherwise (a CPU target):
-    TVM's local runner."""
+    """Over RPC (a tracker's host:port, and the key its hosts registered under): TVM's runner on
+    the tracker's hosts. On this machine's GPU: a worker process that checks and times each
+    candidate with this project's harness. Otherwise (a CPU target): TVM's local runner."""
     if rpc_tracker:
-        if not rpc_key:
-            raise UsageError("--rpc-tracker needs --rpc-key (the key the GPU hosts registered)")
         host, port = parse_tracker(rpc_tracker)
         check_rpc(rpc_tracker, rpc_key)  # refused in seconds, rather than retries or a hang
         config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key,
@@ -242,11 +267,25 @@ def shut_down(*workers) -> None:
             pool.shutdown()
 
 
+class Status(str, Enum):
+    """What became of a candidate, as its record says it (the values are committed data)."""
+
+    OK = "ok"
+    INVALID = "invalid"  # the template refused the configuration
+    BUILD_FAILED = "build_failed"
+    RUN_FAILED = "run_failed"  # crashed, or failed on the remote host
+    WRONG = "wrong"  # ran, and failed its check against float64
+    TIMEOUT = "timeout"  # its build or its run took too long
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What became of one candidate."""
 
-    status: str  # ok, invalid, build_failed, run_failed, wrong, timeout
+    status: Status
     time_ms: float | None = None
     error: str | None = None
 
@@ -299,36 +338,46 @@ def error_summary(message: str) -> str:
     return (errors or lines or ["failed"])[-1][:300]
 
 
-def _failure(kind: str, message: str) -> Outcome:
-    detail = error_summary(message)
-    if "timed out" in message or "Timeout" in message:
-        kind = "timeout"
-    elif "wrong result" in message:
-        kind = "wrong"
-    return Outcome(kind, error=detail)
+# How TVM's runners say that a run timed out: their own limit ("RPCRunner: Timeout, killed after
+# 60 seconds"), or the RPC session's ("Session timeout when running ...").
+TVM_TIMEOUTS = ("Timeout, killed after", "Session timeout when running")
 
 
-def measure_modules(mods: list, target: tvm.target.Target, builder, runner) -> list[Outcome]:
+def tvm_run_failure(message: str) -> Outcome:
+    """The Outcome of a run that failed in one of TVM's own runners (RPC, or the local one of CPU
+    searches), which say what happened in text only: a timeout where the text is one of
+    TVM_TIMEOUTS, else run_failed; its error is the message's summary (error_summary)."""
+    timed_out = any(words in message for words in TVM_TIMEOUTS)
+    return Outcome(Status.TIMEOUT if timed_out else Status.RUN_FAILED, error=error_summary(message))
+
+
+def _run(runner, target: tvm.target.Target, built: list[tuple[tvm.IRModule, str]]) -> list[Outcome]:
+    """Run each built (module, artifact path): CheckingRunner gives outcomes itself; TVM's
+    runners give a time or a message, read by tvm_run_failure."""
+    if isinstance(runner, CheckingRunner):
+        return runner.outcomes([path for _, path in built])
+    inputs = [ms.runner.RunnerInput(path, target.kind.name,
+                                    ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+              for mod, path in built]
+    results = [future.result() for future in runner.run(inputs)]
+    return [tvm_run_failure(r.error_msg) if r.error_msg else Outcome(Status.OK, mean_ms(r.run_secs))
+            for r in results]
+
+
+def measure_modules(mods: list, target: tvm.target.Target, builder: WarmBuilder,
+                    runner) -> list[Outcome]:
     """Build and run each scheduled module (an Outcome in its place stays as it is)."""
     outcomes: list[Outcome | None] = [m if isinstance(m, Outcome) else None for m in mods]
     pending = [i for i, m in enumerate(mods) if not isinstance(m, Outcome)]
-    built = builder.build([ms.builder.BuilderInput(mods[i], target) for i in pending])
+    built = builder.artifacts([ms.builder.BuilderInput(mods[i], target) for i in pending])
     to_run = []
-    for i, result in zip(pending, built):
-        if result.error_msg:
-            outcomes[i] = _failure("build_failed", result.error_msg)
+    for i, artifact in zip(pending, built):
+        if isinstance(artifact, Outcome):
+            outcomes[i] = artifact
         else:
-            to_run.append((i, result.artifact_path))
-    inputs = [
-        ms.runner.RunnerInput(path, target.kind.name,
-                              ms.arg_info.ArgInfo.from_prim_func(mods[i]["main"]))
-        for i, path in to_run
-    ]
-    for (i, path), future in zip(to_run, runner.run(inputs)):
-        result = future.result()
-        if result.error_msg:
-            outcomes[i] = _failure("run_failed", result.error_msg)
-        else:
-            outcomes[i] = Outcome("ok", mean_ms(result.run_secs))
+            to_run.append((i, artifact))
+    ran = _run(runner, target, [(mods[i], path) for i, path in to_run])
+    for (i, path), outcome in zip(to_run, ran):
+        outcomes[i] = outcome
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     return outcomes

@@ -1,9 +1,11 @@
 """The exploration run: schedules x one workload -> lowered IR, CUDA, measurements, records.
 
-Each chosen schedule is applied, lowered and built; on a GPU it is then checked against float64
-and timed, and every outcome (timed, failed, skipped) becomes a record of the same run, followed
-by the baselines and the copy-bandwidth ceiling of that run. Without a GPU the run stops after
-the build. Output goes through `say`, so the command line decides where it is printed.
+Schedules are chosen by name (`selection`): the registered ones, with knobs set, and the best
+of the searches (`metaschedule`, `autotvm:<template>`). Each chosen schedule is applied, lowered
+and built; on a GPU it is then checked against float64 and timed, and every outcome (timed,
+failed, skipped) becomes a record of the same run, followed by the baselines and the
+copy-bandwidth ceiling of that run. Without a GPU the run stops after the build. Output goes
+through `say`, so the command line decides where it is printed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from schedules.errors import BuildFailed, ExplorerError, KernelFailed, ScheduleNotApplicable
+import schedules
+from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, ScheduleNotApplicable,
+                              UsageError)
 from schedules.workloads import Workload
 
 from . import build, measure, records
@@ -25,6 +29,60 @@ class Settings:
     show_ir: bool = True
     show_cuda: bool = False
     explicit: bool = False  # one schedule the user named: a refusal or failure is an error
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    """Where searches left what they found, for schedules to be chosen from."""
+
+    work_dir: str | None = None  # a MetaSchedule work dir: `metaschedule`
+    records: str | None = None  # a template search's records: `autotvm:<template>`
+    device: str | None = None  # whose records apply (autotvm.records_device); None: the only one
+
+
+def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str], None] = print):
+    """A schedule by name: a registered one, with knobs set as 'v5:split_k=4,thread_n=8',
+    'metaschedule' (the best in the work dir) or 'autotvm:<template>' (the template with the
+    best configuration in the records); a corrupt records line goes to `warn`."""
+    if name == "metaschedule":
+        if not found.work_dir:
+            raise UsageError("metaschedule needs the work dir of a MetaSchedule search")
+        from . import metaschedule
+
+        return metaschedule.tuned_entry(wl, found.work_dir)
+    if name.startswith("autotvm:"):
+        if not found.records:
+            raise UsageError(f"{name} needs the records of a template search")
+        from . import autotvm
+
+        return autotvm.tuned_entry(schedules.get(wl.op, name[len("autotvm:"):]), wl,
+                                   records.load_and_warn(found.records, warn), found.records,
+                                   found.device)
+    base, _, knobs = name.partition(":")
+    entry = schedules.get(wl.op, base)
+    return entry.with_knobs(knobs) if knobs else entry
+
+
+def selection(wl: Workload, name: str, found: SearchResults,
+              warn: Callable[[str], None] = print) -> list:
+    """The schedules `name` stands for: one (see `resolve`), or for 'all' the ladder and
+    baselines, plus the best of each search in `found` for `wl` on its device."""
+    from . import autotvm
+
+    if name != "all":
+        return [resolve(wl, name, found, warn)]
+    chosen = schedules.entries(wl.op)
+    if found.work_dir:
+        chosen.append(resolve(wl, "metaschedule", found, warn))
+    if found.records:
+        measured = records.load_and_warn(found.records, warn)
+        for entry in schedules.entries(wl.op, templates=True):
+            if entry.space and (autotvm.measured_on(measured, wl, entry.name)
+                                if found.device is None else
+                                autotvm.best_record(measured, wl, entry.name, found.device)):
+                chosen.append(autotvm.tuned_entry(entry, wl, measured, found.records,
+                                                  found.device))
+    return chosen
 
 
 def refusal(schedule, wl: Workload, target, error: ScheduleNotApplicable) -> ScheduleNotApplicable:
@@ -68,9 +126,9 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
     of this run (none without a GPU)."""
     from reports.render import markdown_table, table_rows
 
-    loaded = records.load(settings.results)  # read first: a corrupt line is named, never rewritten
-    for problem in loaded.problems:
-        warn(f"warning: {problem}; the line is kept as it is and new records are appended")
+    # read first: a corrupt line is named, never rewritten
+    records.load_and_warn(settings.results, warn,
+                          then="the line is kept as it is and new records are appended")
     run = None
     if measure.gpu_present():
         from . import bench

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from schedules.errors import KernelFailed
 from schedules.workloads import Workload
 
 TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
@@ -277,10 +278,14 @@ def check_and_time(
 SEARCH_BUDGET_MS = 300.0  # timing budget per search candidate; a chosen schedule gets BUDGET_MS
 
 
+class WrongResult(KernelFailed):
+    """A search candidate that ran and failed its check against float64; the message says how."""
+
+
 def evaluate_artifact(wl: Workload, flush: str, artifact_path: str) -> float:
     """A search candidate, built and exported by a builder: check it against float64 on random
     inputs, then time it with this module's harness (a short budget). Returns the median in
-    seconds; a wrong result raises."""
+    seconds; a wrong result raises WrongResult."""
     import tvm
 
     executable = tvm.runtime.load_module(artifact_path)
@@ -288,7 +293,7 @@ def evaluate_artifact(wl: Workload, flush: str, artifact_path: str) -> float:
     runner = tvm_runner(executable, wl, inputs, poisoned_output(wl))
     result = check_and_time(wl, runner, inputs, tolerance(wl), flush, SEARCH_BUDGET_MS)
     if result["status"] != "ok":
-        raise RuntimeError(f"wrong result: {result['error']}")
+        raise WrongResult(result["error"])
     return result["timing"]["median_ms"] * 1e-3
 
 

@@ -3,14 +3,14 @@
 The work dir holds TVM's JSON database (database_workload.json, database_tuning_record.json),
 which the next run with the same dir loads and extends: `trials` counts new trials only. Next to
 it this module keeps progress.jsonl (one line per measured candidate: its time or failure and
-the elapsed time, for the tuning curve and the trials per minute), best_trace.py (the best
-schedule's trace as Python) and best_module.py (the scheduled module as TVMScript).
+the elapsed time, for the tuning curve and the trials per minute), best_trace.txt (the best
+schedule's trace, as the Python that replays it) and best_module.txt (the scheduled module as
+TVMScript). A search returns its summary record, for the report's tables and tuning curves.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -24,13 +24,17 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Instruction, Trace
 
-from schedules.errors import RecordsError
+from schedules.errors import RecordsError, SearchFailed, UsageError
 from schedules.workloads import Workload
 
+from . import records
 from .candidates import error_summary, mean_ms
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 PROGRESS = "progress.jsonl"
+PROGRESS_FIELDS = ("session", "trial", "elapsed_s")  # what every line of PROGRESS has
+BEST_TRACE = "best_trace.txt"  # the best schedule's trace, as the Python that replays it
+BEST_MODULE = "best_module.txt"  # the best scheduled module, as TVMScript
 BATCH = 32  # candidates per search iteration: Ctrl-C waits for it, a kill loses at most it
 # --ms-space: the rules the design space is made of
 SPACES = {"tvm": "TVM's rules", "split-k": "TVM's rules + split K"}  # name: as reports say it
@@ -103,6 +107,18 @@ class SplitK(ms.schedule_rule.PyScheduleRule):
         return SplitK(self.tiling.clone(), self.mod)
 
 
+def space_for(space: str | None, target_kind: str) -> str:
+    """The design space to search on a `target_kind` target: `space` (a key of SPACES), or by
+    default split-k on CUDA and TVM's rules elsewhere. split-k is refused off CUDA."""
+    space = space or ("split-k" if target_kind == "cuda" else "tvm")
+    if space not in SPACES:
+        raise UsageError(f"unknown design space '{space}'; valid: {', '.join(SPACES)}")
+    if space == "split-k" and target_kind != "cuda":
+        raise UsageError("design space split-k is for CUDA targets; TVM's CPU rules split "
+                         "reductions already (AddRFactor)")
+    return space
+
+
 def design_space(mod: tvm.IRModule, target: tvm.target.Target, space: str):
     """The space generator for --ms-space: TVM's rules for the target, or (CUDA only) those
     with SplitK in front, its partial sums tiled by TVM's CUDA-core multi-level tiling."""
@@ -126,43 +142,30 @@ def check_work_dir(work_dir: str, must_exist: bool) -> None:
     if not os.path.isdir(work_dir):
         raise RecordsError(f"work dir {work_dir} is not a directory")
     workloads = []
-    for number, entry, path in _database_lines(work_dir, DATABASE_FILES[0]):
-        workloads.append(_read_line(path, number, "workload",
+    for where, entry, problem in records.lines(os.path.join(work_dir, DATABASE_FILES[0])):
+        workloads.append(_read_line(where, problem, "workload",
                                     lambda: ms.database.Workload.from_json(entry)))
-    for number, entry, path in _database_lines(work_dir, DATABASE_FILES[1]):
+    for where, entry, problem in records.lines(os.path.join(work_dir, DATABASE_FILES[1])):
         def record():
             index, record_json = entry
             if not isinstance(index, int) or not 0 <= index < len(workloads):
                 raise ValueError(f"workload {index} is not in {DATABASE_FILES[0]}")
             return ms.database.TuningRecord.from_json(record_json, workloads[index])
-        _read_line(path, number, "tuning record", record)
+        _read_line(where, problem, "tuning record", record)
 
 
-def _database_lines(work_dir: str, name: str):
-    """(line number, parsed JSON, path) for each non-empty line of a database file."""
-    path = os.path.join(work_dir, name)
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line), path
-            except json.JSONDecodeError as e:
-                raise RecordsError(
-                    f"{path}:{number}: not valid JSON ({e.msg}); the database is left as it is "
-                    "(a last line cut short by a killed run can be deleted to resume)") from e
-
-
-def _read_line(path: str, number: int, what: str, read: Callable):
-    """read(), with any failure to make sense of the line reported as that line's fault: not
-    a MetaSchedule `what`."""
+def _read_line(where: str, problem: str | None, what: str, read: Callable):
+    """What read() makes of the database line at `where` (path:line). A line with a `problem`
+    (records.lines: not JSON), or one that read() fails on (not a MetaSchedule `what`), is
+    refused as that line's fault."""
+    if problem:
+        raise RecordsError(f"{where}: {problem}; the database is left as it is (a last line "
+                           "cut short by a killed run can be deleted to resume)")
     try:
         return read()
     except Exception as e:  # noqa: BLE001  TVM's parsers raise many kinds of error
         reason = (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
-        raise RecordsError(f"{path}:{number}: not a MetaSchedule {what} ({reason}); the "
+        raise RecordsError(f"{where}: not a MetaSchedule {what} ({reason}); the "
                            "database is left as it is") from e
 
 
@@ -174,25 +177,11 @@ def open_database(work_dir: str) -> ms.database.JSONDatabase:
         raise RecordsError(f"cannot load the MetaSchedule database in {work_dir}: {first}") from e
 
 
-def _append_line(path: str, entry: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def read_progress(work_dir: str) -> list[dict]:
+    """Every line of the work dir's progress.jsonl. A line cut short by a kill is skipped
+    without a word: that candidate is in the database anyway."""
     path = os.path.join(work_dir, PROGRESS)
-    if not os.path.exists(path):
-        return []
-    entries = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill: that candidate is in the database anyway
-    return entries
+    return records.load(path, PROGRESS_FIELDS, "progress line").records
 
 
 def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
@@ -222,9 +211,9 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
                 last = error_summary(error) if error else None
                 if last:
                     state["errors"][last] += 1
-                _append_line(path, {"session": session, "trial": state["trials"],
-                                    "time_ms": time_ms, "error": last,
-                                    "elapsed_s": round(time.time() - state["start"], 2)})
+                records.append(path, {"session": session, "trial": state["trials"],
+                                      "time_ms": time_ms, "error": last,
+                                      "elapsed_s": round(time.time() - state["start"], 2)})
             best = f"{state['best']:.4f} ms" if state["best"] is not None else "none yet"
             say(f"  trials {state['new']} new, {state['trials']} in all ({failed} of this batch "
                 f"failed); best so far {best}; {time.time() - state['start']:.0f} s")
@@ -256,10 +245,12 @@ def _interruptible(state: dict, say: Callable[[str], None]):
         signal.signal(signal.SIGINT, previous)
 
 
-def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, space: str,
-         builder, runner, say: Callable[[str], None] = print, seed: int | None = None) -> dict:
+def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, space: str,
+           builder, runner, seed: int = 0, say: Callable[[str], None] = print) -> dict:
     """Run `trials` new MetaSchedule trials on `wl` over the design space `space` (see SPACES)
-    into `work_dir`; save and return the best."""
+    into `work_dir`, then say the best and save it (BEST_TRACE, BEST_MODULE); returns the
+    search's summary record. A search with no correct candidate at all fails, with the most
+    common reason."""
     check_work_dir(work_dir, must_exist=False)
     os.makedirs(work_dir, exist_ok=True)
     database = open_database(work_dir)
@@ -279,10 +270,19 @@ def tune(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, sp
                     space=generator, seed=seed)
     elapsed = time.time() - state["start"]
     found = save_best(wl, target, work_dir, database)
-    errors = state["errors"].most_common(1)
-    return {"new_trials": state["new"], "trials": state["trials"], "elapsed_s": elapsed,
-            "most_common_error": errors[0][0] if errors else None,
-            "trials_per_min": 60 * state["new"] / elapsed if elapsed else None, **found}
+    if found is None:
+        errors = state["errors"].most_common(1)
+        raise SearchFailed(f"no candidate ran correctly in {state['new']} trials; most often: "
+                           f"{errors[0][0] if errors else 'nothing was measured'}")
+    best_ms, trace = found
+    say(f"best: {best_ms:.4f} ms after {state['trials']} trials; "
+        f"{60 * state['new'] / elapsed:.1f} trials/min this run")
+    say("# best schedule's trace:\n" + trace)
+    say(f"saved {BEST_TRACE} and {BEST_MODULE} in {work_dir}")
+    return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
+            "params": {"work_dir": work_dir}, "rules": SPACES[space], "seed": seed,
+            "trials": state["trials"], "trials_per_min": trials_per_minute(work_dir),
+            "curve": curve(work_dir)}
 
 
 def _describe(target: tvm.target.Target) -> str:
@@ -309,19 +309,20 @@ def _best_schedule(wl: Workload, target, database, work_dir: str) -> tvm.s_tir.S
     return database.query_schedule(mod, target, workload_name="main")
 
 
-def save_best(wl: Workload, target, work_dir: str, database) -> dict:
-    """Write the best schedule's trace (Python) and module (TVMScript) into the work dir."""
+def save_best(wl: Workload, target, work_dir: str, database) -> tuple[float, str] | None:
+    """Write the best schedule's trace (BEST_TRACE) and module (BEST_MODULE) into the work dir;
+    returns its time in ms and its trace, or None when no candidate ran correctly."""
     mod = tvm.IRModule({"main": wl.prim_func()})
     record = database.query_tuning_record(mod, target, workload_name="main")
     if record is None:
-        return {"best_ms": None, "trace": None}
+        return None
     sch = _best_schedule(wl, target, database, work_dir)
     trace = "\n".join(sch.trace.as_python())
-    with open(os.path.join(work_dir, "best_trace.py"), "w") as f:
+    with open(os.path.join(work_dir, BEST_TRACE), "w") as f:
         f.write(trace + "\n")
-    with open(os.path.join(work_dir, "best_module.py"), "w") as f:
+    with open(os.path.join(work_dir, BEST_MODULE), "w") as f:
         f.write(sch.mod.script() + "\n")
-    return {"best_ms": mean_ms(record.run_secs), "trace": trace}
+    return mean_ms(record.run_secs), trace
 
 
 def best_module(wl: Workload, target: tvm.target.Target, work_dir: str) -> tvm.IRModule:

@@ -1,0 +1,111 @@
+"""A search, from its settings to its summary record.
+
+MetaSchedule (tuning/metaschedule.py) or a template search (tuning/autotvm.py), measured on this
+machine's GPU, on an RPC tracker's hosts, or (MetaSchedule only) on this CPU. Settings that
+cannot work are refused before anything is measured or written. The summary record is each
+search's own (see theirs) with `kind: search`: what a report draws the search's table and
+tuning curve from.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import tvm
+
+import schedules
+from schedules.errors import UsageError
+from schedules.workloads import Workload
+
+from . import autotvm, build, candidates, measure, metaschedule
+
+TARGETS = ("cuda", "llvm")  # llvm: MetaSchedule on this CPU
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to search, where its state is kept, and where it is measured."""
+
+    search: str  # "metaschedule" or "autotvm:<template>"
+    trials: int  # new trials to measure
+    work_dir: str | None = None  # MetaSchedule's database, reused to resume
+    space: str | None = None  # MetaSchedule's design space (metaschedule.space_for)
+    records: str | None = None  # a template search's records, reused to resume
+    device: str | None = None  # whose records those are (autotvm.records_device)
+    tuner: str | None = None  # a template search's (autotvm.TUNERS); None: the default
+    seed: int = 0
+    target: str = "cuda"  # one of TARGETS
+    arch: str = "sm_90"  # what RPC hosts' candidates are built for
+    flush: str = "read"  # what runs before each timed launch on this machine's GPU
+    rpc_tracker: str | None = None  # host:port of the tracker whose hosts measure
+    rpc_key: str | None = None  # the key those hosts registered under
+
+    @property
+    def on_local_gpu(self) -> bool:
+        """Whether the candidates run on this machine's GPU (checked, then timed here)."""
+        return self.target == "cuda" and not self.rpc_tracker
+
+
+def run(wl: Workload, request: Request, say: Callable[[str], None] = print,
+        warn: Callable[[str], None] = print) -> dict:
+    """Search `wl` as `request` says, progress to `say` and corrupt records lines to `warn`;
+    returns the search's summary record."""
+    search = _checked(wl, request, say, warn)
+    target = _target(request)
+    runner = candidates.make_runner(target, wl, request.flush, request.rpc_tracker,
+                                    request.rpc_key)
+    builder = candidates.WarmBuilder()
+    try:
+        found = search(target, builder, runner)
+    finally:
+        candidates.shut_down(builder, runner)
+    return {**found, "kind": "search", "status": "ok"}
+
+
+def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
+    """The search that `request` names, its settings checked, as a function of the target,
+    builder and runner it measures with."""
+    if request.trials <= 0:
+        raise UsageError(f"trials must be positive, not {request.trials}")
+    if request.target not in TARGETS:
+        raise UsageError(f"unknown target '{request.target}'; valid: {', '.join(TARGETS)}")
+    if request.search == "metaschedule":
+        metaschedule.check_work_dir(request.work_dir, must_exist=False)
+        space = metaschedule.space_for(request.space, request.target)
+
+        def metaschedule_search(target, builder, runner):
+            return metaschedule.search(wl, target, request.work_dir, request.trials, space,
+                                       builder, runner, request.seed, say)
+
+        return metaschedule_search
+    if request.search.startswith("autotvm:"):
+        tuner = request.tuner or autotvm.DEFAULT_TUNER
+        if tuner not in autotvm.TUNERS:
+            raise UsageError(f"unknown tuner '{tuner}'; valid: {', '.join(autotvm.TUNERS)}")
+        entry = schedules.get(wl.op, request.search[len("autotvm:"):])
+        autotvm.Space.of(entry)  # a schedule without a space is refused before any work
+
+        def template_search(target, builder, runner):
+            return autotvm.search(
+                entry, wl, autotvm.measure_with(entry, wl, target, builder, runner),
+                path=request.records, device=request.device, tuner=tuner,
+                seed=request.seed, trials=request.trials, say=say, warn=warn)
+
+        return template_search
+    raise UsageError(f"unknown search '{request.search}'; valid: metaschedule, "
+                     "autotvm:<template>")
+
+
+def _target(request: Request) -> tvm.target.Target:
+    """Where the candidates are measured: this CPU (llvm), the RPC tracker's hosts (built for
+    request.arch), or this machine's GPU."""
+    if request.target == "llvm":
+        return tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count() or 1})
+    if request.rpc_tracker:
+        return build.cuda_target(request.arch)
+    if not measure.gpu_present():
+        raise UsageError("no GPU here: a CUDA search needs this machine's GPU, or remote ones "
+                         "through an RPC tracker")
+    return build.cuda_target(measure.device_facts()["arch"])
