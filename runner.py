@@ -4,7 +4,7 @@
     python runner.py --schedule v3              # lower, print IR, build, check, time, record
     python runner.py --schedule all --no-ir     # the whole ladder plus baselines
     python runner.py --diff v2 v3               # what changed between two rungs
-    python runner.py --diff v5 v5:split_k=4     # ... or between two settings of a rung's knobs
+    python runner.py --diff v5k v5k:k_slices=8  # ... or between two settings of a rung's knobs
     python runner.py --report reports/x.md      # markdown from the results file
     python runner.py --list                     # schedules per op
     python runner.py --tune metaschedule --trials 256 --work-dir ms-gemm   # MetaSchedule search
@@ -32,7 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--schedule", default="v3",
-                      help="schedule name, with knobs as v5:split_k=4,thread_n=8, or 'all' (default: v3)")
+                      help="schedule name, with knobs as v5k:k_slices=4,thread_n=8, or 'all' (default: v3)")
     what.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="compare two schedules' IR")
     what.add_argument("--report", metavar="PATH", help="render a markdown report from --results")
     what.add_argument("--list", action="store_true", help="list the schedules of every op")

@@ -76,7 +76,7 @@ class ScheduleEntry:
                                  f"{' (or none)' if optional else ''}, not {value!r}")
 
     def parse_knobs(self, text: str) -> dict:
-        """'split_k=4,thread_n=8' -> {'split_k': 4, 'thread_n': 8}, each value read as its
+        """'k_slices=4,thread_n=8' -> {'k_slices': 4, 'thread_n': 8}, each value read as its
         knob's declared type ('true'/'false', an integer, or 'none'), then checked."""
         knob_types = self.knob_types
         chosen = {}

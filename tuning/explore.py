@@ -41,7 +41,7 @@ class SearchResults:
 
 
 def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str], None] = print):
-    """A schedule by name: a registered one, with knobs set as 'v5:split_k=4,thread_n=8',
+    """A schedule by name: a registered one, with knobs set as 'v5k:k_slices=4,thread_n=8',
     'metaschedule' (the best in the work dir) or 'autotvm:<template>' (the template with the
     best configuration in the records); a corrupt records line goes to `warn`."""
     if name == "metaschedule":
