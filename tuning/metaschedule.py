@@ -164,17 +164,21 @@ def _read_line(where: str, problem: str | None, what: str, read: Callable):
     try:
         return read()
     except Exception as e:  # noqa: BLE001  TVM's parsers raise many kinds of error
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
-        raise RecordsError(f"{where}: not a MetaSchedule {what} ({reason}); the "
+        raise RecordsError(f"{where}: not a MetaSchedule {what} ({_last_line(e)[:200]}); the "
                            "database is left as it is") from e
+
+
+def _last_line(error: Exception) -> str:
+    """The last line of TVM's message (where its parsers say what is wrong), or the error's type."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[-1]
 
 
 def open_database(work_dir: str) -> ms.database.JSONDatabase:
     try:
         return ms.database.JSONDatabase(work_dir=work_dir)
     except Exception as e:  # noqa: BLE001  TVM's own complaint about a malformed record
-        first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
-        raise RecordsError(f"cannot load the MetaSchedule database in {work_dir}: {first}") from e
+        raise RecordsError(f"cannot load the MetaSchedule database in {work_dir}: "
+                           f"{_last_line(e)}") from e
 
 
 def read_progress(work_dir: str) -> list[dict]:
