@@ -10,6 +10,7 @@
     python runner.py --tune metaschedule --trials 256 --work-dir ms-gemm   # MetaSchedule search
     python runner.py --tune autotvm:seed_template --tuner xgb --records at.jsonl   # knob search
     python runner.py --schedule metaschedule --work-dir ms-gemm   # the best found, like a rung
+    python runner.py --suite llm-bf16            # real models' shapes: rungs, dlight, cuBLAS
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from schedules.errors import ExplorerError, UsageError
 
 DEFAULT_RESULTS = os.path.join("reports", "results.jsonl")
+DEFAULT_SCHEDULE = "v3"
 OLDEST_ARCH = 75  # the oldest GPU that CUDA 13's nvcc builds for (sm_75, Turing)
 
 
@@ -31,13 +33,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Lower, build, check and time TVM schedules against cuBLAS and the GPU's limits.",
     )
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--schedule", default="v3",
-                      help="schedule name, with knobs as v5k:k_slices=4,thread_n=8, or 'all' (default: v3)")
+    what.add_argument("--schedule",
+                      help="schedule name, with knobs as v5k:k_slices=4,thread_n=8 (a rung's "
+                      "other knobs as its shape heuristic picks them), 'best' (the fastest that "
+                      "the records of this GPU know for the workload, else a rule's rung), or "
+                      f"'all' (default: {DEFAULT_SCHEDULE}); with --suite, the one rung to run "
+                      "beside the baselines (default: all of the suite's)")
     what.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="compare two schedules' IR")
     what.add_argument("--report", metavar="PATH", help="render a markdown report from --results")
-    what.add_argument("--list", action="store_true", help="list the schedules of every op")
+    what.add_argument("--list", action="store_true",
+                      help="list the schedules of every op, the presets and the suites")
     what.add_argument("--tune", metavar="SEARCH",
                       help="search: 'metaschedule' or 'autotvm:<template>' (a schedule with a space)")
+    p.add_argument("--suite", metavar="NAME",
+                   help="run a named list of real models' shapes (see --list) through the suite's "
+                   "rungs and baselines; with --list, show its shapes")
     p.add_argument("--op", help="gemm, gemv or batched_gemv (default: gemm, or the preset's)")
     p.add_argument("--shape", help="e.g. 1024x512x2048 (MxNxK for gemm, NxK for gemv, LxNxK)")
     p.add_argument("--preset", help="a named workload from the seeds (see --list)")
@@ -106,6 +116,30 @@ def list_schedules() -> None:
     print("presets:")
     for name, wl in schedules.PRESETS.items():
         print(f"  {name:18s}{wl.label()}")
+    list_suites()
+
+
+def list_suites() -> None:
+    """The suites of real shapes, one line each."""
+    from schedules import suites
+
+    print("suites (--suite NAME runs one; --suite NAME --list shows its shapes):")
+    for suite in suites.SUITES.values():
+        print(f"  {suite.name:14s}{suite.summary}; {len(suite.entries)} shapes; "
+              f"{', '.join(suite.schedule_names())} and cuBLAS")
+
+
+def list_suite(suite, names: list[str]) -> None:
+    """--suite NAME --list: what the suite runs, and each shape with where it comes from."""
+    from tabulate import tabulate
+
+    print(f"suite {suite.name}: {suite.summary}")
+    print(f"schedules: {', '.join(names)}; baselines measured with them: cuBLAS (the workload's "
+          "output dtype), and TF32 for float32 GEMMs, the seed's Triton kernel for GEMVs")
+    if suite.left_out:
+        print(f"not run: {suite.left_out}")
+    rows = [[e.workload.label(), e.tags()["model"], e.layer, e.origin] for e in suite.entries]
+    print(tabulate(rows, headers=["shape", "model", "layer", "origin"], tablefmt="plain"))
 
 
 def say(line: str) -> None:
@@ -119,14 +153,14 @@ def warn(line: str) -> None:
 
 
 def search_results(args):
-    """Where --work-dir and --records say searches left their results, and whose records apply
-    here: this GPU's, the RPC key's hosts' or (no GPU here) --device's."""
+    """Where --work-dir, --records and (for `best`) --results say what searches and runs found,
+    and whose records apply here: this GPU's, the RPC key's hosts' or (no GPU here) --device's."""
     from tuning import autotvm
     from tuning.explore import SearchResults
 
     device = (autotvm.records_device(args.rpc_tracker, args.rpc_key, args.device)
-              if args.records else None)
-    return SearchResults(args.work_dir, args.records, device)
+              if args.records or args.schedule == "best" else None)
+    return SearchResults(args.work_dir, args.records, device, args.results)
 
 
 def diff(args, wl, found) -> None:
@@ -150,7 +184,9 @@ def diff(args, wl, found) -> None:
 
 
 def report(args) -> None:
-    from reports.render import render
+    """--report: markdown from --results; a suite report (reports/shapes.py) where the records
+    are those of suite runs, else the exploration report (reports/render.py)."""
+    from reports import render, shapes
     from tuning import records
 
     if os.path.isdir(args.report):
@@ -158,6 +194,13 @@ def report(args) -> None:
     measured = records.load_and_warn(args.results, warn, then="skipped")
     if not measured:
         raise UsageError(f"no measurements in {args.results}: run on a GPU first")
+    of_suites = [r for r in measured if r.get("suite")]
+    renderer = shapes.render if of_suites else render.render
+    if of_suites and len(of_suites) < len(measured):
+        warn(f"warning: {len(measured) - len(of_suites)} records of {args.results} are not from "
+             "suite runs; this suite report leaves them out (render them from a results file of "
+             "their own)")
+        measured = of_suites
     notes = None
     if args.notes:
         try:
@@ -166,9 +209,9 @@ def report(args) -> None:
         except OSError as e:
             raise UsageError(f"cannot read --notes {args.notes}: {e.strerror}") from e
     title = args.title or os.path.splitext(os.path.basename(args.report))[0]
-    text = render(measured, title=title, notes=notes,
-                  figure_prefix=os.path.splitext(args.report)[0])
-    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)  # figures go there
+    text = renderer(measured, title=title, notes=notes,
+                    figure_prefix=os.path.splitext(args.report)[0])
     with open(args.report, "w") as f:
         f.write(text + "\n")
     print(f"wrote {args.report}")
@@ -182,6 +225,38 @@ def run_schedules(args, wl, chosen: list, extra_records: list | None = None,
     settings = Settings(results=args.results, arch=args.arch, flush=args.flush,
                         show_ir=not args.no_ir, show_cuda=args.show_cuda, explicit=explicit)
     explore(wl, chosen, settings, warn=warn, extra_records=extra_records)
+
+
+# Flags that pick a workload, a search or another kind of run: a suite brings its own.
+NOT_WITH_SUITE = ("shape", "preset", "op", "dtype", "out_dtype", "layout", "diff", "tune", "report",
+                  "work_dir", "records", "tuner", "ms_space", "rpc_tracker", "rpc_key", "device")
+
+
+def suite_request(args):
+    """--suite NAME: the suite and the schedules to run on each of its shapes (--schedule keeps
+    one rung and the baselines); a flag of NOT_WITH_SUITE, or a knob that the rung lacks, is
+    refused here, before anything is built or written."""
+    from schedules import suites
+    from tuning.explore import SearchResults, resolve
+
+    suite = suites.get(args.suite)
+    given = [f"--{name.replace('_', '-')}" for name in NOT_WITH_SUITE if getattr(args, name)]
+    if given:
+        raise UsageError(f"--suite runs the suite's own shapes and schedules; it does not take "
+                         f"{', '.join(given)}")
+    names = suite.schedule_names(args.schedule)
+    for name in names:
+        resolve(suite.entries[0].workload, name, SearchResults(), warn)  # knobs checked
+    return suite, names
+
+
+def suite_run(args, suite, names: list[str]) -> None:
+    """--suite: build every shape's schedules, then on a GPU check, time and record them."""
+    from tuning.explore import Settings
+    from tuning.suite import run_suite
+
+    run_suite(suite, names, Settings(results=args.results, arch=args.arch, flush=args.flush),
+              say, warn)
 
 
 def search_request(args, found):
@@ -238,7 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         check_arch(args.arch)
-        if args.list:
+        if args.suite is not None:
+            suite, names = suite_request(args)
+            if args.list:
+                list_suite(suite, names)
+            else:
+                suite_run(args, suite, names)
+        elif args.list:
             list_schedules()
         elif args.report:
             report(args)
@@ -252,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
             elif args.tune:
                 tune(args, wl, found)
             else:
-                run_schedules(args, wl, selection(wl, args.schedule, found, warn),
-                              explicit=args.schedule != "all")
+                name = args.schedule or DEFAULT_SCHEDULE
+                run_schedules(args, wl, selection(wl, name, found, warn), explicit=name != "all")
     except ExplorerError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -3,11 +3,14 @@
 For every GPU and workload in the records, the latest run that measured it becomes one table,
 in the order the run measured it (the ladder, then the baselines): time, speedup over naive
 and over the previous rung, throughput, the ratio to cuBLAS measured in the same run, and for
-memory-bound ops the share of the copy bandwidth measured in the same run.
+memory-bound ops the share of the copy bandwidth measured in the same run. With a figure prefix,
+each table also gets its roofline: the kernels' TFLOP/s under the copy bandwidth and the compute
+ceiling (cuBLAS on a large square GEMM) measured in that run.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from tabulate import tabulate
@@ -116,15 +119,30 @@ def latest_runs(records: list[dict]) -> list[list[dict]]:
             continue
         group = (r.get("gpu"), *workload_key(r))
         groups.setdefault(group, {}).setdefault(r["run_id"], []).append(r)
-    ceilings = {r["run_id"]: r for r in records if r.get("kind") == "ceiling"}
+    ceilings: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("kind") == "ceiling":
+            ceilings.setdefault(r["run_id"], []).append(r)
     selected = []
     for runs in groups.values():
         run_id = max(runs, key=lambda rid: runs[rid][0]["date"])
-        run = runs[run_id]
-        if run_id in ceilings:
-            run = [{**m, "copy_gbps": ceilings[run_id]["copy_gbps"]} for m in run]
-        selected.append(run)
+        selected.append(with_ceilings(runs[run_id], ceilings.get(run_id, [])))
     return selected
+
+
+def with_ceilings(run: list[dict], ceilings: list[dict]) -> list[dict]:
+    """A run's measurements, each with the ceilings measured in that same run: the copy
+    bandwidth (`copy_gbps`) and the compute ceiling in the run's input dtype (`compute_ceiling`,
+    its record); a ceiling the run did not measure is left out, never filled in."""
+    extra = {}
+    copy = next((c["copy_gbps"] for c in ceilings if c.get("copy_gbps")), None)
+    if copy:
+        extra["copy_gbps"] = copy
+    compute = next((c for c in ceilings if c.get("compute_tflops")
+                    and c.get("dtype") == run[0]["dtype"]), None)
+    if compute:
+        extra["compute_ceiling"] = compute
+    return [{**m, **extra} for m in run]
 
 
 TVM_RULES = "TVM's rules"
@@ -154,12 +172,18 @@ def _search_name(r: dict) -> str:
     return f"{r['schedule']} ({r['tuner']}{seed})"
 
 
+def timed_correct(run: list[dict]) -> list[dict]:
+    """The measurements of a run that passed their check and were timed: the only ones ranked
+    or drawn."""
+    return [r for r in run if r.get("status") == "ok" and r.get("timing")]
+
+
 def _references(run: list[dict] | None) -> dict[str, float]:
     """cuBLAS and the fastest manual rung of a run, by label: the lines a tuning curve is read
     against."""
     if not run:
         return {}
-    timed = [r for r in run if r.get("status") == "ok" and r.get("timing")]
+    timed = timed_correct(run)
     found = {"cuBLAS": r["timing"]["median_ms"] for r in timed if r["schedule"] == "cublas"}
     rungs = [r for r in timed if r.get("kind") == "rung"]
     if rungs:
@@ -238,16 +262,106 @@ def plot_curves(searches: list[dict], run: list[dict] | None, title: str, path: 
     plt.close(fig)
 
 
+def compute_label(ceiling: dict) -> str:
+    """What a compute ceiling is: cuBLAS's rate on a large square GEMM in this run."""
+    return f"cuBLAS {ceiling['params']['size']}^3 {ceiling['dtype']}, this run"
+
+
+MARKERS = {"rung": ("o", "tab:blue", "rungs"), "tuned": ("^", "tab:green", "searched"),
+           "baseline": ("s", "tab:red", "baselines")}
+
+
+def plot_roofline(run: list[dict], title: str, path: str) -> list[tuple[str, float]]:
+    """One workload's roofline: the TFLOP/s of each correct kernel of the run at the workload's
+    arithmetic intensity (FLOP per byte of its minimum traffic), under the ceilings measured in
+    the same run, the copy bandwidth and, where measured, the compute ceiling, which meet at the
+    ridge point. Labels are spread upwards so close points stay readable: rungs on the right,
+    searched kernels and baselines on the left. Returns the points drawn, (label, TFLOP/s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    wl = workload_of(run[0])
+    intensity = wl.flops / wl.min_bytes
+    points = [(schedule_label(r), r["kind"], wl.flops / (r["timing"]["median_ms"] * 1e9))
+              for r in timed_correct(run)]
+    bandwidth = run[0].get("copy_gbps")  # TFLOP/s at x FLOP/byte: bandwidth * x / 1000
+    compute = run[0].get("compute_ceiling")
+    peak = compute and compute["compute_tflops"]
+    ridge = peak and bandwidth and 1e3 * peak / bandwidth
+    x_lo, x_hi = min(intensity, ridge or intensity) / 30, max(intensity, ridge or intensity) * 30
+    roof = peak or (bandwidth and bandwidth * intensity / 1e3)  # the top that must show
+    heights = [p[2] for p in points] + ([roof] if roof else [])
+    y_lo, y_hi = min(heights, default=1.0) / 5, max(heights, default=1.0) * 5
+    fig, ax = plt.subplots(figsize=(8, 7))
+    if bandwidth:
+        x_top = ridge or x_hi
+        ax.plot([x_lo, x_top], [bandwidth * x_lo / 1e3, bandwidth * x_top / 1e3], color="black",
+                label=f"copy bandwidth, this run: {bandwidth:.0f} GB/s")
+    if peak:
+        ax.plot([ridge or x_lo, x_hi], [peak, peak], color="black", linestyle="--",
+                label=f"{compute_label(compute)}: {peak:.0f} TFLOP/s")
+    if ridge:
+        ax.plot([ridge], [peak], "kD", label=f"ridge: {ridge:.0f} FLOP/byte")
+    if not peak:
+        ax.text(0.02, 0.98, "compute ceiling not measured in this run", transform=ax.transAxes,
+                va="top", fontsize=8, color="dimgray")
+    ax.axvline(intensity, color="gray", linestyle=":", linewidth=0.8,
+               label=f"{wl.label()}: {intensity:.1f} FLOP/byte")
+    for kind, (marker, color, name) in MARKERS.items():
+        ys = [tflops for _, k, tflops in points if k == kind]
+        if ys:
+            ax.scatter([intensity] * len(ys), ys, marker=marker, color=color, zorder=3, label=name)
+    gap = math.log10(y_hi / y_lo) / 40  # one line of label text, in decades
+    for right in (True, False):
+        placed = -math.inf
+        for label, _, tflops in sorted((p for p in points if (p[1] == "rung") == right),
+                                       key=lambda p: p[2]):
+            placed = max(math.log10(tflops), placed + gap)
+            ax.annotate(label, (intensity, tflops), xytext=(intensity * (1.8 if right else 1 / 1.8),
+                        10 ** placed), fontsize=7, va="center", ha="left" if right else "right",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
+                        arrowprops={"arrowstyle": "-", "color": "0.7", "linewidth": 0.5,
+                                    "relpos": (0, 0.5) if right else (1, 0.5)})
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of the workload's minimum traffic)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [(label, tflops) for label, _, tflops in points]
+
+
+def roofline_section(first: dict, figure: str) -> list[str]:
+    """Markdown under a workload's table: its roofline, and what the run did not measure."""
+    lines = [f"![roofline of {workload_of(first).label()}]({figure})", ""]
+    missing = [name for name, key in (("the copy bandwidth", "copy_gbps"),
+                                      ("the compute ceiling", "compute_ceiling"))
+               if not first.get(key)]
+    if missing:
+        lines += [f"*Not measured in this run, so not drawn: {' and '.join(missing)}.*", ""]
+    return lines
+
+
 def render(records: list[dict], title: str = "Performance report", notes: str | None = None,
            figure_prefix: str | None = None) -> str:
     """The whole markdown report; `notes` (markdown written by a person) go last, under Notes.
     Searches get a section per workload; with `figure_prefix` their curves are also plotted to
-    `<figure_prefix>-<n>.png`, linked from the report by file name."""
+    `<figure_prefix>-<n>.png`, and each workload's roofline to `<figure_prefix>-roofline-<n>.png`
+    under its table, linked from the report by file name."""
     runs = latest_runs(records)
     searches = latest_searches(records)
     if not runs and not searches:
         raise ValueError("no measurements to report (run on a GPU first)")
     lines = [f"# {title}", ""]
+    if figure_prefix:  # the figures are written before the report, maybe into a new folder
+        os.makedirs(os.path.dirname(os.path.abspath(figure_prefix)), exist_ok=True)
     facts = sorted({(r[0]["gpu"], r[0]["driver"], r[0]["tvm"]) for r in runs}
                    | {(r["gpu"], r["driver"], r["tvm"]) for rs in searches.values() for r in rs})
     for gpu, driver, tvm in facts:
@@ -271,7 +385,7 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
         "against a float64 reference; a failed kernel is not ranked"
     )
     lines.append("")
-    for run in runs:
+    for n, run in enumerate(runs, start=1):
         first = run[0]
         wl = workload_of(first)
         lines.append(f"## {wl.label()}")
@@ -280,10 +394,18 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
         where += f"; before each timed launch: {FLUSHES[flush_of(first)]}"
         if first.get("copy_gbps"):
             where += f"; device copy bandwidth in the same run: {first['copy_gbps']:.0f} GB/s"
+        if first.get("compute_ceiling"):
+            ceiling = first["compute_ceiling"]
+            where += (f"; compute ceiling, {compute_label(ceiling)}: "
+                      f"{ceiling['compute_tflops']:.0f} TFLOP/s")
         lines.append(where + ".")
         lines.append("")
         lines.append(markdown_table(table_rows(run)))
         lines.append("")
+        if figure_prefix:
+            figure = f"{figure_prefix}-roofline-{n}.png"
+            plot_roofline(run, f"{wl.label()} on {first['gpu']}\nrun {first['run_id']}", figure)
+            lines += roofline_section(first, os.path.basename(figure))
     run_of = {(r[0].get("gpu"), *workload_key(r[0])): r for r in runs}
     for n, (key, found) in enumerate(sorted(searches.items(), key=str), start=1):
         wl = workload_of(found[0])

@@ -36,6 +36,16 @@ def write_back_at(sch: tvm.s_tir.Schedule, wl: Workload, loop, block=None, vecto
         sch.vectorize(lanes)
 
 
+def _widest_vector(widest: int, *rows: int) -> int:
+    """The widest vector, `widest` elements (a power of two) at most, that rows of these
+    lengths are made of whole, so that every row starts on a vector boundary: 16-byte accesses
+    on aligned shapes, narrower ones, down to single elements, on ragged ones."""
+    vector = widest
+    while any(row % vector for row in rows):
+        vector //= 2
+    return vector
+
+
 def require_sm(name: str, minimum: int, feature: str) -> None:
     """Refuse a schedule whose `feature` needs compute capability `minimum` (90: sm_90) or
     later on an older target."""
@@ -64,7 +74,7 @@ def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads:
     consecutive rows never share a bank, whatever width `vector` the tile was loaded in.
     Returns the copy block."""
     tile = sch.cache_read(block, operand, scope)
-    sch.compute_at(tile, at)
+    sch.compute_at(tile, at, preserve_unit_loops=True)
     vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
     _, ty, tx = sch.split(vectors, [None, threads[0], threads[1]])
     sch.bind(ty, "threadIdx.y")
@@ -77,6 +87,7 @@ def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads:
 
 
 SINGLE_BARRIER = "explorer.single_barrier"  # a loop annotation, read by tuning/lowering.py
+WAIT_FOR_WGMMA = "explorer.wait_for_wgmma"  # a loop annotation, read by tuning/lowering.py
 
 
 def software_pipeline(sch: tvm.s_tir.Schedule, loop, stages: int, computes: int = 1,
@@ -109,7 +120,7 @@ def transposed_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: 
     a stride of 4 (mod 32) elements, so those 32 stores hit 32 different banks.
     Returns the copy block."""
     tile = sch.cache_read(block, operand, "shared.dyn")
-    sch.compute_at(tile, at)
+    sch.compute_at(tile, at, preserve_unit_loops=True)
     rows, k = sch.get_loops(tile)[-2:]
     rows, warp_rows = sch.split(rows, [None, 4])
     k, warp_k = sch.split(k, [None, 8])
@@ -120,3 +131,40 @@ def transposed_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: 
     sch.transform_layout(tile, ("write", 0), lambda row, k: (k, row))
     sch.storage_align(tile, 0, axis=-2, factor=32, offset=4)
     return tile
+
+
+def pad_to_tiles(sch: tvm.s_tir.Schedule, wl: Workload, tile: tuple[int, int, int]) -> bool:
+    """Where M, N or K is not whole tiles (`tile`: M x N x K), multiply matrices padded to whole
+    tiles with zeroes (pad_einsum): the multiply (tensor-core intrinsics, register tiles) then
+    always works on whole tiles, with no predicate of its own. The padding costs no memory:
+    `inline_padding` folds it into the loads (zero-filled past the edges) and the store
+    (predicated), and a cast of the output reads the padded accumulators directly. Returns
+    whether it padded."""
+    if all(wl.dims[axis] % size == 0 for axis, size in zip("MNK", tile)):
+        return False
+    sch.pad_einsum(sch.get_sblock(wl.reduction_block), list(tile))
+    if wl.has_cast:  # the cast reads the padded accumulators where they are inside C
+        sch.compute_inline(sch.get_sblock(f"{wl.reduction_block}_pad"))
+    return True
+
+
+def inline_padding(sch: tvm.s_tir.Schedule, wl: Workload, keep_store: bool = False) -> None:
+    """After pad_to_tiles, once the shared-memory copies and the accumulator's store exist: the
+    padded operands are read straight from A and B by those copies (a zero past their edges:
+    a zero-filling cp.async where the vector is whole), and the store writes C where it is
+    inside C only; with keep_store, pad_einsum's copy out of the padded C stays a block of its
+    own (`<output>_pad`)."""
+    for operand in ("A", "B"):
+        pad = padding_block(sch, f"{operand}_pad")  # none for an operand of whole tiles
+        if pad is not None:
+            sch.compute_inline(pad)
+    copy_out = padding_block(sch, f"{wl.output}_pad")  # none where only K was padded
+    if copy_out is not None and not keep_store and not wl.has_cast:
+        sch.reverse_compute_inline(copy_out)
+
+
+def padding_block(sch: tvm.s_tir.Schedule, name: str):
+    """The block that pad_einsum named `name` (`A_pad`, `B_pad`: padded copies of the inputs;
+    `<output>_pad`: the copy of the padded result into the output), or None where it made none."""
+    blocks = {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    return blocks.get(name)

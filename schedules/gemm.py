@@ -8,7 +8,11 @@ split K, v5t A transposed in shared memory; v6 and v7, on tensor cores, are in t
 The tiles of v5..v5k and of v6 come from knob sweeps on an H100
 (reports/logs/h100-gemm-sweep-*.log), v5t's from reports/logs/h100-v5t-sweep-*.log. Loop
 names follow the seed: i/x is the row axis (M), j/y the column axis (N), k the reduction.
-Shapes that are not multiples of a tile get predicated tails from `split`.
+Shapes that are not multiples of a tile get predicated tails from `split` up to v3; from v4
+on, the multiply is padded to whole tiles (common.pad_to_tiles), so only the loads (zero past
+the edges) and the store carry a predicate, and the register tiles none: a predicate on every
+multiply-add made the ragged register tiles spill (580 to 4328 bytes) and run 2 to 20 times
+slower than the aligned ones.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from dataclasses import dataclass
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import (cast_epilogue_at, cooperative_fetch, require_grid_y, require_sm,
-                     software_pipeline, transposed_fetch, write_back_at)
+from .common import (_widest_vector, cast_epilogue_at, cooperative_fetch, inline_padding,
+                     pad_to_tiles, require_grid_y, require_sm, software_pipeline,
+                     transposed_fetch, write_back_at)
+from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .workloads import DTYPE_BYTES, Workload
@@ -107,7 +113,7 @@ def v3(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: 
     # Step 2. Stage the A and B tiles of each K step in shared memory.
     for operand in (0, 1):
         tile = sch.cache_read(C, operand, "shared")
-        sch.compute_at(tile, ko)
+        sch.compute_at(tile, ko, preserve_unit_loops=True)
         # Step 3. Every thread of the block loads part of the tile (the seed's nparts split).
         rows, cols = sch.get_loops(tile)[-2:]
         tx, _ = sch.split(rows, [tile_x, None])
@@ -165,16 +171,6 @@ def _threads_of_register_tiles(name: str, block_m: int, block_n: int, thread_m: 
     return block_m // thread_m, block_n // thread_n
 
 
-def _widest_vector(widest: int, *rows: int) -> int:
-    """The widest vector, `widest` elements (a power of two) at most, that rows of these
-    lengths are made of whole, so that every row starts on a vector boundary: 16-byte accesses
-    on aligned shapes, narrower ones, down to single elements, on ragged ones."""
-    vector = widest
-    while any(row % vector for row in rows):
-        vector //= 2
-    return vector
-
-
 def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
     """16-byte loads need every row of A and B to start on a 16-byte boundary."""
     contiguous = {"K (the rows of A)": wl.dims["K"]}
@@ -225,6 +221,7 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     IR: C_local = alloc_local((thread_m * thread_n,)); block (block_n/thread_n, block_m/thread_m)
     threads; shared A and B tiles of block_m*tile_k and tile_k*block_n per K step."""
     threads = _threads_of_register_tiles("v4", block_m, block_n, thread_m, thread_n)
+    padded = pad_to_tiles(sch, wl, (block_m, block_n, tile_k))
     C = sch.get_sblock(wl.reduction_block)
     # Step 1. Block tile, thread tile, register tile; K in steps of tile_k.
     tx, (ko, _) = _tile_for_registers(sch, wl, C, "v4", threads, thread_m, thread_n, [tile_k])
@@ -233,6 +230,8 @@ def v4(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
     # Step 3. Shared A and B tiles per K step, loaded by all threads of the block.
     for operand in (0, 1):
         cooperative_fetch(sch, C, operand, ko, threads)
+    if padded:
+        inline_padding(sch, wl)
     sch.decompose_reduction(C, ko)
 
 
@@ -411,6 +410,7 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     if tiles.atomic_sum:
         _require_atomic_adds(name, wl, tiles.k_slices, {"M": tiles.block_m, "N": tiles.block_n})
     sliced = tiles.k_slices > 1
+    padded = pad_to_tiles(sch, wl, (tiles.block_m, tiles.block_n, tiles.tile_k))
     C = (_slice_k(sch, wl, tiles.k_slices, tiles.tile_k, tiles.atomic_sum) if sliced
          else sch.get_sblock(wl.reduction_block))
     # Step 1. v4's tiling, with the K step split again into fragment-wide slices, and a thread's
@@ -431,6 +431,8 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     else:
         cooperative_fetch(sch, C, 0, ko, threads, global_vector, "shared.dyn", pad_to=vector)
     cooperative_fetch(sch, C, 1, ko, threads, global_vector, "shared.dyn", pad_to=vector)
+    if padded:
+        inline_padding(sch, wl)
     # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, or along
     # M when transposed; B along N), the K steps of a tile unrolled so that the next fragments
     # load during this step's FMAs.
@@ -453,7 +455,7 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
 V5_SPACE = {**TILES, "thread_m": [4, 8], "thread_n": [4, 8], "tile_k": [16, 32]}
 
 
-@schedule("gemm", "v5", space=V5_SPACE)
+@schedule("gemm", "v5", space=V5_SPACE, heuristic=heuristics.register_tiles)
 def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
        thread_n: int = 4, tile_k: int = 32) -> None:
     """v4 + 16-byte vectors: global tiles come into shared memory as 16-byte vectors (on
@@ -472,7 +474,7 @@ def v5(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread
 V5P_SPACE = {**V5_SPACE, "stages": [1, 2, 3]}
 
 
-@schedule("gemm", "v5p", space=V5P_SPACE)
+@schedule("gemm", "v5p", space=V5P_SPACE, heuristic=heuristics.register_tiles)
 def v5p(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
         thread_n: int = 4, tile_k: int = 32, stages: int = 2, single_barrier: bool = True) -> None:
     """v5 + a cp.async pipeline: the next stages - 1 K tiles load asynchronously, into shared
@@ -491,7 +493,7 @@ def v5p(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, threa
 V5K_SPACE = {**V5P_SPACE, "k_slices": [1, 2, 4, 8], "atomic_sum": [False, True]}
 
 
-@schedule("gemm", "v5k", space=V5K_SPACE)
+@schedule("gemm", "v5k", space=V5K_SPACE, heuristic=heuristics.split_k)
 def v5k(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
         thread_n: int = 4, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
         k_slices: int = 4, atomic_sum: bool = False, overlap_zeroing: bool = True) -> None:
@@ -515,7 +517,7 @@ def v5k(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, threa
 @schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
                                 "thread_m": [8, 16], "thread_n": [8, 16], "tile_k": [16, 32],
                                 "stages": [2, 3], "k_slices": [1, 4, 8],
-                                "fragment_stages": [1, 2]})
+                                "fragment_stages": [1, 2]}, heuristic=heuristics.split_k)
 def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
         thread_n: int = 16, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
         k_slices: int = 1, atomic_sum: bool = False, overlap_zeroing: bool = True,

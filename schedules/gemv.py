@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from .common import require_grid_y, write_back_at
+from .common import _widest_vector, require_grid_y, write_back_at
+from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .workloads import DTYPE_BYTES, Workload
@@ -56,6 +57,18 @@ def naive(sch: Schedule, wl: Workload, rows_per_block: int = 128) -> None:
     sch.decompose_reduction(block, k)
 
 
+def _k_slices(sch: Schedule, k, reduce_threads: int, tile_k: int, width: int) -> list:
+    """Split K into serial steps of reduce_threads threads times tile_k elements, each thread's
+    tile_k read `width` elements at a time; returns the loops [steps, (pieces,) tk, ki].
+    A thread takes its tile_k consecutively when it reads them at once (one vector, or splitk's
+    scalar loop); in several vectors, the K threads' vectors lie side by side, so that each
+    warp load reads consecutive addresses: K is split [steps, tile_k // width, reduce_threads,
+    width]."""
+    if width == tile_k:
+        return sch.split(k, [None, reduce_threads, tile_k])
+    return sch.split(k, [None, tile_k // width, reduce_threads, width])
+
+
 def _k_across_threads(
     sch: Schedule,
     wl: Workload,
@@ -71,44 +84,48 @@ def _k_across_threads(
     keep), the schedule that the rungs after naive share; each rung turns one more knob on.
 
     Every thread owns `rows_per_thread` rows and, for each of them, a register partial sum
-    over its slice of K: `tile_k` consecutive elements per step at stride reduce_threads*tile_k.
+    over its slice of K: `tile_k` elements per step at stride reduce_threads*tile_k.
     A cross-thread reduction (tvm_thread_allreduce) then combines the `reduce_threads` partials.
     With `warp_reduce` the K threads are threadIdx.x, consecutive lanes of one warp, and TVM
     lowers the reduction to warp shuffles; otherwise they are threadIdx.y (rows on threadIdx.x,
     the seed's layout) and TVM reduces through a shared-memory tree with barriers.
-    With `vector_loads` each step's B and x slices come in as 16-byte loads (tile_k may be
-    several vectors).
+    With `vector_loads` each step's B and x slices come in as vectors: 16-byte ones when rows of
+    K are whole 16-byte vectors, otherwise the widest ones they are made of (down to single
+    elements on odd K), so that every vector starts on a boundary of its own width. tile_k stays
+    in elements: a thread has as many bytes in flight per step, in more, narrower loads.
     tile_k=None means one 16-byte vector of the input dtype (8 halves, 4 floats)."""
     vector = _vector_width(wl)
     tile_k = tile_k or vector
     if vector_loads and tile_k % vector:
         raise ScheduleNotApplicable(f"tile_k={tile_k} is not whole 16-byte vectors of {wl.dtype}")
-    if vector_loads and wl.dims["K"] % vector:
-        raise ScheduleNotApplicable(
-            f"K={wl.dims['K']} is not a multiple of the {vector}-element vector"
-        )
+    width = _widest_vector(vector, wl.dims["K"]) if vector_loads else tile_k
     row_tag, k_tag = ("threadIdx.y", "threadIdx.x") if warp_reduce else ("threadIdx.x", "threadIdx.y")
-    block, _, n, k = _gemv_loops(sch, wl)
+    block, batch, n, k = _gemv_loops(sch, wl)
     # Step 1. Rows: blocks of rows_per_block row threads, each with rows_per_thread rows.
     sch.split(n, [None, rows_per_block, rows_per_thread])
-    # Step 2. K: serial steps ko of reduce_threads threads times tile_k elements.
-    _, tk, _ = sch.split(k, [None, reduce_threads, tile_k])
+    # Step 2. K: serial steps of reduce_threads threads times tile_k elements, in vectors of
+    # `width`; a ragged last step is predicated.
+    tk = _k_slices(sch, k, reduce_threads, tile_k, width)[-2]
     # Step 3. rfactor: each K thread keeps its own partial sums in registers.
     partial = sch.rfactor(tk, factor_axis=0)
-    *batch, bx, tn, r, ko, tk, ki = sch.get_loops(partial)
-    sch.reorder(bx, tn, tk, ko, r, ki)
+    loops = sch.get_loops(partial)
+    bx, tn, r = loops[len(batch) : len(batch) + 3]
+    *steps, tk, ki = loops[len(batch) + 3 :]  # steps: ko, then the vector pieces (if several)
+    sch.reorder(bx, tn, tk, *steps, r, ki)
     sch.bind(bx, "blockIdx.x")
     sch.bind(tn, row_tag)
     sch.bind(tk, k_tag)
-    _bind_batch(sch, wl, batch)
+    _bind_batch(sch, wl, loops[: len(batch)])
     sch.set_scope(partial, 0, "local")
     if vector_loads:
-        # Step 4. One 16-byte load of x per step, reused by all rows; one per row of B.
+        # Step 4. Per step (per vector piece), one load of x, reused by all rows; one per row of B
+        # (on odd K, single elements: nothing to vectorize).
         for operand in (0, 1):  # x, then B
             tile = sch.cache_read(partial, operand, "local")
-            sch.compute_at(tile, ko)
-            _, lanes = sch.split(sch.get_loops(tile)[-1], [None, vector])
-            sch.vectorize(lanes)
+            sch.compute_at(tile, steps[-1])
+            if width > 1:
+                _, lanes = sch.split(sch.get_loops(tile)[-1], [None, width])
+                sch.vectorize(lanes)
     # Step 5. The cross-thread reduction of the partials, in the same kernel.
     sch.reverse_compute_at(block, bx, preserve_unit_loops=True)
     tk_sum, *_, rows = sch.get_loops(block)[len(batch) + 1 :]  # K threads, (unit batch), rows
@@ -117,7 +134,7 @@ def _k_across_threads(
     sch.bind(tn_sum, row_tag)
     sch.bind(tk_sum, k_tag)
     write_back_at(sch, wl, r_sum)
-    sch.decompose_reduction(partial, ko)
+    sch.decompose_reduction(partial, steps[0])
 
 
 @schedule("gemv", "splitk")
@@ -139,7 +156,8 @@ def splitk_vec(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_thre
     """splitk + each thread reads its K slice of B and x as one 16-byte vector (uint4).
 
     IR: local B and x tiles filled by a vectorized loop; `uint4` loads in the CUDA source.
-    K must be a multiple of the vector (8 halves, 4 floats)."""
+    On K that is not whole 16-byte vectors (8 halves, 4 floats), the slice comes in the widest
+    vectors that rows of K are made of (half2 on K = 2 mod 4 halves, single elements on odd K)."""
     _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=False)
 
@@ -160,8 +178,8 @@ ROWS_SPACE = {"rows_per_block": [1, 2, 4, 8], "reduce_threads": [32, 64, 128, 25
               "tile_k": [8, 16, 32], "rows_per_thread": [1, 2, 4]}
 
 
-@schedule("gemv", "multirow", space=ROWS_SPACE)
-@schedule("batched_gemv", "multirow", space=ROWS_SPACE)
+@schedule("gemv", "multirow", space=ROWS_SPACE, heuristic=heuristics.k_threads)
+@schedule("batched_gemv", "multirow", space=ROWS_SPACE, heuristic=heuristics.k_threads)
 def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
              tile_k: int | None = None, rows_per_thread: int = 4) -> None:
     """allreduce + each warp computes rows_per_thread rows, so each loaded x vector serves

@@ -4,8 +4,9 @@ A schedule is a function `(sch: tvm.s_tir.Schedule, wl: Workload, **params) -> N
 `sch` in place. Its keyword parameters (with defaults and annotations) are its tunable knobs:
 `bool` switches, and `int` sizes and counts, which are at least 1 (`int | None`: None lets the
 schedule choose). `space`, declared with it, lists the values the template tuner
-(tuning/autotvm.py) tries for each. A schedule that cannot handle a workload (or a knob
-setting) raises ScheduleNotApplicable with the reason.
+(tuning/autotvm.py) tries for each, and `heuristic` (schedules/heuristics.py) picks knobs for
+each workload's shape: what the schedule runs with where the user sets none. A schedule that
+cannot handle a workload (or a knob setting) raises ScheduleNotApplicable with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 
 import tvm
 
+from . import heuristics
 from .errors import ExplorerError, ScheduleNotApplicable, UnknownSchedule, UsageError
 from .workloads import OPS, Workload
 
@@ -30,6 +32,7 @@ class ScheduleEntry:
     baseline: bool = False  # a reference to compare with (dlight), not a rung of the ladder
     template: bool = False  # only a search space: tuned, never run with its defaults by "all"
     space: dict | None = None  # knob -> the values a template search tries
+    heuristic: Callable | None = None  # (wl, sms, knobs, space) -> the knobs it picks for wl
 
     @property
     def kind(self) -> str:
@@ -42,9 +45,21 @@ class ScheduleEntry:
 
     @property
     def defaults(self) -> dict:
-        """The tunable parameters and their default values."""
+        """The tunable parameters and their default values (the signature's)."""
         params = list(inspect.signature(self.fn).parameters.values())[2:]
         return {p.name: p.default for p in params}
+
+    def defaults_for(self, wl: Workload, chosen: dict | None = None) -> dict:
+        """Every knob as this schedule runs `wl` with it: the user's `chosen` ones, then those
+        its heuristic picks for the shape (on the H100's SMs; see schedules/heuristics.py),
+        then the signature's defaults."""
+        chosen = chosen or {}
+        knobs = {**self.defaults, **chosen}
+        if self.heuristic and not heuristics.measured(wl):
+            space = {**self.space, **{k: [v] for k, v in chosen.items() if k in self.space}}
+            picked = self.heuristic(wl, heuristics.H100_SMS, knobs, space)
+            knobs.update({k: v for k, v in picked.items() if k not in chosen})
+        return knobs
 
     @property
     def knob_types(self) -> dict[str, tuple[type, bool]]:
@@ -110,29 +125,36 @@ class ScheduleEntry:
             working.append(value)
         return working
 
-    def with_knobs(self, text: str) -> "TunedSchedule":
+    def with_knobs(self, text: str, wl: Workload) -> "TunedSchedule":
         """This schedule with the knobs of 'k=v,k=v' set, run like a rung under the name
-        '<name>:<text>'."""
+        '<name>:<text>'; the knobs it runs `wl` with are its params."""
         chosen = self.parse_knobs(text)
-        return TunedSchedule(self.op, f"{self.name}:{text}", {**self.defaults, **chosen},
-                             lambda wl, target: self.apply(wl, target, **chosen), self.kind,
+        return TunedSchedule(self.op, f"{self.name}:{text}", self.defaults_for(wl, chosen),
+                             lambda w, target: self.apply(w, target, **chosen), self.kind,
                              knobs=(self, chosen))
 
+    def for_workload(self, wl: Workload) -> "TunedSchedule":
+        """This schedule under its own name, with the knobs it runs `wl` with as its params."""
+        return TunedSchedule(self.op, self.name, self.defaults_for(wl),
+                             lambda w, target: self.apply(w, target), self.kind)
+
     def apply(self, wl: Workload, target: tvm.target.Target, **params) -> tvm.IRModule:
-        """Schedule the workload's PrimFunc for `target` and return the scheduled module."""
+        """Schedule the workload's PrimFunc for `target` and return the scheduled module; the
+        knobs not in `params` as `defaults_for(wl)` has them."""
         if wl.op != self.op:
             raise ScheduleNotApplicable(f"{self.name} is a {self.op} schedule, not {wl.op}")
         self.check_knobs(params)
         sch = tvm.s_tir.Schedule(tvm.IRModule({"main": wl.prim_func()}))
-        changed = {k: v for k, v in params.items() if v != self.defaults[k]}
+        own = self.defaults_for(wl)
+        changed = {k: v for k, v in params.items() if v != own[k]}
         with target:
             try:
-                self.fn(sch, wl, **{**self.defaults, **params})
+                self.fn(sch, wl, **self.defaults_for(wl, params))
             except ExplorerError:
                 raise
             except Exception as e:  # noqa: BLE001  TVM refusing a primitive for these knobs
                 if not changed:
-                    raise  # with its defaults, a failure is the schedule's bug: not hidden
+                    raise  # with its own knobs, a failure is the schedule's bug: not hidden
                 knobs = ", ".join(f"{k}={v}" for k, v in changed.items())
                 raise ScheduleNotApplicable(f"{self.name} cannot be scheduled with {knobs}: "
                                             f"{_reason(e)}") from None
@@ -153,7 +175,8 @@ def _reason(error: Exception) -> str:
 class TunedSchedule:
     """A schedule rebuilt by `make(wl, target)` and run like a rung: the best a search found
     (from its records; `params` say where it came from: the configuration, the work dir), or
-    a rung with knobs set on the command line (`params`: all its settings)."""
+    a rung for one workload, with or without knobs set on the command line (`params`: all the
+    knobs it runs that workload with)."""
 
     op: str
     name: str
@@ -175,14 +198,14 @@ _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 
 
 def schedule(op: str, name: str, baseline: bool = False, template: bool = False,
-             space: dict | None = None):
+             space: dict | None = None, heuristic: Callable | None = None):
     """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
-    the knob space a template search explores."""
+    the knob space a template search explores and the heuristic that picks knobs per shape."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
-        entry = ScheduleEntry(op, name, fn, baseline, template, space)
+        entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic)
         unknown = set(space or {}) - set(entry.defaults)
         if unknown:
             raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")

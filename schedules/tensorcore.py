@@ -22,7 +22,9 @@ from tvm.ir import Call, PrimType, StringImm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import cooperative_fetch, require_grid_y, require_sm, software_pipeline
+from .common import (WAIT_FOR_WGMMA, _widest_vector, cooperative_fetch, inline_padding,
+                     pad_to_tiles, padding_block, require_grid_y, require_sm, software_pipeline)
+from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .workloads import Workload
@@ -89,18 +91,25 @@ def require_tensor_core_gemm(name: str, wl: Workload, tile: tuple[int, int, int]
                              feature: str) -> None:
     """Refuse, in the words of rung `name`, what both tensor-core rungs cannot take: a target
     older than sm_`sm` (which `feature` needs), inputs other than float16 or bfloat16, an output
-    other than the float32 accumulators, M, N or K not whole block tiles (`tile`: M x N x K),
-    or more rows of blocks than blockIdx.y reaches."""
+    other than the float32 accumulators, or more rows of block tiles (`tile`: M x N x K) than
+    blockIdx.y reaches. Any M, N and K: see pad_to_tiles."""
     require_sm(name, sm, feature)
     if wl.dtype not in SHORT:
         raise ScheduleNotApplicable(f"{name} multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
     if wl.has_cast:
         raise ScheduleNotApplicable(f"{name} writes the float32 accumulators; use --out-dtype float32")
-    for axis, size in zip("MNK", tile):
-        if wl.dims[axis] % size:
-            raise ScheduleNotApplicable(f"{name} needs {axis}={wl.dims[axis]} to be a multiple of its "
-                                        f"tile {size}")
-    require_grid_y(name, "M/block_m", wl.dims["M"] // tile[0])
+    require_grid_y(name, "M/block_m", -(-wl.dims["M"] // tile[0]))
+
+
+def _store_through_shared(sch: Schedule, copy_out, accumulator, at, threads: tuple[int, int]):
+    """After pad_to_tiles padded M or N, for a store intrinsic that only writes whole 16x16
+    tiles: the accumulators go to a block tile in shared memory, and all threads copy the part
+    of it that lies inside C out to C (`copy_out`, pad_einsum's copy) under loop `at`."""
+    sch.set_scope(accumulator, 0, "shared.dyn")
+    sch.reverse_compute_at(copy_out, at, preserve_unit_loops=True)
+    _, ty, tx = sch.split(sch.fuse(*sch.get_loops(copy_out)[-2:]), [None, *threads])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
 
 
 def _warp_layout(i, j):
@@ -111,13 +120,16 @@ def _warp_layout(i, j):
 
 @schedule("gemm", "v6", space={"warps_m": [1, 2, 4], "warps_n": [1, 2, 4],
                                "warp_tiles_m": [1, 2, 4], "warp_tiles_n": [1, 2, 4],
-                               "chunk_k": [2, 4], "stages": [2, 3, 4]})
+                               "chunk_k": [2, 4], "stages": [2, 3, 4]},
+          heuristic=heuristics.warp_tiles)
 def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_tiles_m: int = 4,
        warp_tiles_n: int = 4, chunk_k: int = 4, stages: int = 3, overlap_ldmatrix: bool = True) -> None:
     """Tensor cores: each warp owns warp_tiles_m x warp_tiles_n tiles of 16x16 and multiplies
     them with mma.sync (fp16/bf16 in, fp32 accumulators in registers), its operands loaded from
     shared memory by ldmatrix. A `stages`-deep cp.async pipeline (v5's, deeper) feeds shared
     memory, and the next 16-wide K slice is loaded by ldmatrix while this one is multiplied.
+    Any M, N, K: ragged ones are padded to whole tiles inside the kernel (pad_to_tiles), and C
+    then leaves through shared memory.
 
     IR: ptx_ldmatrix and ptx_mma calls (mma.sync.aligned.m16n8k16 in the CUDA), `warp` scope
     fragments, a block tile of (warps_m*warp_tiles_m*16) x (warps_n*warp_tiles_n*16)."""
@@ -127,7 +139,10 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
                              "mma.sync m16n8k16 and cp.async")
     b_transposed = wl.layout == "nt"
     names = intrinsics(wl.dtype, b_transposed)
-    warps, lanes, vector = warps_m * warps_n, 32, 8
+    warps, lanes = warps_m * warps_n, 32
+    # 16-byte vectors, or the widest that ragged rows of A and B are made of
+    vector = _widest_vector(8, wl.dims["K"], wl.dims["K" if b_transposed else "N"])
+    padded = pad_to_tiles(sch, wl, (block_m, block_n, chunk_k * MMA))
 
     # Step 1. Cut the problem into 16x16x16 tensor-core tiles; the inner tile becomes one block.
     inner = sch.get_sblock(wl.reduction_block)
@@ -149,7 +164,7 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     # Step 3. A and B tiles in shared memory: 16-byte vectors from all warps, padded rows (v5's).
     for operand in (0, 1):
         cooperative_fetch(sch, outer, operand, ko, (warps, lanes), vector, "shared.dyn",
-                          pad_to=vector)
+                          pad_to=ATOM_ROWS)  # rows 16-byte aligned for ldmatrix, whatever `vector`
     # Step 4. Warp fragments: ldmatrix from shared memory at each K chunk; accumulators in
     # registers for the whole K loop, stored to C at the end.
     fragments = [sch.cache_read(outer, operand, "warp") for operand in (0, 1)]
@@ -160,11 +175,10 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     init = sch.decompose_reduction(outer, ko)
     # Step 5. Lay each fragment out as mma wants it, then swap loops for intrinsics.
     loops = {}
-    for name, block, shape in (("load_a", fragments[0], (MMA, MMA)), ("load_b", fragments[1], (MMA, MMA)),
-                               ("store", accumulator, (MMA, MMA))):
+    for name, block in (("load_a", fragments[0]), ("load_b", fragments[1]), ("store", accumulator)):
         rows, cols = sch.get_loops(block)[-2:]
-        rows_o, rows_i = sch.split(rows, [None, shape[0]])
-        cols_o, cols_i = sch.split(cols, [None, shape[1]])
+        rows_o, rows_i = sch.split(rows, [None, MMA])
+        cols_o, cols_i = sch.split(cols, [None, MMA])
         sch.reorder(rows_o, cols_o, rows_i, cols_i)
         loops[name] = rows_i
     for block, buffer in ((fragments[0], ("write", 0)), (fragments[1], ("write", 0)),
@@ -174,7 +188,14 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     sch.tensorize(loops["load_b"], names["load_b"])
     sch.tensorize(sch.get_loops(inner)[-3], names["compute"])
     sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], names["init"])
-    sch.tensorize(loops["store"], names["store"])
+    if padded:
+        inline_padding(sch, wl, keep_store=True)
+    copy_out = padding_block(sch, f"{wl.output}_pad")
+    if copy_out is not None:  # whole tiles go to shared memory; C takes what is inside it
+        _store_through_shared(sch, copy_out, accumulator, bx, (warps, lanes))
+        sch.tensorize(loops["store"], _tvm_intrinsics().MMA_store_16x16_f32_shared_dyn_INTRIN_SIMPLE)
+    else:
+        sch.tensorize(loops["store"], names["store"])
     # Step 6. Pipelines: shared-memory tiles for K chunk ko + stages - 1 load (cp.async) while
     # chunk ko is multiplied; within a chunk, ldmatrix of slice k + 1 overlaps mma of slice k.
     # The inner pipeline is injected first and leaves three statements (prologue, steady state,
@@ -219,14 +240,15 @@ def _swizzled_index(rows, cols, k_contiguous: bool):
 
 
 def _swizzled_fetch(sch: Schedule, block, operand: int, at, threads: tuple[int, int],
-                    k_contiguous: bool):
+                    k_contiguous: bool, vector: int = ATOM_ROWS):
     """Stage 16-bit operand `operand` of `block` in shared memory at loop `at` in swizzled atoms,
     loaded by all threads as 16-byte vectors, 8 consecutive threads per 128-byte row: each
-    warp reads whole 128-byte rows and writes whole swizzled rows (no bank conflicts).
-    Returns the copy block."""
+    warp reads whole 128-byte rows and writes whole swizzled rows (no bank conflicts). Rows
+    of the operand that do not start on 16-byte boundaries (ragged K, or N in nn) are loaded in
+    narrower `vector`s. Returns the copy block."""
     tile = sch.cache_read(block, operand, "shared.dyn")
     sch.compute_at(tile, at)
-    vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, ATOM_ROWS])
+    vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
     _, ty, tx = sch.split(vectors, [None, *threads])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
@@ -349,50 +371,6 @@ def wgmma_intrinsic(dtype: str, n: int, k: int, b_k_contiguous: bool, stages: in
     return name
 
 
-def wgmma_store_intrinsic(n: int) -> str:
-    """Register (once) and name the intrinsic that writes one warp's 16 x n accumulators to C
-    once every wgmma in flight has finished (wgmma.wait_group 0): each lane stores the pairs of
-    adjacent columns it holds (lane = 4 * (row % 8) + (col % 8) / 2), from the registers that
-    _register_of names."""
-    name = f"v7_store_n{n}"
-    if TensorIntrin.get(name, allow_missing=True) is not None:
-        return name
-    c_shape = (n // MMA, 8)
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, c: T.handle) -> None:
-        accumulators = T.match_buffer(a, c_shape, "float32", offset_factor=1, scope="local")
-        C = T.match_buffer(c, (MMA, n), "float32", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(accumulators[0:c_shape[0], 0:8])
-            T.writes(C[0:MMA, 0:n])
-            for i, j in T.grid(MMA, n):
-                with T.sblock("store"):
-                    vi, vj = T.axis.remap("SS", [i, j])
-                    _, tile, register = T.meta_var(_register_of(vi, vj))
-                    C[vi, vj] = accumulators[tile, register]
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, c: T.handle) -> None:
-        row_stride = T.int32()
-        accumulators = T.match_buffer(a, c_shape, "float32", offset_factor=1, scope="local")
-        C = T.match_buffer(c, (MMA, n), "float32", offset_factor=1, strides=[row_stride, 1])
-        with T.sblock("root"):
-            T.reads(accumulators[0:c_shape[0], 0:8])
-            T.writes(C[0:MMA, 0:n])
-            for lane in T.thread_binding(0, 32, "threadIdx.x"):
-                T.evaluate(T.ptx.wgmma.wait_group.sync.aligned(0))
-                for tile, col_half, row_half in T.grid(n // MMA, 2, 2):
-                    for pair in T.vectorized(2):
-                        row = T.meta_var(row_half * 8 + lane // 4)
-                        col = T.meta_var(tile * MMA + col_half * 8 + lane % 4 * 2 + pair)
-                        _, col_tile, register = T.meta_var(_register_of(row, col))
-                        C[row, col] = accumulators[col_tile, register]
-
-    TensorIntrin.register(name, desc, impl)
-    return name
-
-
 def _register_of(i, j):
     """The accumulator register that holds C[i, j] in the lane that holds it (v6's fragment
     layout without the lane): 16x16 tile, then one of 8 registers."""
@@ -403,18 +381,22 @@ def _register_of(i, j):
 def _bind_fragment_lanes(sch: Schedule, block):
     """Loop over a warp's 16 x n accumulators by the lane that holds each (threadIdx.x =
     4 * (row % 8) + (col % 8) // 2, as in mma's and wgmma's fragments), so that each thread
-    touches only its own registers."""
+    touches only its own registers. Returns the outermost loop left (over 16x16 tiles) and the
+    innermost (a lane's pair of adjacent columns)."""
     rows, cols = sch.get_loops(block)[-2:]
     row_half, row = sch.split(rows, [2, MMA // 2])
     tile, col_half, col_pair, col = sch.split(cols, [None, 2, 4, 2])
     sch.reorder(row, col_pair, tile, col_half, row_half, col)
     sch.bind(sch.fuse(row, col_pair), "threadIdx.x")
+    return tile, col
 
 
 @schedule("gemm", "v7", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
-                               "chunk_k": [64, 128], "stages": [3, 4]})
+                               "chunk_k": [64, 128], "stages": [3, 4],
+                               "m_tiles_first": [False, True]},
+          heuristic=heuristics.wgmma_tiles)
 def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chunk_k: int = 64,
-       stages: int = 4) -> None:
+       stages: int = 4, m_tiles_first: bool = False) -> None:
     """Hopper's warpgroup MMA: v6's block tile, but each group of 4 warps multiplies 64 rows of
     it by the whole block_n columns with wgmma.mma_async (m64n{block_n}k16), reading A and B
     straight from shared memory, no ldmatrix and no operand registers. Shared tiles are laid
@@ -422,7 +404,10 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     and filled by v6's cp.async pipeline, K in chunks of chunk_k (whole swizzled rows). A
     chunk's wgmmas are issued back to back as one group and left running while the threads
     load the next chunk; each chunk waits for the previous one's group, and the store for the
-    last. sm_90a only.
+    last. Any M, N, K: ragged ones are padded to whole tiles inside the kernel (pad_to_tiles).
+    Blocks are launched along N (blockIdx.x), or with m_tiles_first along M: then consecutive
+    blocks share one tile of B, which is read from DRAM once while A, when it fits in L2, is
+    re-read from there (for a B much larger than L2 and a smaller A). sm_90a only.
 
     IR: shared tiles [MN atom, K atom, 8, 8, 8] indexed with a bitwise xor; per warp, 16 x
     block_n accumulators in `local` scope, indexed by tile and register (v6's fragment layout);
@@ -444,6 +429,7 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
         raise ScheduleNotApplicable(f"v7 with these tiles needs {shared_bytes} bytes of shared memory; "
                                     f"a Hopper block has at most {HOPPER_SHARED_BYTES}")
     warps = block_m // MMA
+    padded = pad_to_tiles(sch, wl, (block_m, block_n, chunk_k))
     # Step 1. Blocks of block_m x block_n; a warp per 16 rows, all block_n columns; K in chunks.
     C = sch.get_sblock(wl.reduction_block)
     i, j, k = sch.get_loops(C)
@@ -451,22 +437,31 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     bx, cols = sch.split(j, [None, block_n])
     ko, k_chunk = sch.split(k, [None, chunk_k])
     sch.reorder(by, bx, warp, ko, rows, cols, k_chunk)
-    sch.bind(by, "blockIdx.y")
-    sch.bind(bx, "blockIdx.x")
+    if m_tiles_first:
+        require_grid_y("v7", "N/block_n", -(-wl.dims["N"] // block_n))
+    sch.bind(by, "blockIdx.x" if m_tiles_first else "blockIdx.y")
+    sch.bind(bx, "blockIdx.y" if m_tiles_first else "blockIdx.x")
     sch.bind(warp, "threadIdx.y")
-    # Step 2. A and B tiles in shared memory, in swizzled atoms, by all threads.
+    # Step 2. A and B tiles in shared memory, in swizzled atoms, by all threads: 16-byte
+    # vectors, or the widest that ragged rows are made of.
+    b_rows = wl.dims["K" if wl.layout == "nt" else "N"]
+    vector = _widest_vector(ATOM_ROWS, wl.dims["K"], b_rows)
     for operand, k_contiguous in ((0, True), (1, wl.layout == "nt")):
-        _swizzled_fetch(sch, C, operand, ko, (warps, 32), k_contiguous)
+        _swizzled_fetch(sch, C, operand, ko, (warps, 32), k_contiguous, vector)
     # Step 3. Accumulators in registers for the whole K loop, where wgmma leaves them: each
     # lane holds 8 of every 16x16 tile (v6's fragment layout), so a thread's local buffer is
-    # indexed by tile and register only; the loop that zeroes it runs by lane, and the store
-    # (an intrinsic: it first waits for the last wgmmas) by lane too.
+    # indexed by tile and register only; the loop that zeroes it runs by lane, and so does the
+    # store, pairs of columns at a time, once every wgmma has finished (WAIT_FOR_WGMMA).
     accumulator = sch.cache_write(C, 0, "local")
     sch.reverse_compute_at(accumulator, warp)
     init = sch.decompose_reduction(C, ko)
     sch.transform_layout(accumulator, ("read", 0), _register_of)
+    if padded:
+        inline_padding(sch, wl)
     _bind_fragment_lanes(sch, init)
-    sch.tensorize(sch.get_loops(accumulator)[-2], wgmma_store_intrinsic(block_n))
+    tiles, pair = _bind_fragment_lanes(sch, accumulator)
+    sch.vectorize(pair)  # element by element where the pair may cross C's edge
+    sch.annotate(tiles, WAIT_FOR_WGMMA, True)
     # Step 4. The multiply: one warp's rows of the wgmma over a whole K chunk.
     sch.tensorize(rows, wgmma_intrinsic(wl.dtype, block_n, chunk_k, wl.layout == "nt", stages))
     # Step 5. cp.async pipeline: chunk ko + stages - 1 loads while chunk ko is multiplied. The

@@ -20,6 +20,8 @@
 #   bash scripts/gpu-session.sh gemm-16bit   # the same for the fp16/bf16 shapes of gemm-ladder
 #   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
 #                                            # v5k, 4096^3
+#   bash scripts/gpu-session.sh odd-shapes   # the GPU tier on the rungs and shapes of issue 21
+#   bash scripts/gpu-session.sh shapes       # the shape suites ($SUITES: all three) into shapes.jsonl
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
 #                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
 #                                            # two kernels)
@@ -110,9 +112,18 @@ for part in "$@"; do
           --schedule "${SCHEDULE:-autotvm:v5k}" --records reports/tuning/autotvm-h100.jsonl --no-ir \
           --results /tmp/kernel-times.jsonl
       done 2>&1 | tee "$out/kernel-times.log" ;;
+    odd-shapes)
+      # the GPU tier on what issue 21 changed: v6/v7 on ragged 16-bit shapes, every GEMV rung,
+      # every rung on the odd shapes (1x1x1, ...), v7's knobs on padded tiles
+      python3 -m pytest -m gpu -q -p no:cacheprovider -k "(schedule_is_correct and (v6 or v7 or gemv \
+        or 1x1x1 or 17x250x66 or 1000x136x200)) or v7_is_correct" 2>&1 | tee "$out/pytest-odd-shapes.log" ;;
+    shapes)
+      for suite in ${SUITES:-fp32-ragged llm-gemv llm-bf16}; do
+        python3 runner.py --suite "$suite" --results "$out/shapes.jsonl"
+      done 2>&1 | tee -a "$out/shapes.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
             "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v5p, at-v5k, at-v5t, at-v6, at-v7, gemm-fp32, gemm-16bit,"\
-            "profile, kernel-times)"; exit 2 ;;
+            "profile, kernel-times, odd-shapes, shapes)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume

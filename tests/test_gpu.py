@@ -25,11 +25,18 @@ WORKLOADS = [
     Workload("gemm", (256, 384, 512), "float16"),  # whole tensor-core tiles, nn
     Workload("gemm", (384, 256, 256), "bfloat16"),
     Workload("gemm", (256, 256, 768), "float16", layout="nt"),
+    Workload("gemm", (1, 1, 1), "float16"),  # less than one of any tile or vector
+    Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"),  # ragged M, whole vectors
+    Workload("gemm", (17, 250, 66), "float16"),  # a decode-sized M, 4-byte rows
     Workload("gemv", (1024, 1024), "float16"),  # the TileLang seed's problem
     Workload("gemv", (1001, 1000), "float16"),  # ragged rows and K steps
-    Workload("gemv", (999, 1001), "float16"),  # K not whole vectors: scalar rungs only
+    Workload("gemv", (999, 1001), "float16"),  # odd K: single-element loads
     Workload("gemv", (1000, 2000), "float32"),
+    Workload("gemv", (1, 1), "float16"),
+    Workload("gemv", (257, 4094), "bfloat16"),  # K = 6 (mod 8): 4-byte vectors
+    Workload("gemv", (31, 1001), "float32"),
     Workload("batched_gemv", (3, 1001, 1000), "float16"),
+    Workload("batched_gemv", (3, 5, 4095), "float16"),
     Workload("batched_gemv", (4, 7168, 2048), "float16"),  # a batched seed shape
 ]
 CASES = [(e.name, wl) for wl in WORKLOADS for e in schedules.entries(wl.op) if not e.baseline]
@@ -134,6 +141,8 @@ def test_atomic_sum_is_correct_call_after_call(name, wl, knobs, target):
     (Workload("gemm", (256, 512, 384), "bfloat16", layout="nt"), {"block_m": 256, "block_n": 64, "stages": 3}),
     (Workload("gemm", (256, 512, 384), "bfloat16"), {"block_n": 128, "chunk_k": 128, "stages": 3}),
     (Workload("gemm", (128, 256, 128), "float16", layout="nt"), {}),  # 2 chunks, fewer than the stages
+    (Workload("gemm", (1000, 300, 200), "bfloat16", layout="nt"), {"block_n": 128}),  # padded tiles
+    (Workload("gemm", (70, 130, 1000), "float16"), {"block_m": 64, "block_n": 64, "stages": 3}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v7_is_correct(wl, knobs, target):
     """wgmma from swizzled tiles: both B layouts, one to four warpgroups per block, n from 64

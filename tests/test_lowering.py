@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-from schedules.common import SINGLE_BARRIER
+from schedules.common import SINGLE_BARRIER, WAIT_FOR_WGMMA
 from tuning import build, lowering
 
 
@@ -128,6 +128,34 @@ def _kernel(launch_tags: list[str], control: str):
 
 
 THREADS = ["blockIdx.x", "threadIdx.x"]
+
+
+def _store(annotations: dict):
+    """A store of accumulators that wgmma wrote, its loop annotated with `annotations`."""
+
+    @T.prim_func(private=True)
+    def func(C: T.Buffer((64,), "float32")):
+        acc = T.alloc_local((2,))
+        tx = T.launch_thread("threadIdx.x", 32)
+        for t in T.serial(2, annotations=annotations):
+            C[t * 32 + tx] = acc[t]
+
+    return func
+
+
+def test_a_store_that_asked_for_it_waits_for_every_wgmma_first():
+    @T.prim_func(private=True)
+    def expected(C: T.Buffer((64,), "float32")):
+        acc = T.alloc_local((2,))
+        tx = T.launch_thread("threadIdx.x", 32)
+        T.ptx.wgmma.wait_group.sync.aligned(0)
+        for t in range(2):
+            C[t * 32 + tx] = acc[t]
+
+    after = _apply(lowering.wait_for_wgmma, _store({WAIT_FOR_WGMMA: True}))
+    tvm.ir.assert_structural_equal(after, expected)
+    unasked = _store({})
+    assert _apply(lowering.wait_for_wgmma, unasked).same_as(unasked)
 
 
 @pytest.mark.parametrize("tags, expected", [

@@ -185,3 +185,76 @@ def test_a_kernel_that_spills_is_flagged_in_the_report():
     run[3] = {**run[3], "resources": {"main_kernel": {"registers": 255, "spill_stores": 1362,
                                                       "spill_loads": 1362}}}
     assert {r["schedule"]: r for r in table_rows(run)}["v3"]["regs"] == "255 (SPILLS 2724 B)"
+
+
+def ceiling(run_id="r1", **fields):
+    """A ceiling record of run `run_id`: the copy bandwidth unless fields say otherwise."""
+    return {"run_id": run_id, "date": "2026-11-22T10:00:00+00:00", "kind": "ceiling",
+            "op": "copy", "schedule": "device-copy", "status": "ok", "copy_gbps": 3000.0, **fields}
+
+
+def compute_ceiling(run_id="r1", dtype="float32", tflops=50.0):
+    return ceiling(run_id, op="compute", schedule="device-compute", dtype=dtype,
+                   params={"size": 8192, "call": "torch.mm"}, copy_gbps=None,
+                   compute_tflops=tflops)
+
+
+def test_each_workload_gets_a_roofline_linked_under_its_table(tmp_path):
+    text = render(seed_run() + [ceiling(), compute_ceiling()], "t",
+                  figure_prefix=str(tmp_path / "new" / "t"))  # a folder not made yet
+    assert (tmp_path / "new" / "t-roofline-1.png").read_bytes().startswith(b"\x89PNG")
+    link = text.index("![roofline of gemm 1024x512x2048 float32 nn](t-roofline-1.png)")
+    assert link > text.index("| cublas ")  # under the workload's table
+    assert "cuBLAS 8192^3 float32, this run: 50 TFLOP/s" in text
+    assert "Not measured in this run" not in text
+
+
+def test_a_run_without_a_compute_ceiling_says_so_and_draws_none(tmp_path):
+    other_run = compute_ceiling("r0")  # another run's ceiling is never borrowed
+    other_dtype = compute_ceiling("r1", dtype="float16")
+    text = render(seed_run() + [ceiling(), other_run, other_dtype], "t",
+                  figure_prefix=str(tmp_path / "t"))
+    assert (tmp_path / "t-roofline-1.png").exists() and "(t-roofline-1.png)" in text
+    assert "*Not measured in this run, so not drawn: the compute ceiling.*" in text
+    assert "cuBLAS 8192^3" not in text
+
+
+def test_the_roofline_draws_correct_kernels_only(tmp_path):
+    from reports.render import latest_runs, plot_roofline
+
+    measured = seed_run()
+    measured[3] = measurement("v3", None, status="failed", error="relative error 0.5 > 1e-05")
+    measured[1] = {**measured[1], "status": "skipped"}
+    (run,) = latest_runs(measured + [ceiling(), compute_ceiling()])
+    points = dict(plot_roofline(run, "t", str(tmp_path / "r.png")))
+    assert set(points) == {"naive", "v2", "dlight", "cublas"}
+    assert points["cublas"] == pytest.approx(2 * 1024 * 512 * 2048 / 0.06e-3 / 1e12)
+
+
+def test_measure_compute_records_the_ceiling_the_report_reads(monkeypatch):
+    from schedules.workloads import Workload
+    from tuning import bench, measure
+
+    timed = []
+
+    def fake_time_kernel(run, flush="read", **_):
+        timed.append(flush)
+        return measure.Timing(2.0, 1.9, 2.2, 50, measure.timing_method(flush))
+
+    monkeypatch.setattr(measure, "time_kernel", fake_time_kernel)
+    monkeypatch.setattr(measure, "random_inputs", lambda wl, seed=0: [None, None])
+    run = bench.Run(flush="write", facts={"gpu": "NVIDIA H100 80GB HBM3", "driver": "580",
+                                          "arch": "sm_90"})
+    record = bench.measure_compute(run, "bfloat16")
+    assert timed == ["write"]
+    assert record["compute_tflops"] == pytest.approx(Workload(
+        "gemm", (8192, 8192, 8192), "bfloat16", "float32").flops / 2e-3 / 1e12)
+    assert (record["kind"], record["op"], record["schedule"], record["dtype"]) == (
+        "ceiling", "compute", "device-compute", "bfloat16")
+    assert record["params"] == {"size": 8192, "call": "torch.mm(out_dtype=float32)"}
+    assert record["run_id"] == run.run_id and record["status"] == "ok"
+    shape = (4096, 4096, 4096)
+    measured = [measurement("v7", 0.5, run.run_id, shape=shape, dtype="bfloat16",
+                            out_dtype="float32", date=record["date"])]
+    text = render(measured + [record], "t")
+    assert f"cuBLAS 8192^3 bfloat16, this run: {record['compute_tflops']:.0f} TFLOP/s" in text

@@ -6,10 +6,13 @@ import re
 import shutil
 
 import pytest
+import tvm
+import tvm_ffi
+from tvm.tirx import stmt as S
 
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from tuning import build
+from tuning import build, lowering
 
 WORKLOADS = {
     "gemm": [
@@ -21,45 +24,50 @@ WORKLOADS = {
         Workload("gemm", (128, 128, 128), "bfloat16", layout="nt"),  # the nt-bf16 tutorial's case
         Workload("gemm", (257, 129, 65)),  # odd K and N: no row is whole 16-byte vectors
         Workload("gemm", (257, 129, 65), "bfloat16", layout="nt"),
+        Workload("gemm", (1, 1, 1), "float16"),  # less than one of any tile or vector
+        Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"),  # ragged M, whole vectors
+        Workload("gemm", (17, 250, 66), "float16"),  # 4-byte rows of A and B
     ],
     "gemv": [
         Workload("gemv", (1024, 1024), "float16"),
         Workload("gemv", (1001, 1000), "float16"),  # ragged rows and K steps
         Workload("gemv", (1001, 1001), "float16"),  # K not a multiple of the vector
         Workload("gemv", (512, 1024), "float32"),
+        # rows of K that are not whole 16-byte vectors, and fewer rows or K than one step's threads
+        Workload("gemv", (1, 1), "float16"),
+        Workload("gemv", (3, 7), "bfloat16"),
+        Workload("gemv", (1001, 4097), "float16"),  # odd K: single elements
+        Workload("gemv", (100, 4092), "float16"),  # K = 4 (mod 8): 8-byte vectors
+        Workload("gemv", (257, 13), "bfloat16"),
+        Workload("gemv", (31, 1001), "float32"),
+        Workload("gemv", (33, 1002), "float32"),  # K = 2 (mod 4): 8-byte vectors
     ],
     "batched_gemv": [
         Workload("batched_gemv", (4, 7168, 2048), "float16"),
         Workload("batched_gemv", (3, 1001, 1000), "float16"),
+        Workload("batched_gemv", (3, 5, 4095), "float16"),
+        Workload("batched_gemv", (2, 33, 1002), "bfloat16"),  # K = 2 (mod 8): 4-byte vectors
     ],
 }
 ODD = ("gemm 257x129x65 float32 nn", "gemm 257x129x65 bfloat16->float32 nt",
        "gemm 257x129x66 float16->float32 nt")  # the last one: the GPU tier's
 FP32_ONLY = "v5t copies A element by element with cp.async, which moves 4 bytes at least"
-GEMV_VECTOR = "K=1001 is not a multiple of the 8-element vector"
 # What each rung declines, pinned per (rung, workload) on this file's and the GPU tier's
 # workloads, with the reason it must give: every pair not named here must build.
 REFUSED = {
     **{(rung, f"gemm {shape} float32 nn"): f"{rung} multiplies float16 or bfloat16 on tensor cores"
        for rung in ("v6", "v7") for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
     **{("v5t", label): FP32_ONLY for label in ODD[1:]},
-    **{(rung, label): f"{rung} needs M=257 to be a multiple of its tile 128"
-       for rung in ("v6", "v7") for label in ODD[1:]},
     **{(rung, f"gemm {shape} float16 nt"): f"{rung} writes the float32 accumulators"
        for rung in ("v6", "v7") for shape in ("100x60x72", "200x136x264")},
     **{("v5t", label): FP32_ONLY for label in (
-        "gemm 100x60x72 float16 nt", "gemm 64x48x40 bfloat16->float32 nn",
+        "gemm 100x60x72 float16 nt", "gemm 1x1x1 float16->float32 nn",
+        "gemm 1000x136x200 bfloat16->float32 nt", "gemm 17x250x66 float16->float32 nn",
+        "gemm 64x48x40 bfloat16->float32 nn",
         "gemm 256x256x256 float16->float32 nn", "gemm 128x128x128 bfloat16->float32 nt",
         "gemm 200x136x264 float16 nt", "gemm 200x136x264 bfloat16->float32 nt",
         "gemm 256x384x512 float16->float32 nn", "gemm 384x256x256 bfloat16->float32 nn",
         "gemm 256x256x768 float16->float32 nt")},
-    **{(rung, f"gemm {shape} bfloat16->float32 {layout}"): f"{rung} needs M={m} to be a "
-       "multiple of its tile 128" for rung in ("v6", "v7")
-       for shape, layout, m in (("64x48x40", "nn", 64), ("200x136x264", "nt", 200))},
-    ("v7", "gemm 128x128x128 bfloat16->float32 nt"): "v7 needs N=128 to be a multiple of its tile 256",
-    ("v7", "gemm 256x384x512 float16->float32 nn"): "v7 needs N=384 to be a multiple of its tile 256",
-    **{(rung, f"gemv {shape} float16 nt"): GEMV_VECTOR for shape in ("1001x1001", "999x1001")
-       for rung in ("splitk_vec", "allreduce", "multirow", "blockreduce")},
 }
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
                                 reason="nvcc is not on PATH: the generated CUDA is not compiled")
@@ -102,7 +110,8 @@ def test_rung_builds_or_refuses_with_its_pinned_reason(name, wl, compiled):
             compiled(name, wl)
         return
     _, source, summary = compiled(name, wl)
-    assert "__global__" in source and summary.kernels == (2 if name == "v5k" else 1)  # + the sum
+    sliced = schedules.get(wl.op, name).defaults_for(wl).get("k_slices", 1) > 1
+    assert "__global__" in source and summary.kernels == (2 if sliced else 1)  # + the sum
 
 
 BUILT = [(name, wl) for name, wl in RUNGS if (name, wl.label()) not in REFUSED]
@@ -233,9 +242,134 @@ def test_batched_gemv_is_one_launch_over_all_batches(compiled):
         assert s.kernels == 1 and s.grid["blockIdx.y"] == 4
 
 
-def test_vector_rungs_refuse_k_that_is_not_whole_vectors(target):
-    with pytest.raises(ScheduleNotApplicable, match="K=1001 is not a multiple of the 8-element vector"):
-        schedules.get("gemv", "allreduce").apply(Workload("gemv", (64, 1001), "float16"), target)
+VECTOR_RUNGS = ("splitk_vec", "allreduce", "multirow", "blockreduce")
+
+
+def _b_loads(source: str) -> list[tuple[str, str]]:
+    """Each load of B in a CUDA source, what it reads (the right-hand side of its assignment)
+    with the line before it: (line before, load)."""
+    lines = [line.strip() for line in source.splitlines()]
+    return [(lines[i - 1], line.split(" = ", 1)[1]) for i, line in enumerate(lines)
+            if re.search(r" = .*\bB_ptr\b", line)]
+
+
+@pytest.mark.parametrize("rung", VECTOR_RUNGS)
+@pytest.mark.parametrize("k, load, width", [
+    (4096, "*(uint4*)(B_ptr + ", 8), (4094, "*(half2*)(B_ptr + ", 2), (4095, "B_ptr[", 1)],
+    ids=["K4096-uint4", "K4094-half2", "K4095-half"])
+def test_vector_rungs_load_ragged_k_in_the_widest_vectors_it_is_made_of(rung, k, load, width, compiled):
+    """Rows of K=4096 halves are whole 16-byte vectors, of K=4094 whole pairs, of K=4095 only
+    whole halves: a thread's 8 halves of a step are then 4 or 8 loads, in each of which the K
+    threads' vectors lie side by side (the loads a thread makes in one step are the threads'
+    vectors apart), and the loads of the last, ragged step are predicated on K."""
+    _, source, _ = compiled(rung, Workload("gemv", (4096, k), "float16"))
+    threads = schedules.get("gemv", rung).defaults["reduce_threads"]
+    k_thread = "((int)threadIdx.y)" if rung == "splitk_vec" else "((int)threadIdx.x)"
+    lane = f"({k_thread} * {width})" if width > 1 else k_thread
+    loads = _b_loads(source)
+    assert loads and all(line.startswith(load) for _, line in loads)
+    assert all(re.search(rf"\+ {re.escape(lane)}\)*[\];]", line) for _, line in loads)
+    if k == 4096:
+        assert all("k_1" not in line and not before.startswith("if") for before, line in loads)
+    else:
+        assert all(f"(k_1 * {threads * width})) + {lane}" in line for _, line in loads)
+        assert all(re.fullmatch(rf"if \(.*\) < {k // width}\) {{", before) for before, _ in loads)
+
+
+@pytest.mark.parametrize("rung", VECTOR_RUNGS)
+def test_vector_rungs_take_tile_k_in_whole_16_byte_vectors_whatever_k(rung, compiled, target):
+    with pytest.raises(ScheduleNotApplicable, match="tile_k=12 is not whole 16-byte vectors of float16"):
+        schedules.get("gemv", rung).apply(Workload("gemv", (64, 4095), "float16"), target, tile_k=12)
+    _, source, _ = compiled(rung, Workload("gemv", (64, 4095), "float16"), tile_k=16)
+    assert "for (int k_1 = 0; k_1 < 16; ++k_1)" in source  # 16 single halves a step
+
+
+# The vector rungs on aligned K, with their default knobs: the structural hashes of their
+# scheduled modules, as they were when K had to be whole 16-byte vectors.
+ALIGNED = [Workload("gemv", (1024, 1024), "float16"), Workload("gemv", (7168, 16384), "float16"),
+           Workload("batched_gemv", (4, 7168, 2048), "float16"),
+           Workload("batched_gemv", (8, 4096, 7168), "float16"), Workload("gemv", (512, 1024), "float32")]
+ALIGNED_HASHES = {
+    "splitk_vec": (12792762440816363435, 3687476221869049991, 4537135289016968145,
+                   6868119624222019236, 16601576696322885117),
+    "allreduce": (18348152605386326813, 14012937058270918274, 7476366836223652924,
+                  4831258250033738916, 15004889675920021257),
+    "multirow": (2142366572397042817, 13827223855945827247, 8188666909371386013,
+                 8095709877033485737, 2470803660941147112),
+    "blockreduce": (7750549989164795843, 3155037860499576029, 3440640897121783909,
+                    14103026180388062834, 15800769240586442982),
+}
+
+
+@pytest.mark.parametrize("rung", VECTOR_RUNGS)
+def test_vector_rungs_schedule_aligned_k_as_they_did_before_ragged_k(rung, target):
+    hashes = tuple(tvm_ffi.structural_hash(schedules.get(wl.op, rung).apply(wl, target))
+                   for wl in ALIGNED)
+    assert hashes == ALIGNED_HASHES[rung], (
+        f"{rung} schedules aligned K differently now; if that is intended, pin {hashes}")
+
+
+def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...]) -> list:
+    """The loads of the buffers `names` in a lowered kernel that the analyzer cannot prove in
+    bounds, given the launch extents, loop ranges, bound values and if-guards around them."""
+    analyzer = tvm.sym.Analyzer()
+    unproven = []
+
+    def in_bounds(load) -> bool:
+        (index,) = load.indices
+        first, last = index, index
+        if isinstance(index, tvm.tirx.Ramp):
+            first, last = index.base, index.base + index.stride * (index.lanes - 1)
+        return (analyzer.can_prove(first >= 0) and analyzer.can_prove(
+            last < load.source.shape[0], tvm.sym.ProofStrength.SYMBOLIC_BOUND))
+
+    def visit(stmt):
+        if isinstance(stmt, S.SeqStmt):
+            for inner in stmt.seq:
+                visit(inner)
+        elif isinstance(stmt, S.IfThenElse):
+            with analyzer.constraint_scope(stmt.condition):
+                visit(stmt.then_case)
+            if stmt.else_case is not None:
+                with analyzer.constraint_scope(tvm.tirx.Not(stmt.condition)):
+                    visit(stmt.else_case)
+        elif isinstance(stmt, S.Bind):
+            analyzer.bind(stmt.var, stmt.value)
+        elif isinstance(stmt, S.For):
+            analyzer.bind(stmt.loop_var, tvm.ir.Range.from_min_extent(stmt.min, stmt.extent))
+            visit(stmt.body)
+        elif isinstance(stmt, S.AttrStmt) and stmt.attr_key == "thread_extent":
+            analyzer.bind(stmt.node.var, tvm.ir.Range.from_min_extent(0, stmt.value))
+            visit(stmt.body)
+        elif hasattr(stmt, "body"):
+            visit(stmt.body)
+        else:
+            unproven.extend(load for load in lowering.find(stmt, tvm.ir.TensorLoad)
+                            if load.source.name in names and not in_bounds(load))
+
+    visit(kernel.body)
+    return unproven
+
+
+GEMVS = [(name, wl) for name, wl in RUNGS if wl.op != "gemm"]
+
+
+@pytest.mark.parametrize("name, wl", GEMVS, ids=[f"{n}-{wl.label().replace(' ', '-')}" for n, wl in GEMVS])
+def test_gemv_loads_of_b_and_x_stay_in_bounds(name, wl, target):
+    lowered = build.lower(schedules.get(wl.op, name).apply(wl, target), target)
+    for _, kernel in lowered.functions_items():
+        assert not _loads_not_proven_in_bounds(kernel, ("B", "x"))
+
+
+def test_in_bounds_check_flags_loads_without_their_guards(target):
+    """The check above can fail: strip a ragged kernel's guards and its loads are flagged."""
+    wl = Workload("gemv", (257, 13), "bfloat16")
+    lowered = build.lower(schedules.get("gemv", "multirow").apply(wl, target), target)
+    for _, kernel in lowered.functions_items():
+        assert not _loads_not_proven_in_bounds(kernel, ("B", "x"))
+        body = tvm_ffi.structural_map(kernel.body, (S.IfThenElse, lambda stmt: stmt.then_case))
+        unproven = _loads_not_proven_in_bounds(kernel.with_body(body), ("B", "x"))
+        assert {load.source.name for load in unproven} == {"B", "x"}
 
 
 # -- past the seed: v4, v5, v5p, v5k, v5t, v6 -------------------------------------------------------------
@@ -392,12 +526,13 @@ def test_single_barrier_refuses_a_loop_that_is_not_an_async_pipeline(target):
 @pytest.mark.parametrize("shape, lanes", [((257, 130, 66), 2), ((257, 129, 65), 1)])
 def test_v5p_loads_ragged_rows_in_the_widest_vectors_they_are_made_of(shape, lanes, compiled):
     aligned, _, aligned_summary = compiled("v5p", SEED)
-    ragged, _, summary = compiled("v5p", Workload("gemm", shape))
+    ragged, _, summary = compiled("v5p", Workload("gemm", shape), block_m=64, block_n=64)
     # rows of K=66 and N=130 are whole pairs, of K=65 only whole elements; shared rows stay padded
     # for the fragments' 16-byte reads, so the shared tiles are those of the aligned shape
     assert re.search(r"cp_async_raw\([^\n]*, 16\)", aligned)
-    assert re.search(rf"cp_async_raw\([^\n]*, {4 * lanes}\)", ragged)
-    assert not re.search(r"cp_async_raw\([^\n]*, 16\)", ragged)
+    # (padded to whole tiles: a ragged copy's size is followed by its predicate)
+    assert re.search(rf"cp_async_raw\([^\n]*, {4 * lanes}, ", ragged)
+    assert not re.search(r"cp_async_raw\([^\n]*, 16[,)]", ragged)
     assert summary.shared_bytes == aligned_summary.shared_bytes
 
 
@@ -438,7 +573,6 @@ def test_v6_runs_on_tensor_cores(dtype, layout, compiled):
 @pytest.mark.parametrize("wl, reason", [
     (Workload("gemm", (256, 256, 256)), "float16 or bfloat16"),
     (Workload("gemm", (256, 256, 256), "float16", "float16"), "--out-dtype float32"),
-    (Workload("gemm", (256, 200, 256), "float16"), "N=200 to be a multiple of its tile 128"),
 ])
 def test_v6_refuses_what_tensor_cores_cannot_take(wl, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=reason):
@@ -448,7 +582,7 @@ def test_v6_refuses_what_tensor_cores_cannot_take(wl, reason, target):
 @pytest.mark.parametrize("dtype, layout", [("float16", "nn"), ("bfloat16", "nt")])
 def test_v7_multiplies_with_wgmma_from_shared_memory(dtype, layout, compiled):
     wl = Workload("gemm", (256, 256, 256), dtype, layout=layout)
-    _, source, s = compiled("v7", wl)
+    _, source, s = compiled("v7", wl, block_n=256)
     short = {"float16": "f16", "bfloat16": "bf16"}[dtype]
     assert f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{short}.{short}" in source
     # B is K x N in nn: wgmma transposes it (the last immediate); in nt it is already K-major.
@@ -478,4 +612,35 @@ def test_v7_multiplies_with_wgmma_from_shared_memory(dtype, layout, compiled):
 ])
 def test_v7_refuses_tiles_wgmma_cannot_take(knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=reason):
-        schedules.get("gemm", "v7").apply(Workload("gemm", (512, 512, 512), "float16"), target, **knobs)
+        schedules.get("gemm", "v7").apply(Workload("gemm", (512, 512, 512), "float16"), target,
+                                          **{"block_n": 256, "stages": 4, **knobs})
+
+
+@pytest.mark.parametrize("rung", ["v6", "v7"])
+def test_tensor_core_rungs_pad_ragged_shapes_inside_the_kernel(rung, compiled):
+    """M, N and K not whole tiles: the loads zero-fill past A's and B's edges (16-byte cp.async
+    with a predicate where the rows are whole vectors) and the store stops at C's edges."""
+    ir, source, _ = compiled(rung, Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"))
+    assert "@p cp.async.cg.shared.global [%0], [%1], %2;" in source  # predicated, 16 bytes
+    assert "@!p st.shared.v4.u32" in source  # zeroes where the predicate is off
+    assert "C_pad" in ir  # the padded product, in registers or staged in shared memory
+    # rows that are not whole 16-byte vectors (K = 65): narrower loads, not cp.async's 16 bytes
+    _, odd_source, _ = compiled(rung, Workload("gemm", (257, 129, 65), "bfloat16", layout="nt"))
+    assert "cp.async.cg.shared.global [%0], [%1], %2" not in odd_source
+    # whole tiles: no padding at all
+    whole_ir, whole_source, _ = compiled(rung, Workload("gemm", (256, 256, 256), "float16"))
+    assert "_pad" not in whole_ir and "@p cp.async" not in whole_source
+
+
+def test_v7_stores_c_after_waiting_for_every_wgmma(compiled):
+    _, source, _ = compiled("v7", Workload("gemm", (256, 256, 256), "float16"))
+    tail = source[source.rindex("wgmma_commit_group"):]
+    wait_all = tail.index("wgmma_wait_group_wait_group_sync_aligned_0();")
+    assert wait_all < tail.index("*(float2*)(C_ptr")  # the wait comes before the first store
+
+
+def test_v7_m_tiles_first_launches_blocks_along_m(compiled):
+    wl = Workload("gemm", (1024, 512, 256), "bfloat16", layout="nt")
+    assert compiled("v7", wl, block_n=256)[2].grid == {"blockIdx.y": 8, "blockIdx.x": 2}
+    assert compiled("v7", wl, block_n=256, m_tiles_first=True)[2].grid == {"blockIdx.x": 8,
+                                                                            "blockIdx.y": 2}

@@ -118,3 +118,17 @@ def measure_copy(run: Run, nbytes: int = 1 << 30) -> dict:
     gbps, timing = measure.copy_bandwidth_gbps(nbytes, flush=run.flush)
     return run.record(None, "device-copy", "ceiling", {"bytes": nbytes}, op="copy",
                       status="ok", copy_gbps=gbps, timing=timing.as_dict())
+
+
+COMPUTE_SIZE = 8192  # M = N = K of the GEMM whose cuBLAS rate is a run's compute ceiling
+
+
+def measure_compute(run: Run, dtype: str, size: int = COMPUTE_SIZE) -> dict:
+    """The compute ceiling of this run for inputs of `dtype`: cuBLAS on a size^3 GEMM, float32
+    with TF32 off, 16-bit inputs with the float32 output that the GEMM rungs write; the roofline's
+    flat roof. A rate measured here, never the datasheet's peak."""
+    wl = Workload("gemm", (size, size, size), dtype, "float32")
+    tflops, timing = measure.gemm_tflops(wl, flush=run.flush)
+    params = {"size": size, "call": measure.cublas_call(wl)}
+    return run.record(None, "device-compute", "ceiling", params, op="compute", dtype=dtype,
+                      status="ok", compute_tflops=tflops, timing=timing.as_dict())

@@ -1,24 +1,34 @@
 """The exploration run: schedules x one workload -> lowered IR, CUDA, measurements, records.
 
-Schedules are chosen by name (`selection`): the registered ones, with knobs set, and the best
-of the searches (`metaschedule`, `autotvm:<template>`). Each chosen schedule is applied, lowered
-and built; on a GPU it is then checked against float64 and timed, and every outcome (timed,
-failed, skipped) becomes a record of the same run, followed by the baselines and the
-copy-bandwidth ceiling of that run. Without a GPU the run stops after the build. Output goes
-through `say`, so the command line decides where it is printed.
+Schedules are chosen by name (`selection`): the registered ones, with knobs set (the rest as
+their shape heuristics pick them), the best of the searches (`metaschedule`,
+`autotvm:<template>`), and `best`, the fastest known for the workload. Each chosen schedule
+is applied, lowered and built; on a GPU it is then checked against float64 and timed, and
+every outcome (timed, failed, skipped) becomes a record of the same run, followed by the
+baselines and the copy-bandwidth ceiling of that run. Without a GPU the run stops after the
+build. Output goes through `say`, so the command line decides where it is printed.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
+import tvm
+
 import schedules
-from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, ScheduleNotApplicable,
-                              UsageError)
-from schedules.workloads import Workload
+from schedules import heuristics
+from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
+                              ScheduleNotApplicable, UnknownSchedule, UsageError)
+from schedules.registry import TunedSchedule
+from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import build, measure, records
+
+# The template searches' records committed with the reports: what `best` reads without --records.
+COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "reports", "tuning", "autotvm-h100.jsonl")
 
 
 @dataclass(frozen=True)
@@ -38,12 +48,17 @@ class SearchResults:
     work_dir: str | None = None  # a MetaSchedule work dir: `metaschedule`
     records: str | None = None  # a template search's records: `autotvm:<template>`
     device: str | None = None  # whose records apply (autotvm.records_device); None: the only one
+    results: str | None = None  # a run results file (--results): its timed schedules, for `best`
 
 
 def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str], None] = print):
-    """A schedule by name: a registered one, with knobs set as 'v5k:k_slices=4,thread_n=8',
-    'metaschedule' (the best in the work dir) or 'autotvm:<template>' (the template with the
-    best configuration in the records); a corrupt records line goes to `warn`."""
+    """A schedule by name: a registered one, with knobs set as 'v5k:k_slices=4,thread_n=8' (the
+    others as its heuristic picks them for `wl`), 'metaschedule' (the best in the work dir),
+    'autotvm:<template>' (the template with the best configuration in the records) or 'best'
+    (see `best`). A corrupt records line, the line that says why `best` chose what it did, and
+    the hint that the records hold tuned configurations of a rung named alone go to `warn`."""
+    if name == "best":
+        return best(wl, found, warn)
     if name == "metaschedule":
         if not found.work_dir:
             raise UsageError("metaschedule needs the work dir of a MetaSchedule search")
@@ -60,26 +75,166 @@ def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str],
                                    found.device)
     base, _, knobs = name.partition(":")
     entry = schedules.get(wl.op, base)
-    return entry.with_knobs(knobs) if knobs else entry
+    if knobs:
+        return entry.with_knobs(knobs, wl)
+    if found.records and entry.space and _tuned(records.load_and_warn(found.records, warn), wl,
+                                                entry, found.device):
+        warn(f"hint: {found.records} holds tuned configurations of {entry.name} for "
+             f"{wl.label()}: --schedule autotvm:{entry.name} runs the best of them ({entry.name} "
+             "alone runs its shape heuristic's knobs)")
+    return entry.for_workload(wl)
+
+
+def _tuned(measured: list[dict], wl: Workload, entry, device: str | None) -> bool:
+    """Whether template-search records hold a correct configuration of `entry` for `wl` with
+    this TVM: measured on `device`, or with none named, on any device."""
+    from . import autotvm
+
+    return bool(autotvm.measured_on(measured, wl, entry.name) if device is None
+                else autotvm.best_record(measured, wl, entry.name, device))
+
+
+def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print):
+    """`best`: the fastest known schedule for `wl` on this GPU with this TVM. Known from the
+    template searches' records (found.records, else COMMITTED_RECORDS: each template's fastest
+    correct configuration) and the run results (found.results: the correct timed schedules,
+    baselines left out, see `_timed_runs`), the GPU as `_this_gpu` says; where they hold none,
+    the rung that `rule` picks, with the knobs of its heuristic. Says which it picked and why,
+    on one line, through `warn`."""
+    from . import autotvm
+
+    path = found.records or COMMITTED_RECORDS
+    searched = records.load_and_warn(path, warn)
+    runs = _timed_runs(wl, records.load_and_warn(found.results, warn) if found.results else [])
+    gpu = _this_gpu(wl, found.device, searched, runs)
+    sources = " and ".join(filter(None, (found.records or os.path.relpath(path), found.results)))
+    here = [r for r in runs if r["gpu"] == gpu]
+    trials = [(entry, _correct_trials(searched, wl, entry.name, gpu))
+              for entry in _searched(wl.op)]
+    timed = [(r["timing"]["median_ms"], _rebuilt(wl, r)) for r in here]
+    timed += [(min(t["time_ms"] for t in tried),
+               autotvm.tuned_entry(entry, wl, searched, path, gpu))
+              for entry, tried in trials if tried]
+    if not timed:
+        name, why = rule(wl)
+        warn(f"best: {name} (no records of this workload on {gpu or 'any GPU'} with TVM "
+             f"{tvm.__version__} in {sources}; rule: {why})")
+        return schedules.get(wl.op, name).for_workload(wl)
+    ms, chosen = min(timed, key=lambda item: item[0])
+    count = len(here) + sum(len(tried) for _, tried in trials)
+    warn(f"best: {chosen.name} (fastest correct of {count} records measured on {gpu}, TVM "
+         f"{tvm.__version__}, in {sources}: {ms:.3f} ms)")
+    return chosen
+
+
+def _searched(op: str) -> list:
+    """The schedules of `op` that a template search can tune: those that declare a space."""
+    return [entry for entry in schedules.entries(op, templates=True) if entry.space]
+
+
+def _correct_trials(searched: list[dict], wl: Workload, template: str, gpu: str | None) -> list:
+    """The correct, timed configurations of `template` for `wl` measured on `gpu` with this
+    TVM, by any tuner."""
+    from . import autotvm
+
+    key = {k: v for k, v in autotvm.search_key(wl, template, gpu, "").items()
+           if k not in ("tuner", "seed")}
+    return [r for r in searched if autotvm.matches(r, key) and r.get("status") == "ok"
+            and isinstance(r.get("time_ms"), (int, float))]
+
+
+def _timed_runs(wl: Workload, results: list[dict]) -> list[dict]:
+    """The run records of `wl` with this TVM that `best` weighs: correct, timed after the
+    default read flush (the searches' too; warm or write-flushed times are not comparable),
+    not a baseline, of a schedule `_rebuilt` can rebuild."""
+    from reports.render import flush_of
+
+    same = {"op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype, "out_dtype": wl.out_dtype,
+            "layout": wl.layout, "tvm": tvm.__version__, "status": "ok"}
+    return [r for r in results if all(r.get(k) == v for k, v in same.items())
+            and r.get("kind") != "baseline" and flush_of(r) == "read"
+            and isinstance((r.get("timing") or {}).get("median_ms"), (int, float))
+            and _rebuilt(wl, r) is not None]
+
+
+def _rebuilt(wl: Workload, record: dict) -> TunedSchedule | None:
+    """The schedule a run record measured, rebuilt from its name and params: a registered
+    rung or template ('v5k', 'v5k:k_slices=8', 'autotvm:v5k') whose recorded knobs are all
+    still its knobs; None for any other (a MetaSchedule best needs its work dir)."""
+    name = record["schedule"]
+    try:
+        entry = schedules.get(wl.op, name.removeprefix("autotvm:").partition(":")[0])
+    except UnknownSchedule:
+        return None
+    params = record.get("params") or {}
+    if not set(params) <= set(entry.knob_types):
+        return None
+    return TunedSchedule(wl.op, name, params, lambda w, target: entry.apply(w, target, **params),
+                         record["kind"])
+
+
+def _this_gpu(wl: Workload, asked: str | None, searched: list[dict], runs: list[dict]
+              ) -> str | None:
+    """The GPU whose records `best` weighs: the one here, or the one asked for (--device);
+    else the only one that the records measured `wl` on with this TVM (None where they
+    measured it on none). Several, and none named, is refused."""
+    from . import autotvm
+
+    here = autotvm.records_device(None, None, asked)
+    if here:
+        return here
+    gpus = {r["gpu"] for r in runs}.union(
+        *(autotvm.measured_on(searched, wl, entry.name) for entry in _searched(wl.op)))
+    if len(gpus) > 1:
+        raise RecordsError(f"records of {wl.label()} were measured on {', '.join(sorted(gpus))}:"
+                           " say whose best to run (--device)")
+    return gpus.pop() if gpus else None
+
+
+def rule(wl: Workload) -> tuple[str, str]:
+    """The rung `best` runs where no records say, and the rule in words: a 16-bit GEMM with a
+    float32 C -> v7 (wgmma, sm_90); a float32 GEMM -> v5t where its default tiles give every
+    SM one, else v5k (split K); any other GEMM (a 16-bit C, which the tensor-core rungs do not
+    write) -> v5k; a GEMV -> blockreduce where K gives each of its K threads a 16-byte vector
+    per step, else multirow (whose heuristic fits its K threads to K)."""
+    if wl.op == "gemm" and wl.dtype != "float32":
+        if wl.has_cast:
+            return "v5k", f"16-bit GEMM writing {wl.out_dtype}, which v6 and v7 do not -> v5k"
+        return "v7", "16-bit GEMM with a float32 C on sm_90 -> v7"
+    if wl.op == "gemm":
+        v5t = schedules.get("gemm", "v5t").defaults
+        tiles = heuristics.tile_count(wl, v5t["block_m"], v5t["block_n"])
+        if tiles >= heuristics.H100_SMS:
+            return "v5t", (f"float32 GEMM whose {tiles} v5t tiles fill the "
+                           f"{heuristics.H100_SMS} SMs -> v5t")
+        return "v5k", (f"float32 GEMM whose {tiles} v5t tiles cannot fill the "
+                       f"{heuristics.H100_SMS} SMs -> v5k (split K)")
+    from schedules.gemv import VECTOR_BYTES
+
+    threads = schedules.get(wl.op, "blockreduce").defaults["reduce_threads"]
+    step = threads * VECTOR_BYTES // DTYPE_BYTES[wl.dtype]
+    if wl.dims["K"] >= step:
+        return "blockreduce", (f"{wl.op} with K >= {step} (a 16-byte vector per step for each "
+                               f"of blockreduce's {threads} K threads) -> blockreduce")
+    return "multirow", f"{wl.op} with K < {step} -> multirow (K threads fitted to K)"
 
 
 def selection(wl: Workload, name: str, found: SearchResults,
               warn: Callable[[str], None] = print) -> list:
     """The schedules `name` stands for: one (see `resolve`), or for 'all' the ladder and
-    baselines, plus the best of each search in `found` for `wl` on its device."""
+    baselines with the knobs they run `wl` with, plus the best of each search in `found` for
+    `wl` on its device."""
     from . import autotvm
 
     if name != "all":
         return [resolve(wl, name, found, warn)]
-    chosen = schedules.entries(wl.op)
+    chosen = [entry.for_workload(wl) for entry in schedules.entries(wl.op)]
     if found.work_dir:
         chosen.append(resolve(wl, "metaschedule", found, warn))
     if found.records:
         measured = records.load_and_warn(found.records, warn)
-        for entry in schedules.entries(wl.op, templates=True):
-            if entry.space and (autotvm.measured_on(measured, wl, entry.name)
-                                if found.device is None else
-                                autotvm.best_record(measured, wl, entry.name, found.device)):
+        for entry in _searched(wl.op):
+            if _tuned(measured, wl, entry, found.device):
                 chosen.append(autotvm.tuned_entry(entry, wl, measured, found.records,
                                                   found.device))
     return chosen
@@ -133,6 +288,7 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
     if measure.gpu_present():
         from . import bench
 
+        measure.require_memory(wl)  # before anything is built, allocated or written
         run = bench.Run(flush=settings.flush)
         arch = run.facts["arch"]
         say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")
@@ -188,9 +344,12 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
         keep(baseline)
     ceiling = bench.measure_copy(run)
     records.append(settings.results, ceiling)
+    compute = bench.measure_compute(run, wl.dtype)
+    records.append(settings.results, compute)
     rows = table_rows([{**m, "copy_gbps": ceiling["copy_gbps"]} for m in measured])
     say(f"\n{wl.label()} on {run.facts['gpu']}; {measure.timing_method(run.flush)}; "
-        f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s")
+        f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s; cuBLAS {compute['params']['size']}^3 "
+        f"{wl.dtype} {compute['compute_tflops']:.0f} TFLOP/s")
     say(markdown_table(rows))
     say(f"records appended to {settings.results}")
     failed = [m for m in measured if m["kind"] != "baseline" and m["status"] != "ok"]

@@ -1,4 +1,4 @@
-"""The project's TIR pipeline: TVM's default one, then two passes that schedules ask for.
+"""The project's TIR pipeline: TVM's default one, then the passes that schedules ask for.
 
 One barrier per K tile (`rewrite_single_barrier`):
 
@@ -18,6 +18,11 @@ is complete after it. The wait allows one group fewer in flight, because this it
 are not committed yet, so it waits for the same tile as before. `rewrite_single_barrier` turns
 the first form into the second in every loop annotated with SINGLE_BARRIER.
 
+Waiting for wgmma (`wait_for_wgmma`): wgmma.mma_async writes its accumulators after the
+instruction has issued, so a loop that reads them (v7's store of C) must first wait for every
+group in flight (`wgmma.wait_group 0`). The schedule annotates that loop with WAIT_FOR_WGMMA,
+and this pass puts the wait in front of it.
+
 Overlapping kernels (`launch_waiting_kernels_early`): a kernel that calls `griddepcontrol.wait`
 is launched with programmatic dependent launch (Hopper), so it may start before the kernel
 ahead of it in the stream has finished. TVM 0.27 launches a kernel that way when its launch
@@ -28,9 +33,10 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
+from tvm.script import tirx as T
 from tvm.tirx import stmt as S
 
-from schedules.common import SINGLE_BARRIER
+from schedules.common import SINGLE_BARRIER, WAIT_FOR_WGMMA
 
 PIPELINE = "explorer"  # the name tvm.compile knows this pipeline by
 
@@ -117,6 +123,24 @@ def rewrite_single_barrier(func, _mod, _ctx):
     return func if body.same_as(func.body) else func.with_body(body)
 
 
+def _wait_for_wgmma(loop: S.For):
+    """`loop` itself, or, if it is annotated with WAIT_FOR_WGMMA, the loop without the
+    annotation after a wait for every wgmma group in flight."""
+    if WAIT_FOR_WGMMA not in loop.annotations:
+        return loop
+    annotations = {k: v for k, v in loop.annotations.items() if k != WAIT_FOR_WGMMA}
+    unannotated = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
+                        loop.thread_binding, annotations, loop.step)
+    return S.SeqStmt([S.Evaluate(T.ptx.wgmma.wait_group.sync.aligned(0)), unannotated])
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="WaitForWgmma")
+def wait_for_wgmma(func, _mod, _ctx):
+    """Every loop annotated with WAIT_FOR_WGMMA: `wgmma.wait_group 0` before it."""
+    body = tvm_ffi.structural_map(func.body, (S.For, _wait_for_wgmma), order="post")
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
 PDL_TAG = "tirx.use_programtic_dependent_launch"  # sic: TVM 0.27's spelling
 DYNAMIC_SHARED_TAG = "tirx.use_dyn_shared_memory"  # TVM wants it last among the launch tags
 
@@ -142,7 +166,7 @@ def launch_waiting_kernels_early(func, _mod, _ctx):
 
 def _pipeline():
     default, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("default")
-    return (tvm.transform.Sequential([default, rewrite_single_barrier,
+    return (tvm.transform.Sequential([default, rewrite_single_barrier, wait_for_wgmma,
                                       launch_waiting_kernels_early]),
             finalize_host, finalize_device)
 

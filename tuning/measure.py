@@ -12,8 +12,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from schedules.errors import KernelFailed
-from schedules.workloads import Workload
+from schedules.errors import KernelFailed, UsageError
+from schedules.workloads import DTYPE_BYTES, Workload
 
 TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
 
@@ -161,6 +161,25 @@ def torch_dtype(name: str):
     return getattr(_torch(), name)
 
 
+def bytes_needed(wl: Workload) -> int:
+    """GPU memory one check of `wl` holds at its peak: the inputs (created in float32, then
+    cast), the output, and the float64 copies of the inputs and the reference answer."""
+    *inputs, output = (math.prod(shape) for shape in wl.buffer_shapes().values())
+    return (sum(inputs) * (4 + DTYPE_BYTES[wl.dtype] + 8)
+            + output * (DTYPE_BYTES[wl.out_dtype] + 8))
+
+
+def require_memory(wl: Workload) -> None:
+    """Refuse, before anything is allocated, a workload whose check would not fit in the
+    GPU's free memory."""
+    free, total = _torch().cuda.mem_get_info()
+    needed = bytes_needed(wl)
+    if needed > free:
+        raise UsageError(f"{wl.label()} needs {needed / 2**30:.1f} GiB of GPU memory to check "
+                         f"(its buffers and their float64 copies); the GPU has "
+                         f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB")
+
+
 def random_inputs(wl: Workload, seed: int = 0) -> list:
     """Standard-normal inputs (never zeros) on the GPU, in the workload's input dtype."""
     torch = _torch()
@@ -304,3 +323,10 @@ def copy_bandwidth_gbps(nbytes: int = 1 << 30, flush: str = "read") -> tuple[flo
     dst = torch.empty_like(src)
     timing = time_kernel(lambda: dst.copy_(src), flush=flush)
     return 2 * nbytes / (timing.median_ms * 1e-3) / 1e9, timing
+
+
+def gemm_tflops(wl: Workload, flush: str = "read") -> tuple[float, Timing]:
+    """The rate cuBLAS reaches on the GEMM `wl` (TF32 off), timed by `time_kernel` like every
+    kernel: the compute ceiling a run reads its GEMMs against."""
+    timing = time_kernel(cublas_runner(wl, random_inputs(wl)), flush=flush)
+    return wl.flops / (timing.median_ms * 1e-3) / 1e12, timing

@@ -1,0 +1,305 @@
+"""Suite reports, rendered from the records of suite runs (tuning/suite.py), never a live run.
+
+Per suite and GPU, one row per shape from the latest run that measured it: where the shape
+comes from (model, layer), the fastest rung that passed its check against float64 and its time,
+cuBLAS's time in the same run writing the same output dtype (fp32 GEMM: plain fp32, TF32 off;
+never the cublas-tf32 row), and the rung's % of cuBLAS (cuBLAS's time / the rung's x 100);
+dlight's % too, as TVM's own schedule. Then the geometric mean of the % per op and dtype, the
+ragged shapes next to their aligned neighbours where a suite has them, and a bar chart of the
+% per shape.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from reports.render import (MEMORY_BOUND, flush_of, latest_runs, markdown_table, schedule_label,
+                            workload_of)
+from schedules import suites
+from schedules.workloads import Workload
+from tuning.measure import FLUSHES
+
+
+def _ms(record: dict | None) -> float | None:
+    """The median time of a record that passed its check and was timed; None otherwise."""
+    if record and record.get("status") == "ok" and record.get("timing"):
+        return record["timing"]["median_ms"]
+    return None
+
+
+def best_rung(run: list[dict]) -> dict | None:
+    """The fastest rung of a shape's run that passed its check; None where none did. Failed,
+    skipped and unbuilt rungs are never ranked."""
+    correct = [r for r in run if r.get("kind") == "rung" and _ms(r) is not None]
+    return min(correct, key=_ms, default=None)
+
+
+def named(run: list[dict], schedule: str) -> dict | None:
+    """The record of `schedule` in a shape's run (cuBLAS is `cublas`: same output dtype, TF32
+    off; `cublas-tf32` is another row)."""
+    return next((r for r in run if r["schedule"] == schedule), None)
+
+
+def percent_of_cublas(run: list[dict], record: dict | None) -> float | None:
+    """cuBLAS's time / the record's time x 100, both from this run; None unless both are
+    correct and timed."""
+    mine, cublas = _ms(record), _ms(named(run, "cublas"))
+    return 100 * cublas / mine if mine and cublas else None
+
+
+def geomean(values: list[float]) -> float | None:
+    """The geometric mean of positive values; None of none."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _dtypes(wl: Workload) -> str:
+    """Input dtype, and the output's where it differs (as Workload.label says them)."""
+    return wl.dtype if wl.out_dtype == wl.dtype else f"{wl.dtype}->{wl.out_dtype}"
+
+
+def _time(record: dict | None, wl: Workload) -> str:
+    """A record's median time, in us for memory-bound ops and ms otherwise; '-' untimed."""
+    ms = _ms(record)
+    if ms is None:
+        return "-"
+    return f"{ms * 1e3:.2f} us" if wl.op in MEMORY_BOUND else f"{ms:.4f} ms"
+
+
+def _percent(value: float | None) -> str:
+    """A percentage cell; '-' where there is none."""
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    """A ratio cell, as 1.50x; '-' unless both are there."""
+    return f"{numerator / denominator:.2f}x" if numerator and denominator else "-"
+
+
+def _shape(wl: Workload) -> str:
+    """The dimensions and layout, as 16x6144x4096 nt."""
+    return f"{'x'.join(map(str, wl.shape))} {wl.layout}"
+
+
+def shape_row(run: list[dict]) -> dict:
+    """A shape's row: where it comes from, its best correct rung against cuBLAS, dlight's
+    share, and which rungs are not ranked and why."""
+    first, wl = run[0], workload_of(run[0])
+    best = best_rung(run)
+    rungs = [r for r in run if r.get("kind") == "rung"]
+    return {
+        "model": first.get("model", "-"),
+        "layer": first.get("layer", "-"),
+        "shape": _shape(wl),
+        "dtype": _dtypes(wl),
+        "best rung": best["schedule"] if best else "none correct",
+        "time": _time(best, wl),
+        "cuBLAS": _time(named(run, "cublas"), wl),
+        "% of cuBLAS": _percent(percent_of_cublas(run, best)),
+        "dlight % of cuBLAS": _percent(percent_of_cublas(run, named(run, "dlight"))),
+        "rungs correct": f"{sum(_ms(r) is not None for r in rungs)}/{len(rungs)}",
+        "not ranked": ", ".join(f"{r['schedule']} ({r.get('status')})" for r in rungs
+                                if _ms(r) is None) or "-",
+    }
+
+
+def geomean_rows(runs: list[list[dict]]) -> list[dict]:
+    """Per op and dtype: the geometric mean of the best rung's (and dlight's) % of cuBLAS over
+    the shapes where both were correct, and how many shapes that is."""
+    groups: dict[tuple[str, str], list[list[dict]]] = {}
+    for run in runs:
+        wl = workload_of(run[0])
+        groups.setdefault((wl.op, _dtypes(wl)), []).append(run)
+    rows = []
+    for (op, dtypes), group in groups.items():
+        best = [p for p in (percent_of_cublas(run, best_rung(run)) for run in group) if p]
+        dlight = [p for p in (percent_of_cublas(run, named(run, "dlight")) for run in group) if p]
+        rows.append({"op": op, "dtype": dtypes, "shapes": str(len(group)),
+                     "best rung: shapes in the mean": str(len(best)),
+                     "best rung, geomean % of cuBLAS": _percent(geomean(best)),
+                     "dlight: shapes in the mean": str(len(dlight)),
+                     "dlight, geomean % of cuBLAS": _percent(geomean(dlight))})
+    return rows
+
+
+def ragged_rows(runs: list[list[dict]]) -> list[dict]:
+    """Each ragged shape (its records name an aligned neighbour) next to that neighbour of the
+    same dtypes: the best rungs and cuBLAS, as the ragged shape's time over the aligned one's."""
+    by_shape = {(tuple(r[0]["shape"]), r[0]["dtype"], r[0]["out_dtype"]): r for r in runs}
+    rows = []
+    for run in runs:
+        first = run[0]
+        if not first.get("aligned"):
+            continue
+        wl = workload_of(first)
+        aligned = by_shape.get((tuple(first["aligned"]), wl.dtype, wl.out_dtype))
+        best = best_rung(run)
+        best_aligned, cublas_aligned = ((best_rung(aligned), named(aligned, "cublas"))
+                                        if aligned else (None, None))
+        rows.append({
+            "model": first.get("model", "-"), "layer": first.get("layer", "-"),
+            "dtype": _dtypes(wl), "ragged": _shape(wl),
+            "best rung": best["schedule"] if best else "none correct", "time": _time(best, wl),
+            "aligned": "x".join(map(str, first["aligned"])),
+            "best rung (aligned)": (best_aligned["schedule"] if best_aligned else
+                                    "none correct" if aligned else "not measured"),
+            "time (aligned)": _time(best_aligned, wl),
+            "ragged / aligned": _ratio(_ms(best), _ms(best_aligned)),
+            "cuBLAS ragged / aligned": _ratio(_ms(named(run, "cublas")), _ms(cublas_aligned)),
+        })
+    return rows
+
+
+def sections(records: list[dict]) -> dict[tuple[str, str], list[list[dict]]]:
+    """The records of suite runs by (suite, GPU): per shape, the records of the latest run that
+    measured it (render.latest_runs), in the order they were measured."""
+    found: dict[tuple[str, str], list[list[dict]]] = {}
+    for name in dict.fromkeys(r["suite"] for r in records if r.get("suite")):
+        for run in latest_runs([r for r in records if r.get("suite") == name]):
+            found.setdefault((name, run[0]["gpu"]), []).append(run)
+    return found
+
+
+def tables(runs: list[list[dict]]) -> list[str]:
+    """Markdown of one suite's shapes: the per-shape table, the geometric means and, where the
+    suite has ragged shapes, those next to their aligned neighbours."""
+    lines = [markdown_table([shape_row(run) for run in runs]), "",
+             "Geometric mean of % of cuBLAS, over the shapes where the schedule and cuBLAS "
+             "both ran correctly:", "", markdown_table(geomean_rows(runs)), ""]
+    ragged = ragged_rows(runs)
+    if ragged:
+        lines += ["Ragged shapes next to their aligned neighbours (time of the ragged shape / "
+                  "time of the aligned one; above 1.00x the ragged shape is slower):", "",
+                  markdown_table(ragged), ""]
+    return lines
+
+
+def suite_tables(records: list[dict]) -> str:
+    """The tables of every suite in `records`, without the report around them (what a suite
+    run prints at its end)."""
+    return "\n".join(line for runs in sections(records).values() for line in tables(runs))
+
+
+def summary_line(run: list[dict]) -> str:
+    """One line for a shape just measured: its best correct rung against cuBLAS."""
+    wl = workload_of(run[0])
+    row = shape_row(run)
+    return (f"{wl.label()}: best rung {row['best rung']} {row['time']}, cuBLAS {row['cuBLAS']}: "
+            f"{row['% of cuBLAS']} of cuBLAS; not ranked: {row['not ranked']}")
+
+
+def _bar_label(run: list[dict]) -> str:
+    """A bar's name: the (first) model, the layer and the shape."""
+    first = run[0]
+    model = first.get("model", "-").split(",")[0]
+    return " ".join(p for p in (model if model != "-" else "", first.get("layer", ""),
+                                _shape(workload_of(first))) if p)
+
+
+def plot_suite(runs: list[list[dict]], title: str, path: str) -> None:
+    """One bar per shape: the best correct rung's % of cuBLAS, coloured by dtype, with the 100%
+    line; a shape without a correct rung gets no bar and says so."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.32 * len(runs) + 2), 6))
+    colours: dict[str, str] = {}
+    highest = 100.0
+    for x, run in enumerate(runs):
+        dtypes = _dtypes(workload_of(run[0]))
+        colour = colours.setdefault(dtypes, f"C{len(colours)}")
+        percent = percent_of_cublas(run, best_rung(run))
+        if percent is None:
+            ax.text(x, 2, "no correct rung", rotation=90, ha="center", va="bottom", fontsize=7)
+        else:
+            ax.bar(x, percent, color=colour)
+            highest = max(highest, percent)
+    cublas = ax.axhline(100, color="black", linestyle="--", linewidth=0.8, label="cuBLAS")
+    ax.set_xlim(-0.6, len(runs) - 0.4)  # room for the shapes without a bar, too
+    ax.set_ylim(0, highest * 1.2)  # headroom for the legend
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels([_bar_label(run) for run in runs], rotation=90, fontsize=7)
+    ax.set_ylabel("best correct rung, % of cuBLAS")
+    ax.set_title(title, fontsize=10)
+    handles = [Patch(color=c, label=d) for d, c in colours.items()] + [cublas]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", ncol=len(handles))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _where(runs: list[list[dict]]) -> str:
+    """When and how a suite's shapes were measured: each run, its flush and copy bandwidth."""
+    measured = {}
+    for run in runs:
+        measured.setdefault(run[0]["run_id"], run[0])
+    said = []
+    for run_id, first in measured.items():
+        text = (f"run `{run_id}` ({first['date'][:19].replace('T', ' ')} UTC; before each timed "
+                f"launch: {FLUSHES[flush_of(first)]}")
+        if first.get("copy_gbps"):
+            text += f"; device copy bandwidth in the same run: {first['copy_gbps']:.0f} GB/s"
+        said.append(text + ")")
+    return "Measured in " + ", ".join(said) + "."
+
+
+def suite_section(name: str, gpu: str, runs: list[list[dict]], figure: str | None) -> list[str]:
+    """Markdown for one suite on one GPU: what it is, where and how it was measured, which
+    schedules ran, the tables and the chart."""
+    lines = [f"## Suite `{name}` on {gpu}", ""]
+    suite = suites.SUITES.get(name)
+    if suite:
+        lines += [suite.summary + ".", ""]
+    lines += [_where(runs), ""]
+    ran = dict.fromkeys(r["schedule"] for run in runs for r in run if r.get("kind") == "rung")
+    baselines = dict.fromkeys(schedule_label(r) for run in runs for r in run
+                              if r["schedule"] in ("dlight", "cublas"))
+    lines += [f"Rungs: {', '.join(ran) or 'none'}; baselines: {', '.join(baselines)}."]
+    if suite and suite.left_out:
+        lines += [f"Not run: {suite.left_out}."]
+    lines.append("")
+    lines += tables(runs)
+    if figure:
+        lines += [f"![% of cuBLAS per shape, {name}]({figure})", ""]
+    return lines
+
+
+def render(records: list[dict], title: str = "Suite report", notes: str | None = None,
+           figure_prefix: str | None = None) -> str:
+    """The whole markdown report of the suite runs in `records`; `notes` (written by a person)
+    go last. With `figure_prefix`, each suite's chart is drawn to `<figure_prefix>-<suite>.png`
+    (`-<suite>-<n>.png` for its n-th GPU after the first), linked by file name."""
+    found = sections(records)
+    if not found:
+        raise ValueError("no suite measurements to report (run `runner.py --suite NAME` on a GPU)")
+    firsts = [run[0] for runs in found.values() for run in runs]
+    lines = [f"# {title}", ""]
+    for gpu, driver, tvm in sorted({(r["gpu"], r["driver"], r["tvm"]) for r in firsts}):
+        lines.append(f"- GPU: **{gpu}**, driver {driver}; TVM {tvm}")
+    methods = {r["timing"]["method"] for runs in found.values() for run in runs for r in run
+               if r.get("timing")}
+    lines += [f"- Timing: {method}" for method in sorted(methods)]
+    lines += [
+        "- Correctness: random normal inputs, output poisoned with NaN, relative Frobenius error "
+        "against a float64 reference; a rung that failed its check, was skipped or did not "
+        "build is never ranked",
+        "- % of cuBLAS: cuBLAS's time / the best correct rung's time x 100, both measured in the "
+        "same run; cuBLAS writes the workload's output dtype, as the rungs do (float32 GEMMs "
+        "against plain float32 cuBLAS, TF32 off)",
+        "- Geometric means are over the shapes where both ran correctly; the tables say how many",
+        "",
+    ]
+    drawn: dict[str, int] = {}  # charts drawn per suite: one per GPU
+    for (name, gpu), runs in found.items():
+        figure = None
+        if figure_prefix:
+            drawn[name] = drawn.get(name, 0) + 1
+            figure = f"{figure_prefix}-{name}{'' if drawn[name] == 1 else f'-{drawn[name]}'}.png"
+            plot_suite(runs, f"suite {name} on {gpu}: best correct rung, % of cuBLAS", figure)
+        lines += suite_section(name, gpu, runs, figure and os.path.basename(figure))
+    if notes:
+        lines += ["## Notes", "", notes.strip(), ""]
+    return "\n".join(lines)

@@ -1,0 +1,310 @@
+"""The rungs' shape heuristics (schedules/heuristics.py) and `--schedule best`
+(tuning/explore.py): the knobs they pick as data, that every pick applies, that the committed
+reports' shapes keep the signature's defaults, and `best` on recorded timings."""
+
+import json
+
+import pytest
+import tvm
+
+import schedules
+from schedules import Workload, heuristics
+from schedules.errors import RecordsError
+from tuning import explore, measure
+from tuning.explore import SearchResults, resolve, selection
+
+TVM = tvm.__version__
+
+
+def gemm(shape, dtype="float32", layout="nn"):
+    return Workload("gemm", shape, dtype, layout=layout)
+
+
+# rung, workload, the knobs its heuristic changes (every other knob: the signature's default)
+CHOICES = [
+    # 1024x512 in 64x64 tiles is 128 tiles for 132 SMs: 32x64 gives 256 (64 threads each)
+    ("v5", gemm((1024, 512, 2000)), {"block_m": 32}),
+    ("v5", gemm((3000, 1000, 2000)), {}),  # 752 tiles fill the SMs
+    # M=16: 96 tiles of 64x64; 64x32 gives 192 (32x32 would halve the block's threads)
+    ("v5p", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_n": 32}),
+    ("v5k", gemm((1024, 512, 2000)), {"block_m": 32, "k_slices": 1}),  # 256 tiles: no split
+    # 64 tiles of 64x64; 128 of 32x64, still short of 132: K in 2 slices of 32 K tiles
+    ("v5k", gemm((512, 512, 2048)), {"block_m": 32, "k_slices": 2}),
+    # 8 tiles of 32x64 at most: K split as far as the space goes (8), 256 K tiles per slice
+    ("v5k", gemm((64, 256, 65536)), {"block_m": 32, "k_slices": 8}),
+    ("v5k", gemm((1, 1, 1)), {"block_m": 32, "k_slices": 1}),  # one K tile: nothing to split
+    ("v5k", gemm((3000, 1000, 2000)), {}),
+    ("v5t", gemm((1024, 512, 2000)), {"block_m": 64, "k_slices": 8}),  # 32 tiles x 8 = 256 blocks
+    ("v5t", gemm((16, 6144, 4096)), {"block_n": 128, "k_slices": 4}),  # 48 tiles x 4 = 192
+    ("v5t", gemm((1000, 4096, 4096)), {"block_m": 64}),  # 256 tiles of 64x256: no split
+    ("v6", gemm((16, 6144, 4096), "bfloat16", "nt"), {"warp_tiles_m": 1, "warp_tiles_n": 1}),
+    ("v6", gemm((1024, 512, 2000), "float16"), {"warp_tiles_m": 1, "warp_tiles_n": 2}),
+    ("v6", gemm((3000, 1000, 2000), "float16"), {}),
+    ("v7", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_m": 64, "block_n": 128}),  # decode
+    ("v7", gemm((1000, 4096, 4096), "float16"), {"block_n": 128}),  # 128 -> 256 tiles
+    ("v7", gemm((8192, 8192, 1024), "float16"), {}),
+    ("multirow", Workload("gemv", (4096, 64), "float16"), {"reduce_threads": 8}),
+    ("multirow", Workload("gemv", (4096, 65), "float16"), {"reduce_threads": 16}),
+    ("multirow", Workload("gemv", (300, 7), "float32"), {"reduce_threads": 2}),
+    ("multirow", Workload("batched_gemv", (4, 128, 100), "bfloat16"), {"reduce_threads": 16}),
+    ("multirow", Workload("gemv", (4096, 256), "float16"), {}),  # a warp's step of K
+]
+
+
+def changed(entry, wl, chosen=None) -> dict:
+    return {k: v for k, v in entry.defaults_for(wl, chosen).items() if v != entry.defaults[k]}
+
+
+@pytest.mark.parametrize("rung, wl, expected", CHOICES,
+                         ids=[f"{r}-{wl.label()}" for r, wl, _ in CHOICES])
+def test_the_heuristics_pick_these_knobs(rung, wl, expected):
+    assert changed(schedules.get(wl.op, rung), wl) == expected
+
+
+# The committed reports' rungs ran with the signature's defaults on these workloads.
+COMMITTED = [gemm((1024, 512, 2048)), gemm((4096, 4096, 4096)),
+             gemm((4096, 4096, 4096), "float16"), gemm((4096, 4096, 4096), "bfloat16"),
+             gemm((4096, 4096, 4096), "bfloat16", "nt"), gemm((128, 128, 128), "bfloat16", "nt"),
+             Workload("gemv", (7168, 16384), "float16"), Workload("gemv", (1024, 1024), "float16"),
+             Workload("batched_gemv", (1, 7168, 16384), "float16"),
+             Workload("batched_gemv", (8, 4096, 7168), "float16"),
+             Workload("batched_gemv", (4, 7168, 2048), "float16")]
+TUNED = [(op, e) for op in ("gemm", "gemv", "batched_gemv") for e in schedules.entries(op)
+         if e.heuristic]
+
+
+def test_every_tunable_rung_has_a_heuristic():
+    assert sorted({(op, e.name) for op, e in TUNED}) == [
+        ("batched_gemv", "multirow"), ("gemm", "v5"), ("gemm", "v5k"), ("gemm", "v5p"),
+        ("gemm", "v5t"), ("gemm", "v6"), ("gemm", "v7"), ("gemv", "multirow")]
+
+
+@pytest.mark.parametrize("wl", COMMITTED, ids=Workload.label)
+def test_the_committed_shapes_keep_the_signature_defaults(wl):
+    for op, entry in TUNED:
+        if op == wl.op:
+            assert entry.defaults_for(wl) == entry.defaults, entry.name
+
+
+def test_the_committed_gemv_shapes_need_no_exception_but_v5t_on_the_seed_would():
+    """The GEMV rule gives the defaults there by itself; v5t's, on the seed GEMM's 16 tiles of
+    128x256, would take 64x256 tiles and split K 8 ways (its search's best splits K 8 ways too:
+    0.39 ms with the defaults, 0.062 tuned), which is why the committed shapes are kept as
+    measured."""
+    for wl in COMMITTED[6:]:
+        entry = schedules.get(wl.op, "multirow")
+        assert heuristics.k_threads(wl, heuristics.H100_SMS, entry.defaults, entry.space) == {
+            "reduce_threads": 32}
+    v5t = schedules.get("gemm", "v5t")
+    assert heuristics.split_k(gemm((1024, 512, 2048)), heuristics.H100_SMS, v5t.defaults,
+                              v5t.space) == {"block_m": 64, "block_n": 256, "k_slices": 8}
+
+
+def test_fewer_sms_need_fewer_tiles():
+    v5 = schedules.get("gemm", "v5")
+    wl = gemm((1024, 512, 2000))
+    assert heuristics.register_tiles(wl, 132, v5.defaults, v5.space)["block_m"] == 32
+    assert heuristics.register_tiles(wl, 128, v5.defaults, v5.space) == {"block_m": 64,
+                                                                        "block_n": 64}
+
+
+def test_knobs_set_by_the_user_win_and_the_heuristic_fills_the_rest():
+    v5k, wl = schedules.get("gemm", "v5k"), gemm((1024, 512, 2000))
+    assert changed(v5k, wl, {"k_slices": 2}) == {"block_m": 32, "k_slices": 2}
+    # what the heuristic picks fits the user's knobs: 128-row tiles are 64 (128x64) or 128
+    # (128x32) tiles of C, short of 132 SMs, so K is split on those: 2 slices, 256 blocks
+    assert changed(v5k, wl, {"block_m": 128}) == {"block_m": 128, "block_n": 32, "k_slices": 2}
+    # atomic_sum adds the slices' partials: at least 2 of them, though 256 tiles fill the SMs
+    assert changed(v5k, wl, {"atomic_sum": True}) == {"block_m": 32, "k_slices": 2,
+                                                      "atomic_sum": True}
+    named = resolve(wl, "v5k:k_slices=2", SearchResults())
+    assert named.params == v5k.defaults_for(wl, {"k_slices": 2})
+    v7 = schedules.get("gemm", "v7")
+    assert changed(v7, gemm((16, 6144, 4096), "float16"), {"block_m": 128}) == {"block_n": 128}
+    # four stages of 128 K: 64x128 tiles fit a Hopper block's shared memory, 128x256 do not
+    assert v7.defaults_for(gemm((16, 4096, 4096), "float16"), {"chunk_k": 128})["stages"] == 4
+    assert v7.defaults_for(gemm((8192, 8192, 4096), "float16"), {"chunk_k": 128})["stages"] == 3
+
+
+GRID = [(1, 1, 1), (16, 6144, 4096), (1000, 4096, 4096), (3000, 1000, 2000), (257, 129, 65)]
+DTYPES = {"v5t": ["float32"], "v6": ["float16"], "v7": ["bfloat16"]}
+APPLIED = [(rung, gemm(shape, dtype, layout)) for rung in ("v5", "v5p", "v5k", "v5t", "v6", "v7")
+           for shape in GRID for dtype in DTYPES.get(rung, ["float32", "bfloat16"])
+           for layout in ("nn", "nt")]
+APPLIED += [("multirow", Workload(op, shape, dtype)) for dtype in ("float16", "float32")
+            for op, shape in (("gemv", (1, 1)), ("gemv", (4096, 64)), ("gemv", (129, 257)),
+                              ("batched_gemv", (4, 128, 100)), ("gemv", (7168, 16384)))]
+
+
+@pytest.mark.parametrize("rung, wl", APPLIED, ids=[f"{r}-{wl.label()}" for r, wl in APPLIED])
+def test_every_heuristic_choice_applies(rung, wl, target):
+    entry = schedules.get(wl.op, rung)
+    picked = entry.heuristic(wl, heuristics.H100_SMS, entry.defaults, entry.space)
+    assert set(picked) <= set(entry.space)  # a search's configurations override all of them
+    entry.apply(wl, target)
+
+
+def test_a_rung_named_alone_runs_and_records_its_heuristic_knobs(target):
+    v5k, wl = schedules.get("gemm", "v5k"), gemm((512, 512, 2048))
+    mod = v5k.apply(wl, target)
+    tvm.ir.assert_structural_equal(mod, v5k.apply(wl, target, **v5k.defaults_for(wl)))
+    with pytest.raises(ValueError):
+        tvm.ir.assert_structural_equal(mod, v5k.apply(wl, target, **v5k.defaults))
+    ran = {s.name: s for s in selection(wl, "all", SearchResults())}
+    assert ran["v5k"].params == v5k.defaults_for(wl) != v5k.defaults
+    assert resolve(wl, "v5k", SearchResults()).params == ran["v5k"].params
+    assert ran["v3"].params == schedules.get("gemm", "v3").defaults  # no heuristic
+
+
+def test_short_k_multirow_reduces_within_groups_of_lanes(compiled):
+    """K=64 halves: 8 K threads, 4 rows' threads to a warp; the all-reduce shuffles within
+    groups of 8 lanes."""
+    _, source, summary = compiled("multirow", Workload("gemv", (4096, 64), "float16"))
+    assert "__launch_bounds__(64)" in source
+    assert "__shfl_down_sync(mask_ptr[0], red_buf0_ptr[0], 4, 32)" in source
+    assert "red_buf0_ptr[0], 8, 32)" not in source
+
+
+# -- --schedule best ---------------------------------------------------------------------------
+
+SHAPE = (256, 256, 256)
+WL = gemm(SHAPE)
+GPU, OTHER_GPU = "GPU A", "GPU B"
+
+
+def write(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def trial(template, config, ms, status="ok", shape=SHAPE, device=GPU, version=TVM):
+    return {"search": "autotvm", "op": "gemm", "shape": list(shape), "dtype": "float32",
+            "out_dtype": "float32", "layout": "nn", "schedule": template, "device": device,
+            "tvm": version, "tuner": "grid", "seed": 0, "config": config, "status": status,
+            "time_ms": ms, "error": None}
+
+
+def run(schedule, ms, kind="rung", params=None, status="ok", gpu=GPU, version=TVM,
+        flush="read", shape=SHAPE):
+    return {"op": "gemm", "shape": list(shape), "dtype": "float32", "out_dtype": "float32",
+            "layout": "nn", "schedule": schedule, "kind": kind, "params": params or {},
+            "gpu": gpu, "tvm": version, "flush": flush, "status": status,
+            "timing": {"median_ms": ms}}
+
+
+V5K = {"block_m": 32, "block_n": 64, "k_slices": 2}
+V5P = {**schedules.get("gemm", "v5p").defaults, "block_m": 32}
+
+
+@pytest.fixture
+def here_no_gpu(monkeypatch):
+    """`best` on recorded timings alone, as on a machine without a GPU."""
+    monkeypatch.setattr(measure, "gpu_present", lambda: False)
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """Template trials and run results of WL: the correct ones on GPU A with this TVM, and
+    faster ones that `best` must not take (failed, another GPU, TVM or shape, a baseline, a
+    warm-L2 time, a MetaSchedule best without its work dir, knobs the rung no longer has)."""
+    trials = write(tmp_path / "at.jsonl", [
+        trial("v5k", V5K, 0.050), trial("v5k", {**V5K, "k_slices": 4}, 0.001, status="wrong"),
+        trial("v5k", {**V5K, "k_slices": 8}, 0.001, device=OTHER_GPU),
+        trial("v5k", {**V5K, "k_slices": 8}, 0.001, version="0.26.0"),
+        trial("v5k", {**V5K, "k_slices": 8}, 0.001, shape=(256, 256, 512))])
+    results = write(tmp_path / "results.jsonl", [
+        run("v5p", 0.040, params=V5P),
+        run("cublas", 0.001, kind="baseline"), run("v4", 0.001, status="failed"),
+        run("v5", 0.001, gpu=OTHER_GPU), run("v5", 0.001, version="0.26.0"),
+        run("v5", 0.001, flush="none"), run("v5", 0.001, shape=(256, 256, 512)),
+        run("metaschedule", 0.001, kind="tuned", params={"work_dir": "ms"}),
+        run("v5", 0.001, params={"split_k": 4})])
+    return SearchResults(records=trials, results=results)
+
+
+def ask_best(found, device=None):
+    said = []
+    chosen = resolve(WL, "best", SearchResults(None, found.records, device, found.results),
+                     said.append)
+    assert len(said) == 1
+    return chosen, said[0]
+
+
+def test_best_is_the_fastest_correct_record_of_this_gpu_and_tvm(here_no_gpu, recorded, target):
+    chosen, said = ask_best(recorded, GPU)
+    assert (chosen.name, chosen.kind, chosen.params) == ("v5p", "rung", V5P)
+    assert said == (f"best: v5p (fastest correct of 2 records measured on {GPU}, TVM {TVM}, in "
+                    f"{recorded.records} and {recorded.results}: 0.040 ms)")
+    chosen.apply(WL, target)  # the kernel the record measured, rebuilt from its params
+
+
+def test_best_takes_a_template_search_best_when_it_is_faster(here_no_gpu, recorded, tmp_path):
+    faster = SearchResults(records=write(tmp_path / "more.jsonl",
+                                         [trial("v5k", V5K, 0.050), trial("v5", {}, 0.030)]),
+                           results=recorded.results)
+    chosen, said = ask_best(faster, GPU)
+    assert (chosen.name, chosen.params) == ("autotvm:v5", {})
+    assert said.startswith("best: autotvm:v5 (fastest correct of 3 records") and "0.030 ms" in said
+
+
+def test_best_without_a_device_takes_the_records_only_gpu(here_no_gpu, recorded, tmp_path):
+    only = SearchResults(records=write(tmp_path / "one.jsonl", [trial("v5k", V5K, 0.050)]))
+    chosen, said = ask_best(only)
+    assert chosen.name == "autotvm:v5k" and f"measured on {GPU}," in said
+    with pytest.raises(RecordsError, match=f"measured on {GPU}, {OTHER_GPU}: say whose"):
+        ask_best(recorded)
+
+
+def test_best_falls_back_on_the_rule_with_the_reason(here_no_gpu, recorded):
+    chosen, said = ask_best(recorded, "GPU C")
+    assert (chosen.name, chosen.params) == ("v5k", schedules.get("gemm", "v5k").defaults_for(WL))
+    assert said == (f"best: v5k (no records of this workload on GPU C with TVM {TVM} in "
+                    f"{recorded.records} and {recorded.results}; rule: float32 GEMM whose 2 v5t "
+                    f"tiles cannot fill the 132 SMs -> v5k (split K))")
+
+
+def test_best_reads_the_committed_search_records_by_default(here_no_gpu):
+    said = []
+    chosen = resolve(gemm((1024, 512, 2048)), "best", SearchResults(), said.append)
+    assert chosen.name == "autotvm:v5k" and chosen.params["k_slices"] == 4
+    assert "reports/tuning/autotvm-h100.jsonl: 0.058 ms)" in said[0]
+
+
+RULES = [(gemm((4096, 4096, 4096), "bfloat16", "nt"), "v7"),
+         (Workload("gemm", (4096, 4096, 4096), "float16", "float16"), "v5k"),
+         (gemm((4096, 4096, 4096)), "v5t"), (gemm((1024, 512, 2048)), "v5k"),
+         (Workload("gemv", (7168, 16384), "float16"), "blockreduce"),
+         (Workload("gemv", (4096, 1024), "float16"), "blockreduce"),
+         (Workload("gemv", (4096, 1000), "float16"), "multirow"),
+         (Workload("batched_gemv", (8, 4096, 512), "float32"), "blockreduce")]
+
+
+@pytest.mark.parametrize("wl, rung", RULES, ids=[wl.label() for wl, _ in RULES])
+def test_the_rule_of_best(wl, rung):
+    assert explore.rule(wl)[0] == rung
+
+
+def test_a_rung_named_alone_hints_at_its_tuned_configurations(recorded):
+    said = []
+    chosen = resolve(WL, "v5k", recorded, said.append)
+    assert chosen.params == schedules.get("gemm", "v5k").defaults_for(WL)  # still the heuristic's
+    assert said == [f"hint: {recorded.records} holds tuned configurations of v5k for "
+                    f"{WL.label()}: --schedule autotvm:v5k runs the best of them (v5k alone runs "
+                    "its shape heuristic's knobs)"]
+    for name, found in (("v5p", recorded), ("v5k", SearchResults(results=recorded.results)),
+                        ("v5k:k_slices=2", recorded)):
+        said.clear()
+        resolve(WL, name, found, said.append)
+        assert said == [], name
+
+
+def test_the_command_line_says_what_best_picked_and_builds_it(here_no_gpu, capsys, tmp_path):
+    import runner
+
+    code = runner.main(["--schedule", "best", "--no-ir", "--op", "gemv", "--shape", "4096x64",
+                        "--results", str(tmp_path / "r.jsonl")])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert err.startswith("best: multirow (no records of this workload on any GPU with TVM ")
+    assert err.endswith("rule: gemv with K < 1024 -> multirow (K threads fitted to K))\n")
+    assert "multirow: built: grid (x,y,z) 128x1x1, block (x,y,z) 8x8x1" in out  # 8 K threads
