@@ -28,6 +28,7 @@ WORKLOADS = [
     Workload("gemm", (1, 1, 1), "float16"),  # less than one of any tile or vector
     Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"),  # ragged M, whole vectors
     Workload("gemm", (17, 250, 66), "float16"),  # a decode-sized M, 4-byte rows
+    Workload("gemm", (256, 256, 100), "float16"),  # only K ragged: no padded C to copy out
     Workload("gemv", (1024, 1024), "float16"),  # the TileLang seed's problem
     Workload("gemv", (1001, 1000), "float16"),  # ragged rows and K steps
     Workload("gemv", (999, 1001), "float16"),  # odd K: single-element loads

@@ -63,6 +63,7 @@ REFUSED = {
     **{("v5t", label): FP32_ONLY for label in (
         "gemm 100x60x72 float16 nt", "gemm 1x1x1 float16->float32 nn",
         "gemm 1000x136x200 bfloat16->float32 nt", "gemm 17x250x66 float16->float32 nn",
+        "gemm 256x256x100 float16->float32 nn",
         "gemm 64x48x40 bfloat16->float32 nn",
         "gemm 256x256x256 float16->float32 nn", "gemm 128x128x128 bfloat16->float32 nt",
         "gemm 200x136x264 float16 nt", "gemm 200x136x264 bfloat16->float32 nt",
