@@ -10,23 +10,13 @@ import re
 
 import pytest
 
-import runner
 from reports import shapes
 from schedules import suites
 from schedules.workloads import Workload
 from tuning import measure
 from tuning import suite as suite_run
+from tests.test_cli import no_gpu, run  # noqa: F401  (no_gpu: an autouse fixture)
 
-
-@pytest.fixture(autouse=True)
-def no_gpu(monkeypatch):
-    monkeypatch.setattr(measure, "gpu_present", lambda: False)
-
-
-def run(capsys, *argv):
-    code = runner.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def shapes_of(name):
