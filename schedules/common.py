@@ -36,7 +36,7 @@ def write_back_at(sch: tvm.s_tir.Schedule, wl: Workload, loop, block=None, vecto
         sch.vectorize(lanes)
 
 
-def _widest_vector(widest: int, *rows: int) -> int:
+def widest_vector(widest: int, *rows: int) -> int:
     """The widest vector, `widest` elements (a power of two) at most, that rows of these
     lengths are made of whole, so that every row starts on a vector boundary: 16-byte accesses
     on aligned shapes, narrower ones, down to single elements, on ragged ones."""

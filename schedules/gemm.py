@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import (_widest_vector, cast_epilogue_at, cooperative_fetch, inline_padding,
-                     pad_to_tiles, require_grid_y, require_sm, software_pipeline,
-                     transposed_fetch, write_back_at)
+from .common import (cast_epilogue_at, cooperative_fetch, inline_padding, pad_to_tiles,
+                     require_grid_y, require_sm, software_pipeline, transposed_fetch,
+                     widest_vector, write_back_at)
 from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -400,7 +400,7 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     # widest vectors they are made of (narrower on ragged K, or N in nn).
     vector = 16 // DTYPE_BYTES[wl.dtype]
     b_rows = wl.dims["N" if wl.layout == "nn" else "K"]
-    global_vector = _widest_vector(vector, wl.dims["K"], b_rows)
+    global_vector = widest_vector(vector, wl.dims["K"], b_rows)
     thread_m, thread_n = tiles.thread_m, tiles.thread_n
     threads = _threads_of_register_tiles(name, tiles.block_m, tiles.block_n, thread_m, thread_n)
     group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
@@ -422,7 +422,7 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     if tiles.atomic_sum:  # k_slices > 1 here: _require_atomic_adds refused the rest
         _add_partials_atomically(sch, wl, C, tx, tiles.overlap_zeroing)
     else:
-        c_vector = _widest_vector(min(group, 4), wl.dims["N"])
+        c_vector = widest_vector(min(group, 4), wl.dims["N"])
         write_back_at(sch, wl, tx, C if sliced else None, c_vector)
     # Step 2. Shared tiles filled with global vectors (16-byte ones on aligned shapes), rows
     # padded against bank conflicts; or A transposed, element by element.

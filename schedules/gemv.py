@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from .common import _widest_vector, require_grid_y, write_back_at
+from .common import require_grid_y, widest_vector, write_back_at
 from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -98,7 +98,7 @@ def _k_across_threads(
     tile_k = tile_k or vector
     if vector_loads and tile_k % vector:
         raise ScheduleNotApplicable(f"tile_k={tile_k} is not whole 16-byte vectors of {wl.dtype}")
-    width = _widest_vector(vector, wl.dims["K"]) if vector_loads else tile_k
+    width = widest_vector(vector, wl.dims["K"]) if vector_loads else tile_k
     row_tag, k_tag = ("threadIdx.y", "threadIdx.x") if warp_reduce else ("threadIdx.x", "threadIdx.y")
     block, batch, n, k = _gemv_loops(sch, wl)
     # Step 1. Rows: blocks of rows_per_block row threads, each with rows_per_thread rows.

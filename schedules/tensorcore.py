@@ -22,8 +22,8 @@ from tvm.ir import Call, PrimType, StringImm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import (WAIT_FOR_WGMMA, _widest_vector, cooperative_fetch, inline_padding,
-                     pad_to_tiles, padding_block, require_grid_y, require_sm, software_pipeline)
+from .common import (WAIT_FOR_WGMMA, cooperative_fetch, inline_padding, pad_to_tiles,
+                     padding_block, require_grid_y, require_sm, software_pipeline, widest_vector)
 from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -141,7 +141,7 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     names = intrinsics(wl.dtype, b_transposed)
     warps, lanes = warps_m * warps_n, 32
     # 16-byte vectors, or the widest that ragged rows of A and B are made of
-    vector = _widest_vector(8, wl.dims["K"], wl.dims["K" if b_transposed else "N"])
+    vector = widest_vector(8, wl.dims["K"], wl.dims["K" if b_transposed else "N"])
     padded = pad_to_tiles(sch, wl, (block_m, block_n, chunk_k * MMA))
 
     # Step 1. Cut the problem into 16x16x16 tensor-core tiles; the inner tile becomes one block.
@@ -445,7 +445,7 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     # Step 2. A and B tiles in shared memory, in swizzled atoms, by all threads: 16-byte
     # vectors, or the widest that ragged rows are made of.
     b_rows = wl.dims["K" if wl.layout == "nt" else "N"]
-    vector = _widest_vector(ATOM_ROWS, wl.dims["K"], b_rows)
+    vector = widest_vector(ATOM_ROWS, wl.dims["K"], b_rows)
     for operand, k_contiguous in ((0, True), (1, wl.layout == "nt")):
         _swizzled_fetch(sch, C, operand, ko, (warps, 32), k_contiguous, vector)
     # Step 3. Accumulators in registers for the whole K loop, where wgmma leaves them: each
