@@ -172,10 +172,17 @@ def _search_name(r: dict) -> str:
     return f"{r['schedule']} ({r['tuner']}{seed})"
 
 
+def median_ms(record: dict | None) -> float | None:
+    """The median time of a record that passed its check and was timed; None otherwise."""
+    if record and record.get("status") == "ok" and record.get("timing"):
+        return record["timing"]["median_ms"]
+    return None
+
+
 def timed_correct(run: list[dict]) -> list[dict]:
     """The measurements of a run that passed their check and were timed: the only ones ranked
     or drawn."""
-    return [r for r in run if r.get("status") == "ok" and r.get("timing")]
+    return [r for r in run if median_ms(r) is not None]
 
 
 def _references(run: list[dict] | None) -> dict[str, float]:

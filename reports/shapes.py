@@ -14,25 +14,18 @@ from __future__ import annotations
 import math
 import os
 
-from reports.render import (MEMORY_BOUND, flush_of, latest_runs, markdown_table, schedule_label,
-                            workload_of)
+from reports.render import (MEMORY_BOUND, flush_of, latest_runs, markdown_table, median_ms,
+                            schedule_label, workload_of)
 from schedules import suites
 from schedules.workloads import Workload
 from tuning.measure import FLUSHES
 
 
-def _ms(record: dict | None) -> float | None:
-    """The median time of a record that passed its check and was timed; None otherwise."""
-    if record and record.get("status") == "ok" and record.get("timing"):
-        return record["timing"]["median_ms"]
-    return None
-
-
 def best_rung(run: list[dict]) -> dict | None:
     """The fastest rung of a shape's run that passed its check; None where none did. Failed,
     skipped and unbuilt rungs are never ranked."""
-    correct = [r for r in run if r.get("kind") == "rung" and _ms(r) is not None]
-    return min(correct, key=_ms, default=None)
+    correct = [r for r in run if r.get("kind") == "rung" and median_ms(r) is not None]
+    return min(correct, key=median_ms, default=None)
 
 
 def named(run: list[dict], schedule: str) -> dict | None:
@@ -44,7 +37,7 @@ def named(run: list[dict], schedule: str) -> dict | None:
 def percent_of_cublas(run: list[dict], record: dict | None) -> float | None:
     """cuBLAS's time / the record's time x 100, both from this run; None unless both are
     correct and timed."""
-    mine, cublas = _ms(record), _ms(named(run, "cublas"))
+    mine, cublas = median_ms(record), median_ms(named(run, "cublas"))
     return 100 * cublas / mine if mine and cublas else None
 
 
@@ -53,14 +46,9 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def _dtypes(wl: Workload) -> str:
-    """Input dtype, and the output's where it differs (as Workload.label says them)."""
-    return wl.dtype if wl.out_dtype == wl.dtype else f"{wl.dtype}->{wl.out_dtype}"
-
-
 def _time(record: dict | None, wl: Workload) -> str:
     """A record's median time, in us for memory-bound ops and ms otherwise; '-' untimed."""
-    ms = _ms(record)
+    ms = median_ms(record)
     if ms is None:
         return "-"
     return f"{ms * 1e3:.2f} us" if wl.op in MEMORY_BOUND else f"{ms:.4f} ms"
@@ -91,15 +79,15 @@ def shape_row(run: list[dict]) -> dict:
         "model": first.get("model", "-"),
         "layer": first.get("layer", "-"),
         "shape": _shape(wl),
-        "dtype": _dtypes(wl),
+        "dtype": wl.dtypes,
         "best rung": best["schedule"] if best else "none correct",
         "time": _time(best, wl),
         "cuBLAS": _time(named(run, "cublas"), wl),
         "% of cuBLAS": _percent(percent_of_cublas(run, best)),
         "dlight % of cuBLAS": _percent(percent_of_cublas(run, named(run, "dlight"))),
-        "rungs correct": f"{sum(_ms(r) is not None for r in rungs)}/{len(rungs)}",
+        "rungs correct": f"{sum(median_ms(r) is not None for r in rungs)}/{len(rungs)}",
         "not ranked": ", ".join(f"{r['schedule']} ({r.get('status')})" for r in rungs
-                                if _ms(r) is None) or "-",
+                                if median_ms(r) is None) or "-",
     }
 
 
@@ -109,7 +97,7 @@ def geomean_rows(runs: list[list[dict]]) -> list[dict]:
     groups: dict[tuple[str, str], list[list[dict]]] = {}
     for run in runs:
         wl = workload_of(run[0])
-        groups.setdefault((wl.op, _dtypes(wl)), []).append(run)
+        groups.setdefault((wl.op, wl.dtypes), []).append(run)
     rows = []
     for (op, dtypes), group in groups.items():
         best = [p for p in (percent_of_cublas(run, best_rung(run)) for run in group) if p]
@@ -138,14 +126,14 @@ def ragged_rows(runs: list[list[dict]]) -> list[dict]:
                                         if aligned else (None, None))
         rows.append({
             "model": first.get("model", "-"), "layer": first.get("layer", "-"),
-            "dtype": _dtypes(wl), "ragged": _shape(wl),
+            "dtype": wl.dtypes, "ragged": _shape(wl),
             "best rung": best["schedule"] if best else "none correct", "time": _time(best, wl),
             "aligned": "x".join(map(str, first["aligned"])),
             "best rung (aligned)": (best_aligned["schedule"] if best_aligned else
                                     "none correct" if aligned else "not measured"),
             "time (aligned)": _time(best_aligned, wl),
-            "ragged / aligned": _ratio(_ms(best), _ms(best_aligned)),
-            "cuBLAS ragged / aligned": _ratio(_ms(named(run, "cublas")), _ms(cublas_aligned)),
+            "ragged / aligned": _ratio(median_ms(best), median_ms(best_aligned)),
+            "cuBLAS ragged / aligned": _ratio(median_ms(named(run, "cublas")), median_ms(cublas_aligned)),
         })
     return rows
 
@@ -209,7 +197,7 @@ def plot_suite(runs: list[list[dict]], title: str, path: str) -> None:
     colours: dict[str, str] = {}
     highest = 100.0
     for x, run in enumerate(runs):
-        dtypes = _dtypes(workload_of(run[0]))
+        dtypes = workload_of(run[0]).dtypes
         colour = colours.setdefault(dtypes, f"C{len(colours)}")
         percent = percent_of_cublas(run, best_rung(run))
         if percent is None:

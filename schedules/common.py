@@ -46,6 +46,20 @@ def widest_vector(widest: int, *rows: int) -> int:
     return vector
 
 
+def operand_vector(wl: Workload, widest: int) -> int:
+    """The widest vector, `widest` elements at most, that the rows of A (K long) and of B (N
+    long in nn, K in nt) are both made of: what their global loads can take."""
+    return widest_vector(widest, wl.dims["K"], wl.dims["N" if wl.layout == "nn" else "K"])
+
+
+def bind_threads(sch: tvm.s_tir.Schedule, loop, threads: tuple[int, int]) -> None:
+    """Deal the iterations of `loop` out over the block's (threadIdx.y, threadIdx.x) =
+    `threads`, the rest of them in a serial loop outside."""
+    _, ty, tx = sch.split(loop, [None, *threads])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+
+
 def require_sm(name: str, minimum: int, feature: str) -> None:
     """Refuse a schedule whose `feature` needs compute capability `minimum` (90: sm_90) or
     later on an older target."""
@@ -76,9 +90,7 @@ def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads:
     tile = sch.cache_read(block, operand, scope)
     sch.compute_at(tile, at, preserve_unit_loops=True)
     vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
-    _, ty, tx = sch.split(vectors, [None, threads[0], threads[1]])
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
+    bind_threads(sch, vectors, threads)
     if vector > 1:
         sch.vectorize(lanes)
     if pad_to:  # row stride = pad_to (mod 4 * pad_to) elements, i.e. 16 (mod 64) bytes
@@ -125,9 +137,7 @@ def transposed_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads: 
     rows, warp_rows = sch.split(rows, [None, 4])
     k, warp_k = sch.split(k, [None, 8])
     sch.reorder(rows, k, warp_rows, warp_k)
-    _, ty, tx = sch.split(sch.fuse(rows, k, warp_rows, warp_k), [None, threads[0], threads[1]])
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
+    bind_threads(sch, sch.fuse(rows, k, warp_rows, warp_k), threads)
     sch.transform_layout(tile, ("write", 0), lambda row, k: (k, row))
     sch.storage_align(tile, 0, axis=-2, factor=32, offset=4)
     return tile

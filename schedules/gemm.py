@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import (cast_epilogue_at, cooperative_fetch, inline_padding, pad_to_tiles,
-                     require_grid_y, require_sm, software_pipeline, transposed_fetch,
-                     widest_vector, write_back_at)
+from .common import (cast_epilogue_at, cooperative_fetch, inline_padding, operand_vector,
+                     pad_to_tiles, require_grid_y, require_sm, software_pipeline,
+                     transposed_fetch, widest_vector, write_back_at)
 from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -399,8 +399,7 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     # Shared tiles and register fragments in 16-byte vectors; global rows of A and B in the
     # widest vectors they are made of (narrower on ragged K, or N in nn).
     vector = 16 // DTYPE_BYTES[wl.dtype]
-    b_rows = wl.dims["N" if wl.layout == "nn" else "K"]
-    global_vector = widest_vector(vector, wl.dims["K"], b_rows)
+    global_vector = operand_vector(wl, vector)
     thread_m, thread_n = tiles.thread_m, tiles.thread_n
     threads = _threads_of_register_tiles(name, tiles.block_m, tiles.block_n, thread_m, thread_n)
     group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector

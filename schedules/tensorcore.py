@@ -22,8 +22,9 @@ from tvm.ir import Call, PrimType, StringImm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import (WAIT_FOR_WGMMA, cooperative_fetch, inline_padding, pad_to_tiles,
-                     padding_block, require_grid_y, require_sm, software_pipeline, widest_vector)
+from .common import (WAIT_FOR_WGMMA, bind_threads, cooperative_fetch, inline_padding,
+                     operand_vector, pad_to_tiles, padding_block, require_grid_y, require_sm,
+                     software_pipeline)
 from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -107,9 +108,7 @@ def _store_through_shared(sch: Schedule, copy_out, accumulator, at, threads: tup
     of it that lies inside C out to C (`copy_out`, pad_einsum's copy) under loop `at`."""
     sch.set_scope(accumulator, 0, "shared.dyn")
     sch.reverse_compute_at(copy_out, at, preserve_unit_loops=True)
-    _, ty, tx = sch.split(sch.fuse(*sch.get_loops(copy_out)[-2:]), [None, *threads])
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
+    bind_threads(sch, sch.fuse(*sch.get_loops(copy_out)[-2:]), threads)
 
 
 def _warp_layout(i, j):
@@ -140,8 +139,7 @@ def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_til
     b_transposed = wl.layout == "nt"
     names = intrinsics(wl.dtype, b_transposed)
     warps, lanes = warps_m * warps_n, 32
-    # 16-byte vectors, or the widest that ragged rows of A and B are made of
-    vector = widest_vector(8, wl.dims["K"], wl.dims["K" if b_transposed else "N"])
+    vector = operand_vector(wl, ATOM_ROWS)  # 16 bytes, or what ragged rows of A and B allow
     padded = pad_to_tiles(sch, wl, (block_m, block_n, chunk_k * MMA))
 
     # Step 1. Cut the problem into 16x16x16 tensor-core tiles; the inner tile becomes one block.
@@ -249,9 +247,7 @@ def _swizzled_fetch(sch: Schedule, block, operand: int, at, threads: tuple[int, 
     tile = sch.cache_read(block, operand, "shared.dyn")
     sch.compute_at(tile, at)
     vectors, lanes = sch.split(sch.fuse(*sch.get_loops(tile)[-2:]), [None, vector])
-    _, ty, tx = sch.split(vectors, [None, *threads])
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
+    bind_threads(sch, vectors, threads)
     sch.vectorize(lanes)
     sch.transform_layout(tile, ("write", 0), lambda r, c: _swizzled_index(r, c, k_contiguous),
                          assume_injective_transform=True)  # the xor is a permutation
@@ -444,8 +440,7 @@ def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chun
     sch.bind(warp, "threadIdx.y")
     # Step 2. A and B tiles in shared memory, in swizzled atoms, by all threads: 16-byte
     # vectors, or the widest that ragged rows are made of.
-    b_rows = wl.dims["K" if wl.layout == "nt" else "N"]
-    vector = widest_vector(ATOM_ROWS, wl.dims["K"], b_rows)
+    vector = operand_vector(wl, ATOM_ROWS)
     for operand, k_contiguous in ((0, True), (1, wl.layout == "nt")):
         _swizzled_fetch(sch, C, operand, ko, (warps, 32), k_contiguous, vector)
     # Step 3. Accumulators in registers for the whole K loop, where wgmma leaves them: each

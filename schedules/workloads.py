@@ -119,9 +119,13 @@ class Workload:
         *inputs, output = (math.prod(shape) for shape in self.buffer_shapes().values())
         return sum(inputs) * DTYPE_BYTES[self.dtype] + output * DTYPE_BYTES[self.out_dtype]
 
+    @property
+    def dtypes(self) -> str:
+        """The input dtype, and the output's where it differs: float16->float32."""
+        return self.dtype if self.out_dtype == self.dtype else f"{self.dtype}->{self.out_dtype}"
+
     def label(self) -> str:
-        dt = self.dtype if self.out_dtype == self.dtype else f"{self.dtype}->{self.out_dtype}"
-        return f"{self.op} {'x'.join(map(str, self.shape))} {dt} {self.layout}"
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtypes} {self.layout}"
 
     # -- the compute definition --------------------------------------------------------------
     def tensors(self) -> list[te.Tensor]:

@@ -81,6 +81,13 @@ def _after_bindings(seq: list, start: int) -> int:
     return start
 
 
+def _unannotated(loop: S.For, key: str, body) -> S.For:
+    """`loop` with `body`, and without the annotation `key` that asked a pass for it."""
+    annotations = {k: v for k, v in loop.annotations.items() if k != key}
+    return S.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding,
+                 annotations, loop.step)
+
+
 def _single_barrier(loop: S.For) -> S.For:
     """`loop` itself, or, if it is annotated with SINGLE_BARRIER, rewritten (see the module
     docstring) and without the annotation. Raises if TVM lowered an annotated loop into anything
@@ -109,9 +116,7 @@ def _single_barrier(loop: S.For) -> S.For:
                         loads[0] if len(loads) == 1 else S.SeqStmt(loads))
     body = S.SeqStmt([*seq[:at_commit], wait_then_barrier, commit, *seq[at_commit + 1:at_wait],
                       *compute[1:], *seq[at_wait + 1:]])
-    annotations = {k: v for k, v in loop.annotations.items() if k != SINGLE_BARRIER}
-    return S.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding,
-                 annotations, loop.step)
+    return _unannotated(loop, SINGLE_BARRIER, body)
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="RewriteSingleBarrier")
@@ -128,10 +133,8 @@ def _wait_for_wgmma(loop: S.For):
     annotation after a wait for every wgmma group in flight."""
     if WAIT_FOR_WGMMA not in loop.annotations:
         return loop
-    annotations = {k: v for k, v in loop.annotations.items() if k != WAIT_FOR_WGMMA}
-    unannotated = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
-                        loop.thread_binding, annotations, loop.step)
-    return S.SeqStmt([S.Evaluate(T.ptx.wgmma.wait_group.sync.aligned(0)), unannotated])
+    return S.SeqStmt([S.Evaluate(T.ptx.wgmma.wait_group.sync.aligned(0)),
+                      _unannotated(loop, WAIT_FOR_WGMMA, loop.body)])
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="WaitForWgmma")
