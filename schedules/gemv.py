@@ -12,7 +12,10 @@ K elements a thread handles per step, r the rows a thread accumulates at once.
 
 from __future__ import annotations
 
+import math
+
 from tvm.s_tir import Schedule
+from tvm.script import tirx as T
 
 from .common import require_grid_y, widest_vector, write_back_at
 from . import heuristics
@@ -37,6 +40,9 @@ def _bind_batch(sch: Schedule, wl: Workload, batch_loops: list) -> None:
 def _gemv_loops(sch: Schedule, wl: Workload):
     block = sch.get_sblock(wl.reduction_block)
     *batch, n, k = sch.get_loops(block)
+    if wl.op == "gemv" and batch:  # the row-aligned definition's unit batch loop
+        n = sch.fuse(*batch, n)
+        batch = []
     return block, batch, n, k
 
 
@@ -79,6 +85,7 @@ def _k_across_threads(
     vector_loads: bool,
     warp_reduce: bool,
     rows_per_thread: int = 1,
+    row_aligned: bool = False,
 ) -> None:
     """K split across the threads of a block (TileLang's "split-K" GEMV, whose names the rungs
     keep), the schedule that the rungs after naive share; each rung turns one more knob on.
@@ -93,12 +100,15 @@ def _k_across_threads(
     K are whole 16-byte vectors, otherwise the widest ones they are made of (down to single
     elements on odd K), so that every vector starts on a boundary of its own width. tile_k stays
     in elements: a thread has as many bytes in flight per step, in more, narrower loads.
+    With `row_aligned` (the schedule of `row_aligned_gemv`), B comes in 16-byte vectors on any K
+    and x one element at a time.
     tile_k=None means one 16-byte vector of the input dtype (8 halves, 4 floats)."""
     vector = _vector_width(wl)
     tile_k = tile_k or vector
     if vector_loads and tile_k % vector:
         raise ScheduleNotApplicable(f"tile_k={tile_k} is not whole 16-byte vectors of {wl.dtype}")
-    width = widest_vector(vector, wl.dims["K"]) if vector_loads else tile_k
+    width = vector if row_aligned else widest_vector(vector, wl.dims["K"]) if vector_loads \
+        else tile_k
     row_tag, k_tag = ("threadIdx.y", "threadIdx.x") if warp_reduce else ("threadIdx.x", "threadIdx.y")
     block, batch, n, k = _gemv_loops(sch, wl)
     # Step 1. Rows: blocks of rows_per_block row threads, each with rows_per_thread rows.
@@ -117,7 +127,13 @@ def _k_across_threads(
     sch.bind(tk, k_tag)
     _bind_batch(sch, wl, loops[: len(batch)])
     sch.set_scope(partial, 0, "local")
-    if vector_loads:
+    if row_aligned:
+        # Step 4. Per step (per vector piece), one aligned 16-byte load of B; x stays in the sum.
+        vectors = sch.get_sblock(ROW_VECTORS)
+        sch.compute_at(vectors, steps[-1])
+        sch.set_scope(vectors, 0, "local")
+        sch.vectorize(sch.get_loops(vectors)[-1])
+    elif vector_loads:
         # Step 4. Per step (per vector piece), one load of x, reused by all rows; one per row of B
         # (on odd K, single elements: nothing to vectorize).
         for operand in (0, 1):  # x, then B
@@ -202,3 +218,71 @@ def blockreduce(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_thr
     red_buf for the partials of the warps."""
     _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=True)
+
+
+ROW_VECTORS = "B_vectors"  # the block of row_aligned_gemv that reads B in 16-byte vectors
+
+
+def row_aligned_gemv(wl: Workload, **knobs):
+    """The workload's GEMV (rowalign's knobs do not change it), with each row of B walked in the 16-byte vectors of B's storage:
+    from the vector boundary at or before the row's first element to the one after its last.
+    Every vector load is aligned whatever K is (B's base is 16-byte aligned); the elements of
+    the neighbouring rows that a row's first and last vectors hold are left out of its sum,
+    and x is read at the row's shift against those boundaries. A vector that would start
+    past B's last one (a row that ends on a boundary, at the end of B) is clamped to it: its
+    elements are all left out, and no load leaves the vectors that hold B.
+
+    Rows start on boundaries `gcd(K, vector)` apart, so a row's walk is at most
+    `vector - gcd(K, vector)` elements longer than K; on K of whole vectors it is K."""
+    vector = _vector_width(wl)
+    dims = wl.dims
+    L, N, K = dims.get("L", 1), dims["N"], dims["K"]
+    steps = -(-(K + vector - math.gcd(K, vector)) // vector)
+    last_vector = (L * N * K - 1) // vector
+    b_shape, x_shape, y_shape = wl.buffer_shapes().values()
+    at = (lambda batch, i: (batch, i)) if "L" in dims else (lambda batch, i: (i,))
+    dtype, out_dtype, has_cast = wl.dtype, wl.out_dtype, wl.has_cast
+
+    @T.prim_func(s_tir=True)
+    def main(B: T.Buffer(b_shape, dtype), x: T.Buffer(x_shape, dtype),
+             y: T.Buffer(y_shape, out_dtype)):
+        T.func_attr({"tirx.noalias": True})
+        B_flat = T.decl_buffer((L * N * K,), dtype, data=B.data)
+        vectors = T.sblock_alloc_buffer((L, N, steps, vector), dtype)
+        acc = T.sblock_alloc_buffer(y_shape, "float32") if has_cast else y
+        for b, n, s, e in T.grid(L, N, steps, vector):
+            with T.sblock(ROW_VECTORS):
+                vb, vn, vs, ve = T.axis.remap("SSSS", [b, n, s, e])
+                first = T.meta_var((vb * N + vn) * K // vector)  # the row's first vector
+                vectors[vb, vn, vs, ve] = B_flat[T.min(first + vs, last_vector) * vector + ve]
+        for b, n, k in T.grid(L, N, steps * vector):
+            with T.sblock(wl.reduction_block):
+                vb, vn, vk = T.axis.remap("SSR", [b, n, k])
+                with T.init():
+                    acc[at(vb, vn)] = T.float32(0)
+                shift = T.meta_var((vb * N + vn) * K % vector)
+                acc[at(vb, vn)] = acc[at(vb, vn)] + T.if_then_else(
+                    shift <= vk and vk - shift < K,
+                    T.Cast("float32", x[at(vb, vk - shift)])
+                    * T.Cast("float32", vectors[vb, vn, vk // vector, vk % vector]),
+                    T.float32(0))
+        if has_cast:
+            for b, n in T.grid(L, N):
+                with T.sblock(wl.output):
+                    vb, vn = T.axis.remap("SS", [b, n])
+                    y[at(vb, vn)] = T.Cast(out_dtype, acc[at(vb, vn)])
+
+    return main
+
+
+@schedule("gemv", "rowalign", compute=row_aligned_gemv)
+@schedule("batched_gemv", "rowalign", compute=row_aligned_gemv)
+def rowalign(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_threads: int = 128,
+             tile_k: int | None = None) -> None:
+    """blockreduce + 16-byte loads of B on any K: each row is read from the 16-byte boundary at
+    or before its first element (`row_aligned_gemv`), its neighbours' elements left out.
+
+    IR: a local B vector filled by a vectorized load at `min(first + step, last) * 8`,
+    `uint4` in the CUDA source on odd K too; x read element by element inside `if_then_else`."""
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+                      tile_k=tile_k, vector_loads=True, warp_reduce=True, row_aligned=True)

@@ -7,6 +7,9 @@ schedule choose). `space`, declared with it, lists the values the template tuner
 (tuning/autotvm.py) tries for each, and `heuristic` (schedules/heuristics.py) picks knobs for
 each workload's shape: what the schedule runs with where the user sets none. A schedule that
 cannot handle a workload (or a knob setting) raises ScheduleNotApplicable with the reason.
+A schedule whose loads need the workload indexed another way, or a kernel written whole from its
+knobs, brings its own `compute(wl, **knobs)`: a PrimFunc that computes what the workload's does,
+with the same buffers, which the schedule function then edits (or only checks).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class ScheduleEntry:
     template: bool = False  # only a search space: tuned, never run with its defaults by "all"
     space: dict | None = None  # knob -> the values a template search tries
     heuristic: Callable | None = None  # (wl, sms, knobs, space) -> the knobs it picks for wl
+    compute: Callable | None = None  # (wl, **knobs) -> the PrimFunc it schedules (wl.prim_func())
 
     @property
     def kind(self) -> str:
@@ -144,19 +148,21 @@ class ScheduleEntry:
         if wl.op != self.op:
             raise ScheduleNotApplicable(f"{self.name} is a {self.op} schedule, not {wl.op}")
         self.check_knobs(params)
-        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": wl.prim_func()}))
+        knobs = self.defaults_for(wl, params)
+        func = self.compute(wl, **knobs) if self.compute else wl.prim_func()
+        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
         own = self.defaults_for(wl)
         changed = {k: v for k, v in params.items() if v != own[k]}
         with target:
             try:
-                self.fn(sch, wl, **self.defaults_for(wl, params))
+                self.fn(sch, wl, **knobs)
             except ExplorerError:
                 raise
             except Exception as e:  # noqa: BLE001  TVM refusing a primitive for these knobs
                 if not changed:
                     raise  # with its own knobs, a failure is the schedule's bug: not hidden
-                knobs = ", ".join(f"{k}={v}" for k, v in changed.items())
-                raise ScheduleNotApplicable(f"{self.name} cannot be scheduled with {knobs}: "
+                settings = ", ".join(f"{k}={v}" for k, v in changed.items())
+                raise ScheduleNotApplicable(f"{self.name} cannot be scheduled with {settings}: "
                                             f"{_reason(e)}") from None
         return sch.mod
 
@@ -198,14 +204,16 @@ _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 
 
 def schedule(op: str, name: str, baseline: bool = False, template: bool = False,
-             space: dict | None = None, heuristic: Callable | None = None):
+             space: dict | None = None, heuristic: Callable | None = None,
+             compute: Callable | None = None):
     """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
-    the knob space a template search explores and the heuristic that picks knobs per shape."""
+    the knob space a template search explores, the heuristic that picks knobs per shape and,
+    where it schedules another definition of the workload, the function that builds it."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
-        entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic)
+        entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute)
         unknown = set(space or {}) - set(entry.defaults)
         if unknown:
             raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")

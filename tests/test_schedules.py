@@ -12,6 +12,7 @@ from tvm.tirx import stmt as S
 
 import schedules
 from schedules import ScheduleNotApplicable, Workload
+from schedules.workloads import DTYPE_BYTES
 from tuning import build, lowering
 
 WORKLOADS = {
@@ -310,9 +311,12 @@ def test_vector_rungs_schedule_aligned_k_as_they_did_before_ragged_k(rung, targe
         f"{rung} schedules aligned K differently now; if that is intended, pin {hashes}")
 
 
-def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...]) -> list:
+def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...], vector: int = 1) -> list:
     """The loads of the buffers `names` in a lowered kernel that the analyzer cannot prove in
-    bounds, given the launch extents, loop ranges, bound values and if-guards around them."""
+    bounds, given the launch extents, loop ranges, bound values and if-guards around them (the
+    statements' and the `if_then_else` expressions'). With `vector`, the bound of each buffer is
+    rounded up to whole vectors of that many elements: a load may read the rest of the aligned
+    vector that holds a buffer's last element (which cannot fault), never past it."""
     analyzer = tvm.sym.Analyzer()
     unproven = []
 
@@ -321,8 +325,26 @@ def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...]) -> list:
         first, last = index, index
         if isinstance(index, tvm.tirx.Ramp):
             first, last = index.base, index.base + index.stride * (index.lanes - 1)
-        return (analyzer.can_prove(first >= 0) and analyzer.can_prove(
-            last < load.source.shape[0], tvm.sym.ProofStrength.SYMBOLIC_BOUND))
+        bound = -(-load.source.shape[0] // vector) * vector
+        return all(analyzer.can_prove(fact, tvm.sym.ProofStrength.SYMBOLIC_BOUND)
+                   for fact in (first >= 0, last < bound))
+
+    def check_loads(node):
+        """The loads of `node` outside any if_then_else, then those in each one's branches
+        under its condition."""
+        guarded = lowering.find(node, tvm.ir.Call, outermost=True)
+        guarded = [call for call in guarded if call.op.name == "prim.if_then_else"]
+        inside = [load for call in guarded for load in lowering.find(call, tvm.ir.TensorLoad)]
+        unproven.extend(load for load in lowering.find(node, tvm.ir.TensorLoad)
+                        if load.source.name in names and not in_bounds(load)
+                        and not any(load.same_as(guarded_load) for guarded_load in inside))
+        for call in guarded:
+            condition, then_value, else_value = call.args
+            check_loads(condition)
+            with analyzer.constraint_scope(condition):
+                check_loads(then_value)
+            with analyzer.constraint_scope(tvm.tirx.Not(condition)):
+                check_loads(else_value)
 
     def visit(stmt):
         if isinstance(stmt, S.SeqStmt):
@@ -345,8 +367,7 @@ def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...]) -> list:
         elif hasattr(stmt, "body"):
             visit(stmt.body)
         else:
-            unproven.extend(load for load in lowering.find(stmt, tvm.ir.TensorLoad)
-                            if load.source.name in names and not in_bounds(load))
+            check_loads(stmt)
 
     visit(kernel.body)
     return unproven
@@ -357,9 +378,12 @@ GEMVS = [(name, wl) for name, wl in RUNGS if wl.op != "gemm"]
 
 @pytest.mark.parametrize("name, wl", GEMVS, ids=[f"{n}-{wl.label().replace(' ', '-')}" for n, wl in GEMVS])
 def test_gemv_loads_of_b_and_x_stay_in_bounds(name, wl, target):
+    """rowalign reads B as B_flat in aligned 16-byte vectors: up to the end of the one that holds
+    B's last element."""
     lowered = build.lower(schedules.get(wl.op, name).apply(wl, target), target)
     for _, kernel in lowered.functions_items():
         assert not _loads_not_proven_in_bounds(kernel, ("B", "x"))
+        assert not _loads_not_proven_in_bounds(kernel, ("B_flat",), 16 // DTYPE_BYTES[wl.dtype])
 
 
 def test_in_bounds_check_flags_loads_without_their_guards(target):
@@ -371,6 +395,60 @@ def test_in_bounds_check_flags_loads_without_their_guards(target):
         body = tvm_ffi.structural_map(kernel.body, (S.IfThenElse, lambda stmt: stmt.then_case))
         unproven = _loads_not_proven_in_bounds(kernel.with_body(body), ("B", "x"))
         assert {load.source.name for load in unproven} == {"B", "x"}
+
+
+def test_in_bounds_check_flags_loads_whose_if_then_else_guard_is_gone(target):
+    """... and strip rowalign's element guard (an if_then_else in the sum): x's loads are flagged;
+    clamp B_flat's vectors one vector later and they are flagged too."""
+    wl = Workload("gemv", (257, 13), "bfloat16")
+    lowered = build.lower(schedules.get("gemv", "rowalign").apply(wl, target), target)
+    for _, kernel in lowered.functions_items():
+        unguarded = tvm_ffi.structural_map(kernel.body, (tvm.ir.Call, lambda call: call.args[1]
+                                           if call.op.name == "prim.if_then_else" else call))
+        unproven = _loads_not_proven_in_bounds(kernel.with_body(unguarded), ("B", "x"))
+        assert unproven and {load.source.name for load in unproven} == {"x"}
+        assert not _loads_not_proven_in_bounds(kernel, ("B_flat",), 8)
+        assert _loads_not_proven_in_bounds(kernel, ("B_flat",), 1)  # the last vector's tail
+
+
+ROW_ALIGNED = [Workload("gemv", (7, 13), "float16"), Workload("gemv", (5, 16), "float16"),
+               Workload("gemv", (9, 2), "float16", "float32"), Workload("gemv", (1, 1), "float32"),
+               Workload("batched_gemv", (3, 5, 11), "float32"),
+               Workload("batched_gemv", (2, 3, 1), "float16")]
+
+
+@pytest.mark.parametrize("wl", ROW_ALIGNED, ids=[wl.label().replace(" ", "-") for wl in ROW_ALIGNED])
+def test_row_aligned_gemv_computes_the_workloads_gemv(wl):
+    """rowalign's own definition, built for the CPU as it is, equals float64 B x: the elements
+    of neighbouring rows in a row's first and last vectors are left out, x is read at the row's
+    shift, and a vector clamped at B's end adds nothing (rows shorter than one vector, K of
+    whole vectors, a batch)."""
+    import numpy as np
+
+    executable = tvm.compile(tvm.IRModule({"main": schedules.gemv.row_aligned_gemv(wl)}),
+                             target="llvm")
+    rng = np.random.default_rng(0)
+    b_shape, x_shape, y_shape = wl.buffer_shapes().values()
+    B, x = (rng.standard_normal(shape).astype(wl.dtype) for shape in (b_shape, x_shape))
+    y = tvm.runtime.tensor(np.full(y_shape, np.nan, wl.out_dtype))
+    executable["main"](tvm.runtime.tensor(B), tvm.runtime.tensor(x), y)
+    expected = np.einsum("...nk,...k->...n", B.astype(np.float64), x.astype(np.float64))
+    assert np.allclose(y.numpy().astype(np.float64), expected, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("k", [4095, 4094, 4096, 5])
+def test_rowalign_loads_b_in_aligned_16_byte_vectors_on_any_k(k, compiled):
+    """Every load of B is one uint4 at a whole vector index, clamped to B's last vector where
+    a row's walk can pass it: on odd K too, where blockreduce loads single halves. On K of
+    whole vectors nothing is clamped."""
+    _, source, _ = compiled("rowalign", Workload("gemv", (4096, k), "float16"))
+    loads = [line.strip() for line in source.splitlines() if "B_flat_ptr" in line
+             and "__global__" not in line]
+    index = (rf"\(min\(.*, {(4096 * k - 1) // 8}\) \* 8\)" if k % 8
+             else r"\(.*\(\(int\)threadIdx.x\) \* 8\)\)")
+    assert loads and all(re.fullmatch(rf"\*\(uint4\*\)\(vectors_local_ptr \+ 0\) = \*\(uint4\*\)"
+                                      rf"\(B_flat_ptr \+ {index}\);", load)
+                         for load in loads), loads
 
 
 # -- past the seed: v4, v5, v5p, v5k, v5t, v6 -------------------------------------------------------------
