@@ -75,6 +75,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rpc-key", help="device key the hosts registered with the tracker")
     p.add_argument("--device", help="without a GPU here: whose template-search records to apply "
                    "(a GPU name as the records say it; default: the records' only one)")
+    p.add_argument("--export", metavar="DIR",
+                   help="write the schedule's kernel into DIR (new or empty): its CUDA source, "
+                   "the shared library TVM's runtime loads, a loader (load.py: torch and TVM "
+                   "only) and kernel.json (workload, schedule, knobs, GPU, TVM, measured time)")
     p.add_argument("--title", help="report title (default: from the report's file name)")
     p.add_argument("--notes", metavar="FILE", help="markdown appended to the report as its notes")
     return p.parse_args(argv)
@@ -300,6 +304,34 @@ def tune(args, wl, found) -> None:
                       explicit=True)
 
 
+# Flags that ask for another kind of run than --export's: one schedule's kernel, written out.
+NOT_WITH_EXPORT = ("suite", "list", "report", "diff", "tune")
+
+
+def check_export(args) -> None:
+    """--export goes with one schedule (--schedule NAME, not all) and no other kind of run:
+    anything else is refused before a thing is built or written."""
+    if not args.export:
+        return
+    given = [f"--{name}" for name in NOT_WITH_EXPORT if getattr(args, name)]
+    if given:
+        raise UsageError(f"--export writes one schedule's kernel; it does not take "
+                         f"{', '.join(given)}")
+    if args.schedule == "all":
+        raise UsageError("--export writes one kernel: name its schedule (a rung, best, "
+                         "metaschedule or autotvm:<template>), not all")
+
+
+def export(args, wl, found) -> None:
+    """--export DIR: the kernel of --schedule, built (on a GPU: checked and timed), written to
+    DIR."""
+    from tuning.explore import Settings
+    from tuning.export import export as export_kernel
+
+    export_kernel(wl, args.schedule or DEFAULT_SCHEDULE, args.export, found,
+                  Settings(results=args.results, arch=args.arch, flush=args.flush), say, warn)
+
+
 def check_arch(arch: str) -> None:
     found = re.fullmatch(r"sm_(\d+)[af]?", arch)
     if not found:
@@ -313,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         check_arch(args.arch)
+        check_export(args)
         if args.suite is not None:
             suite, names = suite_request(args)
             if args.list:
@@ -328,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
 
             wl = workload(args)
             found = search_results(args)
-            if args.diff:
+            if args.export:
+                export(args, wl, found)
+            elif args.diff:
                 diff(args, wl, found)
             elif args.tune:
                 tune(args, wl, found)

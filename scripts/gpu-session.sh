@@ -22,6 +22,9 @@
 #                                            # v5k, 4096^3
 #   bash scripts/gpu-session.sh odd-shapes   # the GPU tier on the rungs and shapes of issue 21
 #   bash scripts/gpu-session.sh shapes       # the shape suites ($SUITES: all three) into shapes.jsonl
+#   bash scripts/gpu-session.sh export       # the export tests (pytest -m gpu tests/test_export.py)
+#                                            # and the README's nn.Linear example, measured into
+#                                            # $out/h100-export.md and .json
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
 #                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
 #                                            # two kernels)
@@ -121,9 +124,12 @@ for part in "$@"; do
       for suite in ${SUITES:-fp32-ragged llm-gemv llm-bf16}; do
         python3 runner.py --suite "$suite" --results "$out/shapes.jsonl"
       done 2>&1 | tee -a "$out/shapes.log" ;;
+    export)
+      { python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_export.py
+        python3 scripts/export_example.py --report "$out/h100-export.md"; } 2>&1 | tee "$out/export.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
             "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v5p, at-v5k, at-v5t, at-v6, at-v7, gemm-fp32, gemm-16bit,"\
-            "profile, kernel-times, odd-shapes, shapes)"; exit 2 ;;
+            "profile, kernel-times, odd-shapes, shapes, export)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume

@@ -275,12 +275,9 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False) -> Callable[[]
     return run
 
 
-def check_and_time(
-    wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush: str,
-    budget_ms: float = BUDGET_MS,
-) -> dict:
-    """Run once and compare with the float64 reference; only a correct kernel is then timed.
-    Returns the fields of a measurement record: status, rel_error, tolerance, timing."""
+def check(wl: Workload, run: Callable[[], object], inputs: list, tolerance: float) -> dict:
+    """Run once and compare with the float64 reference. Returns the fields of a measurement
+    record: status ("ok" or "failed", with the error), rel_error, tolerance."""
     torch = _torch()
     out = run()
     torch.cuda.synchronize()
@@ -290,8 +287,20 @@ def check_and_time(
     result = {"rel_error": err if math.isfinite(err) else None, "tolerance": tolerance}
     if not err <= tolerance:
         return {**result, "status": "failed", "error": f"relative error {err:.3g} > {tolerance:g}"}
+    return {**result, "status": "ok"}
+
+
+def check_and_time(
+    wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush: str,
+    budget_ms: float = BUDGET_MS,
+) -> dict:
+    """`check`, and only a correct kernel is then timed. Returns the fields of a measurement
+    record: status, rel_error, tolerance, timing."""
+    result = check(wl, run, inputs, tolerance)
+    if result["status"] != "ok":
+        return result
     timing = time_kernel(run, flush=flush, budget_ms=budget_ms)
-    return {**result, "status": "ok", "timing": timing.as_dict()}
+    return {**result, "timing": timing.as_dict()}
 
 
 SEARCH_BUDGET_MS = 300.0  # timing budget per search candidate; a chosen schedule gets BUDGET_MS
