@@ -1,6 +1,7 @@
 """What to compute (workloads) and how to schedule it (the registered ladders)."""
 
-from . import dlight, gemm, gemv, tensorcore  # noqa: F401  (importing registers the schedules)
+# importing registers the schedules, each ladder in this order
+from . import dlight, gemm, gemv, tensorcore, hopper  # noqa: F401
 from .errors import (ExplorerError, RecordsError, ScheduleNotApplicable, SearchFailed,
                      UnknownSchedule, UsageError, WorkloadError)
 from .registry import entries, get, names, schedule

@@ -100,6 +100,9 @@ def cooperative_fetch(sch: tvm.s_tir.Schedule, block, operand: int, at, threads:
 
 SINGLE_BARRIER = "explorer.single_barrier"  # a loop annotation, read by tuning/lowering.py
 WAIT_FOR_WGMMA = "explorer.wait_for_wgmma"  # a loop annotation, read by tuning/lowering.py
+# A PrimFunc attribute: the function is a TIRx kernel written whole (v8), which tuning/build.py
+# lowers with TVM's "tirx" pipeline instead of the project's s_tir one.
+TIRX_KERNEL = "explorer.tirx_kernel"
 
 
 def software_pipeline(sch: tvm.s_tir.Schedule, loop, stages: int, computes: int = 1,

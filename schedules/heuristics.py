@@ -130,6 +130,24 @@ def wgmma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
             "m_tiles_first": b_outgrows_l2(wl)}
 
 
+def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """v8: block_m 64 where M <= 64 (decode batches: a taller tile would be zeros); block_n 128
+    where block_n-wide tiles cannot give every SM one (each where the space holds that value);
+    then the most stages of the space whose ring fits a Hopper block's shared memory."""
+    from .hopper import ATOM, ROW_BYTES  # v8's module: loaded by now
+    from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
+
+    wgmma_m = WARPGROUP * MMA
+    short = wl.dims["M"] <= wgmma_m and wgmma_m in space["block_m"]
+    block_m = wgmma_m if short else knobs["block_m"]
+    few = tile_count(wl, block_m, knobs["block_n"]) < sms and 128 in space["block_n"]
+    block_n = 128 if few else knobs["block_n"]
+    fitting = [s for s in space["stages"]
+               if s * (block_m + block_n) * ROW_BYTES + ATOM <= HOPPER_SHARED_BYTES]
+    return {"block_m": block_m, "block_n": block_n,
+            "stages": max(fitting, default=knobs["stages"])}
+
+
 def b_outgrows_l2(wl: Workload) -> bool:
     """Whether B is larger than L2 and A is smaller than B: then blocks launched along M
     (v7's m_tiles_first) read each B tile from DRAM once and re-read A from L2, where blocks

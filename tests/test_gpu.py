@@ -151,6 +151,25 @@ def test_v7_is_correct(wl, knobs, target):
     check_module(wl, schedules.get("gemm", "v7").apply(wl, target, **knobs), target, 8)
 
 
+@pytest.mark.parametrize("wl, knobs", [
+    (Workload("gemm", (4096, 4096, 4096), "float16", "float16", "nt"), {}),  # 16-bit C (SETTLE)
+    (Workload("gemm", (1000, 1000, 1000), "bfloat16", "bfloat16", "nn"), {}),
+    (Workload("gemm", (2048, 2048, 520), "float16"), {"block_n": 128}),  # 256 tiles: 2 per CTA
+    (Workload("gemm", (300, 520, 136), "bfloat16", layout="nt"), {"block_m": 256, "block_n": 128}),
+    (Workload("gemm", (300, 520, 136), "float16", "float16"), {"block_m": 64, "block_n": 256}),
+    (Workload("gemm", (16, 6144, 4096), "bfloat16", layout="nt"), {}),  # 64-row tiles split along N
+    (Workload("gemm", (1, 512, 64), "float16", "float16", "nn"), {"block_m": 64, "block_n": 128}),
+    (Workload("gemm", (1000, 1000, 1000), "float16", layout="nt"), {"stages": 2, "group_m": 1}),
+    (Workload("gemm", (1000, 1000, 1000), "float16", layout="nt"), {"group_m": 16, "block_n": 192}),
+], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
+def test_v8_is_correct(wl, knobs, target):
+    """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
+    splitting the tile along M (block_m 128, 256) and along N (block_m 64), several tiles per
+    CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, and a
+    second call into the same output."""
+    check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
+
+
 def test_metaschedule_split_k_candidates_are_correct(target):
     """The first split-K candidates a MetaSchedule search would measure: partial sums over K
     slices, then the kernel that adds them."""

@@ -43,6 +43,12 @@ CHOICES = [
     ("v7", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_m": 64, "block_n": 128}),  # decode
     ("v7", gemm((1000, 4096, 4096), "float16"), {"block_n": 128}),  # 128 -> 256 tiles
     ("v7", gemm((8192, 8192, 1024), "float16"), {}),
+    # v8: 64-row tiles split along N for decode, 128 columns where 256 leave SMs idle, then as
+    # many stages as fit (6 of 128x128 or 64x128; 4 of 128x256, the default)
+    ("v8", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_m": 64, "block_n": 128, "stages": 6}),
+    ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"), {"block_n": 128, "stages": 6}),
+    ("v8", gemm((1000, 4096, 4096), "float16"), {"block_n": 128, "stages": 6}),  # 128 -> 256 tiles
+    ("v8", gemm((8192, 8192, 1024), "float16"), {}),
     ("multirow", Workload("gemv", (4096, 64), "float16"), {"reduce_threads": 8}),
     ("multirow", Workload("gemv", (4096, 65), "float16"), {"reduce_threads": 16}),
     ("multirow", Workload("gemv", (300, 7), "float32"), {"reduce_threads": 2}),
@@ -76,7 +82,7 @@ TUNED = [(op, e) for op in ("gemm", "gemv", "batched_gemv") for e in schedules.e
 def test_every_tunable_rung_has_a_heuristic():
     assert sorted({(op, e.name) for op, e in TUNED}) == [
         ("batched_gemv", "multirow"), ("gemm", "v5"), ("gemm", "v5k"), ("gemm", "v5p"),
-        ("gemm", "v5t"), ("gemm", "v6"), ("gemm", "v7"), ("gemv", "multirow")]
+        ("gemm", "v5t"), ("gemm", "v6"), ("gemm", "v7"), ("gemm", "v8"), ("gemv", "multirow")]
 
 
 @pytest.mark.parametrize("wl", COMMITTED, ids=Workload.label)
@@ -131,6 +137,7 @@ DTYPES = {"v5t": ["float32"], "v6": ["float16"], "v7": ["bfloat16"]}
 APPLIED = [(rung, gemm(shape, dtype, layout)) for rung in ("v5", "v5p", "v5k", "v5t", "v6", "v7")
            for shape in GRID for dtype in DTYPES.get(rung, ["float32", "bfloat16"])
            for layout in ("nn", "nt")]
+APPLIED += [("v8", gemm(shape, "bfloat16", layout)) for shape in GRID[1:4] for layout in ("nn", "nt")]
 APPLIED += [("multirow", Workload(op, shape, dtype)) for dtype in ("float16", "float32")
             for op, shape in (("gemv", (1, 1)), ("gemv", (4096, 64)), ("gemv", (129, 257)),
                               ("batched_gemv", (4, 128, 100)), ("gemv", (7168, 16384)))]

@@ -50,6 +50,7 @@ WORKLOADS = {
         Workload("batched_gemv", (2, 33, 1002), "bfloat16"),  # K = 2 (mod 8): 4-byte vectors
     ],
 }
+TMA_ROWS = "v8 loads A with TMA, which takes rows of whole 16-byte multiples: K={k} {dtype} rows are {b} bytes"
 ODD = ("gemm 257x129x65 float32 nn", "gemm 257x129x65 bfloat16->float32 nt",
        "gemm 257x129x66 float16->float32 nt")  # the last one: the GPU tier's
 FP32_ONLY = "v5t copies A element by element with cp.async, which moves 4 bytes at least"
@@ -57,7 +58,13 @@ FP32_ONLY = "v5t copies A element by element with cp.async, which moves 4 bytes 
 # workloads, with the reason it must give: every pair not named here must build.
 REFUSED = {
     **{(rung, f"gemm {shape} float32 nn"): f"{rung} multiplies float16 or bfloat16 on tensor cores"
-       for rung in ("v6", "v7") for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
+       for rung in ("v6", "v7", "v8") for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
+    **{("v8", f"gemm {shape} {dtypes}"): TMA_ROWS.format(k=k, dtype=dtypes.split("->")[0], b=2 * k)
+       for shape, dtypes, k in (("257x129x65", "bfloat16->float32 nt", 65),
+                                ("1x1x1", "float16->float32 nn", 1),
+                                ("17x250x66", "float16->float32 nn", 66),
+                                ("257x129x66", "float16->float32 nt", 66),
+                                ("256x256x100", "float16->float32 nn", 100))},
     **{("v5t", label): FP32_ONLY for label in ODD[1:]},
     **{(rung, f"gemm {shape} float16 nt"): f"{rung} writes the float32 accumulators"
        for rung in ("v6", "v7") for shape in ("100x60x72", "200x136x264")},
@@ -78,8 +85,8 @@ RUNGS = [(e.name, wl) for op, wls in WORKLOADS.items() for e in schedules.entrie
 
 
 def test_registry_lists_the_ladders_in_order():
-    assert schedules.names("gemm")[:11] == ["naive", "v1", "v2", "v3", "v4", "v5", "v5p", "v5k", "v5t",
-                                            "v6", "v7"]
+    assert schedules.names("gemm")[:12] == ["naive", "v1", "v2", "v3", "v4", "v5", "v5p", "v5k", "v5t",
+                                            "v6", "v7", "v8"]
     assert schedules.names("gemv")[:6] == [
         "naive", "splitk", "splitk_vec", "allreduce", "multirow", "blockreduce"]
     assert schedules.names("batched_gemv") == schedules.names("gemv")
@@ -129,7 +136,7 @@ def test_nvcc_accepts_every_rungs_cuda(name, wl, compiled):
 # The shapes each rung is built for: there, no register spills and no stack frame.
 INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5p", "v5k", "v5t")
             for wl in (WORKLOADS["gemm"][0], Workload("gemm", (4096, 4096, 4096)))]
-INTENDED += [(name, Workload("gemm", (4096, 4096, 4096), dt, layout=lay)) for name in ("v6", "v7")
+INTENDED += [(name, Workload("gemm", (4096, 4096, 4096), dt, layout=lay)) for name in ("v6", "v7", "v8")
              for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
 INTENDED += [(e.name, wl) for e in schedules.entries("gemv") if not e.baseline
              for wl in (WORKLOADS["gemv"][0], WORKLOADS["batched_gemv"][0])]

@@ -20,6 +20,7 @@ from tvm.s_tir.stmt import SBlock
 from tvm.target import Target
 from tvm.tirx import stmt as S
 
+from schedules.common import TIRX_KERNEL
 from schedules.errors import BuildFailed
 
 from . import lowering
@@ -74,13 +75,34 @@ def pass_config(mod: tvm.IRModule) -> dict:
     return config
 
 
+TIRX_PIPELINE = "tirx"  # TVM's pipeline for TIRx kernels: LowerTIRx first, then the usual passes
+
+
+def is_tirx_kernel(mod: tvm.IRModule) -> bool:
+    """Whether the module is a TIRx kernel written whole (v8: T.device_entry, T.cta_id, T.ptx),
+    which its compute marks with the TIRX_KERNEL attribute. The default (s_tir) pipeline, and
+    the project's built on it, cannot lower one: it sees the kernel's thread and block ids as
+    undefined variables."""
+    return any(fn.attrs is not None and TIRX_KERNEL in fn.attrs
+               for _, fn in mod.functions_items() if isinstance(fn, tvm.tirx.PrimFunc))
+
+
+def pipeline_of(mod: tvm.IRModule) -> tuple[str, dict]:
+    """The TIR pipeline that lowers `mod` and its pass configuration: TVM's "tirx" one, with
+    none, for a TIRx kernel; the project's (lowering.PIPELINE, pass_config) for the others."""
+    if is_tirx_kernel(mod):
+        return TIRX_PIPELINE, {}
+    return lowering.PIPELINE, pass_config(mod)
+
+
 def lower(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     """The device kernels exactly as `build` lowers them (TVM's default pipeline, then the
-    project's rewrite in lowering.py, up to code generation), without the host-side argument
-    checking."""
+    project's rewrite in lowering.py, or the tirx pipeline for a TIRx kernel; up to code
+    generation), without the host-side argument checking."""
     bound = tvm.tirx.transform.BindTarget(target.with_host(Target("llvm")))(mod)
-    pipeline, _, _ = tvm.tirx.get_tir_pipeline(lowering.PIPELINE)
-    with tvm.transform.PassContext(config=pass_config(mod)):
+    name, config = pipeline_of(mod)
+    pipeline, _, _ = tvm.tirx.get_tir_pipeline(name)
+    with tvm.transform.PassContext(config=config):
         lowered = pipeline(bound)
     kernels = {
         gv: fn
@@ -102,8 +124,9 @@ def ir_text(lowered: tvm.IRModule) -> str:
 
 def build(mod: tvm.IRModule, target: Target):
     """Compile for `target`: CUDA source always, a loadable binary when a GPU is present."""
-    with tvm.transform.PassContext(config=pass_config(mod)):
-        return tvm.compile(mod, target=target, tir_pipeline=lowering.PIPELINE)
+    name, config = pipeline_of(mod)
+    with tvm.transform.PassContext(config=config):
+        return tvm.compile(mod, target=target, tir_pipeline=name)
 
 
 def build_artifact(job: tuple[tvm.IRModule, Target]) -> str:

@@ -1,0 +1,338 @@
+"""Hopper GEMM written whole as a TIRx kernel (v8): TMA loads into a ring of shared stages, one
+mbarrier pair per stage, warp specialization and a persistent tile loop, wgmma as in v7.
+
+No s_tir schedule primitive produces TMA, mbarriers or a warp-specialized kernel, so v8 is a
+kernel template: `v8_kernel(wl, **knobs)` (the rung's `compute`) writes the whole kernel in TVM
+0.27's TIRx (`T.device_entry`, `T.cta_id`, `T.ptx`), with the workload's buffers A, B and C; the
+schedule function only refuses what the template cannot take. It is built with TVM's "tirx"
+pipeline (tuning/build.py tells such kernels by the TIRX_KERNEL attribute they carry).
+
+Shared layout. A TMA box whose inner extent is 128 bytes, loaded with the 128-byte swizzle,
+lands as rows of 128 bytes with the 16-byte chunk c of row r at chunk c ^ (r % 8): v7's
+swizzled atoms (8 rows x 128 bytes), so v7's wgmma descriptors apply unchanged. A stage holds
+A's block_m x 64 box (K-major), then B's: one block_n x 64 box in nt (K-major), or block_n/64
+boxes of 64 N x 64 K in nn (MN-major, read with wgmma's transpose bit).
+
+Ragged M, N and K: TMA fills the parts of a box past the tensor's edge with zeros (and still
+counts the whole box's bytes), so the main loop has no predicates; the epilogue guards its
+stores. What TMA cannot take is a row stride that is not a whole number of 16 bytes: such
+workloads are refused (v7 takes them).
+
+fp8 (e4m3) inputs are in the template (`FP8`: k32 wgmmas, 128-element K boxes, nt only since
+fp8 wgmma has no transpose) but not in the rung: the workloads have no fp8 dtype yet.
+"""
+
+from __future__ import annotations
+
+from tvm.s_tir import Schedule
+from tvm.script import tirx as T
+
+from . import heuristics
+from .common import TIRX_KERNEL, require_sm
+from .errors import ScheduleNotApplicable
+from .registry import schedule
+from .tensorcore import HOPPER_SHARED_BYTES, SHORT, WARPGROUP
+from .workloads import Workload
+
+FP8 = "float8_e4m3fn"
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, FP8: 1}
+PTX_TYPE = {**SHORT, FP8: "e4m3"}
+ROW_BYTES = 128  # one swizzled row: a box's inner extent, and the K of a stage
+ATOM = 1024  # bytes of one swizzle atom: 8 rows of 128 bytes
+THREADS = 3 * WARPGROUP * 32  # a producer warpgroup and two consumer warpgroups
+CONSUMER_THREADS = 2 * WARPGROUP * 32
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg: 128*40 + 256*232 <= 65536
+MOST_ACCUMULATORS = 192  # fp32 accumulators a consumer thread keeps within its 232 registers
+TMA_STRIDE_BYTES = 16  # TMA takes global row strides in whole multiples of this
+SWIZZLE_128B, L2_PROMOTION_256B = 3, 3  # CUtensorMapSwizzle, CUtensorMapL2promotion
+TMA_LOAD = T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"]
+
+# -- accumulator fences ------------------------------------------------------------------------
+# TVM 0.27's T.cuda.wgmma.noop_barrier cannot fence a local buffer's element: its codegen
+# (tvm/backend/cuda/cpp/asm.py) reads `reg.dtype`, which a BufferLoad lacks (AttributeError), and
+# its helper takes the register by value, so it would fence a copy. The fences are therefore
+# CUDA helpers of their own, called through T.cuda.func_call with the register by reference:
+#
+# FENCE_OPERAND, CUTLASS's warpgroup_fence_operand: an empty asm that reads and writes the
+#   register, so the compiler keeps its reads and writes on their side of the wgmma calls.
+# SETTLE: after the last wgmma.wait_group 0 of a tile, each accumulator passes through an
+#   `add.f32 x, x, +0` before the epilogue reads it. Without it ptxas (CUDA 13.0) hoists the
+#   epilogue's float -> 16-bit conversions (F2FP.PACK_AB) above the final WARPGROUP.DEPBAR, so
+#   they read accumulators that the last K block's wgmmas have not yet written (16-bit C off by
+#   about sqrt(64/K) on an H100); the adds stay below it and the conversions read the adds.
+#   x + 0 is x for every x but -0, which becomes +0.
+FENCE_OPERAND = ("v8_fence_operand", 'asm volatile("" : "+f"(reg) :: "memory");')
+SETTLE = ("v8_settle", 'asm volatile("add.f32 %0, %0, 0f00000000;" : "+f"(reg) :: "memory");')
+
+
+def _register_call(helper: tuple[str, str], register):
+    """A call of one of the fence helpers above on `register` (an fp32 accumulator)."""
+    name, body = helper
+    source = f"\n__forceinline__ __device__ void {name}(float& reg) {{\n  {body}\n}}\n"
+    return T.cuda.func_call(name, register, source_code=source)
+
+
+# -- the pieces of the kernel ------------------------------------------------------------------
+def _descriptor(address, leading_bytes: int, stride_bytes: int):
+    """wgmma's shared-memory matrix descriptor (PTX ISA 9.7.15.5.1) of a 128-byte-swizzled
+    operand at 32-bit shared `address`: address >> 4 in bits 0-13, the leading and stride byte
+    offsets >> 4 in bits 16-29 and 32-45, swizzle mode 1 (128 bytes) in bits 62-63. v7's
+    encoding."""
+    fields = (leading_bytes >> 4) << 16 | (stride_bytes >> 4) << 32 | 1 << 62
+    start = T.bitwise_and(T.shift_right(address, T.uint32(4)), T.uint32(0x3FFF))
+    return T.bitwise_or(T.Cast("uint64", start), T.uint64(fields))
+
+
+def _tensor_map(rows: int, cols: int, box_rows: int, box_cols: int, element_bytes: int) -> list:
+    """runtime.cuTensorMapEncodeTiled's arguments after the pointer for a row-major
+    [rows, cols] tensor read in boxes of box_rows x box_cols (cols innermost) with the 128-byte
+    swizzle: global dims, row stride in bytes, box dims, element strides, interleave none,
+    swizzle, L2 promotion, out-of-bounds fill none (zeros)."""
+    return [cols, rows, cols * element_bytes, box_cols, box_rows, 1, 1,
+            0, SWIZZLE_128B, L2_PROMOTION_256B, 0]
+
+
+def _tile_origin(tile, tiles_m: int, tiles_n: int, group_m: int, block_m: int, block_n: int):
+    """(first row, first column) of output tile number `tile` in the grouped raster: tiles go
+    down group_m rows of tiles, then across, group by group (Triton's order), so that the CTAs
+    working at one time share tiles of A and B in L2."""
+    group = tile // (group_m * tiles_n)
+    first_m = group * group_m
+    rows = T.min(tiles_m - first_m, group_m)
+    within = tile % (group_m * tiles_n)
+    return (first_m + within % rows) * block_m, within // rows * block_n
+
+
+def _consumer_tile(block_m: int, block_n: int) -> tuple[int, int, bool]:
+    """(rows, columns) of the block tile that each consumer warpgroup multiplies, and whether
+    the two split it along M: halves of block_m when it holds two wgmma heights (64 rows
+    each), else (block_m 64) halves of block_n."""
+    if block_m >= 2 * WARPGROUP * 16:
+        return block_m // 2, block_n, True
+    return block_m, block_n // 2, False
+
+
+def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
+                          block_m: int, block_n: int, stages: int, group_m: int, sms: int):
+    """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
+    accumulation, as a persistent warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative"
+    kernel): min(sms, tiles) CTAs of 384 threads walk the block tiles in the grouped raster.
+
+    Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and one thread loads
+    every K block of every tile of the CTA into the ring of `stages` stages with TMA, after
+    waiting for the consumers to empty the stage (`empty` mbarrier). Warpgroups 1 and 2 are the
+    consumers (setmaxnreg.inc): per K block each waits for the stage's bytes (`full` mbarrier,
+    which TMA completes), multiplies its part of the tile with wgmma, and frees the stage of the
+    K block before (whose wgmmas wait_group 1 has seen finish). The ring's position runs on
+    from tile to tile, so the producer loads the next tile while the consumers store this one
+    straight from their accumulators, guarded at C's edges."""
+    element_bytes = ELEMENT_BYTES[dtype]
+    block_k = ROW_BYTES // element_bytes
+    nt = layout == "nt"
+    wg_m, wg_n, split_m = _consumer_tile(block_m, block_n)
+    m_wgmmas = wg_m // 64  # m64 wgmmas of one consumer per k step
+    k_step = 32 // element_bytes  # wgmma's K: k16 (16-bit), k32 (fp8)
+    wgmma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{wg_n}k{k_step}.f32."
+                  f"{PTX_TYPE[dtype]}.{PTX_TYPE[dtype]}"]
+    transpose = () if dtype == FP8 else (0, 0 if nt else 1)  # fp8 wgmma has no transpose operands
+    per_wgmma = wg_n // 2  # accumulators of one m64 wgmma per thread
+    accumulators = m_wgmmas * per_wgmma
+    tiles_m, tiles_n, k_blocks = -(-M // block_m), -(-N // block_n), -(-K // block_k)
+    tiles = tiles_m * tiles_n
+    grid = min(sms, tiles)
+    tiles_per_cta = -(-tiles // grid)
+    a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
+    stage_bytes = a_bytes + b_bytes
+    arena_bytes = stages * stage_bytes + ATOM  # + room to round the ring up to an atom
+    tma_dtype = "uint8" if dtype == FP8 else dtype
+    a_map = _tensor_map(M, K, block_m, block_k, element_bytes)
+    b_map = _tensor_map(N, K, block_n, block_k, element_bytes) if nt \
+        else _tensor_map(K, N, block_k, 64, element_bytes)
+    b_leading = 16 if nt else block_k * ROW_BYTES  # nn: bytes between 64-column boxes
+    b_shape = (N, K) if nt else (K, N)
+
+    def a_offset(consumer, mi, ks):
+        """Bytes from a stage's start to consumer's A rows of wgmma mi at k step ks."""
+        rows = consumer * wg_m if split_m else 0
+        return (rows + mi * 64) * ROW_BYTES + ks * k_step * element_bytes
+
+    def b_offset(consumer, ks):
+        """Bytes from a stage's start to consumer's B columns at k step ks."""
+        cols = 0 if split_m else consumer * wg_n
+        if nt:
+            return a_bytes + cols * ROW_BYTES + ks * k_step * element_bytes
+        return a_bytes + cols // 64 * block_k * ROW_BYTES + ks * k_step * ROW_BYTES
+
+    def origin(tile):
+        return _tile_origin(tile, tiles_m, tiles_n, group_m, block_m, block_n)
+
+    @T.prim_func
+    def main(A_handle: T.handle, B_handle: T.handle, C_handle: T.handle):
+        T.func_attr({TIRX_KERNEL: True})
+        A = T.match_buffer(A_handle, (M, K), dtype, align=16)
+        B = T.match_buffer(B_handle, b_shape, dtype, align=16)
+        C = T.match_buffer(C_handle, (M, N), out_dtype, align=16)
+        A_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, tma_dtype, 2, A.data, *a_map)
+        B_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, tma_dtype, 2, B.data, *b_map)
+
+        T.device_entry()
+        cta = T.cta_id([grid])
+        tx = T.thread_id([THREADS])
+        arena = T.alloc_buffer((arena_bytes,), "uint8", scope="shared.dyn", align=ATOM)
+        full = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
+        empty = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
+        ring: T.let[T.uint32] = T.bitwise_and(
+            T.cuda.cvta_generic_to_shared(arena.data) + T.uint32(ATOM - 1),
+            T.uint32(~(ATOM - 1) & 0xFFFFFFFF))
+        if tx == 0:
+            for s in T.unroll(stages):
+                T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(CONSUMER_THREADS))
+            T.ptx.fence.mbarrier_init.release.cluster()
+            T.ptx.fence.proxy.async_.shared__cta()
+            T.ptx.prefetch.tensormap(T.address_of(A_map))
+            T.ptx.prefetch.tensormap(T.address_of(B_map))
+        T.cuda.cta_sync()
+
+        if tx < WARPGROUP * 32:
+            # producer: one thread loads every K block of the CTA's tiles
+            T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
+            if tx == 0:
+                for j in range(tiles_per_cta):
+                    if cta + j * grid < tiles:
+                        m0, n0 = T.meta_var(origin(cta + j * grid))
+                        for kt in range(k_blocks):
+                            s: T.let[T.int32] = (j * k_blocks + kt) % stages
+                            # the stage's previous K block freed (on a fresh barrier, parity 1
+                            # counts as the phase before the first: it returns at once)
+                            T.cuda.mbarrier_wait(empty.ptr_to([s]),
+                                                 ((j * k_blocks + kt) // stages + 1) % 2)
+                            stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
+                            T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([s]),
+                                                                     T.uint32(stage_bytes))
+                            TMA_LOAD(stage, T.address_of(A_map), kt * block_k, m0, full.ptr_to([s]))
+                            if nt:
+                                TMA_LOAD(stage + T.uint32(a_bytes), T.address_of(B_map),
+                                         kt * block_k, n0, full.ptr_to([s]))
+                            else:
+                                for box in T.unroll(block_n // 64):
+                                    TMA_LOAD(stage + T.uint32(a_bytes + box * block_k * ROW_BYTES),
+                                             T.address_of(B_map), n0 + box * 64, kt * block_k,
+                                             full.ptr_to([s]))
+        else:
+            # consumers: warpgroups 1 and 2, each wg_m x wg_n of every tile
+            T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
+            acc = T.alloc_local((accumulators,), "float32")
+            consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
+            warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
+            lane: T.let[T.int32] = tx % 32
+            for j in range(tiles_per_cta):
+                if cta + j * grid < tiles:
+                    m0, n0 = T.meta_var(origin(cta + j * grid))
+                    for i in T.unroll(accumulators):
+                        acc[i] = T.float32(0)
+                    for kt in range(k_blocks):
+                        s: T.let[T.int32] = (j * k_blocks + kt) % stages
+                        T.cuda.mbarrier_wait(full.ptr_to([s]), (j * k_blocks + kt) // stages % 2)
+                        stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
+                        for i in T.unroll(accumulators):
+                            _register_call(FENCE_OPERAND, acc[i])
+                        T.ptx.wgmma.fence.sync.aligned()
+                        for ks in T.unroll(block_k // k_step):
+                            for mi in T.unroll(m_wgmmas):
+                                wgmma(*[acc[mi * per_wgmma + r] for r in range(per_wgmma)],
+                                      _descriptor(stage + T.Cast("uint32", a_offset(consumer, mi, ks)),
+                                                  16, ATOM),
+                                      _descriptor(stage + T.Cast("uint32", b_offset(consumer, ks)),
+                                                  b_leading, ATOM),
+                                      T.bool(True), 1, 1, *transpose)
+                        T.ptx.wgmma.commit_group.sync.aligned()
+                        T.ptx.wgmma.wait_group.sync.aligned(1)
+                        for i in T.unroll(accumulators):
+                            _register_call(FENCE_OPERAND, acc[i])
+                        if kt > 0:  # the K block before's wgmmas are done: free its stage
+                            T.ptx.mbarrier.arrive.shared.b64(
+                                empty.ptr_to([(j * k_blocks + kt + stages - 1) % stages]), T.uint32(1))
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    for i in T.unroll(accumulators):
+                        _register_call(SETTLE, acc[i])
+                    T.ptx.mbarrier.arrive.shared.b64(
+                        empty.ptr_to([(j * k_blocks + k_blocks - 1) % stages]), T.uint32(1))
+                    # epilogue: thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
+                    # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
+                    first_row: T.let[T.int32] = m0 + (consumer * wg_m if split_m else 0) \
+                        + warp * 16 + lane // 4
+                    first_col: T.let[T.int32] = n0 + (0 if split_m else consumer * wg_n) + lane % 4 * 2
+                    for mi in T.unroll(m_wgmmas):
+                        for n8 in T.unroll(wg_n // 8):
+                            for h in T.unroll(2):
+                                for e in T.unroll(2):
+                                    if first_row + mi * 64 + h * 8 < M:
+                                        if first_col + n8 * 8 + e < N:
+                                            C[first_row + mi * 64 + h * 8, first_col + n8 * 8 + e] = \
+                                                T.Cast(out_dtype, acc[mi * per_wgmma + n8 * 4 + h * 2 + e])
+
+    return main
+
+
+# -- the rung ----------------------------------------------------------------------------------
+def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int) -> None:
+    """Refuse what the template cannot take: inputs other than 16-bit floats, row strides TMA
+    cannot load, and knobs outside its tile shapes, registers or shared memory."""
+    if wl.dtype not in SHORT:
+        raise ScheduleNotApplicable(f"v8 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
+    M, N, K = wl.shape
+    element_bytes = ELEMENT_BYTES[wl.dtype]
+    strides = [("A", "K", K)] + ([("B", "N", N)] if wl.layout == "nn" else [("B", "K", K)])
+    for operand, axis, extent in strides:
+        if extent * element_bytes % TMA_STRIDE_BYTES:
+            raise ScheduleNotApplicable(
+                f"v8 loads {operand} with TMA, which takes rows of whole 16-byte multiples: "
+                f"{axis}={extent} {wl.dtype} rows are {extent * element_bytes} bytes")
+    if block_m not in (64, 128, 256):
+        raise ScheduleNotApplicable(f"v8 splits block_m among two consumer warpgroups in 64-row "
+                                    f"wgmmas, or gives both 64 rows: block_m={block_m} is not 64, 128 or 256")
+    wg_m, wg_n, _ = _consumer_tile(block_m, block_n)
+    if block_n % 64 or block_n > 256 or wg_n % 64:
+        raise ScheduleNotApplicable(f"v8 loads B in 64-column boxes, a consumer's wgmma at most 256 "
+                                    f"wide: block_n={block_n} with block_m={block_m} does not split so")
+    if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:
+        raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
+                                    f"{wg_m // 64 * wg_n // 2} accumulators; at most {MOST_ACCUMULATORS} fit")
+    shared_bytes = stages * (block_m + block_n) * ROW_BYTES + ATOM
+    if stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
+        raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles needs "
+                                    f"{shared_bytes} bytes of shared memory (at least 2 stages, at "
+                                    f"most {HOPPER_SHARED_BYTES} bytes)")
+
+
+def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int):
+    """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages)
+    M, N, K = wl.shape
+    return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
+                                 stages, group_m, heuristics.H100_SMS)
+
+
+@schedule("gemm", "v8", space={"block_m": [64, 128, 256], "block_n": [64, 128, 192, 256],
+                               "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16]},
+          heuristic=heuristics.tma_tiles, compute=v8_kernel)
+def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
+       group_m: int = 8) -> None:
+    """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
+    tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
+    `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
+    block tiles in groups of group_m rows of tiles. A producer warpgroup (setmaxnreg.dec) issues
+    the loads from one thread; two consumer warpgroups (setmaxnreg.inc) multiply, and store C
+    (float32, float16 or bfloat16) straight from their accumulators while the producer already
+    loads the next tile. Ragged M, N, K: TMA zero-fills past the edges; rows must be whole
+    16-byte multiples (K, and N for B in nn). A TIRx kernel (schedules/hopper.py), sm_90a only.
+
+    IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
+    arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
+    wgmma / setmaxnreg calls, tensor maps encoded by the host (runtime.cuTensorMapEncodeTiled)
+    and passed as __grid_constant__ CUtensorMap."""
+    require_sm("v8", 90, "TMA, mbarriers and wgmma (built for sm_90a)")
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages)

@@ -1,0 +1,121 @@
+"""v8 (schedules/hopper.py): the TIRx kernel builds, and nvcc compiles it for sm_90a, on aligned,
+ragged and decode-sized shapes; its CUDA has what the rung's docstring claims; it refuses what
+TMA and its tiles cannot take; tuning/build.py lowers it with the tirx pipeline."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import schedules
+from schedules import ScheduleNotApplicable, Workload
+from schedules.hopper import SETTLE
+from tuning import build
+
+needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
+                                reason="nvcc is not on PATH: the generated CUDA is not compiled")
+
+
+def gemm(shape, dtype="float16", out_dtype=None, layout="nn"):
+    return Workload("gemm", shape, dtype, out_dtype, layout)
+
+
+BUILDS = [
+    gemm((4096, 4096, 4096), "float16", "float16", "nt"),  # aligned, 16-bit C
+    gemm((4096, 4096, 4096), "bfloat16", layout="nn"),
+    gemm((1000, 1000, 1000), "bfloat16", "bfloat16", "nt"),  # ragged M, N, K
+    gemm((100, 304, 40), "float16", "float16", "nn"),  # all ragged; K shorter than a block
+    gemm((16, 6144, 4096), "bfloat16", layout="nt"),  # decode: 64-row tiles split along N
+    gemm((1, 256, 64), "float16", "float16", "nn"),
+    gemm((37, 200, 72), "float16", layout="nn"),
+]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("wl", BUILDS, ids=Workload.label)
+def test_v8_builds_and_nvcc_compiles_it_without_spills(wl, compiled):
+    _, source, summary = compiled("v8", wl)
+    (usage,) = build.nvcc_resources(source, "sm_90").values()
+    assert usage["registers"] <= 168 and not usage.get("spill_stores") and not usage.get("stack_bytes")
+    assert summary.block == {"threadIdx.x": 384} and summary.kernels == 1
+
+
+def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
+    wl = gemm((4096, 4096, 4096), "float16", "float16", "nt")
+    _, source, summary = compiled("v8", wl)
+    assert summary.grid == {"blockIdx.x": 132}  # one CTA per SM ...
+    assert "for (int j = 0; j < 4; ++j)" in source  # ... each walking 4 of the 512 tiles
+    assert "((j * 132) + ((int)blockIdx.x)) < 512" in source
+    assert summary.shared_bytes == 4 * (128 + 256) * 128 + 1024 + 2 * 4 * 8  # ring, barriers
+    assert "(const __grid_constant__ CUtensorMap A_map, const __grid_constant__ CUtensorMap B_map" in source
+    for instruction in ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                        "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx", "mbarrier.init",
+                        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+                        "setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 232",
+                        "prefetch.tensormap"):
+        assert instruction in source, instruction
+    # the accumulators pass through SETTLE after the last wait, and C is converted from them
+    body = source[source.index("__global__ void"):]
+    assert body.index(f"{SETTLE[0]}(acc_ptr[0])") > body.index("wait_group_sync_aligned_0()")
+    assert body.index("((half)acc_ptr[0])") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
+
+
+def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled):
+    _, source, summary = compiled("v8", gemm((16, 6144, 4096), "bfloat16", layout="nt"))
+    assert summary.grid == {"blockIdx.x": 48}  # 64x128 tiles: the heuristic's
+    assert "m64n64k16.f32.bf16.bf16" in source
+
+
+NVDISASM = shutil.which("nvdisasm")
+
+
+@needs_nvcc
+@pytest.mark.skipif(not NVDISASM, reason="nvdisasm is not on PATH (pip: nvidia-cuda-nvdisasm)")
+def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
+    """The SASS: every float -> 16-bit conversion comes after the final wait for the wgmmas
+    (WARPGROUP.DEPBAR.LE gsb0, 0x0). Without SETTLE, ptxas hoists them above it (16-bit C was
+    wrong on an H100 by about sqrt(64/K))."""
+    _, source, _ = compiled("v8", BUILDS[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        cu, cubin = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
+        with open(cu, "w") as f:
+            f.write(source)
+        subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-o", cubin, cu], check=True,
+                       capture_output=True)
+        sass = subprocess.run([NVDISASM, "-c", cubin], check=True, capture_output=True,
+                              text=True).stdout.splitlines()
+    final_wait = max(i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line)
+    conversions = [i for i, line in enumerate(sass) if re.search(r"\bF2FP?\.", line)]
+    assert conversions and min(conversions) > final_wait
+
+
+@pytest.mark.parametrize("wl, knobs, reason", [
+    (gemm((256, 256, 256), "float32"), {}, "v8 multiplies float16 or bfloat16 on tensor cores, not float32"),
+    (gemm((256, 256, 100)), {}, "v8 loads A with TMA, which takes rows of whole 16-byte multiples: "
+                                "K=100 float16 rows are 200 bytes"),
+    (gemm((64, 100, 64), layout="nn"), {}, "v8 loads B with TMA, which takes rows of whole 16-byte "
+                                           "multiples: N=100 float16 rows are 200 bytes"),
+    (gemm((256, 256, 256)), {"block_m": 96}, "block_m=96 is not 64, 128 or 256"),
+    (gemm((256, 256, 256)), {"block_n": 320}, "block_n=320 with block_m=128 does not split so"),
+    (gemm((256, 256, 256)), {"block_m": 64, "block_n": 192}, "block_n=192 with block_m=64"),
+    (gemm((256, 256, 256)), {"block_m": 256, "block_n": 256}, "each consumer thread 256 accumulators"),
+    (gemm((256, 256, 256)), {"block_n": 256, "stages": 5}, "needs 246784 bytes of shared memory"),
+], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
+def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
+    with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
+        schedules.get("gemm", "v8").apply(wl, target, **knobs)
+
+
+def test_v8_needs_sm_90():
+    with pytest.raises(ScheduleNotApplicable, match="^v8 uses TMA, mbarriers and wgmma .* not sm_80"):
+        schedules.get("gemm", "v8").apply(gemm((256, 256, 256)), build.cuda_target("sm_80"))
+
+
+def test_only_tirx_kernels_take_the_tirx_pipeline(target):
+    v8 = schedules.get("gemm", "v8").apply(gemm((256, 256, 256), "bfloat16", layout="nt"), target)
+    v5p = schedules.get("gemm", "v5p").apply(gemm((256, 256, 256), "float32"), target)
+    assert build.pipeline_of(v8) == ("tirx", {})
+    assert build.pipeline_of(v5p) == ("explorer", build.pass_config(v5p))
