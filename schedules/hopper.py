@@ -278,29 +278,41 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
 
 
 # -- the rung ----------------------------------------------------------------------------------
-def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int) -> None:
-    """Refuse what the template cannot take: inputs other than 16-bit floats, row strides TMA
-    cannot load, and knobs outside its tile shapes, registers or shared memory."""
+def tma_refusal(wl: Workload) -> str | None:
+    """Why v8 cannot take the workload whatever its knobs, in one line (None where it can):
+    inputs other than 16-bit floats, or rows that TMA cannot load (not whole 16-byte
+    multiples)."""
     if wl.dtype not in SHORT:
-        raise ScheduleNotApplicable(f"v8 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}")
+        return f"v8 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}"
     M, N, K = wl.shape
     element_bytes = ELEMENT_BYTES[wl.dtype]
     strides = [("A", "K", K)] + ([("B", "N", N)] if wl.layout == "nn" else [("B", "K", K)])
     for operand, axis, extent in strides:
         if extent * element_bytes % TMA_STRIDE_BYTES:
-            raise ScheduleNotApplicable(
-                f"v8 loads {operand} with TMA, which takes rows of whole 16-byte multiples: "
-                f"{axis}={extent} {wl.dtype} rows are {extent * element_bytes} bytes")
+            return (f"v8 loads {operand} with TMA, which takes rows of whole 16-byte multiples: "
+                    f"{axis}={extent} {wl.dtype} rows are {extent * element_bytes} bytes")
+    return None
+
+
+def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int) -> None:
+    """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
+    tile shapes, registers or shared memory."""
+    refusal = tma_refusal(wl)
+    if refusal:
+        raise ScheduleNotApplicable(refusal)
     if block_m not in (64, 128, 256):
         raise ScheduleNotApplicable(f"v8 splits block_m among two consumer warpgroups in 64-row "
-                                    f"wgmmas, or gives both 64 rows: block_m={block_m} is not 64, 128 or 256")
+                                    f"wgmmas, or gives both 64 rows: block_m={block_m} is not "
+                                    "64, 128 or 256")
     wg_m, wg_n, _ = _consumer_tile(block_m, block_n)
     if block_n % 64 or block_n > 256 or wg_n % 64:
-        raise ScheduleNotApplicable(f"v8 loads B in 64-column boxes, a consumer's wgmma at most 256 "
-                                    f"wide: block_n={block_n} with block_m={block_m} does not split so")
+        raise ScheduleNotApplicable(f"v8 loads B in 64-column boxes, a consumer's wgmma at most "
+                                    f"256 wide: block_n={block_n} with block_m={block_m} does "
+                                    "not split so")
     if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
-                                    f"{wg_m // 64 * wg_n // 2} accumulators; at most {MOST_ACCUMULATORS} fit")
+                                    f"{wg_m // 64 * wg_n // 2} accumulators; at most "
+                                    f"{MOST_ACCUMULATORS} fit")
     shared_bytes = stages * (block_m + block_n) * ROW_BYTES + ATOM
     if stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
         raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles needs "

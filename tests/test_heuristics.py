@@ -278,7 +278,10 @@ def test_best_reads_the_committed_search_records_by_default(here_no_gpu):
 
 
 RULES = [(gemm((4096, 4096, 4096), "bfloat16", "nt"), "v7"),
-         (Workload("gemm", (4096, 4096, 4096), "float16", "float16"), "v5k"),
+         (Workload("gemm", (4096, 4096, 4096), "float16", "float16"), "v8"),
+         (Workload("gemm", (4096, 4096, 4095), "float16", "float16"), "v5k"),  # rows TMA refuses
+         (gemm((16, 6144, 4096), "bfloat16", "nt"), "v8"),
+         (gemm((16, 6144, 4095), "bfloat16", "nt"), "v7"),
          (gemm((4096, 4096, 4096)), "v5t"), (gemm((1024, 512, 2048)), "v5k"),
          (Workload("gemv", (7168, 16384), "float16"), "blockreduce"),
          (Workload("gemv", (4096, 1024), "float16"), "blockreduce"),
