@@ -224,8 +224,9 @@ ROW_VECTORS = "B_vectors"  # the block of row_aligned_gemv that reads B in 16-by
 
 
 def row_aligned_gemv(wl: Workload, **knobs):
-    """The workload's GEMV (rowalign's knobs do not change it), with each row of B walked in the 16-byte vectors of B's storage:
-    from the vector boundary at or before the row's first element to the one after its last.
+    """The workload's GEMV (rowalign's knobs do not change it), with each row of B walked in the
+    16-byte vectors of B's storage: from the vector boundary at or before the row's first
+    element to the one after its last.
     Every vector load is aligned whatever K is (B's base is 16-byte aligned); the elements of
     the neighbouring rows that a row's first and last vectors hold are left out of its sum,
     and x is read at the row's shift against those boundaries. A vector that would start

@@ -134,7 +134,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """v8: block_m 64 where M <= 64 (decode batches: a taller tile would be zeros); block_n 128
     where block_n-wide tiles cannot give every SM one (each where the space holds that value);
     then the most stages of the space whose ring fits a Hopper block's shared memory."""
-    from .hopper import ATOM, ROW_BYTES  # v8's module: loaded by now
+    from .hopper import arena_bytes  # v8's module: loaded by now
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     wgmma_m = WARPGROUP * MMA
@@ -143,7 +143,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     few = tile_count(wl, block_m, knobs["block_n"]) < sms and 128 in space["block_n"]
     block_n = 128 if few else knobs["block_n"]
     fitting = [s for s in space["stages"]
-               if s * (block_m + block_n) * ROW_BYTES + ATOM <= HOPPER_SHARED_BYTES]
+               if arena_bytes(block_m, block_n, s) <= HOPPER_SHARED_BYTES]
     return {"block_m": block_m, "block_n": block_n,
             "stages": max(fitting, default=knobs["stages"])}
 

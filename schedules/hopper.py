@@ -65,6 +65,12 @@ FENCE_OPERAND = ("v8_fence_operand", 'asm volatile("" : "+f"(reg) :: "memory");'
 SETTLE = ("v8_settle", 'asm volatile("add.f32 %0, %0, 0f00000000;" : "+f"(reg) :: "memory");')
 
 
+def arena_bytes(block_m: int, block_n: int, stages: int) -> int:
+    """Dynamic shared memory of the ring: `stages` stages of A's and B's 128-byte rows, plus
+    one swizzle atom of room to round the ring's start up to an atom."""
+    return stages * (block_m + block_n) * ROW_BYTES + ATOM
+
+
 def _register_call(helper: tuple[str, str], register):
     """A call of one of the fence helpers above on `register` (an fp32 accumulator)."""
     name, body = helper
@@ -143,7 +149,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     tiles_per_cta = -(-tiles // grid)
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
     stage_bytes = a_bytes + b_bytes
-    arena_bytes = stages * stage_bytes + ATOM  # + room to round the ring up to an atom
+    ring_bytes = arena_bytes(block_m, block_n, stages)
     tma_dtype = "uint8" if dtype == FP8 else dtype
     a_map = _tensor_map(M, K, block_m, block_k, element_bytes)
     b_map = _tensor_map(N, K, block_n, block_k, element_bytes) if nt \
@@ -180,7 +186,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         T.device_entry()
         cta = T.cta_id([grid])
         tx = T.thread_id([THREADS])
-        arena = T.alloc_buffer((arena_bytes,), "uint8", scope="shared.dyn", align=ATOM)
+        arena = T.alloc_buffer((ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
         full = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
         ring: T.let[T.uint32] = T.bitwise_and(
@@ -313,7 +319,7 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
                                     f"{wg_m // 64 * wg_n // 2} accumulators; at most "
                                     f"{MOST_ACCUMULATORS} fit")
-    shared_bytes = stages * (block_m + block_n) * ROW_BYTES + ATOM
+    shared_bytes = arena_bytes(block_m, block_n, stages)
     if stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
         raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles needs "
                                     f"{shared_bytes} bytes of shared memory (at least 2 stages, at "
