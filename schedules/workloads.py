@@ -12,6 +12,20 @@ every schedule. Accumulation is always float32; inputs and output take their own
 
 When the output dtype differs from the float32 accumulator, the reduction writes `<out>_acc`
 and an elementwise block casts it into the output; schedules keep that accumulator in registers.
+
+GEMV and batched GEMV also take `nvfp4` inputs (schedules/fp4.py), the batched-GEMV seed's
+format, and write float16 by default. B and x then come as packed codes with their scales:
+
+    B        (L, N, K/2) uint8         two e2m1 codes per byte, the lower element in the low nibble
+    B_scale  (L, N, K/16) e4m3         one scale per 16 elements of a row
+    x        (L, K/2) uint8
+    x_scale  (L, K/16) e4m3
+    y        (L, N)                    y[l, n] = sum_k B[l, n, k] B_scale[l, n, k/16] x[l, k] x_scale[l, k/16]
+
+(no L for gemv). The seed's competition tensors are the same bytes seen batch-last: its a (M, K/2,
+L), sfa (M, K/16, L), b (1, K/2, L), sfb (1, K/16, L) and c (M, 1, L) are, per batch l, our B[l],
+B_scale[l], x[l], x_scale[l] and y[l], with its m our N; its A and B (matrices, vectors) are our
+B and x.
 """
 
 from __future__ import annotations
@@ -22,11 +36,14 @@ from dataclasses import dataclass
 
 from tvm import te
 
+from . import fp4
 from .errors import WorkloadError
 
 ACC_DTYPE = "float32"
-DTYPES = ("float32", "float16", "bfloat16")
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPES = ("float32", "float16", "bfloat16", fp4.NAME)
+OUT_DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, fp4.CODE_BYTES: 1, fp4.SCALE_DTYPE: 1}
+NVFP4_OUT_DTYPE = "float16"  # the seed's C
 SHAPE_AXES = {"gemm": ("M", "N", "K"), "gemv": ("N", "K"), "batched_gemv": ("L", "N", "K")}
 LAYOUTS = {"gemm": ("nn", "nt"), "gemv": ("nt",), "batched_gemv": ("nt",)}
 OPS = tuple(SHAPE_AXES)
@@ -57,13 +74,18 @@ class Workload:
         bad = [f"{a}={d}" for a, d in zip(axes, self.shape) if d <= 0]
         if bad:
             raise WorkloadError(f"dimensions must be positive, got {', '.join(bad)}")
-        # GEMV keeps the input dtype on its output; GEMM writes the float32 accumulator.
-        default_out = self.dtype if self.op != "gemm" else ACC_DTYPE
+        # GEMV keeps the input dtype on its output (nvfp4: float16); GEMM writes the float32
+        # accumulator.
+        default_out = ACC_DTYPE if self.op == "gemm" else NVFP4_OUT_DTYPE if self.is_nvfp4 \
+            else self.dtype
         object.__setattr__(self, "out_dtype", self.out_dtype or default_out)
         object.__setattr__(self, "layout", self.layout or LAYOUTS[self.op][0])
-        for what, value in (("dtype", self.dtype), ("output dtype", self.out_dtype)):
-            if value not in DTYPES:
-                raise WorkloadError(f"unknown {what} '{value}'; valid: {', '.join(DTYPES)}")
+        for what, value, valid in (("dtype", self.dtype, DTYPES),
+                                   ("output dtype", self.out_dtype, OUT_DTYPES)):
+            if value not in valid:
+                raise WorkloadError(f"unknown {what} '{value}'; valid: {', '.join(valid)}")
+        if self.is_nvfp4:
+            self._check_nvfp4()
         if self.layout not in LAYOUTS[self.op]:
             raise WorkloadError(
                 f"unknown layout '{self.layout}' for {self.op}; valid: {', '.join(LAYOUTS[self.op])}"
@@ -75,6 +97,20 @@ class Workload:
                     f"{name} would hold {elements} elements ({'x'.join(map(str, shape))}), more "
                     f"than int32 indices reach ({INT32_MAX}); split the problem")
 
+    def _check_nvfp4(self) -> None:
+        """nvfp4 is a GEMV format whose K comes in whole scale blocks of 16."""
+        if self.op == "gemm":
+            raise WorkloadError(f"{fp4.NAME} inputs are for gemv and batched_gemv; gemm takes "
+                                f"{', '.join(OUT_DTYPES)}")
+        K = self.dims["K"]
+        if K % fp4.BLOCK:
+            raise WorkloadError(f"{fp4.NAME} has one scale per {fp4.BLOCK} elements of K: K={K} "
+                                f"is not a multiple of {fp4.BLOCK}")
+
+    @property
+    def is_nvfp4(self) -> bool:
+        return self.dtype == fp4.NAME
+
     def buffer_shapes(self) -> dict[str, tuple[int, ...]]:
         """Each buffer's shape by name: the inputs, then the output."""
         d = self.dims
@@ -82,7 +118,21 @@ class Workload:
             b = (d["K"], d["N"]) if self.layout == "nn" else (d["N"], d["K"])
             return {"A": (d["M"], d["K"]), "B": b, "C": (d["M"], d["N"])}
         batch = (d["L"],) if "L" in d else ()
-        return {"B": (*batch, d["N"], d["K"]), "x": (*batch, d["K"]), "y": (*batch, d["N"])}
+        N, K = d["N"], d["K"]
+        if self.is_nvfp4:
+            return {"B": (*batch, N, K // fp4.PER_BYTE), "B_scale": (*batch, N, K // fp4.BLOCK),
+                    "x": (*batch, K // fp4.PER_BYTE), "x_scale": (*batch, K // fp4.BLOCK),
+                    "y": (*batch, N)}
+        return {"B": (*batch, N, K), "x": (*batch, K), "y": (*batch, N)}
+
+    def buffer_dtypes(self) -> dict[str, str]:
+        """Each buffer's dtype by name, in buffer_shapes' order."""
+        names = list(self.buffer_shapes())
+        if self.is_nvfp4:
+            stored = {"B": fp4.CODE_BYTES, "x": fp4.CODE_BYTES, "B_scale": fp4.SCALE_DTYPE,
+                      "x_scale": fp4.SCALE_DTYPE}
+            return {name: stored.get(name, self.out_dtype) for name in names}
+        return {name: self.dtype for name in names[:-1]} | {names[-1]: self.out_dtype}
 
     # -- names the schedules use -------------------------------------------------------------
     @property
@@ -116,8 +166,9 @@ class Workload:
     @property
     def min_bytes(self) -> int:
         """Bytes moved if every input is read once and the output written once."""
-        *inputs, output = (math.prod(shape) for shape in self.buffer_shapes().values())
-        return sum(inputs) * DTYPE_BYTES[self.dtype] + output * DTYPE_BYTES[self.out_dtype]
+        dtypes = self.buffer_dtypes()
+        return sum(math.prod(shape) * DTYPE_BYTES[dtypes[name]]
+                   for name, shape in self.buffer_shapes().items())
 
     @property
     def dtypes(self) -> str:
@@ -130,6 +181,8 @@ class Workload:
     # -- the compute definition --------------------------------------------------------------
     def tensors(self) -> list[te.Tensor]:
         """TE placeholders and compute: [inputs..., output]."""
+        if self.is_nvfp4:
+            return _nvfp4_gemv(self)
         build = {"gemm": _gemm, "gemv": _gemv, "batched_gemv": _batched_gemv}[self.op]
         return build(self)
 
@@ -178,6 +231,30 @@ def _batched_gemv(wl: Workload) -> list[te.Tensor]:
     k = te.reduce_axis((0, K), name="k")
     y = _with_cast(wl, (L, N), lambda b, n: te.sum(_acc(x[b, k]) * _acc(B[b, n, k]), axis=k))
     return [B, x, y]
+
+
+X_VALUES = "x_value"  # nvfp4: the block that decodes the vector (schedules inline it or stage it)
+
+
+def _nvfp4_gemv(wl: Workload) -> list[te.Tensor]:
+    """y = B x (batched or not) on nvfp4 inputs, float32 accumulation: each element decoded from
+    its code (fp4.value) times its block's scale; the vector's values are a stage of their own
+    (`x_value`), which a schedule may inline or compute once for all the rows that use them."""
+    shapes, dtypes = wl.buffer_shapes(), wl.buffer_dtypes()
+    B, B_scale, x, x_scale = (te.placeholder(shapes[n], dtypes[n], name=n)
+                              for n in ("B", "B_scale", "x", "x_scale"))
+
+    def element(codes, scales, *at):
+        *row, k = at
+        code = fp4.code(codes[(*row, k // fp4.PER_BYTE)], k)
+        return fp4.value(code) * _acc(scales[(*row, k // fp4.BLOCK)])
+
+    x_value = te.compute((*shapes["x"][:-1], wl.dims["K"]),
+                         lambda *at: element(x, x_scale, *at), name=X_VALUES)
+    k = te.reduce_axis((0, wl.dims["K"]), name="k")
+    body = lambda *out: te.sum(x_value[(*out[:-1], k)] * element(B, B_scale, *out, k),  # noqa: E731
+                               axis=k)
+    return [B, B_scale, x, x_scale, _with_cast(wl, shapes["y"], body)]
 
 
 def parse_shape(text: str, op: str) -> tuple[int, ...]:
