@@ -3,9 +3,10 @@
 For every GPU and workload in the records, the latest run that measured it becomes one table,
 in the order the run measured it (the ladder, then the baselines): time, speedup over naive
 and over the previous rung, throughput, the ratio to cuBLAS measured in the same run, and for
-memory-bound ops the share of the copy bandwidth measured in the same run. With a figure prefix,
-each table also gets its roofline: the kernels' TFLOP/s under the copy bandwidth and the compute
-ceiling (cuBLAS on a large square GEMM) measured in that run.
+memory-bound ops the share of the copy bandwidth measured in the same run (and of the read
+bandwidth, where the run measured it). With a figure prefix, each table also gets its roofline:
+the kernels' TFLOP/s under the copy bandwidth and the compute ceiling (cuBLAS on a large square
+GEMM) measured in that run.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from tabulate import tabulate
 
 from schedules.workloads import Workload
 from tuning.build import spilled_bytes
-from tuning.measure import FLUSHES, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
+from tuning.measure import FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
 
 MEMORY_BOUND = ("gemv", "batched_gemv")
+BANDWIDTHS = ("copy", "read")  # the bandwidth ceilings a run may measure: `<what>_gbps`
 
 
 def workload_key(record: dict) -> tuple:
@@ -72,7 +74,8 @@ def table_rows(run: list[dict]) -> list[dict]:
     timed = {r["schedule"]: r["timing"]["median_ms"] for r in run if r.get("status") == "ok"}
     naive = timed.get("naive")
     cublas = timed.get("cublas")
-    copy_gbps = next((r.get("copy_gbps") for r in run if r.get("copy_gbps")), None)
+    bandwidths = {what: next((r[f"{what}_gbps"] for r in run if r.get(f"{what}_gbps")), None)
+                  for what in BANDWIDTHS}
     rows, previous = [], None
     for r in run:
         t = timed.get(r["schedule"])
@@ -88,7 +91,9 @@ def table_rows(run: list[dict]) -> list[dict]:
         if memory_bound:
             gbps = _ratio(wl.min_bytes / 1e9, t and t * 1e-3)
             row["GB/s"] = _fmt(gbps, ".0f")
-            row["% of copy BW"] = _fmt(_ratio(gbps and 100 * gbps, copy_gbps), ".1f", "%")
+            for what, ceiling in bandwidths.items():
+                if what == "copy" or ceiling:  # the copy's column always, "-" where not measured
+                    row[f"% of {what} BW"] = _fmt(_ratio(gbps and 100 * gbps, ceiling), ".1f", "%")
         else:
             tflops = _ratio(wl.flops / 1e12, t and t * 1e-3)
             row["TFLOP/s"] = _fmt(tflops, ".2f")
@@ -131,13 +136,15 @@ def latest_runs(records: list[dict]) -> list[list[dict]]:
 
 
 def with_ceilings(run: list[dict], ceilings: list[dict]) -> list[dict]:
-    """A run's measurements, each with the ceilings measured in that same run: the copy
-    bandwidth (`copy_gbps`) and the compute ceiling in the run's input dtype (`compute_ceiling`,
-    its record); a ceiling the run did not measure is left out, never filled in."""
+    """A run's measurements, each with the ceilings measured in that same run: the copy and read
+    bandwidths (`copy_gbps`, `read_gbps`) and the compute ceiling in the run's input dtype
+    (`compute_ceiling`, its record); a ceiling the run did not measure is left out, never
+    filled in."""
     extra = {}
-    copy = next((c["copy_gbps"] for c in ceilings if c.get("copy_gbps")), None)
-    if copy:
-        extra["copy_gbps"] = copy
+    for key in (f"{what}_gbps" for what in BANDWIDTHS):
+        gbps = next((c[key] for c in ceilings if c.get(key)), None)
+        if gbps:
+            extra[key] = gbps
     compute = next((c for c in ceilings if c.get("compute_tflops")
                     and c.get("dtype") == run[0]["dtype"]), None)
     if compute:
@@ -345,6 +352,18 @@ def plot_roofline(run: list[dict], title: str, path: str) -> list[tuple[str, flo
     return [(label, tflops) for label, _, tflops in points]
 
 
+def ceilings_text(first: dict) -> str:
+    """The ceilings measured in the run of `first` (a measurement with_ceilings gave them), as
+    the run's header names them, each after "; "."""
+    parts = [f"device {what} bandwidth in the same run: {first[f'{what}_gbps']:.0f} GB/s"
+             for what in BANDWIDTHS if first.get(f"{what}_gbps")]
+    if first.get("compute_ceiling"):
+        ceiling = first["compute_ceiling"]
+        parts.append(f"compute ceiling, {compute_label(ceiling)}: "
+                     f"{ceiling['compute_tflops']:.0f} TFLOP/s")
+    return "".join(f"; {part}" for part in parts)
+
+
 def roofline_section(first: dict, figure: str) -> list[str]:
     """Markdown under a workload's table: its roofline, and what the run did not measure."""
     lines = [f"![roofline of {workload_of(first).label()}]({figure})", ""]
@@ -390,6 +409,7 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     lines.append(
         "- Correctness: random normal inputs, output poisoned with NaN, relative Frobenius error "
         "against a float64 reference; a failed kernel is not ranked"
+        + (f"; {NVFP4_INPUTS}" if any(workload_of(r[0]).is_nvfp4 for r in runs) else "")
     )
     lines.append("")
     for n, run in enumerate(runs, start=1):
@@ -399,13 +419,7 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
         lines.append("")
         where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
         where += f"; before each timed launch: {FLUSHES[flush_of(first)]}"
-        if first.get("copy_gbps"):
-            where += f"; device copy bandwidth in the same run: {first['copy_gbps']:.0f} GB/s"
-        if first.get("compute_ceiling"):
-            ceiling = first["compute_ceiling"]
-            where += (f"; compute ceiling, {compute_label(ceiling)}: "
-                      f"{ceiling['compute_tflops']:.0f} TFLOP/s")
-        lines.append(where + ".")
+        lines.append(where + ceilings_text(first) + ".")
         lines.append("")
         lines.append(markdown_table(table_rows(run)))
         lines.append("")

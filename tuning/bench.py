@@ -58,32 +58,42 @@ def _guarded(measure_fn):
         return {"status": "failed", "error": detail}
 
 
-def measure_tvm(run: Run, wl: Workload, schedule: str, kind: str, params: dict, executable,
-                seed: int = 0, **extra) -> dict:
-    """Check a built TVM kernel against float64 and, if correct, time it."""
+def _checked_and_timed(run: Run, wl: Workload, runner_of, tolerance: float, seed: int) -> dict:
+    """The fields of a measurement record of the launch `runner_of(inputs)` makes on random
+    inputs: checked against float64 and, if correct, timed; a crash becomes a failure."""
 
     def go():
         inputs = measure.random_inputs(wl, seed)
-        out = measure.poisoned_output(wl)
-        runner = measure.tvm_runner(executable, wl, inputs, out)
-        return measure.check_and_time(wl, runner, inputs, measure.tolerance(wl), run.flush)
+        return measure.check_and_time(wl, runner_of(inputs), inputs, tolerance, run.flush)
 
-    return run.record(wl, schedule, kind, params, **extra, **_guarded(go))
+    return _guarded(go)
+
+
+def measure_tvm(run: Run, wl: Workload, schedule: str, kind: str, params: dict, executable,
+                seed: int = 0, **extra) -> dict:
+    """Check a built TVM kernel against float64 and, if correct, time it."""
+    runner_of = lambda inputs: measure.tvm_runner(  # noqa: E731
+        executable, wl, inputs, measure.poisoned_output(wl))
+    return run.record(wl, schedule, kind, params, **extra,
+                      **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl), seed))
 
 
 def measure_cublas(run: Run, wl: Workload, tf32: bool = False, seed: int = 0) -> dict:
     """torch (cuBLAS) on the same inputs and harness, writing the workload's output dtype (its
-    params name the call); TF32 is its own row."""
-
-    def go():
-        inputs = measure.random_inputs(wl, seed)
-        tolerance = measure.tolerance(wl, tf32)
-        runner = measure.cublas_runner(wl, inputs, tf32=tf32)
-        return measure.check_and_time(wl, runner, inputs, tolerance, run.flush)
-
+    params name the call); TF32 is its own row. nvfp4: on B and x dequantized before timing."""
+    runner_of = lambda inputs: measure.cublas_runner(wl, inputs, tf32=tf32)  # noqa: E731
     name = "cublas-tf32" if tf32 else "cublas"
     return run.record(wl, name, "baseline", {"tf32": tf32, "call": measure.cublas_call(wl)},
-                      **_guarded(go))
+                      **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl, tf32), seed))
+
+
+def measure_dequantizing(run: Run, wl: Workload, seed: int = 0) -> dict:
+    """nvfp4 as a user without a fused kernel runs it: B and x dequantized to float16, then
+    torch's mv / bmm, both in the timed call (`torch-dequant-mv`, `torch-dequant-bmm`)."""
+    runner_of = lambda inputs: measure.dequantizing_runner(wl, inputs)  # noqa: E731
+    return run.record(wl, f"torch-dequant-{measure.TORCH_CALLS[wl.op]}", "baseline",
+                      {"call": measure.dequantizing_call(wl)},
+                      **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl), seed))
 
 
 def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
@@ -93,31 +103,45 @@ def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
     except ImportError:
         return None
 
-    def go():
-        inputs = measure.random_inputs(wl, seed)
-        out = measure.poisoned_output(wl)
-        runner = triton_gemv.runner(wl, inputs, out)
-        return measure.check_and_time(wl, runner, inputs, measure.tolerance(wl), run.flush)
-
-    return run.record(wl, "triton", "baseline", {}, **_guarded(go))
+    runner_of = lambda inputs: triton_gemv.runner(  # noqa: E731
+        wl, inputs, measure.poisoned_output(wl))
+    return run.record(wl, "triton", "baseline", {},
+                      **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl), seed))
 
 
 def measure_baselines(run: Run, wl: Workload) -> list[dict]:
     """The references measured next to every TVM kernel: cuBLAS (and TF32 for fp32 GEMM), and
-    the seed's Triton GEMV where triton is installed."""
+    the seed's Triton GEMV where triton is installed; for nvfp4, cuBLAS on the dequantized
+    operands and the dequantize-then-multiply a user would run (no Triton, no TF32)."""
     measured = [measure_cublas(run, wl)]
     if wl.op == "gemm" and wl.dtype == "float32":
         measured.append(measure_cublas(run, wl, tf32=True))
-    if wl.op != "gemm":
+    if wl.is_nvfp4:
+        measured.append(measure_dequantizing(run, wl))
+    elif wl.op != "gemm":
         measured.append(measure_triton(run, wl))
     return [m for m in measured if m is not None]
 
 
+def _bandwidth_ceiling(run: Run, what: str, nbytes: int, measured: tuple) -> dict:
+    """The record of a bandwidth ceiling of this run, `measured` as (GB/s, Timing) over `nbytes`:
+    schedule `device-<what>`, op `<what>`, its GB/s in `<what>_gbps`."""
+    gbps, timing = measured
+    return run.record(None, f"device-{what}", "ceiling", {"bytes": nbytes}, op=what,
+                      status="ok", **{f"{what}_gbps": gbps}, timing=timing.as_dict())
+
+
 def measure_copy(run: Run, nbytes: int = 1 << 30) -> dict:
-    """The copy-bandwidth ceiling of this run."""
-    gbps, timing = measure.copy_bandwidth_gbps(nbytes, flush=run.flush)
-    return run.record(None, "device-copy", "ceiling", {"bytes": nbytes}, op="copy",
-                      status="ok", copy_gbps=gbps, timing=timing.as_dict())
+    """The copy-bandwidth ceiling of this run: bytes read plus bytes written."""
+    return _bandwidth_ceiling(run, "copy", nbytes,
+                              measure.copy_bandwidth_gbps(nbytes, flush=run.flush))
+
+
+def measure_read(run: Run, nbytes: int = 1 << 30) -> dict:
+    """The read-bandwidth ceiling of this run (a sum over a buffer): what a GEMV, which reads
+    its weights and writes next to nothing, can reach."""
+    return _bandwidth_ceiling(run, "read", nbytes,
+                              measure.read_bandwidth_gbps(nbytes, flush=run.flush))
 
 
 COMPUTE_SIZE = 8192  # M = N = K of the GEMM whose cuBLAS rate is a run's compute ceiling
@@ -132,3 +156,16 @@ def measure_compute(run: Run, dtype: str, size: int = COMPUTE_SIZE) -> dict:
     params = {"size": size, "call": measure.cublas_call(wl)}
     return run.record(None, "device-compute", "ceiling", params, op="compute", dtype=dtype,
                       status="ok", compute_tflops=tflops, timing=timing.as_dict())
+
+
+def measure_ceilings(run: Run, wl: Workload) -> list[dict]:
+    """The ceilings a run of `wl` is read against: the copy bandwidth; for GEMVs the read
+    bandwidth; the compute ceiling in the input dtype. nvfp4 runs get no compute ceiling: no
+    cuBLAS GEMM takes nvfp4 (a Workload refuses it), and float16's rate would be another dtype's
+    roof; their reports say it was not measured."""
+    ceilings = [measure_copy(run)]
+    if wl.op != "gemm":
+        ceilings.append(measure_read(run))
+    if not wl.is_nvfp4:
+        ceilings.append(measure_compute(run, wl.dtype))
+    return ceilings

@@ -288,7 +288,7 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
     """Lower, print, build, check, time and record each chosen schedule, then the baselines;
     warnings (a corrupt records line, a kernel that spills) go to `warn`. Returns the records
     of this run (none without a GPU)."""
-    from reports.render import markdown_table, table_rows
+    from reports.render import ceilings_text, markdown_table, table_rows, with_ceilings
 
     # read first: a corrupt line is named, never rewritten
     records.load_and_warn(settings.results, warn,
@@ -351,15 +351,13 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
         records.append(settings.results, run.record(wl, **extra))
     for baseline in bench.measure_baselines(run, wl):
         keep(baseline)
-    ceiling = bench.measure_copy(run)
-    records.append(settings.results, ceiling)
-    compute = bench.measure_compute(run, wl.dtype)
-    records.append(settings.results, compute)
-    rows = table_rows([{**m, "copy_gbps": ceiling["copy_gbps"]} for m in measured])
-    say(f"\n{wl.label()} on {run.facts['gpu']}; {measure.timing_method(run.flush)}; "
-        f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s; cuBLAS {compute['params']['size']}^3 "
-        f"{wl.dtype} {compute['compute_tflops']:.0f} TFLOP/s")
-    say(markdown_table(rows))
+    ceilings = bench.measure_ceilings(run, wl)  # copy; read for GEMVs; compute, but not nvfp4's
+    for ceiling in ceilings:
+        records.append(settings.results, ceiling)
+    read_against = with_ceilings(measured, ceilings)
+    say(f"\n{wl.label()} on {run.facts['gpu']}; {measure.timing_method(run.flush)}"
+        f"{ceilings_text(read_against[0])}")
+    say(markdown_table(table_rows(read_against)))
     say(f"records appended to {settings.results}")
     failed = [m for m in measured if m["kind"] != "baseline" and m["status"] != "ok"]
     if settings.explicit and failed:

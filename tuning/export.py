@@ -40,7 +40,12 @@ def _built_here(wl: Workload, name: str, found: SearchResults, gpu: dict | None,
                 warn: Callable[[str], None]):
     """The schedule `name` resolves to for `wl`, and its build for `gpu` (without one, for
     `arch`), as (schedule, Built, target); a schedule that cannot run `wl` is refused as the
-    runner refuses one the user named, with the values of their knobs that would apply."""
+    runner refuses one the user named, with the values of their knobs that would apply; nvfp4
+    is refused: a loader.Kernel takes two dense tensors, and nvfp4's B and x come as four."""
+    if wl.is_nvfp4:
+        raise UsageError(f"{wl.label()}: nvfp4 kernels cannot be exported or compiled yet (the "
+                         "operator takes two dense inputs, and nvfp4 has four: B and x's codes "
+                         "and their scales)")
     schedule = resolve(wl, name, found, warn)
     here = f"sm_{gpu['compute_capability'].replace('.', '')}" if gpu else arch
     target = build.cuda_target(here)

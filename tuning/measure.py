@@ -7,15 +7,17 @@ the median with min and max reported.
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from schedules import fp4
 from schedules.errors import KernelFailed, UsageError
 from schedules.workloads import DTYPE_BYTES, Workload
 
-TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
+TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2, fp4.NAME: 1e-3}
 
 
 def tolerance(wl: Workload, tf32: bool = False) -> float:
@@ -161,10 +163,22 @@ def torch_dtype(name: str):
     return getattr(_torch(), name)
 
 
+# Per element an nvfp4 check decodes (B's and x's): its float64 value, as much again while the
+# decode interleaves both nibbles' values, and the float16 copy the cuBLAS baseline holds.
+DECODE_BYTES = 8 + 8 + 2
+SCALE_DRAW_BYTES = 8  # per scale drawn: its float32 exponent and its float32 power of two
+
+
 def bytes_needed(wl: Workload) -> int:
     """GPU memory one check of `wl` holds at its peak: the inputs (created in float32, then
-    cast), the output, and the float64 copies of the inputs and the reference answer."""
-    *inputs, output = (math.prod(shape) for shape in wl.buffer_shapes().values())
+    cast), the output, and the float64 copies of the inputs and the reference answer. nvfp4:
+    its buffers, the scales' draw, and the decoded values (DECODE_BYTES each) in their place."""
+    shapes = wl.buffer_shapes()
+    *inputs, output = (math.prod(shape) for shape in shapes.values())
+    if wl.is_nvfp4:
+        count = lambda *names: sum(math.prod(shapes[name]) for name in names)  # noqa: E731
+        return (wl.min_bytes + count("B_scale", "x_scale") * SCALE_DRAW_BYTES
+                + count("B", "x") * fp4.PER_BYTE * DECODE_BYTES + output * 8)
     return (sum(inputs) * (4 + DTYPE_BYTES[wl.dtype] + 8)
             + output * (DTYPE_BYTES[wl.out_dtype] + 8))
 
@@ -181,14 +195,68 @@ def require_memory(wl: Workload) -> None:
 
 
 def random_inputs(wl: Workload, seed: int = 0) -> list:
-    """Standard-normal inputs (never zeros) on the GPU, in the workload's input dtype."""
+    """Standard-normal inputs (never zeros) on the GPU, in the workload's input dtype; nvfp4's
+    codes and scales as `nvfp4_inputs` draws them."""
     torch = _torch()
     gen = torch.Generator(device="cuda").manual_seed(seed)
+    if wl.is_nvfp4:
+        return nvfp4_inputs(wl, gen, "cuda")
     shapes = [tuple(int(d) for d in t.shape) for t in wl.tensors()[:-1]]
     return [
         torch.randn(s, generator=gen, device="cuda", dtype=torch.float32).to(torch_dtype(wl.dtype))
         for s in shapes
     ]
+
+
+SCALE_EXPONENTS = (-3.0, 1.0)  # nvfp4's random scales: 2^u, u uniform in this range
+NVFP4_INPUTS = (f"nvfp4: uniformly random bytes of codes (every code occurs), scales 2^u with u "
+                f"uniform in [{SCALE_EXPONENTS[0]:g}, {SCALE_EXPONENTS[1]:g}) rounded to e4m3")
+
+
+def nvfp4_inputs(wl: Workload, gen, device) -> list:
+    """nvfp4's inputs [B, B_scale, x, x_scale] from torch generator `gen` on `device`: codes as
+    uniformly random bytes, so every e2m1 code occurs in both nibbles, and scales 2^u (see
+    SCALE_EXPONENTS) rounded to e4m3, which keep y finite and far from float16's overflow for K
+    up to 64k: y's elements have an rms of about 6 sqrt(K), 1.6k at K = 64k (float16: 65504)."""
+    torch = _torch()
+    shapes, dtypes = wl.buffer_shapes(), wl.buffer_dtypes()
+    low, high = SCALE_EXPONENTS
+
+    def draw(name):
+        if dtypes[name] == fp4.CODE_BYTES:
+            return torch.randint(0, 256, shapes[name], generator=gen, device=device,
+                                 dtype=torch.uint8)
+        exponent = torch.rand(shapes[name], generator=gen, device=device) * (high - low) + low
+        return torch.exp2(exponent).to(torch_dtype(fp4.SCALE_DTYPE))
+
+    return [draw(name) for name in list(shapes)[:-1]]
+
+
+@functools.cache
+def _values(dtype, device):
+    """fp4.VALUES as a tensor of `dtype` on `device`, made once: a decode inside a timed call
+    copies nothing from the host."""
+    return _torch().tensor(fp4.VALUES, dtype=dtype, device=device)
+
+
+def dequantize(codes, scales, dtype):
+    """nvfp4's values in torch dtype `dtype`: packed codes (..., K/2) uint8, the lower element in
+    the low nibble, times their e4m3 scales (..., K/16), one per 16 elements, as (..., K)."""
+    torch = _torch()
+    table = _values(dtype, codes.device)
+    values = torch.stack((table[(codes & 15).long()], table[(codes >> 4).long()]), dim=-1)
+    blocks = values.view(*codes.shape[:-1], -1, fp4.BLOCK)
+    blocks.mul_(scales.to(dtype).unsqueeze(-1))
+    return blocks.view(*codes.shape[:-1], -1)
+
+
+def operands(wl: Workload, inputs: list, dtype) -> list:
+    """The op's two dense operands (GEMM: A, B; GEMV: B, x) in torch dtype `dtype`: the inputs
+    converted, or nvfp4's codes dequantized with their scales."""
+    if wl.is_nvfp4:
+        codes_b, scales_b, codes_x, scales_x = inputs
+        return [dequantize(codes_b, scales_b, dtype), dequantize(codes_x, scales_x, dtype)]
+    return [t.to(dtype) for t in inputs]
 
 
 def poisoned_output(wl: Workload):
@@ -199,9 +267,9 @@ def poisoned_output(wl: Workload):
 
 
 def reference(wl: Workload, inputs: list):
-    """The exact answer, computed in float64 on the GPU."""
+    """The exact answer, computed in float64 where the inputs are (the GPU)."""
     torch = _torch()
-    a, b = (t.to(torch.float64) for t in inputs)
+    a, b = operands(wl, inputs, torch.float64)
     if wl.op == "gemm":
         return a @ (b if wl.layout == "nn" else b.T)
     if wl.op == "gemv":
@@ -236,27 +304,47 @@ def tvm_runner(executable, wl: Workload, inputs: list, out) -> Callable[[], obje
 
 
 WIDENING = {("float16", "float32"), ("bfloat16", "float32")}  # torch's mm/bmm out_dtype=
+TORCH_CALLS = {"gemm": "mm", "gemv": "mv", "batched_gemv": "bmm"}
+DEQUANTIZED = "float16"  # what nvfp4's baselines multiply: every value times its scale is exact
 
 
-def cublas_call(wl: Workload) -> str:
-    """Which torch call times cuBLAS for `wl`: one that writes the workload's output dtype, as
-    the TVM kernels do. 16-bit inputs with a float32 output use cuBLAS's own float32 epilogue
-    (`out_dtype=torch.float32`); any other pair of dtypes has no such call, so the result is
-    cast by a second kernel, and the name says so."""
-    call = {"gemm": "mm", "gemv": "mv", "batched_gemv": "bmm"}[wl.op]
-    if wl.out_dtype == wl.dtype:
+def dense_dtype(wl: Workload) -> str:
+    """The dtype torch multiplies `wl`'s operands in: the input dtype, or nvfp4's DEQUANTIZED."""
+    return DEQUANTIZED if wl.is_nvfp4 else wl.dtype
+
+
+def torch_call(wl: Workload) -> str:
+    """The torch call that multiplies `wl`'s dense operands: one that writes the workload's
+    output dtype, as the TVM kernels do. 16-bit inputs with a float32 output use cuBLAS's own
+    float32 epilogue (`out_dtype=torch.float32`); any other pair of dtypes has no such call, so
+    the result is cast by a second kernel, and the name says so."""
+    call, dtype = TORCH_CALLS[wl.op], dense_dtype(wl)
+    if wl.out_dtype == dtype:
         return f"torch.{call}"
-    if (wl.dtype, wl.out_dtype) in WIDENING:
+    if (dtype, wl.out_dtype) in WIDENING:
         return f"torch.{'bmm' if wl.op == 'batched_gemv' else 'mm'}(out_dtype={wl.out_dtype})"
     return f"torch.{call} + cast to {wl.out_dtype}"
 
 
+def cublas_call(wl: Workload) -> str:
+    """Which torch call times cuBLAS for `wl` (torch_call); nvfp4's multiplies B and x decoded
+    before it is timed, and says so."""
+    call = torch_call(wl)
+    return f"{call} on {DEQUANTIZED} B and x (dequantized beforehand)" if wl.is_nvfp4 else call
+
+
+def dequantizing_call(wl: Workload) -> str:
+    """What `dequantizing_runner` times for an nvfp4 `wl`."""
+    return f"dequantize B and x to {DEQUANTIZED}, then {torch_call(wl)}"
+
+
 def cublas_runner(wl: Workload, inputs: list, tf32: bool = False) -> Callable[[], object]:
-    """torch's own call for the op (cuBLAS mm / mv / bmm; see cublas_call), on `inputs`."""
+    """torch's own call for the op (cuBLAS mm / mv / bmm; see cublas_call), on `inputs` (nvfp4's
+    dequantized here, before any launch)."""
     torch = _torch()
-    a, b = inputs
+    a, b = operands(wl, inputs, torch_dtype(DEQUANTIZED)) if wl.is_nvfp4 else inputs
     out = torch_dtype(wl.out_dtype)
-    widen = {"out_dtype": out} if (wl.dtype, wl.out_dtype) in WIDENING else {}
+    widen = {"out_dtype": out} if (dense_dtype(wl), wl.out_dtype) in WIDENING else {}
     if wl.op == "gemm":
         rhs = b if wl.layout == "nn" else b.T
         multiply = lambda: torch.mm(a, rhs, **widen)  # noqa: E731
@@ -273,6 +361,12 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False) -> Callable[[]
         return multiply().to(out)  # no kernel where the dtype is already `out`
 
     return run
+
+
+def dequantizing_runner(wl: Workload, inputs: list) -> Callable[[], object]:
+    """What a user without a fused nvfp4 kernel runs: B and x dequantized to DEQUANTIZED, then
+    torch's call (cublas_runner), both in every launch."""
+    return lambda: cublas_runner(wl, inputs)()
 
 
 def check(wl: Workload, run: Callable[[], object], inputs: list, tolerance: float) -> dict:
@@ -323,6 +417,15 @@ def evaluate_artifact(wl: Workload, flush: str, artifact_path: str) -> float:
     if result["status"] != "ok":
         raise WrongResult(result["error"])
     return result["timing"]["median_ms"] * 1e-3
+
+
+def read_bandwidth_gbps(nbytes: int = 1 << 30, flush: str = "read") -> tuple[float, Timing]:
+    """A sum over `nbytes` of float32 on the device, counting bytes read: the rate a kernel that
+    reads its inputs once and writes next to nothing (a GEMV) can reach."""
+    torch = _torch()
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    timing = time_kernel(src.sum, flush=flush)
+    return nbytes / (timing.median_ms * 1e-3) / 1e9, timing
 
 
 def copy_bandwidth_gbps(nbytes: int = 1 << 30, flush: str = "read") -> tuple[float, Timing]:
