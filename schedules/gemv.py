@@ -18,16 +18,37 @@ from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from .common import require_grid_y, widest_vector, write_back_at
-from . import heuristics
+from . import fp4, heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
-from .workloads import DTYPE_BYTES, Workload
+from .workloads import DTYPE_BYTES, X_VALUES, Workload
 
 VECTOR_BYTES = 16  # one 128-bit load per thread
 
 
-def _vector_width(wl: Workload) -> int:
+def vector_width(wl: Workload) -> int:
+    """Elements of B in one 16-byte load: 4 floats, 8 halves, 32 nvfp4 codes."""
+    if wl.is_nvfp4:
+        return VECTOR_BYTES * fp4.PER_BYTE
     return VECTOR_BYTES // DTYPE_BYTES[wl.dtype]
+
+
+def _place_x_values(sch: Schedule, wl: Workload, at=None) -> None:
+    """nvfp4: decode the vector's values inside the multiply-add (at=None), or once per
+    iteration of loop `at` into registers, for every row below it to use."""
+    if not wl.is_nvfp4:
+        return
+    values = sch.get_sblock(X_VALUES)
+    if at is None:
+        sch.compute_inline(values)
+        return
+    sch.compute_at(values, at)
+    sch.set_scope(values, 0, "local")
+
+
+def _read_index(sch: Schedule, block, buffer: str) -> int:
+    """Which of `block`'s reads is of `buffer` (the operand number cache_read takes)."""
+    return [r.source.name for r in sch.get(block).reads].index(buffer)
 
 
 def _bind_batch(sch: Schedule, wl: Workload, batch_loops: list) -> None:
@@ -46,21 +67,41 @@ def _gemv_loops(sch: Schedule, wl: Workload):
     return block, batch, n, k
 
 
-@schedule("gemv", "naive")
-@schedule("batched_gemv", "naive")
-def naive(sch: Schedule, wl: Workload, rows_per_block: int = 128) -> None:
-    """One thread per output row, walking all of K serially into a register accumulator.
-
-    IR: blockIdx.x = N/rows_per_block, threadIdx.x = rows_per_block, one serial K loop."""
+def _thread_per_row(sch: Schedule, wl: Workload, rows_per_block: int, one_launch: bool) -> None:
+    """One thread per output row, walking all of K serially into a register accumulator; the
+    batch on blockIdx.y (one_launch), or a host loop launching the kernel once per batch."""
+    _place_x_values(sch, wl)
     block, batch, n, k = _gemv_loops(sch, wl)
     # Step 1. Rows: blocks of rows_per_block threads, one row each.
     bx, tn = sch.split(n, [None, rows_per_block])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tn, "threadIdx.x")
-    _bind_batch(sch, wl, batch)
+    if one_launch:
+        _bind_batch(sch, wl, batch)
     # Step 2. Accumulate in a register, write y once.
     write_back_at(sch, wl, tn)
     sch.decompose_reduction(block, k)
+
+
+@schedule("batched_gemv", "launches")
+def launches(sch: Schedule, wl: Workload, rows_per_block: int = 128) -> None:
+    """One launch per (matrix, vector) pair, the batched seed's V0 (its loop of one
+    `_scaled_mm` per batch): naive's kernel for one pair, launched L times by the host.
+
+    IR: the batch loop stays outside the kernel, serial: the host function loops over L and the
+    kernel takes the batch as an argument (`int i0` in its CUDA signature)."""
+    _thread_per_row(sch, wl, rows_per_block, one_launch=False)
+
+
+@schedule("gemv", "naive")
+@schedule("batched_gemv", "naive")
+def naive(sch: Schedule, wl: Workload, rows_per_block: int = 128) -> None:
+    """One thread per output row, walking all of K serially into a register accumulator; all
+    batches in one launch (the batched seed's V1).
+
+    IR: blockIdx.x = N/rows_per_block, blockIdx.y = L, threadIdx.x = rows_per_block, one
+    serial K loop."""
+    _thread_per_row(sch, wl, rows_per_block, one_launch=True)
 
 
 def _k_slices(sch: Schedule, k, reduce_threads: int, tile_k: int, width: int) -> list:
@@ -103,7 +144,9 @@ def _k_across_threads(
     With `row_aligned` (the schedule of `row_aligned_gemv`), B comes in 16-byte vectors on any K
     and x one element at a time.
     tile_k=None means one 16-byte vector of the input dtype (8 halves, 4 floats)."""
-    vector = _vector_width(wl)
+    if not vector_loads:
+        _place_x_values(sch, wl)
+    vector = vector_width(wl)
     tile_k = tile_k or vector
     if vector_loads and tile_k % vector:
         raise ScheduleNotApplicable(f"tile_k={tile_k} is not whole 16-byte vectors of {wl.dtype}")
@@ -133,6 +176,15 @@ def _k_across_threads(
         sch.compute_at(vectors, steps[-1])
         sch.set_scope(vectors, 0, "local")
         sch.vectorize(sch.get_loops(vectors)[-1])
+    elif vector_loads and wl.is_nvfp4:
+        # Step 4. Per step (per vector piece), x decoded once for all the rows; one load of
+        # each row's codes (16 bytes: 32 codes; 8 bytes where K is an odd number of 16s).
+        _place_x_values(sch, wl, steps[-1])
+        codes = sch.cache_read(partial, _read_index(sch, partial, "B"), "local")
+        sch.compute_at(codes, steps[-1])
+        _, lanes = sch.split(sch.get_loops(codes)[-1], [None, width // fp4.PER_BYTE])
+        sch.vectorize(lanes)
+        sch.unroll(ki)  # the decoded x in registers, indexed by constants
     elif vector_loads:
         # Step 4. Per step (per vector piece), one load of x, reused by all rows; one per row of B
         # (on odd K, single elements: nothing to vectorize).
@@ -157,7 +209,8 @@ def _k_across_threads(
 @schedule("batched_gemv", "splitk")
 def splitk(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_threads: int = 32,
            tile_k: int | None = None) -> None:
-    """K split across the threads of a block; partials combined through shared memory.
+    """K split across the threads of a block; partials combined through shared memory (the
+    batched seed's V2, whose threads take 32 elements of K each: tile_k=32 for nvfp4).
 
     IR: threadIdx.x = rows (the seed's layout), threadIdx.y = K threads, each summing tile_k
     scalar loads per step; a shared-memory tree (red_buf, __syncthreads) adds the partials."""
@@ -182,7 +235,8 @@ def splitk_vec(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_thre
 @schedule("batched_gemv", "allreduce")
 def allreduce(sch: Schedule, wl: Workload, rows_per_block: int = 4, reduce_threads: int = 32,
               tile_k: int | None = None) -> None:
-    """splitk_vec with the K threads on threadIdx.x: one warp per row, reduced by shuffles.
+    """splitk_vec with the K threads on threadIdx.x: one warp per row, reduced by shuffles
+    (the batched seed's V3).
 
     IR: tvm_thread_allreduce over threadIdx.x; __shfl_down_sync in the CUDA source, and the
     warp's 32 loads of 16 bytes are 512 contiguous bytes of a row."""
@@ -199,7 +253,8 @@ ROWS_SPACE = {"rows_per_block": [1, 2, 4, 8], "reduce_threads": [32, 64, 128, 25
 def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
              tile_k: int | None = None, rows_per_thread: int = 4) -> None:
     """allreduce + each warp computes rows_per_thread rows, so each loaded x vector serves
-    them all (the batched seed's V4: 4 rows per warp, 8 warps per block).
+    them all (the batched seed's V4: 4 rows per warp, 8 warps per block), a thread's rows
+    consecutive (its V5). On nvfp4, x is decoded once per step for all the rows.
 
     IR: rows_per_thread register accumulators per thread; one x load per K step, then one
     B load per row; rows_per_thread warp all-reduces at the end."""
@@ -235,7 +290,10 @@ def row_aligned_gemv(wl: Workload, **knobs):
 
     Rows start on boundaries `gcd(K, vector)` apart, so a row's walk is at most
     `vector - gcd(K, vector)` elements longer than K; on K of whole vectors it is K."""
-    vector = _vector_width(wl)
+    if wl.is_nvfp4:
+        raise ScheduleNotApplicable("rowalign reads rows of 16-bit or 32-bit elements; nvfp4 rows "
+                                    "of whole 16-element blocks need no realignment")
+    vector = vector_width(wl)
     dims = wl.dims
     L, N, K = dims.get("L", 1), dims["N"], dims["K"]
     steps = -(-(K + vector - math.gcd(K, vector)) // vector)

@@ -162,8 +162,8 @@ def k_threads(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     default), rounded up to a power of two, at most a warp. Short K thus gets fewer K threads,
     and a warp then holds 32 / reduce_threads rows' threads, rows_per_thread rows each: more
     rows per warp. K of a warp's step or more (256 halves, 128 floats): the defaults."""
-    from .gemv import VECTOR_BYTES  # the module that registers multirow: loaded by now
+    from .gemv import vector_width  # the module that registers multirow: loaded by now
 
-    tile_k = knobs["tile_k"] or VECTOR_BYTES // DTYPE_BYTES[wl.dtype]
+    tile_k = knobs["tile_k"] or vector_width(wl)
     slices = -(-wl.dims["K"] // tile_k)
     return {"reduce_threads": min(WARP, 1 << (slices - 1).bit_length())}

@@ -39,6 +39,12 @@ WORKLOADS = [
     Workload("batched_gemv", (3, 1001, 1000), "float16"),
     Workload("batched_gemv", (3, 5, 4095), "float16"),
     Workload("batched_gemv", (4, 7168, 2048), "float16"),  # a batched seed shape
+    # nvfp4: the batched seed's three shapes, then odd L and N with K an odd number of 16s
+    Workload("batched_gemv", (1, 7168, 16384), "nvfp4"),
+    Workload("batched_gemv", (8, 4096, 7168), "nvfp4"),
+    Workload("batched_gemv", (4, 7168, 2048), "nvfp4"),
+    Workload("batched_gemv", (3, 1001, 1008), "nvfp4"),
+    Workload("gemv", (33, 48), "nvfp4"),
 ]
 CASES = [(e.name, wl) for wl in WORKLOADS for e in schedules.entries(wl.op) if not e.baseline]
 # dlight is TVM's; it is checked wherever it builds (it fails inside TVM on ragged batched GEMV,

@@ -50,6 +50,13 @@ WORKLOADS = {
         Workload("batched_gemv", (2, 33, 1002), "bfloat16"),  # K = 2 (mod 8): 4-byte vectors
     ],
 }
+NVFP4 = [Workload("gemv", (1024, 2048), "nvfp4"),
+         Workload("gemv", (33, 1008), "nvfp4"),  # K an odd number of 16s: 8-byte rows of codes
+         Workload("batched_gemv", (4, 7168, 2048), "nvfp4"),
+         Workload("batched_gemv", (3, 1001, 48), "nvfp4")]  # odd L and N, K of three blocks
+for nvfp4_workload in NVFP4:
+    WORKLOADS[nvfp4_workload.op].append(nvfp4_workload)
+NOT_NVFP4 = "bitdecode decodes nvfp4 codes; {dtype} inputs have the GEMV ladder's other rungs"
 TMA_ROWS = "v8 loads A with TMA, which takes rows of whole 16-byte multiples: K={k} {dtype} rows are {b} bytes"
 ODD = ("gemm 257x129x65 float32 nn", "gemm 257x129x65 bfloat16->float32 nt",
        "gemm 257x129x66 float16->float32 nt")  # the last one: the GPU tier's
@@ -66,6 +73,9 @@ REFUSED = {
                                 ("257x129x66", "float16->float32 nt", 66),
                                 ("256x256x100", "float16->float32 nn", 100))},
     **{("v5t", label): FP32_ONLY for label in ODD[1:]},
+    **{("bitdecode", wl.label()): NOT_NVFP4.format(dtype=wl.dtype)
+       for op in ("gemv", "batched_gemv") for wl in WORKLOADS[op] if not wl.is_nvfp4},
+    **{("rowalign", wl.label()): "rowalign reads rows of 16-bit or 32-bit elements" for wl in NVFP4},
     **{(rung, f"gemm {shape} float16 nt"): f"{rung} writes the float32 accumulators"
        for rung in ("v6", "v7") for shape in ("100x60x72", "200x136x264")},
     **{("v5t", label): FP32_ONLY for label in (
@@ -89,7 +99,7 @@ def test_registry_lists_the_ladders_in_order():
                                             "v6", "v7", "v8"]
     assert schedules.names("gemv")[:6] == [
         "naive", "splitk", "splitk_vec", "allreduce", "multirow", "blockreduce"]
-    assert schedules.names("batched_gemv") == schedules.names("gemv")
+    assert schedules.names("batched_gemv") == ["launches"] + schedules.names("gemv")
     for op in WORKLOADS:
         assert schedules.names(op)[-1] == "dlight" and schedules.get(op, "dlight").baseline
 
@@ -138,8 +148,10 @@ INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5p"
             for wl in (WORKLOADS["gemm"][0], Workload("gemm", (4096, 4096, 4096)))]
 INTENDED += [(name, Workload("gemm", (4096, 4096, 4096), dt, layout=lay)) for name in ("v6", "v7", "v8")
              for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
-INTENDED += [(e.name, wl) for e in schedules.entries("gemv") if not e.baseline
-             for wl in (WORKLOADS["gemv"][0], WORKLOADS["batched_gemv"][0])]
+INTENDED += [(e.name, wl) for op in ("gemv", "batched_gemv") for e in schedules.entries(op)
+             if not e.baseline for wl in (WORKLOADS[op][0], NVFP4[0 if op == "gemv" else 2])
+             if (e.name, wl.label()) not in REFUSED
+             and not (e.name == "multirow" and wl.is_nvfp4)]  # 4 rows of 32 codes: a stack array
 
 
 @needs_nvcc
@@ -318,14 +330,20 @@ def test_vector_rungs_schedule_aligned_k_as_they_did_before_ragged_k(rung, targe
         f"{rung} schedules aligned K differently now; if that is intended, pin {hashes}")
 
 
-def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...], vector: int = 1) -> list:
+def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...], vector: int = 1,
+                                batches: int = 1) -> list:
     """The loads of the buffers `names` in a lowered kernel that the analyzer cannot prove in
     bounds, given the launch extents, loop ranges, bound values and if-guards around them (the
-    statements' and the `if_then_else` expressions'). With `vector`, the bound of each buffer is
-    rounded up to whole vectors of that many elements: a load may read the rest of the aligned
-    vector that holds a buffer's last element (which cannot fault), never past it."""
+    statements' and the `if_then_else` expressions'), and, for a kernel launched once per batch
+    by a host loop, its integer argument (the batch) below `batches`. With `vector`, the bound
+    of each buffer is rounded up to whole vectors of that many elements: a load may read the
+    rest of the aligned vector that holds a buffer's last element (which cannot fault), never
+    past it."""
     analyzer = tvm.sym.Analyzer()
     unproven = []
+    for param in kernel.params:
+        if str(param.ty) == "int32":
+            analyzer.bind(param, tvm.ir.Range.from_min_extent(0, batches))
 
     def in_bounds(load) -> bool:
         (index,) = load.indices
@@ -380,7 +398,7 @@ def _loads_not_proven_in_bounds(kernel, names: tuple[str, ...], vector: int = 1)
     return unproven
 
 
-GEMVS = [(name, wl) for name, wl in RUNGS if wl.op != "gemm"]
+GEMVS = [(name, wl) for name, wl in BUILT if wl.op != "gemm"]
 
 
 @pytest.mark.parametrize("name, wl", GEMVS, ids=[f"{n}-{wl.label().replace(' ', '-')}" for n, wl in GEMVS])
@@ -389,8 +407,12 @@ def test_gemv_loads_of_b_and_x_stay_in_bounds(name, wl, target):
     B's last element."""
     lowered = build.lower(schedules.get(wl.op, name).apply(wl, target), target)
     for _, kernel in lowered.functions_items():
-        assert not _loads_not_proven_in_bounds(kernel, ("B", "x"))
-        assert not _loads_not_proven_in_bounds(kernel, ("B_flat",), 16 // DTYPE_BYTES[wl.dtype])
+        assert not _loads_not_proven_in_bounds(kernel, ("B", "x"), batches=wl.dims.get("L", 1))
+        if name == "bitdecode":  # its words and scales, read through aliases of B and x
+            assert not _loads_not_proven_in_bounds(kernel, ("B_words", "x_words", "B_scales",
+                                                            "x_scales"))
+        if name == "rowalign":
+            assert not _loads_not_proven_in_bounds(kernel, ("B_flat",), 16 // DTYPE_BYTES[wl.dtype])
 
 
 def test_in_bounds_check_flags_loads_without_their_guards(target):

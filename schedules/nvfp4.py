@@ -1,0 +1,176 @@
+"""The nvfp4 GEMV's last rung, written whole as a TIRx kernel: the batched seed's final kernel on
+Hopper, where the e2m1 decode is bit operations on pairs of values (schedules/fp4.py) and the
+multiply-adds are f16x2 FMAs.
+
+The rungs before it are the GEMV ladder's schedules (schedules/gemv.py), which take nvfp4 as
+they take float16: the seed's V0 to V5. What this kernel adds cannot come from a schedule of the
+reference definition, which decodes one element at a time into float32: here a 32-bit word of
+codes becomes four f16x2 registers with two shifts and two masks each, and a block of 16
+products is summed with eight `fma.rn.f16x2`.
+
+Exactness. x's codes are decoded and multiplied by 2^14 (fp4.UNIT_HALF2), so its f16x2 hold
+the codes' values; B's codes are left in units of 2^-14. A product is then a multiple of 2^-16
+(0.25 * 2^-14) of at most 36 * 2^-14, and one lane's sum of the 8 products of a 16-element block
+is at most 288 * 2^-14 < 2^-5, where fp16 still has steps of 2^-16 or finer: every product and
+partial sum is exact. The block's two lanes are then added in float32 and multiplied by the
+two scales and 2^14 (all exact in float32) into the float32 accumulator.
+"""
+
+from __future__ import annotations
+
+from tvm.s_tir import Schedule
+from tvm.script import tirx as T
+
+from . import fp4
+from .common import TIRX_KERNEL, require_sm
+from .errors import ScheduleNotApplicable
+from .registry import schedule
+from .workloads import Workload
+
+WORD_CODES = 8  # codes in one 32-bit word
+WARP = 32
+PAIRS = 4  # f16x2 registers per word of codes
+
+HFMA2 = ("fp4_hfma2", "__forceinline__ __device__ unsigned fp4_hfma2(unsigned a, unsigned b, "
+         "unsigned c) {\n  unsigned d;\n  asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(d) : "
+         "\"r\"(a), \"r\"(b), \"r\"(c));\n  return d;\n}\n")
+HMUL2 = ("fp4_hmul2", "__forceinline__ __device__ unsigned fp4_hmul2(unsigned a, unsigned b) {\n"
+         "  unsigned d;\n  asm(\"mul.rn.f16x2 %0, %1, %2;\" : \"=r\"(d) : \"r\"(a), \"r\"(b));\n"
+         "  return d;\n}\n")
+HALVES_SUM = ("fp4_halves_sum", "__forceinline__ __device__ float fp4_halves_sum(unsigned h) {\n"
+              "  __half2 v = *reinterpret_cast<__half2*>(&h);\n"
+              "  return __low2float(v) + __high2float(v);\n}\n")
+
+
+def _call(helper: tuple[str, str], *args, return_type: str = "uint32"):
+    name, source = helper
+    return T.cuda.func_call(name, *args, source_code=source, return_type=return_type)
+
+
+def chunk_words(K: int) -> int:
+    """Words of codes a lane loads per row per step: 4 (16 bytes, 32 codes, two scale blocks)
+    where rows are whole 16-byte vectors (K a multiple of 32), else 2 (8 bytes, one block)."""
+    return 4 if K % 32 == 0 else 2
+
+
+def paired_gemv(L: int, N: int, K: int, out_dtype: str, warps: int, rows: int, batched: bool):
+    """y[l, n] = sum_k B[l, n, k] x[l, k] on nvfp4 codes and e4m3 scales (the workload's buffers),
+    one CTA per `warps * rows` rows of one batch, each warp `rows` consecutive rows (the seed's
+    V5 layout), each lane a chunk of `chunk_words(K)` words of every row per step, the warp's
+    lanes side by side along K; a warp all-reduce (shuffles) ends each row."""
+    words = chunk_words(K)
+    chunk = words * WORD_CODES
+    chunks = K // chunk  # per row
+    steps = -(-chunks // WARP)
+    blocks_per_chunk = chunk // fp4.BLOCK
+    row_words, row_scales = K // WORD_CODES, K // fp4.BLOCK
+    rows_per_cta = warps * rows
+    ctas_per_batch = -(-N // rows_per_cta)
+    codes, scale = fp4.CODE_BYTES, fp4.SCALE_DTYPE
+    b_shape = (L, N, K // 2) if batched else (N, K // 2)
+    bs_shape = (L, N, K // 16) if batched else (N, K // 16)
+    x_shape = (L, K // 2) if batched else (K // 2,)
+    xs_shape = (L, K // 16) if batched else (K // 16,)
+    y_shape = (L, N) if batched else (N,)
+    u32 = lambda v: T.uint32(v)  # noqa: E731
+
+    @T.prim_func
+    def main(B_handle: T.handle, B_scale_handle: T.handle, x_handle: T.handle,
+             x_scale_handle: T.handle, y_handle: T.handle):
+        T.func_attr({TIRX_KERNEL: True})
+        B = T.match_buffer(B_handle, b_shape, codes, align=16)
+        B_scale = T.match_buffer(B_scale_handle, bs_shape, scale)
+        x = T.match_buffer(x_handle, x_shape, codes, align=16)
+        x_scale = T.match_buffer(x_scale_handle, xs_shape, scale)
+        y = T.match_buffer(y_handle, y_shape, out_dtype)
+        B_words = T.decl_buffer((L * N * row_words,), "uint32", data=B.data)
+        B_scales = T.decl_buffer((L * N * row_scales,), scale, data=B_scale.data)
+        x_words = T.decl_buffer((L * row_words,), "uint32", data=x.data)
+        x_scales = T.decl_buffer((L * row_scales,), scale, data=x_scale.data)
+        y_flat = T.decl_buffer((L * N,), out_dtype, data=y.data)
+
+        T.device_entry()
+        cta = T.cta_id([L * ctas_per_batch])
+        tx = T.thread_id([warps * WARP])
+        batch: T.let[T.int32] = cta // ctas_per_batch
+        warp: T.let[T.int32] = tx // WARP
+        lane: T.let[T.int32] = tx % WARP
+        first_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + warp * rows
+        acc = T.alloc_local((rows,), "float32")
+        xw = T.alloc_local((words,), "uint32")
+        xh = T.alloc_local((words * PAIRS,), "uint32")
+        bw = T.alloc_local((words,), "uint32")
+        h = T.alloc_local((1,), "uint32")
+        for r in T.unroll(rows):
+            acc[r] = T.float32(0)
+        for step in range(steps):
+            c: T.let[T.int32] = step * WARP + lane
+            if c < chunks:
+                # x: its chunk decoded once, to the codes' values (times 2^14 undone)
+                for i in T.vectorized(words):
+                    xw[i] = x_words[batch * row_words + c * words + i]
+                for i in T.unroll(words):
+                    for p in T.unroll(PAIRS):
+                        xh[i * PAIRS + p] = _call(HMUL2, fp4.pair_expr(xw[i], p),
+                                                  u32(fp4.UNIT_HALF2))
+                for r in T.unroll(rows):
+                    row: T.let[T.int32] = T.min(first_row + r, N - 1)
+                    for i in T.vectorized(words):
+                        bw[i] = B_words[(batch * N + row) * row_words + c * words + i]
+                    for blk in T.unroll(blocks_per_chunk):
+                        h[0] = u32(0)
+                        for i in T.unroll(2):
+                            for p in T.unroll(PAIRS):
+                                h[0] = _call(HFMA2, fp4.pair_expr(bw[blk * 2 + i], p),
+                                             xh[(blk * 2 + i) * PAIRS + p], h[0])
+                        s: T.let[T.int32] = c * blocks_per_chunk + blk
+                        acc[r] = acc[r] + _call(HALVES_SUM, h[0], return_type="float") * (
+                            T.Cast("float32", B_scales[(batch * N + row) * row_scales + s])
+                            * T.Cast("float32", x_scales[batch * row_scales + s])
+                            * T.float32(1 / fp4.UNIT))
+        for r in T.unroll(rows):
+            total: T.let[T.float32] = T.cuda.warp_reduce(acc[r], "sum")
+            if lane == 0:
+                if first_row + r < N:
+                    y_flat[batch * N + first_row + r] = T.Cast(out_dtype, total)
+
+    return main
+
+
+def _refuse_unless_nvfp4(wl: Workload, warps: int) -> None:
+    if not wl.is_nvfp4:
+        raise ScheduleNotApplicable(f"bitdecode decodes nvfp4 codes; {wl.dtype} inputs have the "
+                                    "GEMV ladder's other rungs")
+    if warps * WARP > 1024:
+        raise ScheduleNotApplicable(f"bitdecode with {warps} warps would need {warps * WARP} "
+                                    "threads per block; CUDA allows 1024")
+
+
+def bitdecode_kernel(wl: Workload, warps: int, rows: int):
+    """The rung's PrimFunc: `paired_gemv` for the workload and knobs."""
+    _refuse_unless_nvfp4(wl, warps)
+    dims = wl.dims
+    return paired_gemv(dims.get("L", 1), dims["N"], dims["K"], wl.out_dtype, warps, rows,
+                       batched="L" in dims)
+
+
+BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8]}
+
+
+@schedule("gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel)
+@schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel)
+def bitdecode(sch: Schedule, wl: Workload, warps: int = 4, rows: int = 2) -> None:
+    """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
+    per 32-bit register, and multiplied with f16x2 FMAs (sm_90 has no e2m1 conversion).
+
+    Each lane loads 16 bytes of a row (32 codes), splits each word into four f16x2 pairs with
+    two shifts and two masks (schedules/fp4.py), and sums a 16-element block with eight
+    `fma.rn.f16x2` against x's pairs, decoded once per step for the warp's `rows` consecutive
+    rows (V4/V5); the block's sum then takes both e4m3 scales in float32. A TIRx kernel
+    (schedules/nvfp4.py).
+
+    IR: a TIRx PrimFunc: uint4 loads of B's words, shift/and/or on uint32, fp4_hfma2 and
+    fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`), float8_e4m3 casts, a warp
+    all-reduce per row."""
+    require_sm("bitdecode", 80, "f16x2 FMAs and e4m3 conversions")
+    _refuse_unless_nvfp4(wl, warps)

@@ -1,0 +1,178 @@
+"""nvfp4 (schedules/fp4.py): the decode proven exact, the workload's definition right on the CPU,
+its refusals, and the IR of the rungs that the batched seed's ladder adds: one launch per batch
+(V0) and the bit-operation decode with f16x2 FMAs (its final kernel)."""
+
+import re
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tvm
+
+import runner
+import schedules
+from schedules import Workload, WorkloadError, fp4
+from tuning import build
+
+ALL_CODES = range(16)
+E4M3_BYTES = np.arange(256, dtype=np.uint8)
+FINITE_SCALES = [b for b in range(256) if np.isfinite(fp4.e4m3_value(b))]
+
+
+def test_value_table_is_e2m1():
+    for code in ALL_CODES:
+        sign = -1.0 if code & 8 else 1.0
+        exponent, mantissa = (code >> 1) & 3, code & 1
+        magnitude = mantissa / 2 if exponent == 0 else (1 + mantissa / 2) * 2.0 ** (exponent - 1)
+        assert fp4.VALUES[code] == sign * magnitude
+
+
+def test_e4m3_values_match_ml_dtypes_on_every_byte():
+    theirs = E4M3_BYTES.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    ours = np.array([fp4.e4m3_value(b) for b in E4M3_BYTES])
+    assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+    assert np.array_equal(ours[~np.isnan(ours)], theirs[~np.isnan(theirs)])
+
+
+@pytest.mark.parametrize("position", range(8))
+def test_fast_decode_is_exact_for_every_code_in_every_place_of_a_word(position):
+    """Every code, in each of the 8 nibbles of a word, next to every other code."""
+    for code in ALL_CODES:
+        for other in ALL_CODES:
+            word = sum(other << (4 * i) for i in range(8) if i != position) | code << (4 * position)
+            decoded = fp4.fast_decode(word)
+            assert decoded[position] == fp4.VALUES[code]
+            assert all(decoded[i] == fp4.VALUES[other] for i in range(8) if i != position)
+
+
+def test_fast_decode_check_can_fail():
+    """A shift off by one nibble no longer decodes: the test above would catch it."""
+    bits = ((0x76543210 << 8) & 0xFFFFFFFF)
+    wrong = ((bits & fp4.HALF_SIGNS) | ((bits >> 3) & fp4.HALF_MAGNITUDES))
+    assert fp4.half_value(wrong & 0xFFFF) / fp4.UNIT != fp4.VALUES[0]
+
+
+def test_block_products_and_sums_are_exact_in_fp16():
+    """What bitdecode computes in fp16: B's value times 2^-14 (fp16 from the decode's bits) times
+    x's value, for every pair of codes, and sums of 8 such products at the largest magnitude,
+    equal the exact values; then scales times 2^14 are exact in float32, for every pair of
+    finite e4m3 scales."""
+    b = np.array([np.float16(fp4.half_value(fp4.pair_bits(c, 0) & 0xFFFF)) for c in ALL_CODES])
+    x = np.array(fp4.VALUES, dtype=np.float16)
+    products = np.multiply.outer(b, x)  # fp16 arithmetic
+    exact = np.multiply.outer(np.array(fp4.VALUES), np.array(fp4.VALUES)) * fp4.UNIT
+    assert np.array_equal(products.astype(np.float64), exact)
+    total = np.float16(0)
+    for _ in range(8):  # one lane's 8 products of a block, all 6 * 6
+        total = np.float16(total + products[7, 7])
+    assert float(total) == 8 * 36 * fp4.UNIT
+    scales = np.array([fp4.e4m3_value(s) for s in FINITE_SCALES], dtype=np.float32)
+    combined = np.multiply.outer(scales, scales) * np.float32(1 / fp4.UNIT)
+    exact = np.multiply.outer(scales.astype(np.float64), scales.astype(np.float64)) / fp4.UNIT
+    assert np.array_equal(combined.astype(np.float64), exact)
+
+
+def _decoded(codes, scales):
+    pairs = np.stack([codes & 15, codes >> 4], axis=-1).reshape(*codes.shape[:-1], -1)
+    values = np.array(fp4.VALUES)[pairs]
+    return values * np.repeat(np.vectorize(fp4.e4m3_value)(scales), fp4.BLOCK, axis=-1)
+
+
+@pytest.mark.parametrize("wl", [Workload("batched_gemv", (3, 5, 48), "nvfp4"),
+                                Workload("gemv", (7, 32), "nvfp4", "float32")],
+                         ids=lambda wl: wl.label())
+def test_definition_decodes_every_code_and_scale_on_the_cpu(wl):
+    """The workload's compute definition, built for the CPU: every code and many scales."""
+    rng = np.random.default_rng(0)
+    shapes = wl.buffer_shapes()
+    arrays = {n: rng.integers(0, 256, shapes[n], dtype=np.uint8) for n in ("B", "x")}
+    moderate = [b for b in FINITE_SCALES if 2 ** -4 <= abs(fp4.e4m3_value(b)) < 4]  # y finite
+    arrays |= {n: rng.choice(moderate, shapes[n]).astype(np.uint8) for n in ("B_scale", "x_scale")}
+    assert set(np.unique(arrays["B"] & 15)) == set(ALL_CODES)
+    executable = tvm.compile(tvm.IRModule({"main": wl.prim_func()}), target="llvm")
+    cpu = tvm.cpu()
+    tensors = [tvm.runtime.tensor(arrays[n].view(ml_dtypes.float8_e4m3fn) if "scale" in n
+                                  else arrays[n], cpu) for n in ("B", "B_scale", "x", "x_scale")]
+    y = tvm.runtime.tensor(np.zeros(shapes["y"], wl.out_dtype), cpu)
+    executable["main"](*tensors, y)
+    b, x = _decoded(arrays["B"], arrays["B_scale"]), _decoded(arrays["x"], arrays["x_scale"])
+    expected = np.einsum("...nk,...k->...n", b, x)
+    assert np.allclose(y.numpy().astype(np.float64), expected, rtol=1e-3, atol=1e-3 * abs(expected).max())
+
+
+@pytest.mark.parametrize("shape, op, why", [
+    ((4, 40), "gemv", "K=40 is not a multiple of 16"),
+    ((2, 4, 8), "batched_gemv", "K=8 is not a multiple of 16"),
+    ((4, 4, 32), "gemm", "nvfp4 inputs are for gemv and batched_gemv"),
+])
+def test_workloads_nvfp4_cannot_take_are_refused(shape, op, why):
+    with pytest.raises(WorkloadError, match=why):
+        Workload(op, shape, "nvfp4")
+
+
+def test_nvfp4_output_is_float16_and_never_nvfp4():
+    assert Workload("gemv", (4, 32), "nvfp4").out_dtype == "float16"
+    with pytest.raises(WorkloadError, match="unknown output dtype 'nvfp4'"):
+        Workload("gemv", (4, 32), "float16", "nvfp4")
+
+
+def test_min_bytes_counts_codes_and_scales():
+    wl = Workload("batched_gemv", (8, 4096, 7168), "nvfp4")  # the seed's 132.2 MB
+    assert wl.min_bytes == 8 * (4096 * 7168 // 2 + 4096 * 7168 // 16 + 7168 // 2 + 7168 // 16
+                                + 4096 * 2)
+    assert round(wl.min_bytes / 1e6, 1) == 132.2
+
+
+def test_cli_refuses_a_ragged_block_in_one_line(capsys):
+    assert runner.main(["--op", "gemv", "--shape", "64x40", "--dtype", "nvfp4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "K=40 is not a multiple of 16" in err
+
+
+# -- the rungs' IR --------------------------------------------------------------------------------
+SEED = Workload("batched_gemv", (4, 7168, 2048), "nvfp4")
+RAGGED = Workload("batched_gemv", (3, 1001, 1008), "nvfp4")
+needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
+                                reason="nvcc is not on PATH: the generated CUDA is not compiled")
+
+
+def test_launches_loops_over_the_batches_on_the_host(compiled):
+    _, source, summary = compiled("launches", SEED)
+    assert summary.grid == {"blockIdx.x": 56} and summary.kernels == 1
+    signature = next(line for line in source.splitlines() if "__global__" in line)
+    assert re.search(r", int \w+\)", signature)  # the batch, an argument
+    _, source, summary = compiled("naive", SEED)
+    assert summary.grid == {"blockIdx.x": 56, "blockIdx.y": 4}
+    assert not re.search(r", int \w+\)", source)
+
+
+def test_multirow_decodes_x_once_per_step_for_all_its_rows(compiled):
+    ir, _, _ = compiled("multirow", SEED)
+    assert "x_value_local = T.alloc_local((32,))" in ir
+    assert ir.count("x_value_local[") > 1  # written once, read by each row
+
+
+def test_bitdecode_is_shifts_masks_and_f16x2_fmas(compiled):
+    ir, source, summary = compiled("bitdecode", SEED)
+    assert summary.block == {"threadIdx.x": 128} and summary.shared_bytes == 0
+    assert source.count("fp4_hfma2(") >= 2 * 8 * 2 and "fma.rn.f16x2" in source  # 2 rows, 2 blocks
+    assert "*(uint4*)(bw_ptr" in source and "*(uint4*)(xw_ptr" in source  # 16-byte loads
+    assert str(fp4.HALF_MAGNITUDES) in source and str(fp4.HALF_SIGNS) in source
+    assert "__nv_cvt_fp4" not in source and "cuda_fp4" not in source  # no conversion library
+    assert "tvm_builtin_cuda_warp_reduce_sum_32" in source
+
+
+def test_bitdecode_loads_8_byte_rows_where_k_is_an_odd_number_of_blocks(compiled):
+    _, source, _ = compiled("bitdecode", RAGGED)
+    assert "*(uint2*)(bw_ptr" in source and "uint4" not in source.split("main_kernel")[-1]
+
+
+@needs_nvcc
+def test_bitdecode_has_no_branches_in_its_decode(compiled):
+    """The decode is branch-free: the only conditional code left is the K tail and the store."""
+    _, source, _ = compiled("bitdecode", SEED)
+    resources = build.nvcc_resources(source, "sm_90")
+    assert resources and all(r.get("spill_stores", 0) == 0 for r in resources.values())
+    kernel = source.split("main_kernel(")[-1]
+    assert kernel.count("if (") <= 2
