@@ -17,7 +17,8 @@ import math
 from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
-from .common import require_grid_y, widest_vector, write_back_at
+from .common import (bind_threads, cooperative_fetch, require_grid_y, require_sm, widest_vector,
+                     write_back_at)
 from . import fp4, heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -127,6 +128,7 @@ def _k_across_threads(
     warp_reduce: bool,
     rows_per_thread: int = 1,
     row_aligned: bool = False,
+    shared_stages: int = 0,
 ) -> None:
     """K split across the threads of a block (TileLang's "split-K" GEMV, whose names the rungs
     keep), the schedule that the rungs after naive share; each rung turns one more knob on.
@@ -143,6 +145,9 @@ def _k_across_threads(
     in elements: a thread has as many bytes in flight per step, in more, narrower loads.
     With `row_aligned` (the schedule of `row_aligned_gemv`), B comes in 16-byte vectors on any K
     and x one element at a time.
+    With `shared_stages` (nvfp4), each step's codes and scales of the block's rows are staged in
+    shared memory by all its threads, and x decoded there once for the block
+    (`_stage_in_shared`).
     tile_k=None means one 16-byte vector of the input dtype (8 halves, 4 floats)."""
     if not vector_loads:
         _place_x_values(sch, wl)
@@ -176,6 +181,10 @@ def _k_across_threads(
         sch.compute_at(vectors, steps[-1])
         sch.set_scope(vectors, 0, "local")
         sch.vectorize(sch.get_loops(vectors)[-1])
+    elif shared_stages:
+        # Step 4. Per step, the block's codes and scales, and x decoded, in shared memory.
+        _stage_in_shared(sch, partial, steps[0], (rows_per_block, reduce_threads),
+                         width // fp4.PER_BYTE, shared_stages)
     elif vector_loads and wl.is_nvfp4:
         # Step 4. Per step (per vector piece), x decoded once for all the rows; one load of
         # each row's codes (16 bytes: 32 codes; 8 bytes where K is an odd number of 16s).
@@ -203,6 +212,26 @@ def _k_across_threads(
     sch.bind(tk_sum, k_tag)
     write_back_at(sch, wl, r_sum)
     sch.decompose_reduction(partial, steps[0])
+
+
+def _stage_in_shared(sch: Schedule, partial, step, threads: tuple[int, int], vector_bytes: int,
+                     stages: int) -> None:
+    """nvfp4: per iteration of `step`, all the block's `threads` copy the codes (in
+    `vector_bytes` vectors) and scales of its rows into shared memory, and decode x's values
+    there once for all of them (the batched seed's V6 with V6_2_1's conversion on the way in).
+    With `stages` > 1, the copies of the next stages - 1 steps are cp.async loads issued while
+    this one computes (its V7); x's decode stays with the step that uses it."""
+    for name, vector in (("B", vector_bytes), ("B_scale", 1)):
+        cooperative_fetch(sch, partial, _read_index(sch, partial, name), step, threads, vector)
+    values = sch.get_sblock(X_VALUES)
+    sch.compute_at(values, step)
+    sch.set_scope(values, 0, "shared")
+    bind_threads(sch, sch.get_loops(values)[-1], threads)
+    if stages > 1:
+        require_sm(f"a {stages}-stage pipeline", 80, "cp.async")
+        sch.annotate(step, "software_pipeline_stage", [0, 0, stages - 1, stages - 1])
+        sch.annotate(step, "software_pipeline_order", [0, 1, 2, 3])
+        sch.annotate(step, "software_pipeline_async_stages", [0])
 
 
 @schedule("gemv", "splitk")
@@ -345,3 +374,41 @@ def rowalign(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_thread
     `uint4` in the CUDA source on odd K too; x read element by element inside `if_then_else`."""
     _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
                       tile_k=tile_k, vector_loads=True, warp_reduce=True, row_aligned=True)
+
+
+def _refuse_unless_nvfp4(name: str, wl: Workload) -> None:
+    if not wl.is_nvfp4:
+        raise ScheduleNotApplicable(f"{name} stages nvfp4 codes and decodes x in shared memory; "
+                                    f"{wl.dtype} inputs have the ladder's other rungs")
+
+
+@schedule("gemv", "staged")
+@schedule("batched_gemv", "staged")
+def staged(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
+           rows_per_thread: int = 4) -> None:
+    """multirow on nvfp4 with each step's codes and scales of the block's rows staged in shared
+    memory by all its threads, and x decoded there once for the whole block (the batched seed's
+    V6, with V6_2_1's conversion on the way in).
+
+    IR: B_shared (uint8) and B_scale_shared (e4m3) filled by cooperative vector copies, the
+    x_value block in shared memory, two __syncthreads per step."""
+    _refuse_unless_nvfp4("staged", wl)
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+                      tile_k=None, vector_loads=True, warp_reduce=True,
+                      rows_per_thread=rows_per_thread, shared_stages=1)
+
+
+@schedule("gemv", "pipelined")
+@schedule("batched_gemv", "pipelined")
+def pipelined(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
+              rows_per_thread: int = 4, stages: int = 2) -> None:
+    """staged with double-buffered loads: the next step's codes and scales come by cp.async
+    into a second shared buffer while this step computes (the batched seed's V7 and V7_2;
+    stages=5 is its V7_3 ring).
+
+    IR: software_pipeline annotations on the K step; cp.async with commit/wait groups in the
+    CUDA, shared buffers `stages` deep."""
+    _refuse_unless_nvfp4("pipelined", wl)
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+                      tile_k=None, vector_loads=True, warp_reduce=True,
+                      rows_per_thread=rows_per_thread, shared_stages=stages)

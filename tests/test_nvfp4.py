@@ -176,3 +176,18 @@ def test_bitdecode_has_no_branches_in_its_decode(compiled):
     assert resources and all(r.get("spill_stores", 0) == 0 for r in resources.values())
     kernel = source.split("main_kernel(")[-1]
     assert kernel.count("if (") <= 2
+
+
+def test_staged_copies_codes_and_scales_and_decodes_x_in_shared_memory(compiled):
+    ir, source, summary = compiled("staged", SEED)
+    for buffer in ("B_shared", "B_scale_shared", "x_value_shared"):
+        assert f"{buffer} = T.alloc_shared(" in ir
+    assert summary.syncthreads >= 2 and "cp_async" not in source
+    assert "*(uint4*)(B_shared_ptr" in source  # 16-byte cooperative copies of the codes
+
+
+def test_pipelined_double_buffers_the_copies_with_cp_async(compiled):
+    _, source, summary = compiled("pipelined", SEED)
+    _, _, one_stage = compiled("staged", SEED)
+    assert "cp.async" in source and "cp.async.commit_group" in source
+    assert summary.shared_bytes > one_stage.shared_bytes  # two buffers of codes and scales
