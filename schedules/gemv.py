@@ -90,7 +90,7 @@ def launches(sch: Schedule, wl: Workload, rows_per_block: int = 128) -> None:
     `_scaled_mm` per batch): naive's kernel for one pair, launched L times by the host.
 
     IR: the batch loop stays outside the kernel, serial: the host function loops over L and the
-    kernel takes the batch as an argument (`int i0` in its CUDA signature)."""
+    kernel takes the batch as an argument (an `int` in its CUDA signature)."""
     _thread_per_row(sch, wl, rows_per_block, one_launch=False)
 
 
@@ -376,14 +376,8 @@ def rowalign(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_thread
                       tile_k=tile_k, vector_loads=True, warp_reduce=True, row_aligned=True)
 
 
-def _refuse_unless_nvfp4(name: str, wl: Workload) -> None:
-    if not wl.is_nvfp4:
-        raise ScheduleNotApplicable(f"{name} stages nvfp4 codes and decodes x in shared memory; "
-                                    f"{wl.dtype} inputs have the ladder's other rungs")
-
-
-@schedule("gemv", "staged")
-@schedule("batched_gemv", "staged")
+@schedule("gemv", "staged", dtypes=(fp4.NAME,))
+@schedule("batched_gemv", "staged", dtypes=(fp4.NAME,))
 def staged(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
            rows_per_thread: int = 4) -> None:
     """multirow on nvfp4 with each step's codes and scales of the block's rows staged in shared
@@ -392,14 +386,13 @@ def staged(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads:
 
     IR: B_shared (uint8) and B_scale_shared (e4m3) filled by cooperative vector copies, the
     x_value block in shared memory, two __syncthreads per step."""
-    _refuse_unless_nvfp4("staged", wl)
     _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
                       tile_k=None, vector_loads=True, warp_reduce=True,
                       rows_per_thread=rows_per_thread, shared_stages=1)
 
 
-@schedule("gemv", "pipelined")
-@schedule("batched_gemv", "pipelined")
+@schedule("gemv", "pipelined", dtypes=(fp4.NAME,))
+@schedule("batched_gemv", "pipelined", dtypes=(fp4.NAME,))
 def pipelined(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
               rows_per_thread: int = 4, stages: int = 2) -> None:
     """staged with double-buffered loads: the next step's codes and scales come by cp.async
@@ -408,7 +401,6 @@ def pipelined(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threa
 
     IR: software_pipeline annotations on the K step; cp.async with commit/wait groups in the
     CUDA, shared buffers `stages` deep."""
-    _refuse_unless_nvfp4("pipelined", wl)
     _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
                       tile_k=None, vector_loads=True, warp_reduce=True,
                       rows_per_thread=rows_per_thread, shared_stages=stages)

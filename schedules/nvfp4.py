@@ -137,10 +137,7 @@ def paired_gemv(L: int, N: int, K: int, out_dtype: str, warps: int, rows: int, b
     return main
 
 
-def _refuse_unless_nvfp4(wl: Workload, warps: int) -> None:
-    if not wl.is_nvfp4:
-        raise ScheduleNotApplicable(f"bitdecode decodes nvfp4 codes; {wl.dtype} inputs have the "
-                                    "GEMV ladder's other rungs")
+def _refuse_too_many_threads(warps: int) -> None:
     if warps * WARP > 1024:
         raise ScheduleNotApplicable(f"bitdecode with {warps} warps would need {warps * WARP} "
                                     "threads per block; CUDA allows 1024")
@@ -148,7 +145,7 @@ def _refuse_unless_nvfp4(wl: Workload, warps: int) -> None:
 
 def bitdecode_kernel(wl: Workload, warps: int, rows: int):
     """The rung's PrimFunc: `paired_gemv` for the workload and knobs."""
-    _refuse_unless_nvfp4(wl, warps)
+    _refuse_too_many_threads(warps)
     dims = wl.dims
     return paired_gemv(dims.get("L", 1), dims["N"], dims["K"], wl.out_dtype, warps, rows,
                        batched="L" in dims)
@@ -157,8 +154,10 @@ def bitdecode_kernel(wl: Workload, warps: int, rows: int):
 BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8]}
 
 
-@schedule("gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel)
-@schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel)
+@schedule("gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
+          dtypes=(fp4.NAME,))
+@schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
+          dtypes=(fp4.NAME,))
 def bitdecode(sch: Schedule, wl: Workload, warps: int = 4, rows: int = 2) -> None:
     """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
     per 32-bit register, and multiplied with f16x2 FMAs (sm_90 has no e2m1 conversion).
@@ -173,4 +172,4 @@ def bitdecode(sch: Schedule, wl: Workload, warps: int = 4, rows: int = 2) -> Non
     fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`), float8_e4m3 casts, a warp
     all-reduce per row."""
     require_sm("bitdecode", 80, "f16x2 FMAs and e4m3 conversions")
-    _refuse_unless_nvfp4(wl, warps)
+    _refuse_too_many_threads(warps)

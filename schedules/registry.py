@@ -37,6 +37,11 @@ class ScheduleEntry:
     space: dict | None = None  # knob -> the values a template search tries
     heuristic: Callable | None = None  # (wl, sms, knobs, space) -> the knobs it picks for wl
     compute: Callable | None = None  # (wl, **knobs) -> the PrimFunc it schedules (wl.prim_func())
+    dtypes: tuple | None = None  # the input dtypes it takes (None: any)
+
+    def takes(self, wl: Workload) -> bool:
+        """Whether this schedule is made for the workload's input dtype."""
+        return self.dtypes is None or wl.dtype in self.dtypes
 
     @property
     def kind(self) -> str:
@@ -147,6 +152,9 @@ class ScheduleEntry:
         knobs not in `params` as `defaults_for(wl)` has them."""
         if wl.op != self.op:
             raise ScheduleNotApplicable(f"{self.name} is a {self.op} schedule, not {wl.op}")
+        if not self.takes(wl):
+            raise ScheduleNotApplicable(f"{self.name} takes {' or '.join(self.dtypes)} inputs, "
+                                        f"not {wl.dtype}")
         self.check_knobs(params)
         knobs = self.defaults_for(wl, params)
         func = self.compute(wl, **knobs) if self.compute else wl.prim_func()
@@ -205,15 +213,16 @@ _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 
 def schedule(op: str, name: str, baseline: bool = False, template: bool = False,
              space: dict | None = None, heuristic: Callable | None = None,
-             compute: Callable | None = None):
+             compute: Callable | None = None, dtypes: tuple | None = None):
     """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
-    the knob space a template search explores, the heuristic that picks knobs per shape and,
-    where it schedules another definition of the workload, the function that builds it."""
+    the knob space a template search explores, the heuristic that picks knobs per shape, where
+    it schedules another definition of the workload, the function that builds it, and where it
+    is made for some input dtypes only, those."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
-        entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute)
+        entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute, dtypes)
         unknown = set(space or {}) - set(entry.defaults)
         if unknown:
             raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")

@@ -149,7 +149,8 @@ class Suite:
 
     def _ladder(self) -> tuple[list[str], list[str]]:
         """The op's rungs before `first_rung`, and those from it on."""
-        rungs = [e.name for e in registry.entries(self.op) if e.kind == "rung"]
+        rungs = [e.name for e in registry.entries(self.op) if e.kind == "rung"
+                 and all(e.takes(entry.workload) for entry in self.entries)]
         first = rungs.index(self.first_rung)
         return rungs[:first], rungs[first:]
 

@@ -11,7 +11,6 @@ import pytest
 import tvm
 
 import runner
-import schedules
 from schedules import Workload, WorkloadError, fp4
 from tuning import build
 
@@ -191,3 +190,10 @@ def test_pipelined_double_buffers_the_copies_with_cp_async(compiled):
     _, _, one_stage = compiled("staged", SEED)
     assert "cp.async" in source and "cp.async.commit_group" in source
     assert summary.shared_bytes > one_stage.shared_bytes  # two buffers of codes and scales
+
+
+def test_best_runs_bitdecode_on_nvfp4():
+    from tuning.explore import rule
+
+    assert rule(SEED)[0] == "bitdecode" and rule(Workload("gemv", (64, 32), "nvfp4"))[0] == "bitdecode"
+    assert rule(Workload("batched_gemv", (4, 7168, 2048), "float16"))[0] != "bitdecode"

@@ -56,9 +56,7 @@ NVFP4 = [Workload("gemv", (1024, 2048), "nvfp4"),
          Workload("batched_gemv", (3, 1001, 48), "nvfp4")]  # odd L and N, K of three blocks
 for nvfp4_workload in NVFP4:
     WORKLOADS[nvfp4_workload.op].append(nvfp4_workload)
-NOT_NVFP4 = "bitdecode decodes nvfp4 codes; {dtype} inputs have the GEMV ladder's other rungs"
-NOT_NVFP4_STAGED = ("{name} stages nvfp4 codes and decodes x in shared memory; {dtype} inputs have "
-                    "the ladder's other rungs")
+NOT_NVFP4 = "{name} takes nvfp4 inputs, not {dtype}"
 TMA_ROWS = "v8 loads A with TMA, which takes rows of whole 16-byte multiples: K={k} {dtype} rows are {b} bytes"
 ODD = ("gemm 257x129x65 float32 nn", "gemm 257x129x65 bfloat16->float32 nt",
        "gemm 257x129x66 float16->float32 nt")  # the last one: the GPU tier's
@@ -75,12 +73,10 @@ REFUSED = {
                                 ("257x129x66", "float16->float32 nt", 66),
                                 ("256x256x100", "float16->float32 nn", 100))},
     **{("v5t", label): FP32_ONLY for label in ODD[1:]},
-    **{("bitdecode", wl.label()): NOT_NVFP4.format(dtype=wl.dtype)
-       for op in ("gemv", "batched_gemv") for wl in WORKLOADS[op] if not wl.is_nvfp4},
-    **{("rowalign", wl.label()): "rowalign reads rows of 16-bit or 32-bit elements" for wl in NVFP4},
-    **{(name, wl.label()): NOT_NVFP4_STAGED.format(name=name, dtype=wl.dtype)
-       for name in ("staged", "pipelined") for op in ("gemv", "batched_gemv")
+    **{(name, wl.label()): NOT_NVFP4.format(name=name, dtype=wl.dtype)
+       for name in ("staged", "pipelined", "bitdecode") for op in ("gemv", "batched_gemv")
        for wl in WORKLOADS[op] if not wl.is_nvfp4},
+    **{("rowalign", wl.label()): "rowalign reads rows of 16-bit or 32-bit elements" for wl in NVFP4},
     **{(rung, f"gemm {shape} float16 nt"): f"{rung} writes the float32 accumulators"
        for rung in ("v6", "v7") for shape in ("100x60x72", "200x136x264")},
     **{("v5t", label): FP32_ONLY for label in (

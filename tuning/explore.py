@@ -198,7 +198,10 @@ def rule(wl: Workload) -> tuple[str, str]:
     a float32 C; v5k where TMA cannot load the rows that v8 needs; a float32 GEMM -> v5t
     where its default tiles give every SM one, else v5k (split K); a GEMV -> blockreduce where
     K gives each of its K threads a 16-byte vector per step, else multirow (whose heuristic
-    fits its K threads to K)."""
+    fits its K threads to K); an nvfp4 GEMV -> bitdecode."""
+    if wl.is_nvfp4:
+        return "bitdecode", (f"{wl.op} on nvfp4 -> bitdecode (the rung that decodes two values "
+                             "per register with bit operations)")
     if wl.op == "gemm" and wl.dtype != "float32":
         from schedules.hopper import tma_refusal
 
