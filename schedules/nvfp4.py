@@ -3,7 +3,7 @@ Hopper, where the e2m1 decode is bit operations on pairs of values (schedules/fp
 multiply-adds are f16x2 FMAs.
 
 The rungs before it are the GEMV ladder's schedules (schedules/gemv.py), which take nvfp4 as
-they take float16: the seed's V0 to V5. What this kernel adds cannot come from a schedule of the
+they take float16, and its nvfp4 rungs staged and pipelined: the seed's V0 to V7. What this kernel adds cannot come from a schedule of the
 reference definition, which decodes one element at a time into float32: here a 32-bit word of
 codes becomes four f16x2 registers with two shifts and two masks each, and a block of 16
 products is summed with eight `fma.rn.f16x2`.
@@ -43,6 +43,7 @@ HALVES_SUM = ("fp4_halves_sum", "__forceinline__ __device__ float fp4_halves_sum
 
 
 def _call(helper: tuple[str, str], *args, return_type: str = "uint32"):
+    """A call of one of the CUDA helpers above (name, source) on `args`."""
     name, source = helper
     return T.cuda.func_call(name, *args, source_code=source, return_type=return_type)
 
@@ -138,6 +139,7 @@ def paired_gemv(L: int, N: int, K: int, out_dtype: str, warps: int, rows: int, b
 
 
 def _refuse_too_many_threads(warps: int) -> None:
+    """Refuse more warps than a CUDA block holds."""
     if warps * WARP > 1024:
         raise ScheduleNotApplicable(f"bitdecode with {warps} warps would need {warps * WARP} "
                                     "threads per block; CUDA allows 1024")
