@@ -17,12 +17,12 @@ import math
 from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
-from .common import (bind_threads, cooperative_fetch, require_grid_y, require_sm, widest_vector,
-                     write_back_at)
+from .common import (bind_threads, cooperative_fetch, require_grid_y, software_pipeline,
+                     widest_vector, write_back_at)
 from . import fp4, heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
-from .workloads import DTYPE_BYTES, X_VALUES, Workload
+from .workloads import DENSE_DTYPES, DTYPE_BYTES, X_VALUES, Workload
 
 VECTOR_BYTES = 16  # one 128-bit load per thread
 
@@ -227,11 +227,7 @@ def _stage_in_shared(sch: Schedule, partial, step, threads: tuple[int, int], vec
     sch.compute_at(values, step)
     sch.set_scope(values, 0, "shared")
     bind_threads(sch, sch.get_loops(values)[-1], threads)
-    if stages > 1:
-        require_sm(f"a {stages}-stage pipeline", 80, "cp.async")
-        sch.annotate(step, "software_pipeline_stage", [0, 0, stages - 1, stages - 1])
-        sch.annotate(step, "software_pipeline_order", [0, 1, 2, 3])
-        sch.annotate(step, "software_pipeline_async_stages", [0])
+    software_pipeline(sch, step, stages, computes=2, async_loads=True)  # the decode, the sum
 
 
 @schedule("gemv", "splitk")
@@ -319,9 +315,6 @@ def row_aligned_gemv(wl: Workload, **knobs):
 
     Rows start on boundaries `gcd(K, vector)` apart, so a row's walk is at most
     `vector - gcd(K, vector)` elements longer than K; on K of whole vectors it is K."""
-    if wl.is_nvfp4:
-        raise ScheduleNotApplicable("rowalign reads rows of 16-bit or 32-bit elements; nvfp4 rows "
-                                    "of whole 16-element blocks need no realignment")
     vector = vector_width(wl)
     dims = wl.dims
     L, N, K = dims.get("L", 1), dims["N"], dims["K"]
@@ -363,8 +356,8 @@ def row_aligned_gemv(wl: Workload, **knobs):
     return main
 
 
-@schedule("gemv", "rowalign", compute=row_aligned_gemv)
-@schedule("batched_gemv", "rowalign", compute=row_aligned_gemv)
+@schedule("gemv", "rowalign", compute=row_aligned_gemv, dtypes=DENSE_DTYPES)
+@schedule("batched_gemv", "rowalign", compute=row_aligned_gemv, dtypes=DENSE_DTYPES)
 def rowalign(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_threads: int = 128,
              tile_k: int | None = None) -> None:
     """blockreduce + 16-byte loads of B on any K: each row is read from the 16-byte boundary at

@@ -54,11 +54,14 @@ def chunk_words(K: int) -> int:
     return 4 if K % 32 == 0 else 2
 
 
-def paired_gemv(L: int, N: int, K: int, out_dtype: str, warps: int, rows: int, batched: bool):
+def paired_gemv(wl: Workload, warps: int, rows: int):
     """y[l, n] = sum_k B[l, n, k] x[l, k] on nvfp4 codes and e4m3 scales (the workload's buffers),
     one CTA per `warps * rows` rows of one batch, each warp `rows` consecutive rows (the seed's
     V5 layout), each lane a chunk of `chunk_words(K)` words of every row per step, the warp's
     lanes side by side along K; a warp all-reduce (shuffles) ends each row."""
+    L, N, K = wl.dims.get("L", 1), wl.dims["N"], wl.dims["K"]
+    out_dtype = wl.out_dtype
+    b_shape, bs_shape, x_shape, xs_shape, y_shape = wl.buffer_shapes().values()
     words = chunk_words(K)
     chunk = words * WORD_CODES
     chunks = K // chunk  # per row
@@ -68,11 +71,6 @@ def paired_gemv(L: int, N: int, K: int, out_dtype: str, warps: int, rows: int, b
     rows_per_cta = warps * rows
     ctas_per_batch = -(-N // rows_per_cta)
     codes, scale = fp4.CODE_BYTES, fp4.SCALE_DTYPE
-    b_shape = (L, N, K // 2) if batched else (N, K // 2)
-    bs_shape = (L, N, K // 16) if batched else (N, K // 16)
-    x_shape = (L, K // 2) if batched else (K // 2,)
-    xs_shape = (L, K // 16) if batched else (K // 16,)
-    y_shape = (L, N) if batched else (N,)
     u32 = lambda v: T.uint32(v)  # noqa: E731
 
     @T.prim_func
@@ -148,9 +146,7 @@ def _refuse_too_many_threads(warps: int) -> None:
 def bitdecode_kernel(wl: Workload, warps: int, rows: int):
     """The rung's PrimFunc: `paired_gemv` for the workload and knobs."""
     _refuse_too_many_threads(warps)
-    dims = wl.dims
-    return paired_gemv(dims.get("L", 1), dims["N"], dims["K"], wl.out_dtype, warps, rows,
-                       batched="L" in dims)
+    return paired_gemv(wl, warps, rows)
 
 
 BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8]}

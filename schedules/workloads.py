@@ -40,8 +40,8 @@ from . import fp4
 from .errors import WorkloadError
 
 ACC_DTYPE = "float32"
-DTYPES = ("float32", "float16", "bfloat16", fp4.NAME)
-OUT_DTYPES = ("float32", "float16", "bfloat16")
+DENSE_DTYPES = ("float32", "float16", "bfloat16")  # one element per value: any input or output
+DTYPES = (*DENSE_DTYPES, fp4.NAME)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, fp4.CODE_BYTES: 1, fp4.SCALE_DTYPE: 1}
 NVFP4_OUT_DTYPE = "float16"  # the seed's C
 SHAPE_AXES = {"gemm": ("M", "N", "K"), "gemv": ("N", "K"), "batched_gemv": ("L", "N", "K")}
@@ -81,7 +81,7 @@ class Workload:
         object.__setattr__(self, "out_dtype", self.out_dtype or default_out)
         object.__setattr__(self, "layout", self.layout or LAYOUTS[self.op][0])
         for what, value, valid in (("dtype", self.dtype, DTYPES),
-                                   ("output dtype", self.out_dtype, OUT_DTYPES)):
+                                   ("output dtype", self.out_dtype, DENSE_DTYPES)):
             if value not in valid:
                 raise WorkloadError(f"unknown {what} '{value}'; valid: {', '.join(valid)}")
         if self.is_nvfp4:
@@ -101,7 +101,7 @@ class Workload:
         """nvfp4 is a GEMV format whose K comes in whole scale blocks of 16."""
         if self.op == "gemm":
             raise WorkloadError(f"{fp4.NAME} inputs are for gemv and batched_gemv; gemm takes "
-                                f"{', '.join(OUT_DTYPES)}")
+                                f"{', '.join(DENSE_DTYPES)}")
         K = self.dims["K"]
         if K % fp4.BLOCK:
             raise WorkloadError(f"{fp4.NAME} has one scale per {fp4.BLOCK} elements of K: K={K} "

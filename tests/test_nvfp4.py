@@ -12,11 +12,11 @@ import tvm
 
 import runner
 from schedules import Workload, WorkloadError, fp4
+from tests.test_nvfp4_measure import FINITE_SCALE_BYTES, expected_values
 from tuning import build
 
 ALL_CODES = range(16)
 E4M3_BYTES = np.arange(256, dtype=np.uint8)
-FINITE_SCALES = [b for b in range(256) if np.isfinite(fp4.e4m3_value(b))]
 
 
 def test_value_table_is_e2m1():
@@ -66,16 +66,10 @@ def test_block_products_and_sums_are_exact_in_fp16():
     for _ in range(8):  # one lane's 8 products of a block, all 6 * 6
         total = np.float16(total + products[7, 7])
     assert float(total) == 8 * 36 * fp4.UNIT
-    scales = np.array([fp4.e4m3_value(s) for s in FINITE_SCALES], dtype=np.float32)
+    scales = np.array([fp4.e4m3_value(s) for s in FINITE_SCALE_BYTES], dtype=np.float32)
     combined = np.multiply.outer(scales, scales) * np.float32(1 / fp4.UNIT)
     exact = np.multiply.outer(scales.astype(np.float64), scales.astype(np.float64)) / fp4.UNIT
     assert np.array_equal(combined.astype(np.float64), exact)
-
-
-def _decoded(codes, scales):
-    pairs = np.stack([codes & 15, codes >> 4], axis=-1).reshape(*codes.shape[:-1], -1)
-    values = np.array(fp4.VALUES)[pairs]
-    return values * np.repeat(np.vectorize(fp4.e4m3_value)(scales), fp4.BLOCK, axis=-1)
 
 
 @pytest.mark.parametrize("wl", [Workload("batched_gemv", (3, 5, 48), "nvfp4"),
@@ -86,7 +80,7 @@ def test_definition_decodes_every_code_and_scale_on_the_cpu(wl):
     rng = np.random.default_rng(0)
     shapes = wl.buffer_shapes()
     arrays = {n: rng.integers(0, 256, shapes[n], dtype=np.uint8) for n in ("B", "x")}
-    moderate = [b for b in FINITE_SCALES if 2 ** -4 <= abs(fp4.e4m3_value(b)) < 4]  # y finite
+    moderate = [b for b in FINITE_SCALE_BYTES if 2 ** -4 <= abs(fp4.e4m3_value(b)) < 4]  # y finite
     arrays |= {n: rng.choice(moderate, shapes[n]).astype(np.uint8) for n in ("B_scale", "x_scale")}
     assert set(np.unique(arrays["B"] & 15)) == set(ALL_CODES)
     executable = tvm.compile(tvm.IRModule({"main": wl.prim_func()}), target="llvm")
@@ -95,7 +89,8 @@ def test_definition_decodes_every_code_and_scale_on_the_cpu(wl):
                                   else arrays[n], cpu) for n in ("B", "B_scale", "x", "x_scale")]
     y = tvm.runtime.tensor(np.zeros(shapes["y"], wl.out_dtype), cpu)
     executable["main"](*tensors, y)
-    b, x = _decoded(arrays["B"], arrays["B_scale"]), _decoded(arrays["x"], arrays["x_scale"])
+    b = expected_values(arrays["B"], arrays["B_scale"])
+    x = expected_values(arrays["x"], arrays["x_scale"])
     expected = np.einsum("...nk,...k->...n", b, x)
     assert np.allclose(y.numpy().astype(np.float64), expected, rtol=1e-3, atol=1e-3 * abs(expected).max())
 

@@ -76,7 +76,8 @@ REFUSED = {
     **{(name, wl.label()): NOT_NVFP4.format(name=name, dtype=wl.dtype)
        for name in ("staged", "pipelined", "bitdecode") for op in ("gemv", "batched_gemv")
        for wl in WORKLOADS[op] if not wl.is_nvfp4},
-    **{("rowalign", wl.label()): "rowalign reads rows of 16-bit or 32-bit elements" for wl in NVFP4},
+    **{("rowalign", wl.label()): "rowalign takes float32 or float16 or bfloat16 inputs, not nvfp4"
+       for wl in NVFP4},
     **{(rung, f"gemm {shape} float16 nt"): f"{rung} writes the float32 accumulators"
        for rung in ("v6", "v7") for shape in ("100x60x72", "200x136x264")},
     **{("v5t", label): FP32_ONLY for label in (

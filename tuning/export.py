@@ -57,10 +57,9 @@ def _built_here(wl: Workload, name: str, found: SearchResults, gpu: dict | None,
 
 def _tensor_specs(wl: Workload) -> list[dict]:
     """Each buffer of `wl` as the loader checks a tensor against it: inputs, then the output."""
-    shapes = wl.buffer_shapes()
-    dtypes = [wl.dtype] * (len(shapes) - 1) + [wl.out_dtype]
-    return [{"name": name, "shape": list(shape), "dtype": dtype}
-            for (name, shape), dtype in zip(shapes.items(), dtypes)]
+    dtypes = wl.buffer_dtypes()
+    return [{"name": name, "shape": list(shape), "dtype": dtypes[name]}
+            for name, shape in wl.buffer_shapes().items()]
 
 
 def _measured(record: dict | None, gpu: dict | None) -> str:
