@@ -3,9 +3,10 @@ mbarrier pair per stage, warp specialization and a persistent tile loop, wgmma a
 
 No s_tir schedule primitive produces TMA, mbarriers or a warp-specialized kernel, so v8 is a
 kernel template: `v8_kernel(wl, **knobs)` (the rung's `compute`) writes the whole kernel in TVM
-0.27's TIRx (`T.device_entry`, `T.cta_id`, `T.ptx`), with the workload's buffers A, B and C; the
-schedule function only refuses what the template cannot take. It is built with TVM's "tirx"
-pipeline (tuning/build.py tells such kernels by the TIRX_KERNEL attribute they carry).
+0.27's TIRx (`T.device_entry`, `T.cta_id`, `T.ptx`), with the workload's buffers A, B and C, and
+refuses what the template cannot take; the schedule function only checks the target's arch.
+It is built with TVM's "tirx" pipeline (tuning/build.py tells such kernels by the TIRX_KERNEL
+attribute they carry).
 
 Shared layout. A TMA box whose inner extent is 128 bytes, loaded with the 128-byte swizzle,
 lands as rows of 128 bytes with the 16-byte chunk c of row r at chunk c ^ (r % 8): v7's
@@ -352,5 +353,4 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
     wgmma / setmaxnreg calls, tensor maps encoded by the host (runtime.cuTensorMapEncodeTiled)
     and passed as __grid_constant__ CUtensorMap."""
-    require_sm("v8", 90, "TMA, mbarriers and wgmma (built for sm_90a)")
-    _refuse_unless_tma_can_take(wl, block_m, block_n, stages)
+    require_sm("v8", 90, "TMA, mbarriers and wgmma (built for sm_90a)")  # the rest: v8_kernel
