@@ -224,8 +224,8 @@ def _stage_in_shared(sch: Schedule, partial, step, threads: tuple[int, int], vec
     for name, vector in (("B", vector_bytes), ("B_scale", 1)):
         cooperative_fetch(sch, partial, _read_index(sch, partial, name), step, threads, vector)
     values = sch.get_sblock(X_VALUES)
+    sch.set_scope(values, 0, "shared")  # first: compute_at then covers the whole block's threads
     sch.compute_at(values, step)
-    sch.set_scope(values, 0, "shared")
     bind_threads(sch, sch.get_loops(values)[-1], threads)
     software_pipeline(sch, step, stages, computes=2, async_loads=True)  # the decode, the sum
 

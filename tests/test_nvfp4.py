@@ -11,6 +11,7 @@ import pytest
 import tvm
 
 import runner
+import schedules
 from schedules import Workload, WorkloadError, fp4
 from tests.test_nvfp4_measure import FINITE_SCALE_BYTES, expected_values
 from tuning import build
@@ -178,6 +179,20 @@ def test_staged_copies_codes_and_scales_and_decodes_x_in_shared_memory(compiled)
         assert f"{buffer} = T.alloc_shared(" in ir
     assert summary.syncthreads >= 2 and "cp_async" not in source
     assert "*(uint4*)(B_shared_ptr" in source  # 16-byte cooperative copies of the codes
+
+
+@pytest.mark.parametrize("name", ["staged", "pipelined"])
+def test_the_block_decodes_each_steps_x_once_and_whole(name):
+    """The decode of x into shared memory covers the block's whole K step (32 K threads x 32
+    values), shared out over all its threads, whichever K thread runs it. (Scheduled in the
+    wrong order, it covered one K thread's 32 values: the GPU summed garbage.)"""
+    mod = schedules.get(SEED.op, name).apply(SEED, build.cuda_target("sm_90"))
+    sch = tvm.s_tir.Schedule(mod)
+    loops = sch.get_loops(sch.get_sblock("x_value"))
+    step = next(i for i, loop in enumerate(loops) if sch.get(loop).kind == tvm.tirx.ForKind.SERIAL)
+    inner = [sch.get(loop) for loop in loops[step + 1:]]
+    assert np.prod([int(loop.extent) for loop in inner]) == 32 * 32
+    assert [loop.thread_binding.thread_tag for loop in inner if loop.thread_binding is not None] == ["threadIdx.y", "threadIdx.x"]
 
 
 def test_pipelined_double_buffers_the_copies_with_cp_async(compiled):
