@@ -40,6 +40,12 @@ HMUL2 = ("fp4_hmul2", "__forceinline__ __device__ unsigned fp4_hmul2(unsigned a,
 HALVES_SUM = ("fp4_halves_sum", "__forceinline__ __device__ float fp4_halves_sum(unsigned h) {\n"
               "  __half2 v = *reinterpret_cast<__half2*>(&h);\n"
               "  return __low2float(v) + __high2float(v);\n}\n")
+HALF = ("fp4_half", "__forceinline__ __device__ float fp4_half(unsigned h, int high) {\n"
+        "  __half2 v = *reinterpret_cast<__half2*>(&h);\n"
+        "  return high ? __high2float(v) : __low2float(v);\n}\n")
+E4M3X2 = ("fp4_e4m3x2", "__forceinline__ __device__ unsigned fp4_e4m3x2(unsigned short v) {\n"
+          "  unsigned d;\n  asm(\"cvt.rn.f16x2.e4m3x2 %0, %1;\" : \"=r\"(d) : \"h\"(v));\n"
+          "  return d;\n}\n")
 
 
 def _call(helper: tuple[str, str], *args, return_type: str = "uint32"):
@@ -49,28 +55,37 @@ def _call(helper: tuple[str, str], *args, return_type: str = "uint32"):
 
 
 def chunk_words(K: int) -> int:
-    """Words of codes a lane loads per row per step: 4 (16 bytes, 32 codes, two scale blocks)
+    """Words of codes a lane loads per row per chunk: 4 (16 bytes, 32 codes, two scale blocks)
     where rows are whole 16-byte vectors (K a multiple of 32), else 2 (8 bytes, one block)."""
     return 4 if K % 32 == 0 else 2
 
 
-def paired_gemv(wl: Workload, warps: int, rows: int):
+def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
     """y[l, n] = sum_k B[l, n, k] x[l, k] on nvfp4 codes and e4m3 scales (the workload's buffers),
     one CTA per `warps * rows` rows of one batch, each warp `rows` consecutive rows (the seed's
-    V5 layout), each lane a chunk of `chunk_words(K)` words of every row per step, the warp's
-    lanes side by side along K; a warp all-reduce (shuffles) ends each row."""
+    V5 layout), each lane `depth` chunks of `chunk_words(K)` words of every row per step, the
+    warp's lanes side by side along K; a warp all-reduce (shuffles) ends each row.
+
+    Each step first loads all its codes and scales (every row, every chunk: rows * depth
+    16-byte loads in flight per lane), then decodes and sums them: a GEMV is bound by how many
+    bytes are in flight, and a load issued after the previous row's arithmetic would wait a
+    whole memory latency per row. A chunk's scales (one per 16 codes) come as one 16-bit load
+    and one `cvt.rn.f16x2.e4m3x2`."""
     L, N, K = wl.dims.get("L", 1), wl.dims["N"], wl.dims["K"]
     out_dtype = wl.out_dtype
     b_shape, bs_shape, x_shape, xs_shape, y_shape = wl.buffer_shapes().values()
     words = chunk_words(K)
     chunk = words * WORD_CODES
     chunks = K // chunk  # per row
-    steps = -(-chunks // WARP)
+    steps = -(-chunks // (WARP * depth))
     blocks_per_chunk = chunk // fp4.BLOCK
     row_words, row_scales = K // WORD_CODES, K // fp4.BLOCK
     rows_per_cta = warps * rows
     ctas_per_batch = -(-N // rows_per_cta)
     codes, scale = fp4.CODE_BYTES, fp4.SCALE_DTYPE
+    # a chunk's scales as one load: 16 bits (two blocks), or 8 where a chunk is one block
+    scale_unit = "uint16" if blocks_per_chunk == 2 else "uint8"
+    row_units = row_scales // blocks_per_chunk
     u32 = lambda v: T.uint32(v)  # noqa: E731
 
     @T.prim_func
@@ -78,14 +93,14 @@ def paired_gemv(wl: Workload, warps: int, rows: int):
              x_scale_handle: T.handle, y_handle: T.handle):
         T.func_attr({TIRX_KERNEL: True})
         B = T.match_buffer(B_handle, b_shape, codes, align=16)
-        B_scale = T.match_buffer(B_scale_handle, bs_shape, scale)
+        B_scale = T.match_buffer(B_scale_handle, bs_shape, scale, align=2)
         x = T.match_buffer(x_handle, x_shape, codes, align=16)
-        x_scale = T.match_buffer(x_scale_handle, xs_shape, scale)
+        x_scale = T.match_buffer(x_scale_handle, xs_shape, scale, align=2)
         y = T.match_buffer(y_handle, y_shape, out_dtype)
         B_words = T.decl_buffer((L * N * row_words,), "uint32", data=B.data)
-        B_scales = T.decl_buffer((L * N * row_scales,), scale, data=B_scale.data)
+        B_scales = T.decl_buffer((L * N * row_units,), scale_unit, data=B_scale.data)
         x_words = T.decl_buffer((L * row_words,), "uint32", data=x.data)
-        x_scales = T.decl_buffer((L * row_scales,), scale, data=x_scale.data)
+        x_scales = T.decl_buffer((L * row_units,), scale_unit, data=x_scale.data)
         y_flat = T.decl_buffer((L * N,), out_dtype, data=y.data)
 
         T.device_entry()
@@ -96,37 +111,48 @@ def paired_gemv(wl: Workload, warps: int, rows: int):
         lane: T.let[T.int32] = tx % WARP
         first_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + warp * rows
         acc = T.alloc_local((rows,), "float32")
-        xw = T.alloc_local((words,), "uint32")
+        xw = T.alloc_local((depth * words,), "uint32")
+        xs = T.alloc_local((depth,), "uint16")  # the chunk's x scales, as loaded
         xh = T.alloc_local((words * PAIRS,), "uint32")
-        bw = T.alloc_local((words,), "uint32")
+        bw = T.alloc_local((rows * depth * words,), "uint32")
+        bs = T.alloc_local((rows * depth,), "uint16")  # the chunk's B scales, per row
         h = T.alloc_local((1,), "uint32")
         for r in T.unroll(rows):
             acc[r] = T.float32(0)
         for step in range(steps):
-            c: T.let[T.int32] = step * WARP + lane
-            if c < chunks:
-                # x: its chunk decoded once, to the codes' values (times 2^14 undone)
-                for i in T.vectorized(words):
-                    xw[i] = x_words[batch * row_words + c * words + i]
-                for i in T.unroll(words):
-                    for p in T.unroll(PAIRS):
-                        xh[i * PAIRS + p] = _call(HMUL2, fp4.pair_expr(xw[i], p),
-                                                  u32(fp4.UNIT_HALF2))
-                for r in T.unroll(rows):
-                    row: T.let[T.int32] = T.min(first_row + r, N - 1)
+            # every load of the step first
+            for u in T.unroll(depth):
+                c: T.let[T.int32] = (step * depth + u) * WARP + lane
+                if c < chunks:
                     for i in T.vectorized(words):
-                        bw[i] = B_words[(batch * N + row) * row_words + c * words + i]
-                    for blk in T.unroll(blocks_per_chunk):
-                        h[0] = u32(0)
-                        for i in T.unroll(2):
-                            for p in T.unroll(PAIRS):
-                                h[0] = _call(HFMA2, fp4.pair_expr(bw[blk * 2 + i], p),
-                                             xh[(blk * 2 + i) * PAIRS + p], h[0])
-                        s: T.let[T.int32] = c * blocks_per_chunk + blk
-                        acc[r] = acc[r] + _call(HALVES_SUM, h[0], return_type="float") * (
-                            T.Cast("float32", B_scales[(batch * N + row) * row_scales + s])
-                            * T.Cast("float32", x_scales[batch * row_scales + s])
-                            * T.float32(1 / fp4.UNIT))
+                        xw[u * words + i] = x_words[batch * row_words + c * words + i]
+                    xs[u] = T.Cast("uint16", x_scales[batch * row_units + c])
+                    for r in T.unroll(rows):
+                        row: T.let[T.int32] = (batch * N + T.min(first_row + r, N - 1))
+                        for i in T.vectorized(words):
+                            bw[(r * depth + u) * words + i] = B_words[row * row_words + c * words + i]
+                        bs[r * depth + u] = T.Cast("uint16", B_scales[row * row_units + c])
+            # then the arithmetic (no conversion waits on a load before the last is issued):
+            # x's chunk decoded once (times 2^14 undone), then every row
+            for u in T.unroll(depth):
+                if (step * depth + u) * WARP + lane < chunks:
+                    x_scale_pair: T.let[T.uint32] = _call(E4M3X2, xs[u])
+                    for i in T.unroll(words):
+                        for p in T.unroll(PAIRS):
+                            xh[i * PAIRS + p] = _call(HMUL2, fp4.pair_expr(xw[u * words + i], p),
+                                                      u32(fp4.UNIT_HALF2))
+                    for r in T.unroll(rows):
+                        scale_pair: T.let[T.uint32] = _call(E4M3X2, bs[r * depth + u])
+                        for blk in T.unroll(blocks_per_chunk):
+                            h[0] = u32(0)
+                            for i in T.unroll(2):
+                                for p in T.unroll(PAIRS):
+                                    h[0] = _call(HFMA2, fp4.pair_expr(bw[(r * depth + u) * words + blk * 2 + i], p),
+                                                 xh[(blk * 2 + i) * PAIRS + p], h[0])
+                            acc[r] = acc[r] + _call(HALVES_SUM, h[0], return_type="float") * (
+                                _call(HALF, scale_pair, blk, return_type="float")
+                                * _call(HALF, x_scale_pair, blk, return_type="float")
+                                * T.float32(1 / fp4.UNIT))
         for r in T.unroll(rows):
             total: T.let[T.float32] = T.cuda.warp_reduce(acc[r], "sum")
             if lane == 0:
@@ -143,30 +169,31 @@ def _refuse_too_many_threads(warps: int) -> None:
                                     "threads per block; CUDA allows 1024")
 
 
-def bitdecode_kernel(wl: Workload, warps: int, rows: int):
+def bitdecode_kernel(wl: Workload, warps: int, rows: int, depth: int):
     """The rung's PrimFunc: `paired_gemv` for the workload and knobs."""
     _refuse_too_many_threads(warps)
-    return paired_gemv(wl, warps, rows)
+    return paired_gemv(wl, warps, rows, depth)
 
 
-BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8]}
+BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8], "depth": [1, 2]}
 
 
 @schedule("gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
           dtypes=(fp4.NAME,))
 @schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
           dtypes=(fp4.NAME,))
-def bitdecode(sch: Schedule, wl: Workload, warps: int = 4, rows: int = 2) -> None:
+def bitdecode(sch: Schedule, wl: Workload, warps: int = 4, rows: int = 2, depth: int = 1) -> None:
     """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
     per 32-bit register, and multiplied with f16x2 FMAs (sm_90 has no e2m1 conversion).
 
-    Each lane loads 16 bytes of a row (32 codes), splits each word into four f16x2 pairs with
-    two shifts and two masks (schedules/fp4.py), and sums a 16-element block with eight
-    `fma.rn.f16x2` against x's pairs, decoded once per step for the warp's `rows` consecutive
-    rows (V4/V5); the block's sum then takes both e4m3 scales in float32. A TIRx kernel
-    (schedules/nvfp4.py).
+    Each step, a lane first loads `depth` chunks of 16 bytes (32 codes) of each of the warp's
+    `rows` consecutive rows (V4/V5) with their scales, so that they are all in flight at once;
+    then it splits each word into four f16x2 pairs with two shifts and two masks
+    (schedules/fp4.py) and sums a 16-element block with eight `fma.rn.f16x2` against x's pairs,
+    decoded once per chunk for all the rows; the block's sum then takes both e4m3 scales in
+    float32. A TIRx kernel (schedules/nvfp4.py).
 
-    IR: a TIRx PrimFunc: uint4 loads of B's words, shift/and/or on uint32, fp4_hfma2 and
-    fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`), float8_e4m3 casts, a warp
-    all-reduce per row."""
-    require_sm("bitdecode", 80, "f16x2 FMAs and e4m3 conversions")  # the knobs: bitdecode_kernel
+    IR: a TIRx PrimFunc: uint4 loads of B's words, all of a step's before its arithmetic;
+    shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`),
+    16-bit scale loads converted by `cvt.rn.f16x2.e4m3x2`, a warp all-reduce per row."""
+    require_sm("bitdecode", 89, "cvt.rn.f16x2.e4m3x2")  # the knobs: bitdecode_kernel

@@ -42,11 +42,11 @@ for part in "$@"; do
   case "$part" in
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.log" ;;
     nvfp4)
-      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k nvfp4 2>&1 \
+      python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k nvfp4 2>&1 \
         | tee "$out/pytest-gpu-nvfp4.log"
       for preset in ${NVFP4_PRESETS:-bgemv-l1 bgemv-l8 bgemv-l4}; do
         python3 runner.py --preset "$preset" --dtype nvfp4 --tune autotvm:bitdecode --tuner grid \
-          --trials 12 --no-ir --records "$out/autotvm-nvfp4.jsonl" --results "$out/nvfp4-search.jsonl"
+          --trials 24 --no-ir --records "$out/autotvm-nvfp4.jsonl" --results "$out/nvfp4-search.jsonl"
         python3 runner.py --preset "$preset" --dtype nvfp4 --schedule all --no-ir \
           --records "$out/autotvm-nvfp4.jsonl" --results "$out/nvfp4.jsonl"
       done 2>&1 | tee "$out/nvfp4.log" ;;

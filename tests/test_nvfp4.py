@@ -156,6 +156,9 @@ def test_bitdecode_is_shifts_masks_and_f16x2_fmas(compiled):
     assert str(fp4.HALF_MAGNITUDES) in source and str(fp4.HALF_SIGNS) in source
     assert "__nv_cvt_fp4" not in source and "cuda_fp4" not in source  # no conversion library
     assert "tvm_builtin_cuda_warp_reduce_sum_32" in source
+    kernel = source.split("main_kernel(")[-1]
+    assert kernel.rindex("*(uint4*)(bw_ptr") < kernel.index("fp4_hfma2(")  # every load, then math
+    assert "cvt.rn.f16x2.e4m3x2" in source and "ushort* __restrict__ B_scales" in source  # in pairs
 
 
 def test_bitdecode_loads_8_byte_rows_where_k_is_an_odd_number_of_blocks(compiled):
