@@ -30,6 +30,7 @@ from .workloads import Workload
 WORD_CODES = 8  # codes in one 32-bit word
 WARP = 32
 PAIRS = 4  # f16x2 registers per word of codes
+SLAB_CHUNKS = 512  # chunks of x decoded into shared memory at a time (32 KB of f16x2 at most)
 
 HFMA2 = ("fp4_hfma2", "__forceinline__ __device__ unsigned fp4_hfma2(unsigned a, unsigned b, "
          "unsigned c) {\n  unsigned d;\n  asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(d) : "
@@ -66,6 +67,10 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
     V5 layout), each lane `depth` chunks of `chunk_words(K)` words of every row per step, the
     warp's lanes side by side along K; a warp all-reduce (shuffles) ends each row.
 
+    x is decoded once per CTA (the seed's V6_2_1), a slab of at most SLAB_CHUNKS chunks at a
+    time, into shared memory: its f16x2 pairs (times 2^14 undone), laid out so that the lanes'
+    16-byte reads of one chunk each fall in distinct banks, and each block's scale as a float
+    times 2^14. The warps then spend their integer pipe on B alone.
     Each step first loads all its codes and scales (every row, every chunk: rows * depth
     16-byte loads in flight per lane), then decodes and sums them: a GEMV is bound by how many
     bytes are in flight, and a load issued after the previous row's arithmetic would wait a
@@ -77,8 +82,12 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
     words = chunk_words(K)
     chunk = words * WORD_CODES
     chunks = K // chunk  # per row
-    steps = -(-chunks // (WARP * depth))
     blocks_per_chunk = chunk // fp4.BLOCK
+    pairs = words * PAIRS  # f16x2 registers per chunk
+    slab = min(chunks, SLAB_CHUNKS)  # chunks of x in shared memory at a time
+    slabs = -(-chunks // slab)
+    steps = -(-slab // (WARP * depth))  # per slab
+    threads = warps * WARP
     row_words, row_scales = K // WORD_CODES, K // fp4.BLOCK
     rows_per_cta = warps * rows
     ctas_per_batch = -(-N // rows_per_cta)
@@ -95,64 +104,81 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
         B = T.match_buffer(B_handle, b_shape, codes, align=16)
         B_scale = T.match_buffer(B_scale_handle, bs_shape, scale, align=2)
         x = T.match_buffer(x_handle, x_shape, codes, align=16)
-        x_scale = T.match_buffer(x_scale_handle, xs_shape, scale, align=2)
+        x_scale = T.match_buffer(x_scale_handle, xs_shape, scale)
         y = T.match_buffer(y_handle, y_shape, out_dtype)
         B_words = T.decl_buffer((L * N * row_words,), "uint32", data=B.data)
         B_scales = T.decl_buffer((L * N * row_units,), scale_unit, data=B_scale.data)
         x_words = T.decl_buffer((L * row_words,), "uint32", data=x.data)
-        x_scales = T.decl_buffer((L * row_units,), scale_unit, data=x_scale.data)
+        x_scales = T.decl_buffer((L * row_scales,), scale, data=x_scale.data)
         y_flat = T.decl_buffer((L * N,), out_dtype, data=y.data)
 
         T.device_entry()
         cta = T.cta_id([L * ctas_per_batch])
-        tx = T.thread_id([warps * WARP])
+        tx = T.thread_id([threads])
+        # x's slab: pair j of chunk c at (j // 4 * slab + c) * 4 + j % 4; block b's scale at
+        # b * slab + c
+        x_pairs = T.alloc_buffer((pairs * slab,), "uint32", scope="shared", align=16)
+        x_block_scales = T.alloc_buffer((blocks_per_chunk * slab,), "float32", scope="shared")
         batch: T.let[T.int32] = cta // ctas_per_batch
         warp: T.let[T.int32] = tx // WARP
         lane: T.let[T.int32] = tx % WARP
         first_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + warp * rows
         acc = T.alloc_local((rows,), "float32")
-        xw = T.alloc_local((depth * words,), "uint32")
-        xs = T.alloc_local((depth,), "uint16")  # the chunk's x scales, as loaded
-        xh = T.alloc_local((words * PAIRS,), "uint32")
+        xh = T.alloc_local((pairs,), "uint32")
         bw = T.alloc_local((rows * depth * words,), "uint32")
         bs = T.alloc_local((rows * depth,), "uint16")  # the chunk's B scales, per row
         h = T.alloc_local((1,), "uint32")
         for r in T.unroll(rows):
             acc[r] = T.float32(0)
-        for step in range(steps):
-            # every load of the step first
-            for u in T.unroll(depth):
-                c: T.let[T.int32] = (step * depth + u) * WARP + lane
-                if c < chunks:
-                    for i in T.vectorized(words):
-                        xw[u * words + i] = x_words[batch * row_words + c * words + i]
-                    xs[u] = T.Cast("uint16", x_scales[batch * row_units + c])
-                    for r in T.unroll(rows):
-                        row: T.let[T.int32] = (batch * N + T.min(first_row + r, N - 1))
-                        for i in T.vectorized(words):
-                            bw[(r * depth + u) * words + i] = B_words[row * row_words + c * words + i]
-                        bs[r * depth + u] = T.Cast("uint16", B_scales[row * row_units + c])
-            # then the arithmetic (no conversion waits on a load before the last is issued):
-            # x's chunk decoded once (times 2^14 undone), then every row
-            for u in T.unroll(depth):
-                if (step * depth + u) * WARP + lane < chunks:
-                    x_scale_pair: T.let[T.uint32] = _call(E4M3X2, xs[u])
-                    for i in T.unroll(words):
-                        for p in T.unroll(PAIRS):
-                            xh[i * PAIRS + p] = _call(HMUL2, fp4.pair_expr(xw[u * words + i], p),
-                                                      u32(fp4.UNIT_HALF2))
-                    for r in T.unroll(rows):
-                        scale_pair: T.let[T.uint32] = _call(E4M3X2, bs[r * depth + u])
-                        for blk in T.unroll(blocks_per_chunk):
-                            h[0] = u32(0)
-                            for i in T.unroll(2):
-                                for p in T.unroll(PAIRS):
-                                    h[0] = _call(HFMA2, fp4.pair_expr(bw[(r * depth + u) * words + blk * 2 + i], p),
-                                                 xh[(blk * 2 + i) * PAIRS + p], h[0])
-                            acc[r] = acc[r] + _call(HALVES_SUM, h[0], return_type="float") * (
-                                _call(HALF, scale_pair, blk, return_type="float")
-                                * _call(HALF, x_scale_pair, blk, return_type="float")
-                                * T.float32(1 / fp4.UNIT))
+        for part in range(slabs):
+            if slabs > 1:
+                T.tvm_storage_sync("shared")  # the previous slab's readers are done
+            # x's slab decoded by the whole CTA: a word (8 codes, 4 pairs) per thread at a time
+            for w in range(-(-slab * words // threads)):
+                word: T.let[T.int32] = w * threads + tx
+                c_word: T.let[T.int32] = part * slab + word // words
+                if word < slab * words and c_word < chunks:
+                    xw: T.let[T.uint32] = x_words[batch * row_words + part * slab * words + word]
+                    for p in T.unroll(PAIRS):
+                        j: T.let[T.int32] = word % words * PAIRS + p
+                        x_pairs[(j // 4 * slab + word // words) * 4 + j % 4] = _call(
+                            HMUL2, fp4.pair_expr(xw, p), u32(fp4.UNIT_HALF2))
+            for b in range(-(-slab * blocks_per_chunk // threads)):
+                block: T.let[T.int32] = b * threads + tx
+                if block < slab * blocks_per_chunk and part * slab * blocks_per_chunk + block < row_scales:
+                    x_block_scales[block % blocks_per_chunk * slab + block // blocks_per_chunk] = (
+                        T.Cast("float32", x_scales[batch * row_scales + part * slab * blocks_per_chunk + block])
+                        * T.float32(1 / fp4.UNIT))
+            T.tvm_storage_sync("shared")
+            for step in range(steps):
+                # every load of the step first
+                for u in T.unroll(depth):
+                    local: T.let[T.int32] = (step * depth + u) * WARP + lane
+                    c: T.let[T.int32] = part * slab + local
+                    if local < slab and c < chunks:
+                        for r in T.unroll(rows):
+                            row: T.let[T.int32] = (batch * N + T.min(first_row + r, N - 1))
+                            for i in T.vectorized(words):
+                                bw[(r * depth + u) * words + i] = B_words[row * row_words + c * words + i]
+                            bs[r * depth + u] = T.Cast("uint16", B_scales[row * row_units + c])
+                # then the arithmetic (no conversion waits on a load before the last is issued)
+                for u in T.unroll(depth):
+                    local: T.let[T.int32] = (step * depth + u) * WARP + lane
+                    if local < slab and part * slab + local < chunks:
+                        for q in T.unroll(pairs // 4):
+                            for i in T.vectorized(4):
+                                xh[q * 4 + i] = x_pairs[(q * slab + local) * 4 + i]
+                        for r in T.unroll(rows):
+                            scale_pair: T.let[T.uint32] = _call(E4M3X2, bs[r * depth + u])
+                            for blk in T.unroll(blocks_per_chunk):
+                                h[0] = u32(0)
+                                for i in T.unroll(2):
+                                    for p in T.unroll(PAIRS):
+                                        h[0] = _call(HFMA2, fp4.pair_expr(bw[(r * depth + u) * words + blk * 2 + i], p),
+                                                     xh[(blk * 2 + i) * PAIRS + p], h[0])
+                                acc[r] = acc[r] + _call(HALVES_SUM, h[0], return_type="float") * (
+                                    _call(HALF, scale_pair, blk, return_type="float")
+                                    * x_block_scales[blk * slab + local])
         for r in T.unroll(rows):
             total: T.let[T.float32] = T.cuda.warp_reduce(acc[r], "sum")
             if lane == 0:
