@@ -208,7 +208,7 @@ BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8], "depth": [1, 2]}
           dtypes=(fp4.NAME,))
 @schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
           dtypes=(fp4.NAME,))
-def bitdecode(sch: Schedule, wl: Workload, warps: int = 4, rows: int = 2, depth: int = 1) -> None:
+def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 2, depth: int = 2) -> None:
     """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
     per 32-bit register, and multiplied with f16x2 FMAs (sm_90 has no e2m1 conversion).
 

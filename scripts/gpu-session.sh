@@ -25,8 +25,8 @@
 #   bash scripts/gpu-session.sh export       # the export tests (pytest -m gpu tests/test_export.py)
 #                                            # and the README's nn.Linear example, measured into
 #                                            # $out/h100-export.md and .json
-#   bash scripts/gpu-session.sh nvfp4        # the nvfp4 GPU tier, bitdecode's grid search and the
-#                                            # ladder + baselines on the batched seed's shapes
+#   bash scripts/gpu-session.sh nvfp4        # the nvfp4 GPU tier, bitdecode's grid search (resumed
+#                                            # from reports/tuning/) and the ladder + baselines on the batched seed's shapes
 #                                            # ($NVFP4_PRESETS: bgemv-l1 bgemv-l8 bgemv-l4)
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
 #                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
@@ -46,9 +46,9 @@ for part in "$@"; do
         | tee "$out/pytest-gpu-nvfp4.log"
       for preset in ${NVFP4_PRESETS:-bgemv-l1 bgemv-l8 bgemv-l4}; do
         python3 runner.py --preset "$preset" --dtype nvfp4 --tune autotvm:bitdecode --tuner grid \
-          --trials 24 --no-ir --records "$out/autotvm-nvfp4.jsonl" --results "$out/nvfp4-search.jsonl"
+          --trials 24 --no-ir --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4-search.jsonl"
         python3 runner.py --preset "$preset" --dtype nvfp4 --schedule all --no-ir \
-          --records "$out/autotvm-nvfp4.jsonl" --results "$out/nvfp4.jsonl"
+          --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4.jsonl"
       done 2>&1 | tee "$out/nvfp4.log" ;;
     gemm-seed)
       python3 runner.py --schedule all --no-ir --results "$out/gemm-seed.jsonl" 2>&1 | tee "$out/gemm-seed.log" ;;
