@@ -216,11 +216,12 @@ def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 2, depth:
     `rows` consecutive rows (V4/V5) with their scales, so that they are all in flight at once;
     then it splits each word into four f16x2 pairs with two shifts and two masks
     (schedules/fp4.py) and sums a 16-element block with eight `fma.rn.f16x2` against x's pairs,
-    decoded once per chunk for all the rows; the block's sum then takes both e4m3 scales in
+    decoded once per CTA into shared memory (V6_2_1); the block's sum then takes both e4m3 scales in
     float32. A TIRx kernel (schedules/nvfp4.py). The defaults (8 warps, 2 rows, depth 2) are the
     H100 grid's best on two of the seed's shapes and within 6% on the third.
 
     IR: a TIRx PrimFunc: uint4 loads of B's words, all of a step's before its arithmetic;
     shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`),
-    16-bit scale loads converted by `cvt.rn.f16x2.e4m3x2`, a warp all-reduce per row."""
+    16-bit scale loads converted by `cvt.rn.f16x2.e4m3x2`; x's pairs in shared memory behind one
+    __syncthreads per slab; a warp all-reduce per row."""
     require_sm("bitdecode", 89, "cvt.rn.f16x2.e4m3x2")  # the knobs: bitdecode_kernel
