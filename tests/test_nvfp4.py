@@ -151,7 +151,7 @@ def test_multirow_decodes_x_once_per_step_for_all_its_rows(compiled):
 def test_bitdecode_is_shifts_masks_and_f16x2_fmas(compiled):
     ir, source, summary = compiled("bitdecode", SEED)
     K = SEED.dims["K"]
-    assert summary.block == {"threadIdx.x": 128}
+    assert summary.block == {"threadIdx.x": 8 * 32}  # the default 8 warps
     assert summary.shared_bytes == K * 2 + K // 16 * 4 and summary.syncthreads == 1  # x decoded, once
     assert source.count("fp4_hfma2(") >= 2 * 8 * 2 and "fma.rn.f16x2" in source  # 2 rows, 2 blocks
     assert "*(uint4*)(bw_ptr" in source and "*(uint4*)(xh_ptr + 0) = *(uint4*)(x_pairs" in source
@@ -170,12 +170,13 @@ def test_bitdecode_loads_8_byte_rows_where_k_is_an_odd_number_of_blocks(compiled
 
 @needs_nvcc
 def test_bitdecode_has_no_branches_in_its_decode(compiled):
-    """The decode is branch-free: the only conditional code left is the K tail and the store."""
+    """The decode is branch-free: the only conditional code left guards x's slab and the stores
+    of the two rows."""
     _, source, _ = compiled("bitdecode", SEED)
     resources = build.nvcc_resources(source, "sm_90")
     assert resources and all(r.get("spill_stores", 0) == 0 for r in resources.values())
     kernel = source.split("main_kernel(")[-1]
-    assert kernel.count("if (") <= 2
+    assert kernel.count("if (") <= 3
 
 
 def test_staged_copies_codes_and_scales_and_decodes_x_in_shared_memory(compiled):
