@@ -163,6 +163,16 @@ def test_bitdecode_is_shifts_masks_and_f16x2_fmas(compiled):
     assert "cvt.rn.f16x2.e4m3x2" in source and "ushort* __restrict__ B_scales" in source  # in pairs
 
 
+def test_bitdecode_decodes_a_long_x_in_slabs(compiled):
+    """K beyond one slab of x (512 chunks of 32 codes): the same shared buffers, filled twice,
+    with a barrier before each refill and after each fill."""
+    from schedules.nvfp4 import SLAB_CHUNKS
+
+    _, _, summary = compiled("bitdecode", Workload("gemv", (37, SLAB_CHUNKS * 32 + 40 * 32), "nvfp4"))
+    assert summary.shared_bytes == SLAB_CHUNKS * 32 * 2 + SLAB_CHUNKS * 2 * 4
+    assert summary.syncthreads == 2
+
+
 def test_bitdecode_loads_8_byte_rows_where_k_is_an_odd_number_of_blocks(compiled):
     _, source, _ = compiled("bitdecode", RAGGED)
     assert "*(uint2*)(bw_ptr" in source and "*(uint4*)(bw_ptr" not in source
