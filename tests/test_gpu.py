@@ -187,7 +187,7 @@ def test_nvfp4_knobs_are_correct(wl, name, knobs, target):
     """bitdecode's warps, rows and depth and pipelined's deeper ring, away from their defaults: rows
     that overhang M, K that is not whole 16-byte words per lane, x in two slabs of shared memory
     (the second one short; 16- and 8-byte chunks), two calls into one output."""
-    check_module(wl, schedules.get("batched_gemv", name).apply(wl, target, **knobs), target, 11, calls=2)
+    check_module(wl, schedules.get(wl.op, name).apply(wl, target, **knobs), target, 11, calls=2)
 
 
 def test_metaschedule_split_k_candidates_are_correct(target):
