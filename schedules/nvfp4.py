@@ -71,11 +71,12 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
     time, into shared memory: its f16x2 pairs (times 2^14 undone), laid out so that the lanes'
     16-byte reads of one chunk each fall in distinct banks, and each block's scale as a float
     times 2^14. The warps then spend their integer pipe on B alone.
-    Each step first loads all its codes and scales (every row, every chunk: rows * depth
-    16-byte loads in flight per lane), then decodes and sums them: a GEMV is bound by how many
-    bytes are in flight, and a load issued after the previous row's arithmetic would wait a
-    whole memory latency per row. A chunk's scales (one per 16 codes) come as one 16-bit load
-    and one `cvt.rn.f16x2.e4m3x2`."""
+    Loads run a step ahead of the arithmetic, in two register buffers: step g + 1's codes and
+    scales (every row, every chunk: rows * depth 16-byte loads per lane) are issued before step
+    g is decoded and summed, and step 0's before x's decode. A GEMV is bound by how many bytes
+    are in flight, and a warp whose loads waited for its own arithmetic would leave the memory
+    idle for a whole latency per step. A chunk's scales (one per 16 codes) come as one 16-bit
+    load and one `cvt.rn.f16x2.e4m3x2`."""
     L, N, K = wl.dims.get("L", 1), wl.dims["N"], wl.dims["K"]
     out_dtype = wl.out_dtype
     b_shape, bs_shape, x_shape, xs_shape, y_shape = wl.buffer_shapes().values()
@@ -96,6 +97,66 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
     scale_unit = "uint16" if blocks_per_chunk == 2 else "uint8"
     row_units = row_scales // blocks_per_chunk
     u32 = lambda v: T.uint32(v)  # noqa: E731
+    total_steps = slabs * steps
+    in_flight = rows * depth  # chunks of B per lane per step, per register buffer
+
+    @T.inline
+    def load_step(bw, bs, B_words, B_scales, batch, first_row, lane, g, buf):
+        """Step g's codes and scales of every row and chunk into register buffer `buf`."""
+        for u in T.unroll(depth):
+            local: T.let[T.int32] = (g % steps * depth + u) * WARP + lane
+            c: T.let[T.int32] = g // steps * slab + local
+            if local < slab and c < chunks:
+                for r in T.unroll(rows):
+                    row: T.let[T.int32] = batch * N + T.min(first_row + r, N - 1)
+                    at: T.let[T.int32] = buf * in_flight + r * depth + u
+                    for i in T.vectorized(words):
+                        bw[at * words + i] = B_words[row * row_words + c * words + i]
+                    bs[at] = T.Cast("uint16", B_scales[row * row_units + c])
+
+    @T.inline
+    def decode_x(x_pairs, x_block_scales, x_words, x_scales, batch, tx, part):
+        """x's slab `part`, decoded by the whole CTA: a word (8 codes, 4 pairs) per thread at a
+        time; pair j of chunk c at (j // 4 * slab + c) * 4 + j % 4, block b's scale (times
+        2^14) at b * slab + c."""
+        for w in T.unroll(-(-slab * words // threads)):  # every load issued before the decode
+            word: T.let[T.int32] = w * threads + tx
+            if word < slab * words and part * slab + word // words < chunks:
+                xw: T.let[T.uint32] = x_words[batch * row_words + part * slab * words + word]
+                for p in T.unroll(PAIRS):
+                    j: T.let[T.int32] = word % words * PAIRS + p
+                    x_pairs[(j // 4 * slab + word // words) * 4 + j % 4] = _call(
+                        HMUL2, fp4.pair_expr(xw, p), u32(fp4.UNIT_HALF2))
+        for b in range(-(-slab * blocks_per_chunk // threads)):
+            block: T.let[T.int32] = b * threads + tx
+            first: T.let[T.int32] = part * slab * blocks_per_chunk
+            if block < slab * blocks_per_chunk and first + block < row_scales:
+                x_block_scales[block % blocks_per_chunk * slab + block // blocks_per_chunk] = (
+                    T.Cast("float32", x_scales[batch * row_scales + first + block])
+                    * T.float32(1 / fp4.UNIT))
+
+    @T.inline
+    def compute_step(acc, xh, h, bw, bs, x_pairs, x_block_scales, lane, g, buf):
+        """Step g from register buffer `buf`: per chunk, x's pairs from shared memory, then
+        each row's codes decoded and summed a block at a time, the block's sum scaled."""
+        for u in T.unroll(depth):
+            local: T.let[T.int32] = (g % steps * depth + u) * WARP + lane
+            if local < slab and g // steps * slab + local < chunks:
+                for q in T.unroll(pairs // 4):
+                    for i in T.vectorized(4):
+                        xh[q * 4 + i] = x_pairs[(q * slab + local) * 4 + i]
+                for r in T.unroll(rows):
+                    at: T.let[T.int32] = buf * in_flight + r * depth + u
+                    scale_pair: T.let[T.uint32] = _call(E4M3X2, bs[at])
+                    for blk in T.unroll(blocks_per_chunk):
+                        h[0] = u32(0)
+                        for i in T.unroll(2):
+                            for p in T.unroll(PAIRS):
+                                h[0] = _call(HFMA2, fp4.pair_expr(bw[at * words + blk * 2 + i], p),
+                                             xh[(blk * 2 + i) * PAIRS + p], h[0])
+                        acc[r] = acc[r] + _call(HALVES_SUM, h[0], return_type="float") * (
+                            _call(HALF, scale_pair, blk, return_type="float")
+                            * x_block_scales[blk * slab + local])
 
     @T.prim_func
     def main(B_handle: T.handle, B_scale_handle: T.handle, x_handle: T.handle,
@@ -115,8 +176,6 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
         T.device_entry()
         cta = T.cta_id([L * ctas_per_batch])
         tx = T.thread_id([threads])
-        # x's slab: pair j of chunk c at (j // 4 * slab + c) * 4 + j % 4; block b's scale at
-        # b * slab + c
         x_pairs = T.alloc_buffer((pairs * slab,), "uint32", scope="shared", align=16)
         x_block_scales = T.alloc_buffer((blocks_per_chunk * slab,), "float32", scope="shared")
         batch: T.let[T.int32] = cta // ctas_per_batch
@@ -125,60 +184,24 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
         first_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + warp * rows
         acc = T.alloc_local((rows,), "float32")
         xh = T.alloc_local((pairs,), "uint32")
-        bw = T.alloc_local((rows * depth * words,), "uint32")
-        bs = T.alloc_local((rows * depth,), "uint16")  # the chunk's B scales, per row
+        bw = T.alloc_local((2 * in_flight * words,), "uint32")  # two steps' codes
+        bs = T.alloc_local((2 * in_flight,), "uint16")  # and their scales
         h = T.alloc_local((1,), "uint32")
         for r in T.unroll(rows):
             acc[r] = T.float32(0)
-        for part in range(slabs):
-            if slabs > 1:
-                T.tvm_storage_sync("shared")  # the previous slab's readers are done
-            # x's slab decoded by the whole CTA: a word (8 codes, 4 pairs) per thread at a time
-            for w in range(-(-slab * words // threads)):
-                word: T.let[T.int32] = w * threads + tx
-                c_word: T.let[T.int32] = part * slab + word // words
-                if word < slab * words and c_word < chunks:
-                    xw: T.let[T.uint32] = x_words[batch * row_words + part * slab * words + word]
-                    for p in T.unroll(PAIRS):
-                        j: T.let[T.int32] = word % words * PAIRS + p
-                        x_pairs[(j // 4 * slab + word // words) * 4 + j % 4] = _call(
-                            HMUL2, fp4.pair_expr(xw, p), u32(fp4.UNIT_HALF2))
-            for b in range(-(-slab * blocks_per_chunk // threads)):
-                block: T.let[T.int32] = b * threads + tx
-                if block < slab * blocks_per_chunk and part * slab * blocks_per_chunk + block < row_scales:
-                    x_block_scales[block % blocks_per_chunk * slab + block // blocks_per_chunk] = (
-                        T.Cast("float32", x_scales[batch * row_scales + part * slab * blocks_per_chunk + block])
-                        * T.float32(1 / fp4.UNIT))
-            T.tvm_storage_sync("shared")
-            for step in range(steps):
-                # every load of the step first
-                for u in T.unroll(depth):
-                    local: T.let[T.int32] = (step * depth + u) * WARP + lane
-                    c: T.let[T.int32] = part * slab + local
-                    if local < slab and c < chunks:
-                        for r in T.unroll(rows):
-                            row: T.let[T.int32] = (batch * N + T.min(first_row + r, N - 1))
-                            for i in T.vectorized(words):
-                                bw[(r * depth + u) * words + i] = B_words[row * row_words + c * words + i]
-                            bs[r * depth + u] = T.Cast("uint16", B_scales[row * row_units + c])
-                # then the arithmetic (no conversion waits on a load before the last is issued)
-                for u in T.unroll(depth):
-                    local: T.let[T.int32] = (step * depth + u) * WARP + lane
-                    if local < slab and part * slab + local < chunks:
-                        for q in T.unroll(pairs // 4):
-                            for i in T.vectorized(4):
-                                xh[q * 4 + i] = x_pairs[(q * slab + local) * 4 + i]
-                        for r in T.unroll(rows):
-                            scale_pair: T.let[T.uint32] = _call(E4M3X2, bs[r * depth + u])
-                            for blk in T.unroll(blocks_per_chunk):
-                                h[0] = u32(0)
-                                for i in T.unroll(2):
-                                    for p in T.unroll(PAIRS):
-                                        h[0] = _call(HFMA2, fp4.pair_expr(bw[(r * depth + u) * words + blk * 2 + i], p),
-                                                     xh[(blk * 2 + i) * PAIRS + p], h[0])
-                                acc[r] = acc[r] + _call(HALVES_SUM, h[0], return_type="float") * (
-                                    _call(HALF, scale_pair, blk, return_type="float")
-                                    * x_block_scales[blk * slab + local])
+        load_step(bw, bs, B_words, B_scales, batch, first_row, lane, 0, 0)
+        for pair_of_steps in range(-(-total_steps // 2)):
+            for buf in T.unroll(2):
+                g: T.let[T.int32] = pair_of_steps * 2 + buf
+                if g < total_steps:
+                    if g + 1 < total_steps:  # the next step's loads fly during this one
+                        load_step(bw, bs, B_words, B_scales, batch, first_row, lane, g + 1, 1 - buf)
+                    if g % steps == 0:  # a new slab of x
+                        if g > 0:
+                            T.tvm_storage_sync("shared")  # the previous slab's readers are done
+                        decode_x(x_pairs, x_block_scales, x_words, x_scales, batch, tx, g // steps)
+                        T.tvm_storage_sync("shared")
+                    compute_step(acc, xh, h, bw, bs, x_pairs, x_block_scales, lane, g, buf)
         for r in T.unroll(rows):
             total: T.let[T.float32] = T.cuda.warp_reduce(acc[r], "sum")
             if lane == 0:
@@ -212,15 +235,16 @@ def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 2, depth:
     """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
     per 32-bit register, and multiplied with f16x2 FMAs (sm_90 has no e2m1 conversion).
 
-    Each step, a lane first loads `depth` chunks of 16 bytes (32 codes) of each of the warp's
-    `rows` consecutive rows (V4/V5) with their scales, so that they are all in flight at once;
-    then it splits each word into four f16x2 pairs with two shifts and two masks
+    Each step, a lane loads `depth` chunks of 16 bytes (32 codes) of each of the warp's `rows`
+    consecutive rows (V4/V5) with their scales, a step ahead of its arithmetic (V7's double
+    buffering, in registers); then it splits each word into four f16x2 pairs with two shifts and two masks
     (schedules/fp4.py) and sums a 16-element block with eight `fma.rn.f16x2` against x's pairs,
     decoded once per CTA into shared memory (V6_2_1); the block's sum then takes both e4m3 scales in
     float32. A TIRx kernel (schedules/nvfp4.py). The defaults (8 warps, 2 rows, depth 2) are the
     H100 grid's best on two of the seed's shapes and within 6% on the third.
 
-    IR: a TIRx PrimFunc: uint4 loads of B's words, all of a step's before its arithmetic;
+    IR: a TIRx PrimFunc: uint4 loads of B's words into two register buffers, the next step's
+    before this one's arithmetic;
     shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`),
     16-bit scale loads converted by `cvt.rn.f16x2.e4m3x2`; x's pairs in shared memory behind one
     __syncthreads per slab; a warp all-reduce per row."""

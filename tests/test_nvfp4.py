@@ -163,6 +163,16 @@ def test_bitdecode_is_shifts_masks_and_f16x2_fmas(compiled):
     assert "cvt.rn.f16x2.e4m3x2" in source and "ushort* __restrict__ B_scales" in source  # in pairs
 
 
+def test_bitdecode_loads_the_next_step_before_this_ones_arithmetic(compiled):
+    """Two register buffers: the loop issues step g + 1's loads (buffer 1: words 16 on, with the
+    default 2 rows and depth 2) before step g's FMAs, and step 0's come before x's decode."""
+    _, source, _ = compiled("bitdecode", Workload("batched_gemv", (1, 64, 16384), "nvfp4"))
+    kernel = source.split("main_kernel(")[-1]
+    assert "for (int pair_of_steps" in kernel
+    assert kernel.index("*(uint4*)(bw_ptr + 0)") < kernel.index("x_words_ptr[")
+    assert kernel.index("*(uint4*)(bw_ptr + 16)") < kernel.index("fp4_hfma2(")
+
+
 def test_bitdecode_decodes_a_long_x_in_slabs(compiled):
     """K beyond one slab of x (512 chunks of 32 codes): the same shared buffers, filled twice,
     with a barrier before each refill and after each fill."""
