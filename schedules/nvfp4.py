@@ -231,21 +231,21 @@ BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8], "depth": [1, 2]}
           dtypes=(fp4.NAME,))
 @schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
           dtypes=(fp4.NAME,))
-def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 2, depth: int = 2) -> None:
+def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth: int = 2) -> None:
     """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
     per 32-bit register, and multiplied with f16x2 FMAs (sm_90 has no e2m1 conversion).
 
     Each step, a lane loads `depth` chunks of 16 bytes (32 codes) of each of the warp's `rows`
     consecutive rows (V4/V5) with their scales, a step ahead of its arithmetic (V7's double
-    buffering, in registers); then it splits each word into four f16x2 pairs with two shifts and two masks
-    (schedules/fp4.py) and sums a 16-element block with eight `fma.rn.f16x2` against x's pairs,
-    decoded once per CTA into shared memory (V6_2_1); the block's sum then takes both e4m3 scales in
-    float32. A TIRx kernel (schedules/nvfp4.py). The defaults (8 warps, 2 rows, depth 2) are the
-    H100 grid's best on two of the seed's shapes and within 6% on the third.
+    buffering, in registers); then it splits each word into four f16x2 pairs with two shifts
+    and two masks (schedules/fp4.py) and sums a 16-element block with eight `fma.rn.f16x2`
+    against x's pairs, decoded once per CTA into shared memory (V6_2_1); the block's sum then
+    takes both e4m3 scales in float32. A TIRx kernel (schedules/nvfp4.py). The defaults
+    (8 warps, 1 row, depth 2) are within 5% of the H100 grid's best on each of the seed's
+    three shapes.
 
     IR: a TIRx PrimFunc: uint4 loads of B's words into two register buffers, the next step's
-    before this one's arithmetic;
-    shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline `fma.rn.f16x2` / `mul.rn.f16x2`),
-    16-bit scale loads converted by `cvt.rn.f16x2.e4m3x2`; x's pairs in shared memory behind one
-    __syncthreads per slab; a warp all-reduce per row."""
+    before this one's arithmetic; shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline
+    `fma.rn.f16x2` / `mul.rn.f16x2`), 16-bit scale loads converted by `cvt.rn.f16x2.e4m3x2`;
+    x's pairs in shared memory behind one __syncthreads per slab; a warp all-reduce per row."""
     require_sm("bitdecode", 89, "cvt.rn.f16x2.e4m3x2")  # the knobs: bitdecode_kernel

@@ -164,9 +164,9 @@ def test_bitdecode_is_shifts_masks_and_f16x2_fmas(compiled):
 
 
 def test_bitdecode_loads_the_next_step_before_this_ones_arithmetic(compiled):
-    """Two register buffers: the loop issues step g + 1's loads (buffer 1: words 16 on, with the
-    default 2 rows and depth 2) before step g's FMAs, and step 0's come before x's decode."""
-    _, source, _ = compiled("bitdecode", Workload("batched_gemv", (1, 64, 16384), "nvfp4"))
+    """Two register buffers: the loop issues step g + 1's loads (buffer 1: words 16 on, with
+    2 rows and depth 2) before step g's FMAs, and step 0's come before x's decode."""
+    _, source, _ = compiled("bitdecode", Workload("batched_gemv", (1, 64, 16384), "nvfp4"), rows=2, depth=2)
     kernel = source.split("main_kernel(")[-1]
     assert "for (int pair_of_steps" in kernel
     assert kernel.index("*(uint4*)(bw_ptr + 0)") < kernel.index("x_words_ptr[")
@@ -190,8 +190,8 @@ def test_bitdecode_loads_8_byte_rows_where_k_is_an_odd_number_of_blocks(compiled
 
 @needs_nvcc
 def test_bitdecode_has_no_branches_in_its_decode(compiled):
-    """The decode is branch-free: the only conditional code left guards x's slab and the stores
-    of the two rows."""
+    """The decode is branch-free: the only conditional code left guards x's slab and the
+    stores."""
     _, source, _ = compiled("bitdecode", SEED)
     resources = build.nvcc_resources(source, "sm_90")
     assert resources and all(r.get("spill_stores", 0) == 0 for r in resources.values())
