@@ -190,6 +190,26 @@ def test_nvfp4_knobs_are_correct(wl, name, knobs, target):
     check_module(wl, schedules.get(wl.op, name).apply(wl, target, **knobs), target, 11, calls=2)
 
 
+NAN_CASE = Workload("batched_gemv", (2, 40, 1024), "nvfp4")
+
+
+@pytest.mark.parametrize("name", [e.name for e in schedules.entries(NAN_CASE.op) if not e.baseline and e.takes(NAN_CASE)])
+def test_nan_scales_reach_the_output_and_nothing_else(name, target):
+    """A NaN e4m3 scale (S.1111.111) in one of B's blocks makes that row NaN, in x's makes every
+    row NaN, and leaves the other rows right: no kernel traps, none hides a NaN."""
+    torch = pytest.importorskip("torch")
+    wl = NAN_CASE
+    executable = build.build(schedules.get(wl.op, name).apply(wl, target), target)
+    inputs = measure.random_inputs(wl, 13)
+    inputs[1].view(torch.uint8)[0, 5, 3] = 0x7F  # B's scale, batch 0 row 5
+    inputs[3].view(torch.uint8)[1, 7] = 0xFF  # x's scale in batch 1 (negative NaN)
+    out = measure.tvm_runner(executable, wl, inputs, measure.poisoned_output(wl))().to(torch.float64)
+    nan = torch.isnan(out)
+    assert nan[0, 5] and int(nan[0].sum()) == 1 and bool(nan[1].all())
+    reference = measure.reference(wl, inputs)
+    assert measure.relative_error(out[0][~nan[0]], reference[0][~nan[0]]) <= measure.tolerance(wl)
+
+
 def test_metaschedule_split_k_candidates_are_correct(target):
     """The first split-K candidates a MetaSchedule search would measure: partial sums over K
     slices, then the kernel that adds them."""
