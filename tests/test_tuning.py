@@ -280,8 +280,11 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
         crash, hang = runner.outcomes(["crash", "hang"])
         assert runner.pool is not first_worker  # replaced: it may hold a broken CUDA context
         # MetaSchedule's interface: the time in seconds, or why there is none as text
-        timed, failed = [future.result() for future in runner.run(
-            [ms.runner.RunnerInput(path, "cuda", []) for path in ("fast", "wrong")])]
+        futures = runner.run([ms.runner.RunnerInput(path, "cuda", []) for path in ("fast", "wrong", "crash")])
+        worker = runner.pool
+        timed, failed = futures[0].result(), futures[1].result()
+        assert runner.pool is worker  # each candidate is run when asked about, the crash not yet
+        assert futures[2].done() and runner.pool is not worker
     finally:
         candidates.shut_down(runner)
     assert ok == Outcome(Status.OK, pytest.approx(2.0))
@@ -324,6 +327,9 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
                        "kind": "search", "status": "ok"}
     assert [n for n, _ in curve] == [1, 2, 3, 4] and curve[-1][1] > 0
     assert said[-1] == f"saved best_trace.txt and best_module.txt in {work_dir}"
+    landed = [i for i, line in enumerate(said) if re.match(r"  \[[1-4]/4\] \d+\.\d{4} ms; best so far", line)]
+    batch = next(i for i, line in enumerate(said) if line.startswith("  trials 4 new"))
+    assert len(landed) == 4 and landed[-1] < batch  # each candidate, then the batch's line
     assert _database_lines(work_dir) == 4
     assert (work_dir / metaschedule.BEST_TRACE).read_text().startswith("b0 = sch.get_sblock")
     assert "T.prim_func" in (work_dir / metaschedule.BEST_MODULE).read_text()
@@ -338,6 +344,54 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
     assert runner.main(["--shape", "32x32x32", "--schedule", "metaschedule", "--work-dir",
                         str(work_dir), "--no-ir"]) == 2
     assert f"work dir {work_dir} was tuned for llvm, not cuda sm_90a" in capsys.readouterr().err
+
+
+class _Landed:
+    """A runner future whose candidate is already measured, counting how often it is asked."""
+
+    def __init__(self, secs=None, error=None):
+        from tvm.s_tir import meta_schedule as ms
+
+        self.answer, self.asked = ms.runner.RunnerResult(secs, error), 0
+
+    def done(self):
+        return True
+
+    def result(self):
+        self.asked += 1
+        return self.answer
+
+
+def test_each_candidate_is_said_once_as_it_lands_with_the_best_and_the_rate():
+    landed = [_Landed([2e-3]), _Landed(error="Traceback:\n  ...\nRuntimeError: boom"), _Landed([1e-3])]
+
+    class Runner:
+        def run(self, inputs):
+            return landed
+
+    said = []
+    state = {"best": None, "start": 0.0}
+    wrapped = metaschedule.ReportingRunner(Runner(), metaschedule._candidate_reporter(state, 3, said.append))
+    for future in wrapped.run([]):
+        assert future.done()  # MetaSchedule polls, then collects: one line all the same
+        future.result()
+    assert [line.split("; ")[:2] for line in said] == [
+        ["  [1/3] 2.0000 ms", "best so far 2.0000 ms"],
+        ["  [2/3] RuntimeError: boom", "best so far 2.0000 ms"],
+        ["  [3/3] 1.0000 ms", "best so far 1.0000 ms"]]
+    assert all(re.fullmatch(r"\d+\.\d trials/min", line.split("; ")[2]) for line in said)
+
+
+def test_loading_the_tensor_intrinsics_is_said_once(monkeypatch):
+    said, imported = [], []
+    monkeypatch.setattr(metaschedule.importlib, "import_module", imported.append)
+    monkeypatch.delitem(sys.modules, metaschedule.TENSOR_INTRINSICS, raising=False)
+    metaschedule._load_tensor_intrinsics(said.append)
+    assert imported == [metaschedule.TENSOR_INTRINSICS] and len(said) == 2
+    assert said[0].startswith("  loading TVM's tensor intrinsics") and said[1].endswith("; searching")
+    monkeypatch.setitem(sys.modules, metaschedule.TENSOR_INTRINSICS, object())
+    metaschedule._load_tensor_intrinsics(said.append)
+    assert len(said) == 2 and len(imported) == 1
 
 
 def test_progress_is_read_past_a_line_cut_short_by_a_kill(tmp_path):

@@ -291,7 +291,7 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
                          {knob: entry.defaults[knob] for knob in space.knobs})
     say(f"{tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"
         f" {len(history)} measured before, in {path}")
-    start, trial = time.time(), [len(history)]
+    start, before, trial = time.time(), len(history), [len(history)]
 
     def on_measured(config, outcome):
         trial[0] += 1
@@ -300,8 +300,10 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
             date=datetime.now(timezone.utc).isoformat(timespec="seconds")))
         result = f"{outcome.time_ms:.4f} ms" if outcome.status == Status.OK else outcome.status
         so_far = best(history)
+        elapsed = time.time() - start
         say(f"  [{trial[0]}] {config}: {result}; best so far "
-            f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {time.time() - start:.0f} s")
+            f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {elapsed:.0f} s, "
+            f"{60 * (trial[0] - before) / max(elapsed, 1e-9):.1f} trials/min")
 
     new = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured)
     if new < trials:

@@ -35,7 +35,6 @@ from enum import Enum
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from schedules.errors import UsageError
@@ -113,6 +112,27 @@ def _warm_up_runner() -> None:
 
 
 @derived_object
+class _CheckedFuture(ms.runner.PyRunnerFuture):
+    """One candidate of a CheckingRunner, checked and timed the first time it is asked about:
+    its time in seconds, or why it has none."""
+
+    def __init__(self, runner: "CheckingRunner", path: str):
+        super().__init__()
+        self.runner, self.path, self.outcome = runner, path, None
+
+    def done(self) -> bool:
+        self.result()
+        return True
+
+    def result(self):
+        if self.outcome is None:
+            self.outcome = self.runner.outcomes([self.path])[0]
+        if self.outcome.status is Status.OK:
+            return ms.runner.RunnerResult([self.outcome.time_ms * 1e-3], None)
+        return ms.runner.RunnerResult(None, self.outcome.error)
+
+
+@derived_object
 class CheckingRunner(ms.runner.PyRunner):
     """Runs candidates one at a time in a worker process on this machine's GPU: each is checked
     against float64, then timed by this project's harness. A kernel that crashes can leave the
@@ -131,10 +151,9 @@ class CheckingRunner(ms.runner.PyRunner):
                                  initializer=_warm_up_runner)
 
     def run(self, runner_inputs):
-        """MetaSchedule's interface: each candidate's time, or why it has none."""
-        return [LocalRunnerFuture(res=[outcome.time_ms * 1e-3]) if outcome.status is Status.OK
-                else LocalRunnerFuture(error_message=outcome.error)
-                for outcome in self.outcomes([i.artifact_path for i in runner_inputs])]
+        """MetaSchedule's interface: a future per candidate, measured when MetaSchedule first
+        asks about it (it asks in turn), so that each result lands as it is measured."""
+        return [_CheckedFuture(self, i.artifact_path) for i in runner_inputs]
 
     def outcomes(self, artifact_paths: list[str]) -> list[Outcome]:
         """Check and time each built candidate in turn; after a failure other than a wrong
