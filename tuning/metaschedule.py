@@ -255,7 +255,7 @@ class _ReportedFuture(ms.runner.PyRunnerFuture):
 @derived_object
 class ReportingRunner(ms.runner.PyRunner):
     """`runner`, each candidate's result reported as it lands: TVM's measure callbacks see a
-    batch only when all of it is measured (23 s of silence for 16 CPU trials)."""
+    batch only when all of it is measured."""
 
     def __init__(self, runner, report: Callable):
         super().__init__()
@@ -287,7 +287,8 @@ def _candidate_reporter(state: dict, trials: int, say: Callable[[str], None]) ->
 
 def _load_tensor_intrinsics(say: Callable[[str], None]) -> None:
     """Import TVM's tensor intrinsics, which MetaSchedule's first task imports anyway, saying so:
-    parsing them takes 20-25 s on a CPU of this project's CI, once per process."""
+    parsing them took 24-27 s on this project's two-core machines, once per process: most of
+    the silence before a short CPU search's first result."""
     if TENSOR_INTRINSICS not in sys.modules:
         say("  loading TVM's tensor intrinsics (parsed once per process: 20-30 s on two cores)")
         start = time.time()
