@@ -3,10 +3,10 @@ Hopper, where the e2m1 decode is bit operations on pairs of values (schedules/fp
 multiply-adds are f16x2 FMAs.
 
 The rungs before it are the GEMV ladder's schedules (schedules/gemv.py), which take nvfp4 as
-they take float16, and its nvfp4 rungs staged and pipelined: the seed's V0 to V7. What this kernel adds cannot come from a schedule of the
-reference definition, which decodes one element at a time into float32: here a 32-bit word of
-codes becomes four f16x2 registers with two shifts and two masks each, and a block of 16
-products is summed with eight `fma.rn.f16x2`.
+they take float16, and its nvfp4 rungs staged and pipelined: the seed's V0 to V7. What this
+kernel adds cannot come from a schedule of the reference definition, which decodes one element
+at a time into float32: here a 32-bit word of codes becomes four f16x2 registers with two
+shifts and two masks each, and a block of 16 products is summed with eight `fma.rn.f16x2`.
 
 Exactness. x's codes are decoded and multiplied by 2^14 (fp4.UNIT_HALF2), so its f16x2 hold
 the codes' values; B's codes are left in units of 2^-14. A product is then a multiple of 2^-16
