@@ -488,13 +488,50 @@ def split_k_candidates(wl: Workload, target) -> list:
 
     mod = tvm.IRModule({"main": wl.prim_func()})
     context = ms.TuneContext(mod=mod, target=target, task_name="main", num_threads=4,
-                             space_generator=metaschedule.design_space(mod, target, "split-k"),
+                             space_generator=metaschedule.design_space(mod, target, "split-k", False),
                              search_strategy="evolutionary", rand_state=1)
     context.pre_tuning(max_trials=64, num_trials_per_iter=64,
                        design_spaces=context.generate_design_space(),
                        database=ms.database.MemoryDatabase(), cost_model=ms.CostModel.create("random"))
     return [c.sch.mod for c in context.generate_measure_candidates()
             if any(i.kind.name == "RFactor" for i in c.sch.trace.insts)]
+
+
+def test_16_bit_searches_offer_tensor_core_tiles_that_build(monkeypatch):
+    """A float16 GEMM's space on CUDA has wmma tiles next to the CUDA-core ones and split K; the
+    first batch's tensor-core candidates build, through the search's own builder, into CUDA with
+    wmma::mma_sync (with StorageRewrite on, 7 of 8 failed in LowerIntrin)."""
+    import importlib
+
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning import build
+
+    target = build.cuda_target("sm_90")
+    wl, fp32 = Workload("gemm", (256, 256, 256), "float16"), Workload("gemm", (256, 256, 256))
+    assert metaschedule.uses_tensor_cores(wl, target) and not metaschedule.uses_tensor_cores(fp32, target)
+    assert not metaschedule.uses_tensor_cores(wl, tvm.target.Target("llvm"))
+    importlib.import_module(metaschedule.TENSOR_INTRINSICS)
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    context = ms.TuneContext(mod=mod, target=target, task_name="main", num_threads=2,
+                             space_generator=metaschedule.design_space(mod, target, "split-k", True),
+                             search_strategy="replay-trace", rand_state=1)
+    spaces = context.generate_design_space()
+    assert any("rfactor" in str(s.trace) for s in spaces)
+    context.pre_tuning(max_trials=8, num_trials_per_iter=8, design_spaces=spaces,
+                       database=ms.database.MemoryDatabase(), cost_model=None)
+    tensorized = [c.sch.mod for c in context.generate_measure_candidates()
+                  if "auto_tensorize" in str(c.sch.trace)]
+    assert tensorized and all(build.has_wmma_fragments(m) for m in tensorized)
+    builder = candidates.WarmBuilder(max_workers=2)
+    try:
+        built = builder.artifacts([ms.builder.BuilderInput(m, target) for m in tensorized[:3]])
+    finally:
+        candidates.shut_down(builder)
+    assert all(isinstance(path, str) for path in built), built
+    source = build.cuda_source(build.build(tensorized[0], target))
+    assert "wmma::mma_sync" in source
 
 
 def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
@@ -508,7 +545,7 @@ def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
 
     def spaces(space):
         return ms.TuneContext(mod=mod, target=target, task_name="main",
-                              space_generator=metaschedule.design_space(mod, target, space)
+                              space_generator=metaschedule.design_space(mod, target, space, False)
                               ).generate_design_space()
 
     tvm_only, with_split = spaces("tvm"), spaces("split-k")

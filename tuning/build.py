@@ -56,6 +56,14 @@ def has_warp_fragments(mod: tvm.IRModule) -> bool:
     return any(buffer.scope() == "warp" for buffer in allocated)
 
 
+def has_wmma_fragments(mod: tvm.IRModule) -> bool:
+    """Whether a module keeps wmma fragments (`wmma.matrix_a`, ..., MetaSchedule's tensor-core
+    candidates): blocks or AllocBuffer statements that allocate there."""
+    allocated = [buffer for block in lowering.find(mod, SBlock) for buffer in block.alloc_buffers]
+    allocated += [alloc.buffer for alloc in lowering.find(mod, S.AllocBuffer)]
+    return any(buffer.scope().startswith("wmma.") for buffer in allocated)
+
+
 def _has_async_pipeline(mod: tvm.IRModule) -> bool:
     """Whether a loop of the module is software-pipelined with an async stage (cp.async)."""
     return any("software_pipeline_async_stages" in loop.annotations
@@ -68,9 +76,13 @@ def pass_config(mod: tvm.IRModule) -> dict:
     TVM 0.27 then fails in one of two ways, depending on the kernel: InjectPTXAsyncCopy cannot
     lower a copy into a shared buffer that StorageRewrite retyped as vectors (float32x4, as in
     v5's CUDA-core tiles), and LowerWarpMemory needs StorageRewrite for tensor-core `warp`
-    fragments. So StorageRewrite is skipped for async pipelines without warp fragments."""
+    fragments. So StorageRewrite is skipped for async pipelines without warp fragments.
+
+    It is skipped for wmma fragments too: StorageRewrite merges a candidate's float16 and
+    float32 shared tiles into one buffer, and LowerIntrin then refuses the float32 pointer that
+    wmma's store takes into it (7 of 8 tensor-core candidates of a float16 GEMM failed so)."""
     config = {"tirx.use_async_copy": True}
-    if _has_async_pipeline(mod) and not has_warp_fragments(mod):
+    if _has_async_pipeline(mod) and not has_warp_fragments(mod) or has_wmma_fragments(mod):
         config["tirx.disable_storage_rewrite"] = True
     return config
 

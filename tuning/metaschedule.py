@@ -122,15 +122,25 @@ def space_for(space: str | None, target_kind: str) -> str:
     return space
 
 
-def design_space(mod: tvm.IRModule, target: tvm.target.Target, space: str):
+def uses_tensor_cores(wl: Workload, target: tvm.target.Target) -> bool:
+    """Whether a search of `wl` on `target` offers tensor-core tiles: 16-bit inputs on CUDA."""
+    return target.kind.name == "cuda" and wl.dtype in ("float16", "bfloat16")
+
+
+def design_space(mod: tvm.IRModule, target: tvm.target.Target, space: str, tensor_cores: bool):
     """The space generator for --ms-space: TVM's rules for the target, or (CUDA only) those
-    with SplitK in front, its partial sums tiled by TVM's CUDA-core multi-level tiling."""
-    if space == "tvm":
+    with SplitK in front, its partial sums tiled by TVM's CUDA-core multi-level tiling. With
+    `tensor_cores`, TVM's tensor-core rule set ("cuda-tensorcore": wmma tiles, where the
+    intrinsics match, next to its CUDA-core tiling) with its tensorizing postprocessors."""
+    if space == "tvm" and not tensor_cores:
         return "post-order-apply"
-    rules = list(ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                                task_name="main").space_generator.sch_rules)
-    tiling = next(r for r in rules if type(r) is ms.schedule_rule.MultiLevelTiling)
-    return ms.space_generator.PostOrderApply(sch_rules=[SplitK(tiling), *rules])
+    preset = "cuda-tensorcore" if tensor_cores else "cuda"
+    rules = list(ms.schedule_rule.ScheduleRule.create(preset))
+    if space == "split-k":
+        tiling = next(r for r in rules if type(r) is ms.schedule_rule.MultiLevelTiling)
+        rules = [SplitK(tiling), *rules]
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=preset,
+                                             mutator_probs=preset)
 
 
 def check_work_dir(work_dir: str, must_exist: bool) -> None:
@@ -332,12 +342,14 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     callback, state = _progress_callback(work_dir, session, say)
     mod = tvm.IRModule({"main": wl.prim_func()})
-    generator = design_space(mod, target, space)
-    say(f"MetaSchedule ({SPACES[space]}): {wl.label()} for {target.kind.name} "
+    tensor_cores = uses_tensor_cores(wl, target)
+    rules = SPACES[space] + (" + tensor cores" if tensor_cores else "")
+    say(f"MetaSchedule ({rules}): {wl.label()} for {target.kind.name} "
         f"{target.attrs.get('arch', '')}, {trials} new trials into {work_dir} "
         f"({state['trials']} there already)")
     runner = ReportingRunner(runner, _candidate_reporter(state, trials, say))
-    _load_tensor_intrinsics(say)
+    _load_tensor_intrinsics(say)  # before the tensor-core rules, which name the intrinsics
+    generator = design_space(mod, target, space, tensor_cores)
     with _interruptible(state, say):
         ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=BATCH,
                     builder=builder, runner=runner, database=database,
@@ -355,7 +367,7 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     say("# best schedule's trace:\n" + trace)
     say(f"saved {BEST_TRACE} and {BEST_MODULE} in {work_dir}")
     return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
-            "params": {"work_dir": work_dir}, "rules": SPACES[space], "seed": seed,
+            "params": {"work_dir": work_dir}, "rules": rules, "seed": seed,
             "trials": state["trials"], "trials_per_min": trials_per_minute(work_dir),
             "curve": curve(work_dir)}
 
@@ -381,6 +393,8 @@ def _best_schedule(wl: Workload, target, database, work_dir: str) -> tvm.s_tir.S
     if _machine(tuned_for) != _machine(target):
         raise RecordsError(f"work dir {work_dir} was tuned for {_describe(tuned_for)}, not "
                            f"{_describe(target)}: tune a work dir of its own for this target")
+    if uses_tensor_cores(wl, target):  # its trace may name tensor intrinsics
+        importlib.import_module(TENSOR_INTRINSICS)
     return database.query_schedule(mod, target, workload_name="main")
 
 
