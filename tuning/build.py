@@ -46,22 +46,25 @@ def cuda_target(arch: str = "sm_90") -> Target:
     return Target({"kind": "cuda", "arch": with_arch_features(arch), **_CUDA_LIMITS})
 
 
-def has_warp_fragments(mod: tvm.IRModule) -> bool:
-    """Whether a module keeps tensor-core (ldmatrix / mma.sync) fragments in `warp` scope: a
-    buffer that a block (scheduled) or an AllocBuffer statement (lowered) allocates there. Their
-    CUDA code generation looks up fragment layouts that TVM's tensor intrinsics
-    (tvm.s_tir.tensor_intrin.cuda) register when imported."""
+def _allocated_scopes(mod: tvm.IRModule) -> set[str]:
+    """The storage scopes of the buffers that a block (scheduled) or an AllocBuffer statement
+    (lowered) of the module allocates."""
     allocated = [buffer for block in lowering.find(mod, SBlock) for buffer in block.alloc_buffers]
     allocated += [alloc.buffer for alloc in lowering.find(mod, S.AllocBuffer)]
-    return any(buffer.scope() == "warp" for buffer in allocated)
+    return {buffer.scope() for buffer in allocated}
+
+
+def has_warp_fragments(mod: tvm.IRModule) -> bool:
+    """Whether a module keeps tensor-core (ldmatrix / mma.sync) fragments in `warp` scope. Their
+    CUDA code generation looks up fragment layouts that TVM's tensor intrinsics
+    (tvm.s_tir.tensor_intrin.cuda) register when imported."""
+    return "warp" in _allocated_scopes(mod)
 
 
 def has_wmma_fragments(mod: tvm.IRModule) -> bool:
-    """Whether a module keeps wmma fragments (`wmma.matrix_a`, ..., MetaSchedule's tensor-core
-    candidates): blocks or AllocBuffer statements that allocate there."""
-    allocated = [buffer for block in lowering.find(mod, SBlock) for buffer in block.alloc_buffers]
-    allocated += [alloc.buffer for alloc in lowering.find(mod, S.AllocBuffer)]
-    return any(buffer.scope().startswith("wmma.") for buffer in allocated)
+    """Whether a module keeps wmma fragments (`wmma.matrix_a`, ...: MetaSchedule's tensor-core
+    candidates)."""
+    return any(scope.startswith("wmma.") for scope in _allocated_scopes(mod))
 
 
 def _has_async_pipeline(mod: tvm.IRModule) -> bool:
