@@ -347,18 +347,17 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
 
 
 class _Landed:
-    """A runner future whose candidate is already measured, counting how often it is asked."""
+    """A runner future whose candidate is already measured."""
 
     def __init__(self, secs=None, error=None):
         from tvm.s_tir import meta_schedule as ms
 
-        self.answer, self.asked = ms.runner.RunnerResult(secs, error), 0
+        self.answer = ms.runner.RunnerResult(secs, error)
 
     def done(self):
         return True
 
     def result(self):
-        self.asked += 1
         return self.answer
 
 
@@ -497,7 +496,7 @@ def split_k_candidates(wl: Workload, target) -> list:
             if any(i.kind.name == "RFactor" for i in c.sch.trace.insts)]
 
 
-def test_16_bit_searches_offer_tensor_core_tiles_that_build(monkeypatch):
+def test_16_bit_searches_offer_tensor_core_tiles_that_build():
     """A float16 GEMM's space on CUDA has wmma tiles next to the CUDA-core ones and split K; the
     first batch's tensor-core candidates build, through the search's own builder, into CUDA with
     wmma::mma_sync (with StorageRewrite on, 7 of 8 failed in LowerIntrin)."""
