@@ -26,7 +26,8 @@
 #                                            # and the README's nn.Linear example, measured into
 #                                            # $out/h100-export.md and .json
 #   bash scripts/gpu-session.sh nvfp4        # the nvfp4 GPU tier, bitdecode's grid search (resumed
-#                                            # from reports/tuning/) and the ladder + baselines on the batched seed's shapes
+#                                            # from reports/tuning/) and the ladder + baselines on
+#                                            # the batched seed's shapes
 #                                            # ($NVFP4_PRESETS: bgemv-l1 bgemv-l8 bgemv-l4)
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
 #                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
