@@ -133,8 +133,11 @@ def wgmma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """v8: block_m 64 where M <= 64 (decode batches: a taller tile would be zeros); block_n 128
     where block_n-wide tiles cannot give every SM one (each where the space holds that value);
-    then the most stages of the space whose ring fits a Hopper block's shared memory."""
-    from .hopper import arena_bytes  # v8's module: loaded by now
+    then the most stages of the space whose ring fits a Hopper block's shared memory; then K
+    split into the most slices of the space that keep the units (tiles x slices) within one
+    wave of the SMs, each slice at least MIN_SLICE_TILES K blocks (v8 is persistent: a second
+    wave would walk behind the first)."""
+    from .hopper import ROW_BYTES, arena_bytes  # v8's module: loaded by now
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     wgmma_m = WARPGROUP * MMA
@@ -144,8 +147,13 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     block_n = 128 if few else knobs["block_n"]
     fitting = [s for s in space["stages"]
                if arena_bytes(block_m, block_n, s) <= HOPPER_SHARED_BYTES]
+    tiles = tile_count(wl, block_m, block_n)
+    k_blocks = -(-wl.dims["K"] * DTYPE_BYTES[wl.dtype] // ROW_BYTES)
+    slices = [s for s in space["split_k"]
+              if tiles * s <= sms and k_blocks >= s * MIN_SLICE_TILES]
     return {"block_m": block_m, "block_n": block_n,
-            "stages": max(fitting, default=knobs["stages"])}
+            "stages": max(fitting, default=knobs["stages"]),
+            "split_k": max(slices, default=knobs["split_k"])}
 
 
 def b_outgrows_l2(wl: Workload) -> bool:

@@ -26,6 +26,7 @@ fp8 wgmma has no transpose) but not in the rung: the workloads have no fp8 dtype
 from __future__ import annotations
 
 from tvm.s_tir import Schedule
+from tvm.script.ir_builder import IRBuilder
 from tvm.script import tirx as T
 
 from . import heuristics
@@ -66,10 +67,33 @@ FENCE_OPERAND = ("v8_fence_operand", 'asm volatile("" : "+f"(reg) :: "memory");'
 SETTLE = ("v8_settle", 'asm volatile("add.f32 %0, %0, 0f00000000;" : "+f"(reg) :: "memory");')
 
 
+MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its workspace may hold
+SPLIT_BARRIER = 1  # named barrier of the 256 consumer threads (0 is __syncthreads')
+
+
 def arena_bytes(block_m: int, block_n: int, stages: int) -> int:
     """Dynamic shared memory of the ring: `stages` stages of A's and B's 128-byte rows, plus
     one swizzle atom of room to round the ring's start up to an atom."""
     return stages * (block_m + block_n) * ROW_BYTES + ATOM
+
+
+# PAIR_STORE: the epilogue stores a thread's two neighbouring columns of C (a wgmma fragment's
+#   e = 0, 1) in one 8-byte (float32) or 4-byte (16-bit) store, converted as a scalar cast
+#   would (round to nearest even): a warp's store then fills whole 32-byte sectors, where two
+#   scalar stores each wrote half of every sector (ncu, 4096^3: 50% excess sectors).
+PAIR_STORE = {
+    "float32": "*reinterpret_cast<float2*>(p) = make_float2(a, b);",
+    "float16": "*reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);",
+    "bfloat16": "*reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);",
+}
+
+
+def _store_pair(out_dtype: str, address, first, second):
+    """C[r, c] = first and C[r, c + 1] = second at `address` (&C[r, c]) in one store."""
+    name = f"v8_store_pair_{out_dtype}"
+    source = (f"\n__forceinline__ __device__ void {name}(void* p, float a, float b) {{\n"
+              f"  {PAIR_STORE[out_dtype]}\n}}\n")
+    return T.cuda.func_call(name, address, first, second, source_code=source)
 
 
 def _register_call(helper: tuple[str, str], register):
@@ -77,6 +101,54 @@ def _register_call(helper: tuple[str, str], register):
     name, body = helper
     source = f"\n__forceinline__ __device__ void {name}(float& reg) {{\n  {body}\n}}\n"
     return T.cuda.func_call(name, register, source_code=source)
+
+
+def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
+    """Bytes of split K's workspace: one float32 partial tile per (tile, K slice)."""
+    return tiles * split_k * block_m * block_n * 4
+
+
+def _split_k_helpers(tag: str, float4s: int, tiles: int) -> dict:
+    """CUDA helpers of split K (called through T.cuda.func_call), keyed by role. The workspace
+    is file-scope device memory of the kernel's module, sized for its workload: `float4s`
+    float4s of partial tiles, and one arrival counter per output tile, zero when the module
+    loads and set back to zero by the last slice of its tile, so the next launch finds it zero
+    (two launches of one kernel must therefore not run at the same time). Partials go to and
+    come from L2 (st.cg / ld.cg): the slices of a tile run on different SMs. Each thread fences
+    its partials (__threadfence) before the count, and the last slice's after it."""
+    declare = (f"#ifndef V8_SPLIT_K_{tag}\n#define V8_SPLIT_K_{tag}\n"
+               f"__device__ float4 v8_partials_{tag}[{float4s}];\n"
+               f"__device__ unsigned v8_arrivals_{tag}[{tiles}];\n#endif\n")
+    four = "float& a, float& b, float& c, float& d"
+    bodies = {
+        "stash": ("void", f"(int i, {four}) {{ __stcg(&v8_partials_{tag}[i], "
+                          "make_float4(a, b, c, d)); }"),
+        "gather": ("void", f"(int i, {four}) {{ float4 v = __ldcg(&v8_partials_{tag}[i]); "
+                           "a += v.x; b += v.y; c += v.z; d += v.w; }"),
+        "arrive": ("uint32", f"(int tile) {{ return atomicAdd(&v8_arrivals_{tag}[tile], 1u); }}"),
+        "rearm": ("void", f"(int tile) {{ v8_arrivals_{tag}[tile] = 0u; }}"),
+    }
+    helpers = {}
+    for role, (returns, body) in bodies.items():
+        name = f"v8_{role}_{tag}"
+        c_type = "unsigned" if returns == "uint32" else returns
+        source = f"{declare}__forceinline__ __device__ {c_type} {name}{body}\n"
+        helpers[role] = (name, source, returns)
+    return helpers
+
+
+def _arrival_word(split_k: int):
+    """Split K's shared word `arrived` (how many slices of the tile arrived before this CTA's),
+    allocated only where K is split: called inside the kernel's script."""
+    if split_k == 1:
+        return None
+    return IRBuilder.name("arrived", T.alloc_buffer((1,), "uint32", scope="shared"))
+
+
+def _helper_call(helper: tuple[str, str, str], *args):
+    """A call of one of `_split_k_helpers`' helpers."""
+    name, source, returns = helper
+    return T.cuda.func_call(name, *args, source_code=source, return_type=returns)
 
 
 # -- the pieces of the kernel ------------------------------------------------------------------
@@ -120,19 +192,25 @@ def _consumer_tile(block_m: int, block_n: int) -> tuple[int, int, bool]:
 
 
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
-                          block_m: int, block_n: int, stages: int, group_m: int, sms: int):
+                          block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
+                          sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation, as a persistent warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative"
-    kernel): min(sms, tiles) CTAs of 384 threads walk the block tiles in the grouped raster.
+    kernel): min(sms, units) CTAs of 384 threads walk the units of work (a block tile and one
+    of its `split_k` slices of K) in the grouped raster of the tiles.
 
     Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and one thread loads
-    every K block of every tile of the CTA into the ring of `stages` stages with TMA, after
+    every K block of every unit of the CTA into the ring of `stages` stages with TMA, after
     waiting for the consumers to empty the stage (`empty` mbarrier). Warpgroups 1 and 2 are the
     consumers (setmaxnreg.inc): per K block each waits for the stage's bytes (`full` mbarrier,
     which TMA completes), multiplies its part of the tile with wgmma, and frees the stage of the
     K block before (whose wgmmas wait_group 1 has seen finish). The ring's position runs on
-    from tile to tile, so the producer loads the next tile while the consumers store this one
-    straight from their accumulators, guarded at C's edges."""
+    from unit to unit, so the producer loads the next unit while the consumers store this one
+    straight from their accumulators, guarded at C's edges.
+
+    Split K (split_k > 1): each slice's consumers put their partial tile in the workspace
+    (`_split_k_helpers`) and count themselves in at the tile's arrival counter; the slice that
+    arrives last adds the others' partials to its own and stores C."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
@@ -146,8 +224,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     accumulators = m_wgmmas * per_wgmma
     tiles_m, tiles_n, k_blocks = -(-M // block_m), -(-N // block_n), -(-K // block_k)
     tiles = tiles_m * tiles_n
-    grid = min(sms, tiles)
-    tiles_per_cta = -(-tiles // grid)
+    units = tiles * split_k
+    grid = min(sms, units)
+    units_per_cta = -(-units // grid)
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
     stage_bytes = a_bytes + b_bytes
     ring_bytes = arena_bytes(block_m, block_n, stages)
@@ -157,6 +236,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         else _tensor_map(K, N, block_k, 64, element_bytes)
     b_leading = 16 if nt else block_k * ROW_BYTES  # nn: bytes between 64-column boxes
     b_shape = (N, K) if nt else (K, N)
+    quads = accumulators // 4  # float4s of one consumer thread's partial tile
+    helpers = _split_k_helpers(f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}",
+                               units * quads * CONSUMER_THREADS, tiles)
 
     def a_offset(consumer, mi, ks):
         """Bytes from a stage's start to consumer's A rows of wgmma mi at k step ks."""
@@ -172,6 +254,16 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
 
     def origin(tile):
         return _tile_origin(tile, tiles_m, tiles_n, group_m, block_m, block_n)
+
+    def k_range(unit):
+        """(first K block, K blocks) of the unit's slice: K's blocks dealt evenly."""
+        first = unit % split_k * k_blocks // split_k
+        return first, (unit % split_k + 1) * k_blocks // split_k - first
+
+    def partial(unit, quad, thread):
+        """Index of a consumer thread's float4 `quad` of the unit's partial tile: the threads'
+        float4s side by side, so that a warp's stores are contiguous."""
+        return (unit * quads + quad) * CONSUMER_THREADS + thread
 
     @T.prim_func
     def main(A_handle: T.handle, B_handle: T.handle, C_handle: T.handle):
@@ -190,6 +282,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         arena = T.alloc_buffer((ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
         full = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
+        arrived = T.meta_var(_arrival_word(split_k))
         ring: T.let[T.uint32] = T.bitwise_and(
             T.cuda.cvta_generic_to_shared(arena.data) + T.uint32(ATOM - 1),
             T.uint32(~(ATOM - 1) & 0xFFFFFFFF))
@@ -204,45 +297,55 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         T.cuda.cta_sync()
 
         if tx < WARPGROUP * 32:
-            # producer: one thread loads every K block of the CTA's tiles
+            # producer: one thread loads every K block of the CTA's units
             T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
             if tx == 0:
-                for j in range(tiles_per_cta):
-                    if cta + j * grid < tiles:
-                        m0, n0 = T.meta_var(origin(cta + j * grid))
-                        for kt in range(k_blocks):
-                            s: T.let[T.int32] = (j * k_blocks + kt) % stages
+                loaded = T.alloc_local((1,), "int32")  # K blocks loaded: the ring's position
+                loaded[0] = 0
+                for j in range(units_per_cta):
+                    if cta + j * grid < units:
+                        m0, n0 = T.meta_var(origin((cta + j * grid) // split_k))
+                        first, count = T.meta_var(k_range(cta + j * grid))
+                        for kt in range(count):
+                            s: T.let[T.int32] = (loaded[0] + kt) % stages
                             # the stage's previous K block freed (on a fresh barrier, parity 1
                             # counts as the phase before the first: it returns at once)
                             T.cuda.mbarrier_wait(empty.ptr_to([s]),
-                                                 ((j * k_blocks + kt) // stages + 1) % 2)
+                                                 ((loaded[0] + kt) // stages + 1) % 2)
                             stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
                             T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([s]),
                                                                      T.uint32(stage_bytes))
-                            TMA_LOAD(stage, T.address_of(A_map), kt * block_k, m0, full.ptr_to([s]))
+                            k0: T.let[T.int32] = (first + kt) * block_k
+                            TMA_LOAD(stage, T.address_of(A_map), k0, m0, full.ptr_to([s]))
                             if nt:
                                 TMA_LOAD(stage + T.uint32(a_bytes), T.address_of(B_map),
-                                         kt * block_k, n0, full.ptr_to([s]))
+                                         k0, n0, full.ptr_to([s]))
                             else:
                                 for box in T.unroll(block_n // 64):
                                     TMA_LOAD(stage + T.uint32(a_bytes + box * block_k * ROW_BYTES),
-                                             T.address_of(B_map), n0 + box * 64, kt * block_k,
+                                             T.address_of(B_map), n0 + box * 64, k0,
                                              full.ptr_to([s]))
+                        loaded[0] = loaded[0] + count
         else:
             # consumers: warpgroups 1 and 2, each wg_m x wg_n of every tile
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
             acc = T.alloc_local((accumulators,), "float32")
+            used = T.alloc_local((1,), "int32")  # K blocks multiplied: the ring's position
+            used[0] = 0
             consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
+            thread: T.let[T.int32] = tx - WARPGROUP * 32
             warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
             lane: T.let[T.int32] = tx % 32
-            for j in range(tiles_per_cta):
-                if cta + j * grid < tiles:
-                    m0, n0 = T.meta_var(origin(cta + j * grid))
+            for j in range(units_per_cta):
+                if cta + j * grid < units:
+                    unit: T.let[T.int32] = cta + j * grid
+                    m0, n0 = T.meta_var(origin(unit // split_k))
+                    _, count = T.meta_var(k_range(unit))
                     for i in T.unroll(accumulators):
                         acc[i] = T.float32(0)
-                    for kt in range(k_blocks):
-                        s: T.let[T.int32] = (j * k_blocks + kt) % stages
-                        T.cuda.mbarrier_wait(full.ptr_to([s]), (j * k_blocks + kt) // stages % 2)
+                    for kt in range(count):
+                        s: T.let[T.int32] = (used[0] + kt) % stages
+                        T.cuda.mbarrier_wait(full.ptr_to([s]), (used[0] + kt) // stages % 2)
                         stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
                         for i in T.unroll(accumulators):
                             _register_call(FENCE_OPERAND, acc[i])
@@ -261,25 +364,61 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                             _register_call(FENCE_OPERAND, acc[i])
                         if kt > 0:  # the K block before's wgmmas are done: free its stage
                             T.ptx.mbarrier.arrive.shared.b64(
-                                empty.ptr_to([(j * k_blocks + kt + stages - 1) % stages]), T.uint32(1))
+                                empty.ptr_to([(used[0] + kt + stages - 1) % stages]), T.uint32(1))
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     for i in T.unroll(accumulators):
                         _register_call(SETTLE, acc[i])
                     T.ptx.mbarrier.arrive.shared.b64(
-                        empty.ptr_to([(j * k_blocks + k_blocks - 1) % stages]), T.uint32(1))
-                    # epilogue: thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
+                        empty.ptr_to([(used[0] + count - 1) % stages]), T.uint32(1))
+                    used[0] = used[0] + count
+                    # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
                     # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
                     first_row: T.let[T.int32] = m0 + (consumer * wg_m if split_m else 0) \
                         + warp * 16 + lane // 4
                     first_col: T.let[T.int32] = n0 + (0 if split_m else consumer * wg_n) + lane % 4 * 2
-                    for mi in T.unroll(m_wgmmas):
-                        for n8 in T.unroll(wg_n // 8):
-                            for h in T.unroll(2):
-                                for e in T.unroll(2):
-                                    if first_row + mi * 64 + h * 8 < M:
-                                        if first_col + n8 * 8 + e < N:
-                                            C[first_row + mi * 64 + h * 8, first_col + n8 * 8 + e] = \
-                                                T.Cast(out_dtype, acc[mi * per_wgmma + n8 * 4 + h * 2 + e])
+                    if split_k > 1:
+                        # this slice's partial tile out (rows past C's edge left out), then
+                        # counted in at the tile's counter; the last slice adds the others'
+                        for mi in T.unroll(m_wgmmas):
+                            if first_row + mi * 64 < M:
+                                for n8 in T.unroll(wg_n // 8):
+                                    _helper_call(helpers["stash"], partial(unit, mi * wg_n // 8 + n8, thread),
+                                                 *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                        T.cuda.thread_fence()  # the partials visible on the GPU before the count
+                        T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
+                        if thread == 0:
+                            arrived[0] = _helper_call(helpers["arrive"], unit // split_k)
+                        T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
+                    if split_k == 1 or arrived[0] == split_k - 1:
+                        if split_k > 1:
+                            T.cuda.thread_fence()
+                            for other in range(split_k):
+                                if other != unit % split_k:
+                                    for mi in T.unroll(m_wgmmas):
+                                        if first_row + mi * 64 < M:
+                                            for n8 in T.unroll(wg_n // 8):
+                                                _helper_call(
+                                                    helpers["gather"],
+                                                    partial(unit - unit % split_k + other,
+                                                            mi * wg_n // 8 + n8, thread),
+                                                    *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                            if thread == 0:
+                                _helper_call(helpers["rearm"], unit // split_k)
+                        for mi in T.unroll(m_wgmmas):
+                            for n8 in T.unroll(wg_n // 8):
+                                for h in T.unroll(2):
+                                    row: T.let[T.int32] = first_row + mi * 64 + h * 8
+                                    col: T.let[T.int32] = first_col + n8 * 8
+                                    first: T.let[T.int32] = mi * per_wgmma + n8 * 4 + h * 2
+                                    if row < M:
+                                        if N % 2 == 0:  # col is even: so is &C[row, col]
+                                            if col < N:
+                                                _store_pair(out_dtype, T.address_of(C[row, col]),
+                                                            acc[first], acc[first + 1])
+                                        else:
+                                            for e in T.unroll(2):
+                                                if col + e < N:
+                                                    C[row, col + e] = T.Cast(out_dtype, acc[first + e])
 
     return main
 
@@ -301,9 +440,10 @@ def tma_refusal(wl: Workload) -> str | None:
     return None
 
 
-def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int) -> None:
+def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int,
+                                split_k: int) -> None:
     """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
-    tile shapes, registers or shared memory."""
+    tile shapes, registers, shared memory or split K's workspace."""
     refusal = tma_refusal(wl)
     if refusal:
         raise ScheduleNotApplicable(refusal)
@@ -325,29 +465,45 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles needs "
                                     f"{shared_bytes} bytes of shared memory (at least 2 stages, at "
                                     f"most {HOPPER_SHARED_BYTES} bytes)")
+    M, N, K = wl.shape
+    k_blocks = -(-K // (ROW_BYTES // ELEMENT_BYTES[wl.dtype]))
+    if not 1 <= split_k <= k_blocks:
+        raise ScheduleNotApplicable(f"v8 splits K={K} into 1 to {k_blocks} slices of whole "
+                                    f"{ROW_BYTES}-byte K blocks, not split_k={split_k}")
+    tiles = -(-M // block_m) * -(-N // block_n)
+    workspace = partial_bytes(tiles, split_k, block_m, block_n) if split_k > 1 else 0
+    if workspace > MOST_PARTIAL_BYTES:
+        raise ScheduleNotApplicable(f"v8 with split_k={split_k} over {tiles} tiles of "
+                                    f"{block_m}x{block_n} keeps {workspace >> 20} MB of partials; "
+                                    f"at most {MOST_PARTIAL_BYTES >> 20} MB")
 
 
-def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int):
+def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
+              split_k: int):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
-    _refuse_unless_tma_can_take(wl, block_m, block_n, stages)
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k)
     M, N, K = wl.shape
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
-                                 stages, group_m, heuristics.H100_SMS)
+                                 stages, group_m, split_k, heuristics.H100_SMS)
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256], "block_n": [64, 128, 192, 256],
-                               "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16]},
+                               "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
+                               "split_k": [1, 2, 3, 4, 6, 8]},
           heuristic=heuristics.tma_tiles, compute=v8_kernel)
 def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
-       group_m: int = 8) -> None:
+       group_m: int = 8, split_k: int = 1) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
     block tiles in groups of group_m rows of tiles. A producer warpgroup (setmaxnreg.dec) issues
     the loads from one thread; two consumer warpgroups (setmaxnreg.inc) multiply, and store C
     (float32, float16 or bfloat16) straight from their accumulators while the producer already
-    loads the next tile. Ragged M, N, K: TMA zero-fills past the edges; rows must be whole
-    16-byte multiples (K, and N for B in nn). A TIRx kernel (schedules/hopper.py), sm_90a only.
+    loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
+    their float32 partials through a workspace (the last to finish stores C), so that few tiles
+    (decode batches, M <= 128) still fill the SMs. Ragged M, N, K: TMA zero-fills past the
+    edges; rows must be whole 16-byte multiples (K, and N for B in nn). A TIRx kernel
+    (schedules/hopper.py), sm_90a only.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /

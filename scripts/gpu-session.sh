@@ -29,6 +29,11 @@
 #                                            # from reports/tuning/) and the ladder + baselines on
 #                                            # the batched seed's shapes
 #                                            # ($NVFP4_PRESETS: bgemv-l1 bgemv-l8 bgemv-l4)
+#   bash scripts/gpu-session.sh v8           # v8's GPU tier, then the llm-bf16 suite (every rung)
+#   bash scripts/gpu-session.sh profile-v8   # ncu ($NCU: --set detailed) of v8 and of cuBLAS,
+#                                            # 4096^3 bf16 nt, float32 C
+#   bash scripts/gpu-session.sh ms-tensorcore # MetaSchedule, 32 trials, 1024^3 float16 (tensor
+#                                            # cores in the space), into $OUT only
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
 #                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
 #                                            # two kernels)
@@ -128,6 +133,21 @@ for part in "$@"; do
           --schedule "${SCHEDULE:-autotvm:v5k}" --records reports/tuning/autotvm-h100.jsonl --no-ir \
           --results /tmp/kernel-times.jsonl
       done 2>&1 | tee "$out/kernel-times.log" ;;
+    v8)
+      timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k v8 2>&1 \
+        | tee "$out/pytest-gpu-v8.log"
+      python3 runner.py --suite llm-bf16 --results "$out/shapes.jsonl" 2>&1 | tee -a "$out/shapes.log" ;;
+    profile-v8)
+      # the first launch whose name matches: v8's kernel, then cuBLAS's (nvjet or *bf16*)
+      for kernels in main_kernel 'nvjet|bf16'; do
+        timeout 240 ncu --kernel-name-base demangled --kernel-name regex:"$kernels" \
+          --launch-count 1 ${NCU:---set detailed} python3 runner.py --shape 4096x4096x4096 \
+          --dtype bfloat16 --layout nt --schedule v8 --no-ir --results /tmp/profile.jsonl
+      done 2>&1 | tee "$out/profile-v8.log" ;;
+    ms-tensorcore)
+      python3 runner.py --shape 1024x1024x1024 --dtype float16 --tune metaschedule --trials 32 \
+        --no-ir --work-dir "$out/ms-tensorcore" --results "$out/ms-tensorcore.jsonl" 2>&1 \
+        | tee "$out/ms-tensorcore.log" ;;
     odd-shapes)
       # the GPU tier on what issue 21 changed: v6/v7 on ragged 16-bit shapes, every GEMV rung,
       # every rung on the odd shapes (1x1x1, ...), v7's knobs on padded tiles

@@ -167,12 +167,19 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (1, 512, 64), "float16", "float16", "nn"), {"block_m": 64, "block_n": 128}),
     (Workload("gemm", (1000, 1000, 1000), "float16", layout="nt"), {"stages": 2, "group_m": 1}),
     (Workload("gemm", (1000, 1000, 1000), "float16", layout="nt"), {"group_m": 16, "block_n": 192}),
+    (Workload("gemm", (128, 4096, 4096), "bfloat16", layout="nt"), {}),  # split K (heuristic: 4)
+    (Workload("gemm", (16, 6144, 4096), "bfloat16", "bfloat16", "nt"), {"split_k": 8}),
+    (Workload("gemm", (100, 304, 1000), "float16", "float16"), {"block_m": 64, "split_k": 3}),
+    (Workload("gemm", (300, 520, 136), "bfloat16"), {"block_n": 128, "split_k": 3, "stages": 2}),
+    (Workload("gemm", (1024, 2048, 520), "float16", layout="nt"), {"block_n": 128, "split_k": 3}),
+    (Workload("gemm", (77, 301, 136), "bfloat16", "bfloat16", "nt"), {"split_k": 2}),  # odd N
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
     splitting the tile along M (block_m 128, 256) and along N (block_m 64), several tiles per
-    CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, and a
-    second call into the same output."""
+    CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
+    (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA), and
+    a second call into the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 
 

@@ -44,9 +44,13 @@ CHOICES = [
     ("v7", gemm((1000, 4096, 4096), "float16"), {"block_n": 128}),  # 128 -> 256 tiles
     ("v7", gemm((8192, 8192, 1024), "float16"), {}),
     # v8: 64-row tiles split along N for decode, 128 columns where 256 leave SMs idle, then as
-    # many stages as fit (6 of 128x128 or 64x128; 4 of 128x256, the default)
-    ("v8", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_m": 64, "block_n": 128, "stages": 6}),
-    ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"), {"block_n": 128, "stages": 6}),
+    # many stages as fit (6 of 128x128 or 64x128; 4 of 128x256, the default), then K split
+    # while the units stay within one wave: 48 tiles x 2, 32 x 4 (not 8: 256 units)
+    ("v8", gemm((16, 6144, 4096), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2}),
+    ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"), {"block_n": 128, "stages": 6, "split_k": 4}),
+    ("v8", gemm((16, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
+     {"block_m": 64, "block_n": 128, "stages": 6}),
     ("v8", gemm((1000, 4096, 4096), "float16"), {"block_n": 128, "stages": 6}),  # 128 -> 256 tiles
     ("v8", gemm((8192, 8192, 1024), "float16"), {}),
     ("multirow", Workload("gemv", (4096, 64), "float16"), {"reduce_threads": 8}),

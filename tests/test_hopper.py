@@ -31,6 +31,7 @@ BUILDS = [
     gemm((16, 6144, 4096), "bfloat16", layout="nt"),  # decode: 64-row tiles split along N
     gemm((1, 256, 64), "float16", "float16", "nn"),
     gemm((37, 200, 72), "float16", layout="nn"),
+    gemm((128, 4096, 4096), "bfloat16", "bfloat16", "nt"),  # split K (the heuristic's 4)
 ]
 
 
@@ -60,13 +61,44 @@ def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
     # the accumulators pass through SETTLE after the last wait, and C is converted from them
     body = source[source.index("__global__ void"):]
     assert body.index(f"{SETTLE[0]}(acc_ptr[0])") > body.index("wait_group_sync_aligned_0()")
-    assert body.index("((half)acc_ptr[0])") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
+    assert body.index("v8_store_pair_float16(") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
 
 
 def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled):
     _, source, summary = compiled("v8", gemm((16, 6144, 4096), "bfloat16", layout="nt"))
-    assert summary.grid == {"blockIdx.x": 48}  # 64x128 tiles: the heuristic's
+    assert summary.grid == {"blockIdx.x": 96}  # 48 tiles of 64x128 in 2 K slices: the heuristic's
     assert "m64n64k16.f32.bf16.bf16" in source
+
+
+def test_v8_stores_pairs_of_columns_where_n_is_even(compiled):
+    """Two neighbouring columns of C in one store (whole 32-byte sectors per warp) where every
+    pair's address is aligned (N even); element by element, each guarded, where N is odd."""
+    _, even, _ = compiled("v8", gemm((64, 256, 64), "bfloat16", "bfloat16", "nt"))
+    assert "__floats2bfloat162_rn(a, b)" in even and "C_ptr[" not in even.split("__global__")[1]
+    _, odd, _ = compiled("v8", gemm((64, 255, 64), "bfloat16", "bfloat16", "nt"))
+    assert "v8_store_pair" not in odd and "((nv_bfloat16)acc_ptr[1])" in odd
+
+
+def test_v8_splits_k_over_ctas_that_add_their_partials_through_a_workspace(compiled):
+    """128x4096x4096 bf16: 32 tiles of 128x128 in 4 K slices (16 K blocks each) on 128 CTAs;
+    each slice's consumers stash their partial tile, the count tells the last, which gathers
+    the other three, rearms the counter and stores C. Without a split, none of it."""
+    _, source, summary = compiled("v8", gemm((128, 4096, 4096), "bfloat16", layout="nt"))
+    assert summary.grid == {"blockIdx.x": 128}
+    tag = "128x4096x4096_128x128x4"
+    body = source[source.index("__global__ void"):]
+    assert f"__device__ float4 v8_partials_{tag}[{128 * 16 * 256}];" in source  # 128 units
+    assert f"__device__ unsigned v8_arrivals_{tag}[32];" in source
+    assert body.count(f"v8_stash_{tag}(") == 16 and body.count(f"v8_gather_{tag}(") == 16
+    assert "int k0 = (((((int)blockIdx.x) & 3) * 1024) + (kt * 64));" in body  # the slice's K
+    stash, count = body.index(f"v8_stash_{tag}("), body.index(f"v8_arrive_{tag}(")
+    last = body.index("if (arrived_ptr[0] == (uint)3)")
+    assert stash < body.index("tvm_builtin_cuda_thread_fence()") < count < last
+    assert last < body.index(f"v8_gather_{tag}(") < body.index(f"v8_rearm_{tag}(") \
+        < body.index("C_ptr[")
+    assert body.count("tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256)") == 2
+    _, plain, _ = compiled("v8", gemm((128, 4096, 4096), "bfloat16", layout="nt"), split_k=1)
+    assert "v8_partials" not in plain and "bar_sync_count" not in plain
 
 
 NVDISASM = shutil.which("nvdisasm")
@@ -103,6 +135,10 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
     (gemm((256, 256, 256)), {"block_m": 64, "block_n": 192}, "block_n=192 with block_m=64"),
     (gemm((256, 256, 256)), {"block_m": 256, "block_n": 256}, "each consumer thread 256 accumulators"),
     (gemm((256, 256, 256)), {"block_n": 256, "stages": 5}, "needs 246784 bytes of shared memory"),
+    (gemm((256, 256, 256)), {"split_k": 5}, "splits K=256 into 1 to 4 slices of whole 128-byte "
+                                            "K blocks, not split_k=5"),
+    (gemm((8192, 8192, 8192)), {"split_k": 8}, "split_k=8 over 2048 tiles of 128x256 keeps "
+                                               "2048 MB of partials; at most 256 MB"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
