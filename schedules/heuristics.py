@@ -27,6 +27,8 @@ H100_L2_BYTES = 50 * 1024 * 1024  # its L2 cache
 WAVES = 2  # blocks of a K-split GEMM: at most two waves of the SMs
 MIN_SLICE_TILES = 4  # K tiles each K slice keeps at least: a shorter slice is mostly prologue
 WARP = 32  # threads of a warp: multirow's most K threads
+TMA_NARROW_COST = 0.57  # v8: a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
+TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
 
 # The ladder reports' GEMMs (reports/h100-gemm-ladder.md) besides the seeds' presets.
 MEASURED = ({(wl.op, wl.shape) for wl in PRESETS.values()}
@@ -131,20 +133,36 @@ def wgmma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
 
 
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
-    """v8: block_m 64 where M <= 64 (decode batches: a taller tile would be zeros); block_n 128
-    where block_n-wide tiles cannot give every SM one (each where the space holds that value);
-    then the most stages of the space whose ring fits a Hopper block's shared memory; then K
-    split into the most slices of the space that keep the units (tiles x slices) within one
-    wave of the SMs, each slice at least MIN_SLICE_TILES K blocks (v8 is persistent: a second
-    wave would walk behind the first)."""
+    """v8, measured on an H100 (reports/logs/h100-v8-tiles-2026-11-23.log):
+    - block_m 64 where M <= 64 (decode batches: a taller tile would be zeros), and where
+      M <= 128 and 128x128 tiles cannot give every SM one (128x4096x4096: 88% of cuBLAS with
+      64x128 tiles in 2 K slices, 80% with 128x128 in 4);
+    - block_n 128 with 64-row tiles; else 128 rather than the default 256 where its waves of
+      tiles take less time, by TMA_TIE at least, counting a wave of 128-wide tiles as 0.57 of
+      a 256-wide one (TMA_NARROW_COST: a 128-wide wgmma does less per byte it reads; measured
+      1.14x for 256 tiles of 128x128 against 128 of 128x256).
+      1000x4608x3584: 144 tiles of 128x256 in 2 waves, 60% of cuBLAS; 288 of 128x128 in 3,
+      72%. 1000x4096x4096: 128 of 128x256 in one wave, 97%; 256 of 128x128, 86%.
+    - the most stages of the space whose ring fits a Hopper block's shared memory;
+    - K split into the most slices of the space that keep the units (tiles x slices) within
+      one wave of the SMs, each slice at least MIN_SLICE_TILES K blocks (v8 is persistent: a
+      second wave would walk behind the first).
+    Each knob only where the space holds the value."""
     from .hopper import ROW_BYTES, arena_bytes  # v8's module: loaded by now
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     wgmma_m = WARPGROUP * MMA
-    short = wl.dims["M"] <= wgmma_m and wgmma_m in space["block_m"]
-    block_m = wgmma_m if short else knobs["block_m"]
-    few = tile_count(wl, block_m, knobs["block_n"]) < sms and 128 in space["block_n"]
-    block_n = 128 if few else knobs["block_n"]
+    decode = wl.dims["M"] <= wgmma_m or (wl.dims["M"] <= 2 * wgmma_m
+                                         and tile_count(wl, 2 * wgmma_m, 128) < sms)
+    block_m = wgmma_m if decode and wgmma_m in space["block_m"] else knobs["block_m"]
+
+    def waves_cost(block_n: int) -> float:
+        """The waves of block_m x block_n tiles, in waves of 256-wide tiles."""
+        return -(-tile_count(wl, block_m, block_n) // sms) * (TMA_NARROW_COST if block_n == 128 else 1)
+
+    narrow = 128 in space["block_n"] and (
+        block_m == wgmma_m or waves_cost(128) < (1 - TMA_TIE) * waves_cost(knobs["block_n"]))
+    block_n = 128 if narrow else knobs["block_n"]
     fitting = [s for s in space["stages"]
                if arena_bytes(block_m, block_n, s) <= HOPPER_SHARED_BYTES]
     tiles = tile_count(wl, block_m, block_n)

@@ -167,7 +167,7 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (1, 512, 64), "float16", "float16", "nn"), {"block_m": 64, "block_n": 128}),
     (Workload("gemm", (1000, 1000, 1000), "float16", layout="nt"), {"stages": 2, "group_m": 1}),
     (Workload("gemm", (1000, 1000, 1000), "float16", layout="nt"), {"group_m": 16, "block_n": 192}),
-    (Workload("gemm", (128, 4096, 4096), "bfloat16", layout="nt"), {}),  # split K (heuristic: 4)
+    (Workload("gemm", (128, 4096, 4096), "bfloat16", layout="nt"), {}),  # split K: 64x128 tiles in 2
     (Workload("gemm", (16, 6144, 4096), "bfloat16", "bfloat16", "nt"), {"split_k": 8}),
     (Workload("gemm", (100, 304, 1000), "float16", "float16"), {"block_m": 64, "split_k": 3}),
     (Workload("gemm", (300, 520, 136), "bfloat16"), {"block_n": 128, "split_k": 3, "stages": 2}),

@@ -43,15 +43,20 @@ CHOICES = [
     ("v7", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_m": 64, "block_n": 128}),  # decode
     ("v7", gemm((1000, 4096, 4096), "float16"), {"block_n": 128}),  # 128 -> 256 tiles
     ("v7", gemm((8192, 8192, 1024), "float16"), {}),
-    # v8: 64-row tiles split along N for decode, 128 columns where 256 leave SMs idle, then as
-    # many stages as fit (6 of 128x128 or 64x128; 4 of 128x256, the default), then K split
-    # while the units stay within one wave: 48 tiles x 2, 32 x 4 (not 8: 256 units)
-    ("v8", gemm((16, 6144, 4096), "bfloat16", "nt"),
+    # v8: 64-row tiles split along N for decode (M <= 64, or M <= 128 with few 128-row tiles),
+    # 128 columns where their waves take less time, then as many stages as fit (6 of 128x128
+    # or 64x128; 4 of 128x256, the default), then K split while the units stay within one wave
+    ("v8", gemm((16, 6144, 4096), "bfloat16", "nt"),  # 48 tiles x 2
      {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2}),
-    ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"), {"block_n": 128, "stages": 6, "split_k": 4}),
+    ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"),  # 64 tiles x 2 (not 4: 256 units)
+     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2}),
     ("v8", gemm((16, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
      {"block_m": 64, "block_n": 128, "stages": 6}),
-    ("v8", gemm((1000, 4096, 4096), "float16"), {"block_n": 128, "stages": 6}),  # 128 -> 256 tiles
+    ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {}),  # 224 tiles of 128x128: no decode
+    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"),  # 3 waves of 128x128 against 2 of 128x256
+     {"block_n": 128, "stages": 6}),
+    ("v8", gemm((1000, 4096, 4096), "float16"), {}),  # 128 tiles of 128x256: one wave
+    ("v8", gemm((4096, 3584, 3584), "bfloat16", "nt"), {}),  # 7 waves against 4: within TMA_TIE
     ("v8", gemm((8192, 8192, 1024), "float16"), {}),
     ("multirow", Workload("gemv", (4096, 64), "float16"), {"reduce_threads": 8}),
     ("multirow", Workload("gemv", (4096, 65), "float16"), {"reduce_threads": 16}),
