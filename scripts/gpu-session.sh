@@ -14,8 +14,9 @@
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #                                                 # per preset of $PRESETS (both)
 #   bash scripts/gpu-session.sh peaks        # mma.sync and FFMA ceilings; the kernels cuBLAS runs
-#   bash scripts/gpu-session.sh at-v5k at-v5t at-v6 at-v7 # xgb over the rung's space: $TRIALS on
-#                                            # each of $SHAPES in $DTYPE (float32)
+#   bash scripts/gpu-session.sh at-v5k at-v5t at-v6 at-v7 at-v8 # xgb over the rung's space:
+#                                            # $TRIALS on each of $SHAPES in $DTYPE (float32),
+#                                            # $LAYOUT (nn)
 #   bash scripts/gpu-session.sh gemm-fp32    # fp32 ladders with the searches' bests, one run a shape
 #   bash scripts/gpu-session.sh gemm-16bit   # the same for the fp16/bf16 shapes of gemm-ladder
 #   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
@@ -101,9 +102,10 @@ for part in "$@"; do
       { nvcc -O3 -arch=sm_90a -o /tmp/mma_peak scripts/mma_peak.cu && /tmp/mma_peak
         python3 scripts/cublas_kernels.py 1024x512x2048:float32 4096x4096x4096:float32 \
           4096x4096x4096:float16 4096x4096x4096:bfloat16; } 2>&1 | tee "$out/peaks.log" ;;
-    at-v5|at-v5p|at-v5k|at-v5t|at-v6|at-v7)
+    at-v5|at-v5p|at-v5k|at-v5t|at-v6|at-v7|at-v8)
       for shape in ${SHAPES:-1024x512x2048 4096x4096x4096}; do
-        python3 runner.py --shape "$shape" --dtype "${DTYPE:-float32}" --tune "autotvm:${part#at-}" \
+        python3 runner.py --shape "$shape" --dtype "${DTYPE:-float32}" --layout "${LAYOUT:-nn}" \
+          --tune "autotvm:${part#at-}" \
           --tuner xgb --trials "${TRIALS:-64}" --no-ir --records reports/tuning/autotvm-h100.jsonl \
           --results "$results"
       done 2>&1 | tee -a "$out/$part.log" ;;
