@@ -176,10 +176,13 @@ def test_a_template_search_records_each_trial_and_returns_its_summary(tmp_path):
     summary = autotvm.search(entry, SEED_GEMM, replay(grid), path=path, device="H100",
                              tuner="grid", seed=0, trials=20, say=said.append, warn=said.append)
     trials = records.load(path).records
+    own = {k: v for k, v in entry.defaults_for(SEED_GEMM).items() if k in SEED_SPACE.knobs}
+    order = [own] + [c for c in SEED_SPACE.configs() if c != own][:19]  # the rung's own first
+    assert own != SEED_SPACE.configs()[0]
     assert [t["trial"] for t in trials] == list(range(1, 21))
-    assert [t["config"] for t in trials] == SEED_SPACE.configs()[:20]
+    assert [t["config"] for t in trials] == order
     assert [t["status"] for t in trials] == [grid[autotvm.config_key(c)].status.value
-                                             for c in SEED_SPACE.configs()[:20]]
+                                             for c in order]
     fastest = min((t for t in trials if t["status"] == "ok"), key=lambda t: t["time_ms"])
     curve, rate = summary.pop("curve"), summary.pop("trials_per_min")
     assert summary == {"schedule": "autotvm:seed_template", "search": "autotvm", "tuner": "grid",
@@ -244,6 +247,19 @@ def test_xgb_beats_random_on_the_recorded_seed_space():
     xgb_best, xgb_reached = summary("xgb")
     random_best, random_reached = summary("random")
     assert xgb_best < random_best and xgb_reached < random_reached
+
+
+def test_a_search_measures_the_rungs_own_configuration_for_the_shape_first(tmp_path):
+    """Records override a rung's shape heuristic, so a search starts from the heuristic's pick
+    (v8 on 1000x4608x3584: 128x128 tiles, 6 stages), whatever the tuner would try first."""
+    entry, wl = schedules.get("gemm", "v8"), Workload("gemm", (1000, 4608, 3584), "bfloat16",
+                                                       "float32", "nt")
+    path = str(tmp_path / "at.jsonl")
+    autotvm.search(entry, wl, lambda configs: [Outcome(Status.OK, 1.0) for _ in configs],
+                   path=path, device="H100", tuner="random", seed=0, trials=3,
+                   say=lambda _: None, warn=lambda _: None)
+    first = records.load(path).records[0]["config"]
+    assert first == {"block_m": 128, "block_n": 128, "stages": 6, "group_m": 8, "split_k": 1}
 
 
 def test_curve_is_the_best_so_far_of_one_search():

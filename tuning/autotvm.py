@@ -143,12 +143,19 @@ DEFAULT_TUNER = "xgb"
 
 
 def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], history: History,
-         trials: int, batch_size: int, on_measured: Callable[[dict, Outcome], None]) -> int:
+         trials: int, batch_size: int, on_measured: Callable[[dict, Outcome], None],
+         first: tuple[dict, ...] = ()) -> int:
     """Measure up to `trials` configurations that `history` does not hold yet, `batch_size` at a
-    time, in the order `tuner` proposes; `on_measured` sees (and records) each as it comes.
-    Returns how many were measured: fewer than `trials` when the space runs out."""
+    time: those of `first` (in one batch), then in the order `tuner` proposes; `on_measured`
+    sees (and records) each as it comes. Returns how many were measured: fewer than `trials`
+    when the space runs out."""
     configs = space.configs()
     done = 0
+    opening = [c for c in first if config_key(c) not in history][:trials]
+    for config, outcome in zip(opening, measure(opening) if opening else []):
+        history[config_key(config)] = outcome
+        on_measured(config, outcome)
+        done += 1
     while done < trials:
         batch = tuner.propose(space, configs, history, min(batch_size, trials - done))
         if not batch:
@@ -284,7 +291,12 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
     """Search `entry`'s space on `wl` with `tuner`, resuming from the records at `path` of the
     same search on `device`; each measured configuration is appended there as it comes and said.
     Returns the search's summary record. A search with no correct configuration fails, with the
-    most common reason."""
+    most common reason.
+
+    The rung's own configuration for `wl` (its defaults as its shape heuristic sets them) is
+    measured first where the space holds it: records override that heuristic (`--schedule
+    best`, `autotvm:<rung>`), so a search's best must never be slower than the rung without
+    records."""
     space = Space.of(entry)
     key = search_key(wl, entry.name, device, tuner, seed)
     history = history_of(store.load_and_warn(path, warn), key,
@@ -305,7 +317,10 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
             f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {elapsed:.0f} s, "
             f"{60 * (trial[0] - before) / max(elapsed, 1e-9):.1f} trials/min")
 
-    new = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured)
+    own = {knob: value for knob, value in entry.defaults_for(wl).items() if knob in space.knobs}
+    in_space = all(own[knob] in values for knob, values in space.knobs.items())
+    new = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured,
+               first=(own,) if in_space else ())
     if new < trials:
         say(f"the space is exhausted: {new} new configurations measured")
     found = best(history)
