@@ -193,12 +193,12 @@ def _this_gpu(wl: Workload, asked: str | None, searched: list[dict], runs: list[
 
 def rule(wl: Workload) -> tuple[str, str]:
     """The rung `best` runs where no records say, and the rule in words: a 16-bit GEMM -> v8
-    where it writes a 16-bit C (v6 and v7 write float32 only) or where M <= 64 (its 64-row
-    tiles, 93% of cuBLAS at 16x6144x4096 against v7's 83%, reports/h100-v8.md), else v7 with
-    a float32 C; v5k where TMA cannot load the rows that v8 needs; a float32 GEMM -> v5t
-    where its default tiles give every SM one, else v5k (split K); a GEMV -> blockreduce where
-    K gives each of its K threads a 16-byte vector per step, else multirow (whose heuristic
-    fits its K threads to K); an nvfp4 GEMV -> bitdecode."""
+    wherever TMA can load its rows (the best rung on 30 of the 32 llm-bf16 shapes and at 4096^3
+    and 8192^3, reports/h100-shapes.md and reports/h100-v8.md), else v7 with a float32 C and
+    v5k with a 16-bit one (v6 and v7 write float32 only); a float32 GEMM -> v5t where its
+    default tiles give every SM one, else v5k (split K); a GEMV -> blockreduce where K gives
+    each of its K threads a 16-byte vector per step, else multirow (whose heuristic fits its K
+    threads to K); an nvfp4 GEMV -> bitdecode."""
     if wl.is_nvfp4:
         return "bitdecode", (f"{wl.op} on nvfp4 -> bitdecode (the rung that decodes two values "
                              "per register with bit operations)")
@@ -206,13 +206,11 @@ def rule(wl: Workload) -> tuple[str, str]:
         from schedules.hopper import tma_refusal
 
         refusal = tma_refusal(wl)
-        if wl.has_cast and refusal:
-            return "v5k", f"16-bit GEMM writing {wl.out_dtype}, which only v8 writes, and {refusal}"
+        if not refusal:
+            return "v8", "16-bit GEMM whose rows TMA can load -> v8"
         if wl.has_cast:
-            return "v8", f"16-bit GEMM writing {wl.out_dtype}, which v6 and v7 do not -> v8"
-        if wl.dims["M"] <= 64 and not refusal:
-            return "v8", "16-bit GEMM with M <= 64 -> v8 (64-row tiles)"
-        return "v7", "16-bit GEMM with a float32 C on sm_90 -> v7"
+            return "v5k", f"16-bit GEMM writing {wl.out_dtype}, which only v8 writes, and {refusal}"
+        return "v7", f"16-bit GEMM with a float32 C, and {refusal} -> v7"
     if wl.op == "gemm":
         v5t = schedules.get("gemm", "v5t").defaults
         tiles = heuristics.tile_count(wl, v5t["block_m"], v5t["block_n"])
