@@ -77,23 +77,40 @@ def arena_bytes(block_m: int, block_n: int, stages: int) -> int:
     return stages * (block_m + block_n) * ROW_BYTES + ATOM
 
 
-# PAIR_STORE: the epilogue stores a thread's two neighbouring columns of C (a wgmma fragment's
-#   e = 0, 1) in one 8-byte (float32) or 4-byte (16-bit) store, converted as a scalar cast
-#   would (round to nearest even): a warp's store then fills whole 32-byte sectors, where two
-#   scalar stores each wrote half of every sector (ncu, 4096^3: 50% excess sectors).
-PAIR_STORE = {
-    "float32": "*reinterpret_cast<float2*>(p) = make_float2(a, b);",
-    "float16": "*reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);",
-    "bfloat16": "*reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);",
-}
+# The epilogue stores whole 32-byte sectors of C per row and warp store, where C's rows allow:
+# PAIR_STORE: float32 C, N even: a thread's two neighbouring columns (a wgmma fragment's e = 0,
+#   1) in one 8-byte store; the 4 threads of a row then write 32 contiguous bytes. Two scalar
+#   stores each half-filled every sector (ncu, 4096^3: 50% excess sectors).
+# QUAD_STORE: 16-bit C, N a multiple of 4: a pair is only 4 bytes, so the two threads of a
+#   row that hold neighbouring pairs swap one (a shuffle), each then holding 4 columns, stored
+#   in 8 bytes: the even thread of the two gets its partner's pair of block n8 next to its own,
+#   the odd one its partner's pair of block n8 + 1; the row's 4 threads again write 32 bytes.
+# Both convert as a scalar cast would (round to nearest even).
+PAIR_STORE = "*reinterpret_cast<float2*>(p) = make_float2(a, b);"
+TO_PAIR = {"float16": "__floats2half2_rn", "bfloat16": "__floats2bfloat162_rn"}
+QUAD_STORE = """  auto low = {convert}(a0, a1), high = {convert}(b0, b1);
+  unsigned mine = *reinterpret_cast<unsigned*>(odd ? &low : &high);
+  unsigned theirs = __shfl_xor_sync(0xffffffffu, mine, 1);
+  unsigned kept = *reinterpret_cast<unsigned*>(odd ? &high : &low);
+  if (ok) *reinterpret_cast<uint2*>(p) = odd ? make_uint2(theirs, kept) : make_uint2(kept, theirs);"""
 
 
-def _store_pair(out_dtype: str, address, first, second):
-    """C[r, c] = first and C[r, c + 1] = second at `address` (&C[r, c]) in one store."""
-    name = f"v8_store_pair_{out_dtype}"
-    source = (f"\n__forceinline__ __device__ void {name}(void* p, float a, float b) {{\n"
-              f"  {PAIR_STORE[out_dtype]}\n}}\n")
-    return T.cuda.func_call(name, address, first, second, source_code=source)
+def _store_pair(address, first, second):
+    """float32 C[r, c] = first and C[r, c + 1] = second at `address` (&C[r, c]), one store."""
+    source = ("\n__forceinline__ __device__ void v8_store_pair(void* p, float a, float b) {\n"
+              f"  {PAIR_STORE}\n}}\n")
+    return T.cuda.func_call("v8_store_pair", address, first, second, source_code=source)
+
+
+def _store_quad(out_dtype: str, address, odd, low: list, high: list, ok):
+    """16-bit C: the thread's pairs `low` (block n8) and `high` (block n8 + 1) swapped with its
+    row neighbour (lane ^ 1), then 4 columns stored at `address` where `ok`. Every lane of the
+    warp calls it (the shuffle), `ok` or not."""
+    name = f"v8_store_quad_{out_dtype}"
+    source = (f"\n__forceinline__ __device__ void {name}(void* p, int odd, float a0, float a1, "
+              f"float b0, float b1, bool ok) {{\n"
+              f"{QUAD_STORE.format(convert=TO_PAIR[out_dtype])}\n}}\n")
+    return T.cuda.func_call(name, address, odd, *low, *high, ok, source_code=source)
 
 
 def _register_call(helper: tuple[str, str], register):
@@ -404,21 +421,33 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                                     *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
                             if thread == 0:
                                 _helper_call(helpers["rearm"], unit // split_k)
-                        for mi in T.unroll(m_wgmmas):
-                            for n8 in T.unroll(wg_n // 8):
-                                for h in T.unroll(2):
-                                    row: T.let[T.int32] = first_row + mi * 64 + h * 8
-                                    col: T.let[T.int32] = first_col + n8 * 8
-                                    first: T.let[T.int32] = mi * per_wgmma + n8 * 4 + h * 2
-                                    if row < M:
-                                        if N % 2 == 0:  # col is even: so is &C[row, col]
-                                            if col < N:
-                                                _store_pair(out_dtype, T.address_of(C[row, col]),
-                                                            acc[first], acc[first + 1])
-                                        else:
-                                            for e in T.unroll(2):
-                                                if col + e < N:
-                                                    C[row, col + e] = T.Cast(out_dtype, acc[first + e])
+                        if out_dtype != "float32" and N % 4 == 0:
+                            for mi in T.unroll(m_wgmmas):
+                                for n16 in T.unroll(wg_n // 16):
+                                    for h in T.unroll(2):
+                                        row: T.let[T.int32] = first_row + mi * 64 + h * 8
+                                        start: T.let[T.int32] = first_col + n16 * 16 + lane % 2 * 6
+                                        low: T.let[T.int32] = mi * per_wgmma + n16 * 8 + h * 2
+                                        _store_quad(out_dtype, T.address_of(C[row, start]), lane % 2,
+                                                    [acc[low], acc[low + 1]],
+                                                    [acc[low + 4], acc[low + 5]],
+                                                    T.bool(row < M) and T.bool(start < N))
+                        else:
+                            for mi in T.unroll(m_wgmmas):
+                                for n8 in T.unroll(wg_n // 8):
+                                    for h in T.unroll(2):
+                                        row: T.let[T.int32] = first_row + mi * 64 + h * 8
+                                        col: T.let[T.int32] = first_col + n8 * 8
+                                        first: T.let[T.int32] = mi * per_wgmma + n8 * 4 + h * 2
+                                        if row < M:
+                                            if out_dtype == "float32" and N % 2 == 0:
+                                                if col < N:  # col is even: so is &C[row, col]
+                                                    _store_pair(T.address_of(C[row, col]),
+                                                                acc[first], acc[first + 1])
+                                            else:
+                                                for e in T.unroll(2):
+                                                    if col + e < N:
+                                                        C[row, col + e] = T.Cast(out_dtype, acc[first + e])
 
     return main
 

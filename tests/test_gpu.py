@@ -173,6 +173,7 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (300, 520, 136), "bfloat16"), {"block_n": 128, "split_k": 3, "stages": 2}),
     (Workload("gemm", (1024, 2048, 520), "float16", layout="nt"), {"block_n": 128, "split_k": 3}),
     (Workload("gemm", (77, 301, 136), "bfloat16", "bfloat16", "nt"), {"split_k": 2}),  # odd N
+    (Workload("gemm", (100, 302, 136), "float16", "float16", "nt"), {}),  # 16-bit C, N % 4 == 2
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers

@@ -61,7 +61,7 @@ def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
     # the accumulators pass through SETTLE after the last wait, and C is converted from them
     body = source[source.index("__global__ void"):]
     assert body.index(f"{SETTLE[0]}(acc_ptr[0])") > body.index("wait_group_sync_aligned_0()")
-    assert body.index("v8_store_pair_float16(") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
+    assert body.index("v8_store_quad_float16(") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
 
 
 def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled):
@@ -70,13 +70,23 @@ def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled):
     assert "m64n64k16.f32.bf16.bf16" in source
 
 
-def test_v8_stores_pairs_of_columns_where_n_is_even(compiled):
-    """Two neighbouring columns of C in one store (whole 32-byte sectors per warp) where every
-    pair's address is aligned (N even); element by element, each guarded, where N is odd."""
-    _, even, _ = compiled("v8", gemm((64, 256, 64), "bfloat16", "bfloat16", "nt"))
-    assert "__floats2bfloat162_rn(a, b)" in even and "C_ptr[" not in even.split("__global__")[1]
-    _, odd, _ = compiled("v8", gemm((64, 255, 64), "bfloat16", "bfloat16", "nt"))
-    assert "v8_store_pair" not in odd and "((nv_bfloat16)acc_ptr[1])" in odd
+def test_v8_stores_whole_sectors_of_c_where_its_rows_allow(compiled):
+    """float32 C, N even: a thread's two neighbouring columns in one 8-byte store. 16-bit C, N a
+    multiple of 4: neighbouring threads swap a pair (a shuffle every lane makes) and each stores
+    4 columns in 8 bytes. Else element by element, each guarded."""
+    def body(wl):
+        return compiled("v8", wl)[1].split("__global__")[-1]
+
+    fp32 = body(gemm((64, 256, 64), "bfloat16", "float32", "nt"))
+    assert "v8_store_pair((&(C_ptr[" in fp32 and "C_ptr[" not in fp32.replace("(&(C_ptr[", "")
+    quads = compiled("v8", gemm((64, 256, 64), "bfloat16", "bfloat16", "nt"))[1]
+    assert "__shfl_xor_sync(0xffffffffu, mine, 1)" in quads and "__floats2bfloat162_rn(a0, a1)" in quads
+    kernel = quads.split("__global__")[-1]
+    assert "v8_store_quad_bfloat16((&(C_ptr[" in kernel and "if (" not in kernel.split("v8_settle")[-1]
+    for ragged in (gemm((64, 255, 64), "bfloat16", "bfloat16", "nt"),
+                   gemm((64, 254, 64), "float16", "float16", "nt")):
+        scalar = body(ragged)
+        assert "v8_store" not in scalar and "acc_ptr[1])" in scalar
 
 
 def test_v8_splits_k_over_ctas_that_add_their_partials_through_a_workspace(compiled):
