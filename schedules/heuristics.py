@@ -158,7 +158,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
 
     def waves_cost(block_n: int) -> float:
         """The waves of block_m x block_n tiles, in waves of 256-wide tiles."""
-        return -(-tile_count(wl, block_m, block_n) // sms) * (TMA_NARROW_COST if block_n == 128 else 1)
+        waves = -(-tile_count(wl, block_m, block_n) // sms)
+        return waves * (TMA_NARROW_COST if block_n == 128 else 1)
 
     narrow = 128 in space["block_n"] and (
         block_m == wgmma_m or waves_cost(128) < (1 - TMA_TIE) * waves_cost(knobs["block_n"]))
