@@ -138,15 +138,17 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       M <= 128 and 128x128 tiles cannot give every SM one (128x4096x4096: 88% of cuBLAS with
       64x128 tiles in 2 K slices, 80% with 128x128 in 4);
     - block_n 128 with 64-row tiles; else 128 rather than the default 256 where its waves of
-      tiles take less time, by TMA_TIE at least, counting a wave of 128-wide tiles as 0.57 of
-      a 256-wide one (TMA_NARROW_COST: a 128-wide wgmma does less per byte it reads; measured
-      1.14x for 256 tiles of 128x128 against 128 of 128x256).
-      1000x4608x3584: 144 tiles of 128x256 in 2 waves, 60% of cuBLAS; 288 of 128x128 in 3,
-      72%. 1000x4096x4096: 128 of 128x256 in one wave, 97%; 256 of 128x128, 86%.
+      tiles (`plan`, split K counted) take less time, by TMA_TIE at least, counting a wave of
+      128-wide tiles as 0.57 of a 256-wide one (TMA_NARROW_COST: a 128-wide wgmma does less
+      per byte it reads; measured 1.14x for 256 tiles of 128x128 against 128 of 128x256).
+      Unsplit, 1000x4608x3584 ran 144 tiles of 128x256 in 2 waves at 60% of cuBLAS, 288 of
+      128x128 in 3 at 72%; 1000x4096x4096 128 of 128x256 in one wave at 97%, 256 of 128x128
+      at 86%.
     - the most stages of the space whose ring fits a Hopper block's shared memory;
-    - K split into the most slices of the space that keep the units (tiles x slices) within
-      one wave of the SMs, each slice at least MIN_SLICE_TILES K blocks (v8 is persistent: a
-      second wave would walk behind the first).
+    - K split into the most slices of the space that keep the units within one wave of the
+      SMs (v8 is persistent: a second wave would walk behind the first): every tile's K where
+      the tiles fit one wave, else (split_tail) the K of the tiles of the last, partial wave,
+      so the SMs it would leave idle share them.
     Each knob only where the space holds the value."""
     from .hopper import ROW_BYTES, arena_bytes  # v8's module: loaded by now
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
@@ -156,23 +158,32 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
                                          and tile_count(wl, 2 * wgmma_m, 128) < sms)
     block_m = wgmma_m if decode and wgmma_m in space["block_m"] else knobs["block_m"]
 
-    def waves_cost(block_n: int) -> float:
-        """The waves of block_m x block_n tiles, in waves of 256-wide tiles."""
-        waves = -(-tile_count(wl, block_m, block_n) // sms)
-        return waves * (TMA_NARROW_COST if block_n == 128 else 1)
+    k_blocks = -(-wl.dims["K"] * DTYPE_BYTES[wl.dtype] // ROW_BYTES)
+
+    def plan(block_n: int) -> tuple[float, int, bool]:
+        """(waves of block_m x block_n tiles, split_k, split_tail): K split while the units
+        stay within one wave (each slice at least MIN_SLICE_TILES K blocks); where the tiles
+        take more than a wave, only those of a last, partial wave, counted as 1/split_k of a
+        wave. Waves of 128-wide tiles count TMA_NARROW_COST of a 256-wide one."""
+        tiles = tile_count(wl, block_m, block_n)
+        full, tail = divmod(tiles, sms) if tiles > sms else (0, tiles)
+        slices = max([s for s in space["split_k"]
+                      if tail * s <= sms and k_blocks >= s * MIN_SLICE_TILES], default=1) \
+            if tail else 1
+        waves = full + (1 / slices if tail else 0)
+        return (waves * (TMA_NARROW_COST if block_n == 128 else 1), slices,
+                bool(full) and slices > 1)
 
     narrow = 128 in space["block_n"] and (
-        block_m == wgmma_m or waves_cost(128) < (1 - TMA_TIE) * waves_cost(knobs["block_n"]))
+        block_m == wgmma_m or plan(128)[0] < (1 - TMA_TIE) * plan(knobs["block_n"])[0])
     block_n = 128 if narrow else knobs["block_n"]
     fitting = [s for s in space["stages"]
                if arena_bytes(block_m, block_n, s) <= HOPPER_SHARED_BYTES]
-    tiles = tile_count(wl, block_m, block_n)
-    k_blocks = -(-wl.dims["K"] * DTYPE_BYTES[wl.dtype] // ROW_BYTES)
-    slices = [s for s in space["split_k"]
-              if tiles * s <= sms and k_blocks >= s * MIN_SLICE_TILES]
+    _, split_k, split_tail = plan(block_n)
     return {"block_m": block_m, "block_n": block_n,
             "stages": max(fitting, default=knobs["stages"]),
-            "split_k": max(slices, default=knobs["split_k"])}
+            "split_k": split_k if split_k in space["split_k"] else knobs["split_k"],
+            "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"]}
 
 
 def b_outgrows_l2(wl: Workload) -> bool:

@@ -210,7 +210,7 @@ def _consumer_tile(block_m: int, block_n: int) -> tuple[int, int, bool]:
 
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
-                          sms: int):
+                          split_tail: bool, sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation, as a persistent warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative"
     kernel): min(sms, units) CTAs of 384 threads walk the units of work (a block tile and one
@@ -227,7 +227,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
 
     Split K (split_k > 1): each slice's consumers put their partial tile in the workspace
     (`_split_k_helpers`) and count themselves in at the tile's arrival counter; the slice that
-    arrives last adds the others' partials to its own and stores C."""
+    arrives last adds the others' partials to its own and stores C. With split_tail, only the
+    tiles of the last, partial wave are split (the units after the `whole` tiles): the SMs
+    that wave would leave idle take slices of its tiles."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
@@ -241,7 +243,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     accumulators = m_wgmmas * per_wgmma
     tiles_m, tiles_n, k_blocks = -(-M // block_m), -(-N // block_n), -(-K // block_k)
     tiles = tiles_m * tiles_n
-    units = tiles * split_k
+    whole = tiles - tiles % sms if split_tail else 0  # tiles multiplied whole, before the split
+    if whole == tiles:
+        split_k = 1  # no partial last wave: nothing to split
+    units = whole + (tiles - whole) * split_k
     grid = min(sms, units)
     units_per_cta = -(-units // grid)
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
@@ -254,8 +259,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     b_leading = 16 if nt else block_k * ROW_BYTES  # nn: bytes between 64-column boxes
     b_shape = (N, K) if nt else (K, N)
     quads = accumulators // 4  # float4s of one consumer thread's partial tile
-    helpers = _split_k_helpers(f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}",
-                               units * quads * CONSUMER_THREADS, tiles)
+    helpers = _split_k_helpers(f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}",
+                               (units - whole) * quads * CONSUMER_THREADS, tiles - whole)
 
     def a_offset(consumer, mi, ks):
         """Bytes from a stage's start to consumer's A rows of wgmma mi at k step ks."""
@@ -272,15 +277,36 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     def origin(tile):
         return _tile_origin(tile, tiles_m, tiles_n, group_m, block_m, block_n)
 
+    def tile_of(unit):
+        """The output tile of a unit: the first `whole` units are whole tiles, then each tile
+        comes in split_k slices."""
+        if not whole:
+            return unit // split_k
+        return T.Select(unit < whole, unit, whole + (unit - whole) // split_k)
+
+    def is_split(unit):
+        """Whether the unit is a slice of its tile (python True where every unit is)."""
+        return True if not whole else unit >= whole
+
     def k_range(unit):
-        """(first K block, K blocks) of the unit's slice: K's blocks dealt evenly."""
-        first = unit % split_k * k_blocks // split_k
-        return first, (unit % split_k + 1) * k_blocks // split_k - first
+        """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly."""
+        piece = (unit - whole) % split_k
+        first = piece * k_blocks // split_k
+        count = (piece + 1) * k_blocks // split_k - first
+        if not whole:
+            return first, count
+        return (T.Select(unit < whole, 0, first),
+                T.Select(unit < whole, k_blocks, count))
+
+    def stores_c(unit, arrived):
+        """Whether this CTA stores the unit's tile: a whole tile's, or the last slice's."""
+        last = arrived[0] == split_k - 1
+        return last if not whole else T.Or(unit < whole, last)
 
     def partial(unit, quad, thread):
-        """Index of a consumer thread's float4 `quad` of the unit's partial tile: the threads'
-        float4s side by side, so that a warp's stores are contiguous."""
-        return (unit * quads + quad) * CONSUMER_THREADS + thread
+        """Index of a consumer thread's float4 `quad` of the (split) unit's partial tile: the
+        threads' float4s side by side, so that a warp's stores are contiguous."""
+        return ((unit - whole) * quads + quad) * CONSUMER_THREADS + thread
 
     @T.prim_func
     def main(A_handle: T.handle, B_handle: T.handle, C_handle: T.handle):
@@ -321,7 +347,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                 loaded[0] = 0
                 for j in range(units_per_cta):
                     if cta + j * grid < units:
-                        m0, n0 = T.meta_var(origin((cta + j * grid) // split_k))
+                        tile: T.let[T.int32] = tile_of(cta + j * grid)
+                        m0, n0 = T.meta_var(origin(tile))
                         first, count = T.meta_var(k_range(cta + j * grid))
                         for kt in range(count):
                             s: T.let[T.int32] = (loaded[0] + kt) % stages
@@ -356,7 +383,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
             for j in range(units_per_cta):
                 if cta + j * grid < units:
                     unit: T.let[T.int32] = cta + j * grid
-                    m0, n0 = T.meta_var(origin(unit // split_k))
+                    tile: T.let[T.int32] = tile_of(unit)
+                    m0, n0 = T.meta_var(origin(tile))
                     _, count = T.meta_var(k_range(unit))
                     for i in T.unroll(accumulators):
                         acc[i] = T.float32(0)
@@ -394,33 +422,37 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                         + warp * 16 + lane // 4
                     first_col: T.let[T.int32] = n0 + (0 if split_m else consumer * wg_n) + lane % 4 * 2
                     if split_k > 1:
-                        # this slice's partial tile out (rows past C's edge left out), then
-                        # counted in at the tile's counter; the last slice adds the others'
-                        for mi in T.unroll(m_wgmmas):
-                            if first_row + mi * 64 < M:
-                                for n8 in T.unroll(wg_n // 8):
-                                    _helper_call(helpers["stash"], partial(unit, mi * wg_n // 8 + n8, thread),
-                                                 *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
-                        T.cuda.thread_fence()  # the partials visible on the GPU before the count
-                        T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
-                        if thread == 0:
-                            arrived[0] = _helper_call(helpers["arrive"], unit // split_k)
-                        T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
-                    if split_k == 1 or arrived[0] == split_k - 1:
-                        if split_k > 1:
-                            T.cuda.thread_fence()
-                            for other in range(split_k):
-                                if other != unit % split_k:
-                                    for mi in T.unroll(m_wgmmas):
-                                        if first_row + mi * 64 < M:
-                                            for n8 in T.unroll(wg_n // 8):
-                                                _helper_call(
-                                                    helpers["gather"],
-                                                    partial(unit - unit % split_k + other,
-                                                            mi * wg_n // 8 + n8, thread),
-                                                    *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                        if is_split(unit):
+                            # this slice's partial tile out (rows past C's edge left out), then
+                            # counted in at the tile's counter; the last slice adds the others'
+                            for mi in T.unroll(m_wgmmas):
+                                if first_row + mi * 64 < M:
+                                    for n8 in T.unroll(wg_n // 8):
+                                        _helper_call(helpers["stash"],
+                                                     partial(unit, mi * wg_n // 8 + n8, thread),
+                                                     *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                            T.cuda.thread_fence()  # the partials visible on the GPU before the count
+                            T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
                             if thread == 0:
-                                _helper_call(helpers["rearm"], unit // split_k)
+                                arrived[0] = _helper_call(helpers["arrive"], tile - whole)
+                            T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
+                    if split_k == 1 or stores_c(unit, arrived):
+                        if split_k > 1:
+                            if is_split(unit):
+                                T.cuda.thread_fence()
+                                piece: T.let[T.int32] = (unit - whole) % split_k
+                                for other in range(split_k):
+                                    if other != piece:
+                                        for mi in T.unroll(m_wgmmas):
+                                            if first_row + mi * 64 < M:
+                                                for n8 in T.unroll(wg_n // 8):
+                                                    _helper_call(
+                                                        helpers["gather"],
+                                                        partial(unit - piece + other,
+                                                                mi * wg_n // 8 + n8, thread),
+                                                        *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                                if thread == 0:
+                                    _helper_call(helpers["rearm"], tile - whole)
                         if out_dtype != "float32" and N % 4 == 0:
                             for mi in T.unroll(m_wgmmas):
                                 for n16 in T.unroll(wg_n // 16):
@@ -470,7 +502,7 @@ def tma_refusal(wl: Workload) -> str | None:
 
 
 def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int,
-                                split_k: int) -> None:
+                                split_k: int, split_tail: bool) -> None:
     """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
     tile shapes, registers, shared memory or split K's workspace."""
     refusal = tma_refusal(wl)
@@ -499,7 +531,12 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
     if not 1 <= split_k <= k_blocks:
         raise ScheduleNotApplicable(f"v8 splits K={K} into 1 to {k_blocks} slices of whole "
                                     f"{ROW_BYTES}-byte K blocks, not split_k={split_k}")
+    if split_tail and split_k == 1:
+        raise ScheduleNotApplicable("v8's split_tail splits the last wave's tiles into split_k "
+                                    "slices: it needs split_k > 1")
     tiles = -(-M // block_m) * -(-N // block_n)
+    if split_tail:
+        tiles %= heuristics.H100_SMS  # the last wave's
     workspace = partial_bytes(tiles, split_k, block_m, block_n) if split_k > 1 else 0
     if workspace > MOST_PARTIAL_BYTES:
         raise ScheduleNotApplicable(f"v8 with split_k={split_k} over {tiles} tiles of "
@@ -508,20 +545,20 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
 
 
 def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
-              split_k: int):
+              split_k: int, split_tail: bool):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
-    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k)
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail)
     M, N, K = wl.shape
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
-                                 stages, group_m, split_k, heuristics.H100_SMS)
+                                 stages, group_m, split_k, split_tail, heuristics.H100_SMS)
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256], "block_n": [64, 128, 192, 256],
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
-                               "split_k": [1, 2, 3, 4, 6, 8]},
+                               "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True]},
           heuristic=heuristics.tma_tiles, compute=v8_kernel)
 def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
-       group_m: int = 8, split_k: int = 1) -> None:
+       group_m: int = 8, split_k: int = 1, split_tail: bool = False) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -530,7 +567,8 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     (float32, float16 or bfloat16) straight from their accumulators while the producer already
     loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
     their float32 partials through a workspace (the last to finish stores C), so that few tiles
-    (decode batches, M <= 128) still fill the SMs. Ragged M, N, K: TMA zero-fills past the
+    (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
+    partial wave are split, so that the SMs it would leave idle share its work. Ragged M, N, K: TMA zero-fills past the
     edges; rows must be whole 16-byte multiples (K, and N for B in nn). A TIRx kernel
     (schedules/hopper.py), sm_90a only.
 

@@ -174,12 +174,17 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (1024, 2048, 520), "float16", layout="nt"), {"block_n": 128, "split_k": 3}),
     (Workload("gemm", (77, 301, 136), "bfloat16", "bfloat16", "nt"), {"split_k": 2}),  # odd N
     (Workload("gemm", (100, 302, 136), "float16", "float16", "nt"), {}),  # 16-bit C, N % 4 == 2
+    # split_tail: 160 tiles = 132 whole + 28 in 4 uneven slices; 162 = 132 + 30 in 3, 16-bit C
+    (Workload("gemm", (1000, 2560, 520), "bfloat16", layout="nt"),
+     {"block_n": 128, "split_k": 4, "split_tail": True}),
+    (Workload("gemm", (1100, 4608, 1024), "float16", "float16", "nt"), {"split_k": 3, "split_tail": True}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
     splitting the tile along M (block_m 128, 256) and along N (block_m 64), several tiles per
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
-    (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA), and
+    (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
+    only the last wave's tiles, split_tail), and
     a second call into the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 

@@ -53,10 +53,15 @@ CHOICES = [
     ("v8", gemm((16, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
      {"block_m": 64, "block_n": 128, "stages": 6}),
     ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {}),  # 224 tiles of 128x128: no decode
-    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"),  # 3 waves of 128x128 against 2 of 128x256
-     {"block_n": 128, "stages": 6}),
+    # 144 tiles of 128x256: a wave, then the last 12 in 8 K slices (96 units), 1.125 waves,
+    # against 288 of 128x128: 2 waves and 24 tiles in 4 slices, 2.25 x 0.57 = 1.28
+    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"), {"split_k": 8, "split_tail": True}),
     ("v8", gemm((1000, 4096, 4096), "float16"), {}),  # 128 tiles of 128x256: one wave
-    ("v8", gemm((4096, 3584, 3584), "bfloat16", "nt"), {}),  # 7 waves against 4: within TMA_TIE
+    ("v8", gemm((4096, 3584, 3584), "bfloat16", "nt"),  # 448 tiles: 3 waves, 52 in 2 slices
+     {"split_k": 2, "split_tail": True}),
+    ("v8", gemm((1000, 3584, 18944), "bfloat16", "nt"), {}),  # 112 tiles: no split fills more
+    ("v8", gemm((128, 37888, 3584), "bfloat16", "nt"),  # 148 tiles of 128x256: 132 + 16 in 8
+     {"split_k": 8, "split_tail": True}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {}),
     ("multirow", Workload("gemv", (4096, 64), "float16"), {"reduce_threads": 8}),
     ("multirow", Workload("gemv", (4096, 65), "float16"), {"reduce_threads": 16}),

@@ -96,7 +96,7 @@ def test_v8_splits_k_over_ctas_that_add_their_partials_through_a_workspace(compi
     _, source, summary = compiled("v8", gemm((128, 4096, 4096), "bfloat16", layout="nt"),
                                   block_m=128, block_n=128, split_k=4)
     assert summary.grid == {"blockIdx.x": 128}
-    tag = "128x4096x4096_128x128x4"
+    tag = "128x4096x4096_128x128x4_0"  # shape, tile, slices, whole tiles before the split ones
     body = source[source.index("__global__ void"):]
     assert f"__device__ float4 v8_partials_{tag}[{128 * 16 * 256}];" in source  # 128 units
     assert f"__device__ unsigned v8_arrivals_{tag}[32];" in source
@@ -110,6 +110,25 @@ def test_v8_splits_k_over_ctas_that_add_their_partials_through_a_workspace(compi
     assert body.count("tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256)") == 2
     _, plain, _ = compiled("v8", gemm((128, 4096, 4096), "bfloat16", layout="nt"), split_k=1)
     assert "v8_partials" not in plain and "bar_sync_count" not in plain
+
+
+def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled):
+    """1000x4608x3584: 144 tiles of 128x256 on 132 SMs. The first 132 units are whole tiles;
+    the last 12 tiles come in 8 K slices each (7 K blocks), 96 more units, so the second round
+    is an eighth of a tile long. Only those have partials and counters."""
+    wl = gemm((1000, 4608, 3584), "bfloat16", layout="nt")
+    _, source, summary = compiled("v8", wl, split_k=8, split_tail=True)
+    assert summary.grid == {"blockIdx.x": 132}
+    tag = "1000x4608x3584_128x256x8_132"
+    assert f"__device__ float4 v8_partials_{tag}[{96 * 32 * 256}];" in source
+    assert f"__device__ unsigned v8_arrivals_{tag}[12];" in source
+    body = source[source.index("__global__ void"):]
+    assert "for (int j = 0; j < 2; ++j)" in body  # 228 units: two rounds
+    # a unit past the whole tiles is a slice: tile 132 + (unit - 132) / 8, 7 K blocks from
+    # 7 x ((unit - 132) mod 8); a whole tile's K blocks are all 56
+    assert "(((((j * 132) + ((int)blockIdx.x)) - 132) >> 3) + 132)" in body
+    assert "((j < 1) ? 56 : 7)" in body.replace("((j_1 < 1) ? 56 : 7)", "((j < 1) ? 56 : 7)")
+    assert "if ((j_1 < 1) || (arrived_ptr[0] == (uint)7))" in body
 
 
 NVDISASM = shutil.which("nvdisasm")
@@ -150,6 +169,8 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
                                             "K blocks, not split_k=5"),
     (gemm((8192, 8192, 8192)), {"split_k": 8}, "split_k=8 over 2048 tiles of 128x256 keeps "
                                                "2048 MB of partials; at most 256 MB"),
+    (gemm((256, 256, 256)), {"split_tail": True}, "split_tail splits the last wave's tiles into "
+                                                  "split_k slices: it needs split_k > 1"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
