@@ -245,7 +245,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     tiles = tiles_m * tiles_n
     whole = tiles - tiles % sms if split_tail else 0  # tiles multiplied whole, before the split
     if whole == tiles:
-        split_k = 1  # no partial last wave: nothing to split
+        whole, split_k = 0, 1  # no partial last wave: nothing to split
     units = whole + (tiles - whole) * split_k
     grid = min(sms, units)
     units_per_cta = -(-units // grid)

@@ -129,6 +129,9 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled):
     assert "(((((j * 132) + ((int)blockIdx.x)) - 132) >> 3) + 132)" in body
     assert "((j < 1) ? 56 : 7)" in body.replace("((j_1 < 1) ? 56 : 7)", "((j < 1) ? 56 : 7)")
     assert "if ((j_1 < 1) || (arrived_ptr[0] == (uint)7))" in body
+    # 132 tiles exactly: no partial wave, so split_tail leaves the kernel as it was
+    whole_waves = gemm((1536, 2816, 512), "bfloat16", layout="nt")
+    assert compiled("v8", whole_waves, split_k=2, split_tail=True)[1] == compiled("v8", whole_waves)[1]
 
 
 NVDISASM = shutil.which("nvdisasm")
