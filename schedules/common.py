@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import tvm
+from tvm.script import tirx as T
 
 from .errors import ScheduleNotApplicable
 from .workloads import Workload
 
 MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
+
+
+def cuda_call(helper: tuple[str, str], *args, return_type: str = "void"):
+    """A call, in a TIRx kernel, of a CUDA helper given as (name, source) on `args`: its source
+    is emitted once per module, before the kernel."""
+    name, source = helper
+    return T.cuda.func_call(name, *args, source_code=source, return_type=return_type)
 
 
 def cast_epilogue_at(sch: tvm.s_tir.Schedule, wl: Workload, loop, scope: str = "local") -> None:

@@ -30,7 +30,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script import tirx as T
 
 from . import heuristics
-from .common import TIRX_KERNEL, require_sm
+from .common import TIRX_KERNEL, cuda_call, require_sm
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .tensorcore import HOPPER_SHARED_BYTES, SHORT, WARPGROUP
@@ -53,7 +53,7 @@ TMA_LOAD = T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::compl
 # TVM 0.27's T.cuda.wgmma.noop_barrier cannot fence a local buffer's element: its codegen
 # (tvm/backend/cuda/cpp/asm.py) reads `reg.dtype`, which a BufferLoad lacks (AttributeError), and
 # its helper takes the register by value, so it would fence a copy. The fences are therefore
-# CUDA helpers of their own, called through T.cuda.func_call with the register by reference:
+# CUDA helpers of their own (`register_helper`), called with the register by reference:
 #
 # FENCE_OPERAND, CUTLASS's warpgroup_fence_operand: an empty asm that reads and writes the
 #   register, so the compiler keeps its reads and writes on their side of the wgmma calls.
@@ -63,8 +63,14 @@ TMA_LOAD = T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::compl
 #   they read accumulators that the last K block's wgmmas have not yet written (16-bit C off by
 #   about sqrt(64/K) on an H100); the adds stay below it and the conversions read the adds.
 #   x + 0 is x for every x but -0, which becomes +0.
-FENCE_OPERAND = ("v8_fence_operand", 'asm volatile("" : "+f"(reg) :: "memory");')
-SETTLE = ("v8_settle", 'asm volatile("add.f32 %0, %0, 0f00000000;" : "+f"(reg) :: "memory");')
+def register_helper(name: str, body: str) -> tuple[str, str]:
+    """A CUDA helper (name, source) whose `body` reads and writes the float `reg` in place."""
+    return name, f"\n__forceinline__ __device__ void {name}(float& reg) {{\n  {body}\n}}\n"
+
+
+FENCE_OPERAND = register_helper("v8_fence_operand", 'asm volatile("" : "+f"(reg) :: "memory");')
+SETTLE = register_helper("v8_settle",
+                         'asm volatile("add.f32 %0, %0, 0f00000000;" : "+f"(reg) :: "memory");')
 
 
 MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its workspace may hold
@@ -86,7 +92,8 @@ def arena_bytes(block_m: int, block_n: int, stages: int) -> int:
 #   in 8 bytes: the even thread of the two gets its partner's pair of block n8 next to its own,
 #   the odd one its partner's pair of block n8 + 1; the row's 4 threads again write 32 bytes.
 # Both convert as a scalar cast would (round to nearest even).
-PAIR_STORE = "*reinterpret_cast<float2*>(p) = make_float2(a, b);"
+PAIR_STORE = ("v8_store_pair", "\n__forceinline__ __device__ void v8_store_pair(void* p, float a, "
+              "float b) {\n  *reinterpret_cast<float2*>(p) = make_float2(a, b);\n}\n")
 TO_PAIR = {"float16": "__floats2half2_rn", "bfloat16": "__floats2bfloat162_rn"}
 QUAD_STORE = """  auto low = {convert}(a0, a1), high = {convert}(b0, b1);
   unsigned mine = *reinterpret_cast<unsigned*>(odd ? &low : &high);
@@ -95,29 +102,14 @@ QUAD_STORE = """  auto low = {convert}(a0, a1), high = {convert}(b0, b1);
   if (ok) *reinterpret_cast<uint2*>(p) = odd ? make_uint2(theirs, kept) : make_uint2(kept, theirs);"""
 
 
-def _store_pair(address, first, second):
-    """float32 C[r, c] = first and C[r, c + 1] = second at `address` (&C[r, c]), one store."""
-    source = ("\n__forceinline__ __device__ void v8_store_pair(void* p, float a, float b) {\n"
-              f"  {PAIR_STORE}\n}}\n")
-    return T.cuda.func_call("v8_store_pair", address, first, second, source_code=source)
-
-
-def _store_quad(out_dtype: str, address, odd, low: list, high: list, ok):
-    """16-bit C: the thread's pairs `low` (block n8) and `high` (block n8 + 1) swapped with its
-    row neighbour (lane ^ 1), then 4 columns stored at `address` where `ok`. Every lane of the
-    warp calls it (the shuffle), `ok` or not."""
+def quad_store(out_dtype: str) -> tuple[str, str]:
+    """QUAD_STORE for a 16-bit C, as a CUDA helper (name, source) taking (&C[r, c], odd, the
+    thread's pair of block n8, its pair of block n8 + 1, ok). Every lane of the warp calls it
+    (the shuffle), `ok` or not; the store happens where `ok`."""
     name = f"v8_store_quad_{out_dtype}"
-    source = (f"\n__forceinline__ __device__ void {name}(void* p, int odd, float a0, float a1, "
-              f"float b0, float b1, bool ok) {{\n"
-              f"{QUAD_STORE.format(convert=TO_PAIR[out_dtype])}\n}}\n")
-    return T.cuda.func_call(name, address, odd, *low, *high, ok, source_code=source)
-
-
-def _register_call(helper: tuple[str, str], register):
-    """A call of one of the fence helpers above on `register` (an fp32 accumulator)."""
-    name, body = helper
-    source = f"\n__forceinline__ __device__ void {name}(float& reg) {{\n  {body}\n}}\n"
-    return T.cuda.func_call(name, register, source_code=source)
+    return name, (f"\n__forceinline__ __device__ void {name}(void* p, int odd, float a0, float a1, "
+                  f"float b0, float b1, bool ok) {{\n"
+                  f"{QUAD_STORE.format(convert=TO_PAIR[out_dtype])}\n}}\n")
 
 
 def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
@@ -126,7 +118,8 @@ def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
 
 
 def _split_k_helpers(tag: str, float4s: int, tiles: int) -> dict:
-    """CUDA helpers of split K (called through T.cuda.func_call), keyed by role. The workspace
+    """CUDA helpers (name, source) of split K, keyed by role (`arrive` returns the count before
+    it, an unsigned; the others nothing). The workspace
     is file-scope device memory of the kernel's module, sized for its workload: `float4s`
     float4s of partial tiles, and one arrival counter per output tile, zero when the module
     loads and set back to zero by the last slice of its tile, so the next launch finds it zero
@@ -142,16 +135,12 @@ def _split_k_helpers(tag: str, float4s: int, tiles: int) -> dict:
                           "make_float4(a, b, c, d)); }"),
         "gather": ("void", f"(int i, {four}) {{ float4 v = __ldcg(&v8_partials_{tag}[i]); "
                            "a += v.x; b += v.y; c += v.z; d += v.w; }"),
-        "arrive": ("uint32", f"(int tile) {{ return atomicAdd(&v8_arrivals_{tag}[tile], 1u); }}"),
+        "arrive": ("unsigned", f"(int tile) {{ return atomicAdd(&v8_arrivals_{tag}[tile], 1u); }}"),
         "rearm": ("void", f"(int tile) {{ v8_arrivals_{tag}[tile] = 0u; }}"),
     }
-    helpers = {}
-    for role, (returns, body) in bodies.items():
-        name = f"v8_{role}_{tag}"
-        c_type = "unsigned" if returns == "uint32" else returns
-        source = f"{declare}__forceinline__ __device__ {c_type} {name}{body}\n"
-        helpers[role] = (name, source, returns)
-    return helpers
+    return {role: (f"v8_{role}_{tag}",
+                   f"{declare}__forceinline__ __device__ {returns} v8_{role}_{tag}{body}\n")
+            for role, (returns, body) in bodies.items()}
 
 
 def _arrival_word(split_k: int):
@@ -160,12 +149,6 @@ def _arrival_word(split_k: int):
     if split_k == 1:
         return None
     return IRBuilder.name("arrived", T.alloc_buffer((1,), "uint32", scope="shared"))
-
-
-def _helper_call(helper: tuple[str, str, str], *args):
-    """A call of one of `_split_k_helpers`' helpers."""
-    name, source, returns = helper
-    return T.cuda.func_call(name, *args, source_code=source, return_type=returns)
 
 
 # -- the pieces of the kernel ------------------------------------------------------------------
@@ -393,7 +376,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                         T.cuda.mbarrier_wait(full.ptr_to([s]), (used[0] + kt) // stages % 2)
                         stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
                         for i in T.unroll(accumulators):
-                            _register_call(FENCE_OPERAND, acc[i])
+                            cuda_call(FENCE_OPERAND, acc[i])
                         T.ptx.wgmma.fence.sync.aligned()
                         for ks in T.unroll(block_k // k_step):
                             for mi in T.unroll(m_wgmmas):
@@ -406,13 +389,13 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                         T.ptx.wgmma.commit_group.sync.aligned()
                         T.ptx.wgmma.wait_group.sync.aligned(1)
                         for i in T.unroll(accumulators):
-                            _register_call(FENCE_OPERAND, acc[i])
+                            cuda_call(FENCE_OPERAND, acc[i])
                         if kt > 0:  # the K block before's wgmmas are done: free its stage
                             T.ptx.mbarrier.arrive.shared.b64(
                                 empty.ptr_to([(used[0] + kt + stages - 1) % stages]), T.uint32(1))
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     for i in T.unroll(accumulators):
-                        _register_call(SETTLE, acc[i])
+                        cuda_call(SETTLE, acc[i])
                     T.ptx.mbarrier.arrive.shared.b64(
                         empty.ptr_to([(used[0] + count - 1) % stages]), T.uint32(1))
                     used[0] = used[0] + count
@@ -428,13 +411,14 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                             for mi in T.unroll(m_wgmmas):
                                 if first_row + mi * 64 < M:
                                     for n8 in T.unroll(wg_n // 8):
-                                        _helper_call(helpers["stash"],
-                                                     partial(unit, mi * wg_n // 8 + n8, thread),
-                                                     *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                                        cuda_call(helpers["stash"],
+                                                  partial(unit, mi * wg_n // 8 + n8, thread),
+                                                  *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
                             T.cuda.thread_fence()  # the partials visible on the GPU before the count
                             T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
                             if thread == 0:
-                                arrived[0] = _helper_call(helpers["arrive"], tile - whole)
+                                arrived[0] = cuda_call(helpers["arrive"], tile - whole,
+                                                       return_type="uint32")
                             T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
                     if split_k == 1 or stores_c(unit, arrived):
                         if split_k > 1:
@@ -446,13 +430,13 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                         for mi in T.unroll(m_wgmmas):
                                             if first_row + mi * 64 < M:
                                                 for n8 in T.unroll(wg_n // 8):
-                                                    _helper_call(
+                                                    cuda_call(
                                                         helpers["gather"],
                                                         partial(unit - piece + other,
                                                                 mi * wg_n // 8 + n8, thread),
                                                         *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
                                 if thread == 0:
-                                    _helper_call(helpers["rearm"], tile - whole)
+                                    cuda_call(helpers["rearm"], tile - whole)
                         if out_dtype != "float32" and N % 4 == 0:
                             for mi in T.unroll(m_wgmmas):
                                 for n16 in T.unroll(wg_n // 16):
@@ -460,10 +444,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                         row: T.let[T.int32] = first_row + mi * 64 + h * 8
                                         start: T.let[T.int32] = first_col + n16 * 16 + lane % 2 * 6
                                         low: T.let[T.int32] = mi * per_wgmma + n16 * 8 + h * 2
-                                        _store_quad(out_dtype, T.address_of(C[row, start]), lane % 2,
-                                                    [acc[low], acc[low + 1]],
-                                                    [acc[low + 4], acc[low + 5]],
-                                                    T.bool(row < M) and T.bool(start < N))
+                                        cuda_call(quad_store(out_dtype), T.address_of(C[row, start]),
+                                                  lane % 2, acc[low], acc[low + 1], acc[low + 4],
+                                                  acc[low + 5], T.bool(row < M) and T.bool(start < N))
                         else:
                             for mi in T.unroll(m_wgmmas):
                                 for n8 in T.unroll(wg_n // 8):
@@ -474,8 +457,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                         if row < M:
                                             if out_dtype == "float32" and N % 2 == 0:
                                                 if col < N:  # col is even: so is &C[row, col]
-                                                    _store_pair(T.address_of(C[row, col]),
-                                                                acc[first], acc[first + 1])
+                                                    cuda_call(PAIR_STORE, T.address_of(C[row, col]),
+                                                              acc[first], acc[first + 1])
                                             else:
                                                 for e in T.unroll(2):
                                                     if col + e < N:

@@ -18,11 +18,13 @@ two scales and 2^14 (all exact in float32) into the float32 accumulator.
 
 from __future__ import annotations
 
+from functools import partial
+
 from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
 from . import fp4
-from .common import TIRX_KERNEL, require_sm
+from .common import TIRX_KERNEL, cuda_call, require_sm
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .workloads import Workload
@@ -49,10 +51,7 @@ E4M3X2 = ("fp4_e4m3x2", "__forceinline__ __device__ unsigned fp4_e4m3x2(unsigned
           "  return d;\n}\n")
 
 
-def _call(helper: tuple[str, str], *args, return_type: str = "uint32"):
-    """A call of one of the CUDA helpers above (name, source) on `args`."""
-    name, source = helper
-    return T.cuda.func_call(name, *args, source_code=source, return_type=return_type)
+_call = partial(cuda_call, return_type="uint32")  # the helpers above return f16x2 words
 
 
 def chunk_words(K: int) -> int:
