@@ -112,6 +112,12 @@ def quad_store(out_dtype: str) -> tuple[str, str]:
                   f"{QUAD_STORE.format(convert=TO_PAIR[out_dtype])}\n}}\n")
 
 
+def split_tiles(tiles: int, split_tail: bool, sms: int) -> int:
+    """How many of the tiles are split in K: all, or with split_tail those of the last, partial
+    wave (the rest are multiplied whole, first)."""
+    return tiles % sms if split_tail else tiles
+
+
 def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
     """Bytes of split K's workspace: one float32 partial tile per (tile, K slice)."""
     return tiles * split_k * block_m * block_n * 4
@@ -226,7 +232,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     accumulators = m_wgmmas * per_wgmma
     tiles_m, tiles_n, k_blocks = -(-M // block_m), -(-N // block_n), -(-K // block_k)
     tiles = tiles_m * tiles_n
-    whole = tiles - tiles % sms if split_tail else 0  # tiles multiplied whole, before the split
+    whole = tiles - split_tiles(tiles, split_tail, sms)  # tiles multiplied whole, first
     if whole == tiles:
         whole, split_k = 0, 1  # no partial last wave: nothing to split
     units = whole + (tiles - whole) * split_k
@@ -517,9 +523,7 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
     if split_tail and split_k == 1:
         raise ScheduleNotApplicable("v8's split_tail splits the last wave's tiles into split_k "
                                     "slices: it needs split_k > 1")
-    tiles = -(-M // block_m) * -(-N // block_n)
-    if split_tail:
-        tiles %= heuristics.H100_SMS  # the last wave's
+    tiles = split_tiles(-(-M // block_m) * -(-N // block_n), split_tail, heuristics.H100_SMS)
     workspace = partial_bytes(tiles, split_k, block_m, block_n) if split_k > 1 else 0
     if workspace > MOST_PARTIAL_BYTES:
         raise ScheduleNotApplicable(f"v8 with split_k={split_k} over {tiles} tiles of "
