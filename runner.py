@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from schedules.errors import ExplorerError, UsageError
@@ -58,7 +57,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--layout", help="gemm: nn (B is KxN) or nt (B is NxK)")
     p.add_argument("--no-ir", action="store_true", help="do not print the lowered IR")
     p.add_argument("--show-cuda", action="store_true", help="print the generated CUDA source")
-    p.add_argument("--arch", default="sm_90", help="CUDA arch when no GPU is present (sm_90)")
+    p.add_argument("--arch", default="sm_90",
+                   help="the GPU to build for when none is here: its arch (sm_90) or its TVM "
+                        "tag (nvidia/nvidia-h100); its real limits (shared memory) come with it")
     p.add_argument("--flush", choices=("read", "write", "none"), default="read",
                    help="before each timed launch: flush L2 by reading 256 MB (default), by "
                    "writing it (as Triton's and TileLang's do_bench do: dirty lines, 10-12%% "
@@ -334,19 +335,23 @@ def export(args, wl, found) -> None:
                   Settings(results=args.results, arch=args.arch, flush=args.flush), say, warn)
 
 
-def check_arch(arch: str) -> None:
-    found = re.fullmatch(r"sm_(\d+)[af]?", arch)
-    if not found:
-        raise UsageError(f"malformed --arch '{arch}': expected sm_<major><minor>, e.g. sm_90")
-    if int(found.group(1)) < OLDEST_ARCH:
-        raise UsageError(f"--arch {arch} is older than any GPU that CUDA 13 builds for "
+def checked_arch(name: str) -> str:
+    """The arch that --arch names (an sm_ number or a GPU's TVM tag), refused if older than
+    any GPU CUDA 13 builds for."""
+    from schedules.common import compute_capability
+    from tuning.build import arch_of
+
+    arch = arch_of(name)
+    if compute_capability(arch) < OLDEST_ARCH:
+        raise UsageError(f"--arch {name} is older than any GPU that CUDA 13 builds for "
                          f"(sm_{OLDEST_ARCH} and later)")
+    return arch
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        check_arch(args.arch)
+        args.arch = checked_arch(args.arch)
         check_export(args)
         if args.suite is not None:
             suite, names = suite_request(args)

@@ -9,6 +9,25 @@ from .errors import ScheduleNotApplicable
 from .workloads import Workload
 
 MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
+PORTABLE_SHARED_BYTES = 48 * 1024  # what every GPU gives a block, and static arrays at most
+# Shared memory one block can opt into (dynamic shared memory above the portable 48 KB), by
+# compute capability: CUDA C++ Programming Guide, "Technical Specifications per Compute
+# Capability". The H100's own report (shared_memory_per_block_optin) is checked in the GPU tier.
+SHARED_BYTES_PER_BLOCK = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024,
+                          89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 103: 227 * 1024,
+                          120: 99 * 1024, 121: 99 * 1024}
+REGISTERS_PER_BLOCK = 64 * 1024  # the same on every GPU since Volta
+
+
+def compute_capability(arch: str) -> int:
+    """'sm_90a' -> 90."""
+    return int(arch.removeprefix("sm_").rstrip("af") or 0)
+
+
+def shared_bytes_per_block(arch: str) -> int:
+    """The shared memory one block of an `arch` GPU can have (SHARED_BYTES_PER_BLOCK; the
+    portable 48 KB for an arch not listed there)."""
+    return SHARED_BYTES_PER_BLOCK.get(compute_capability(arch), PORTABLE_SHARED_BYTES)
 
 
 def cuda_call(helper: tuple[str, str], *args, return_type: str = "void"):
@@ -72,7 +91,7 @@ def require_sm(name: str, minimum: int, feature: str) -> None:
     """Refuse a schedule whose `feature` needs compute capability `minimum` (90: sm_90) or
     later on an older target."""
     arch = tvm.target.Target.current().attrs.get("arch", "")
-    if int(arch.removeprefix("sm_").rstrip("af") or 0) < minimum:
+    if compute_capability(arch) < minimum:
         raise ScheduleNotApplicable(f"{name} uses {feature}, which needs sm_{minimum} or later, "
                                     f"not {arch or 'a target without an arch'}")
 

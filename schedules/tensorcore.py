@@ -22,9 +22,9 @@ from tvm.ir import Call, PrimType, StringImm
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from .common import (WAIT_FOR_WGMMA, bind_threads, cooperative_fetch, inline_padding,
-                     operand_vector, pad_to_tiles, padding_block, require_grid_y, require_sm,
-                     software_pipeline)
+from .common import (REGISTERS_PER_BLOCK, WAIT_FOR_WGMMA, bind_threads, cooperative_fetch,
+                     inline_padding, operand_vector, pad_to_tiles, padding_block, require_grid_y,
+                     require_sm, shared_bytes_per_block, software_pipeline)
 from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -218,8 +218,7 @@ SWIZZLE_ROW = 64  # 16-bit elements in a 128-byte swizzled row
 ATOM_ROWS = 8  # rows in an atom; also the 16-byte chunks in a row, and the elements in a chunk
 ATOM_ELEMENTS = ATOM_ROWS * SWIZZLE_ROW  # 1024 bytes
 WARPGROUP = 4  # warps that issue one wgmma together
-HOPPER_SHARED_BYTES = 227 * 1024  # dynamic shared memory one block can have on sm_90
-REGISTERS_PER_BLOCK = 65536
+HOPPER_SHARED_BYTES = shared_bytes_per_block("sm_90")
 # wgmma.mma_async's operands after the two descriptors (PTX ISA 9.7.17.5.2), in this order:
 ACCUMULATE = True  # scale-d: D = A * B + D (false: D = A * B); the accumulators start at zero
 UNNEGATED = 1  # imm-scale-a, imm-scale-b: 1 takes A (B) as it is, -1 negates it

@@ -228,3 +228,69 @@ def test_summary_reads_launches_and_loop_nests_off_the_ir():
     summary = build.summarize(tvm.IRModule({"main": kernel}), "__syncthreads();")
     assert (summary.grid, summary.block) == ({"blockIdx.x": 4}, {"threadIdx.x": 16})
     assert summary.loop_depth == 3 and summary.syncthreads == 1 and summary.kernels == 1
+
+
+# -- the target's limits: the GPU's own, with or without it here ----------------------------------
+
+KB = 1024
+
+
+@pytest.mark.parametrize("arch, shared", [("sm_90", 227 * KB), ("sm_90a", 227 * KB),
+                                          ("sm_80", 163 * KB), ("sm_89", 99 * KB),
+                                          ("sm_75", 64 * KB), ("sm_99", 48 * KB)])
+def test_the_target_has_the_shared_memory_a_block_of_its_gpu_can_opt_into(arch, shared):
+    """The opt-in limit, not TVM's tags' portable 48 KB (an arch the table does not know keeps
+    the portable 48 KB); 64K registers and 1024 threads on every one."""
+    target = build.cuda_target(arch)
+    assert target.attrs["max_shared_memory_per_block"] == shared
+    assert target.attrs["registers_per_block"] == 64 * KB
+    assert target.attrs["max_threads_per_block"] == 1024
+
+
+def test_arch_names_a_gpu_by_sm_number_or_by_tvm_tag():
+    from schedules.errors import UsageError
+
+    assert build.arch_of("sm_86") == "sm_86"
+    assert build.arch_of("nvidia/nvidia-h100") == "sm_90"
+    assert build.arch_of("nvidia/geforce-rtx-4090") == "sm_89"
+    for name in ("hopper", "llvm", "sm90"):
+        with pytest.raises(UsageError, match=f"malformed --arch '{name}'"):
+            build.arch_of(name)
+
+
+def _v3_with_shared(kilobytes: int):
+    """v3 on a 1024^3 float32 GEMM with 32x32 tiles and K steps as long as make its two shared
+    tiles `kilobytes` KB together."""
+    import schedules
+    from schedules.workloads import Workload
+
+    tile_k = kilobytes * KB // (2 * 32 * 4)
+    return schedules.get("gemm", "v3").apply(Workload("gemm", (1024, 1024, 1024)),
+                                             build.cuda_target("sm_90"), tile_x=32, tile_y=32,
+                                             tile_k=tile_k)
+
+
+def test_metaschedule_keeps_a_candidate_over_48_kb_that_the_gpu_can_run():
+    """VerifyGPUCode, the postprocessor that drops candidates over the target's limits, keeps a
+    64 KB one on the project's H100 target and drops it on TVM's nvidia-h100 tag (48 KB)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    mod = _v3_with_shared(64)
+
+    def kept(target) -> bool:
+        verify = ms.postproc.VerifyGPUCode()
+        verify._initialize_with_tune_context(ms.TuneContext(mod=mod, target=target))
+        return verify.apply(tvm.s_tir.Schedule(mod))
+
+    assert kept(build.cuda_target("sm_90"))
+    assert not kept(tvm.target.Target("nvidia/nvidia-h100"))
+
+
+@pytest.mark.parametrize("kilobytes, dynamic", [(32, False), (48, False), (64, True)])
+def test_static_shared_tiles_over_48_kb_go_to_dynamic_shared_memory(kilobytes, dynamic):
+    """CUDA allows static shared arrays 48 KB per block: past that, the build moves them into
+    one dynamic buffer (which TVM's runtime opts into at launch); up to it, they stay static."""
+    source = build.cuda_source(build.build(_v3_with_shared(kilobytes), build.cuda_target("sm_90")))
+    assert ("extern __shared__" in source) == dynamic
+    assert ("__shared__ alignas(64) float A_shared" in source) == (not dynamic)
+    build.nvcc_resources(source, "sm_90")  # nvcc accepts it (where there is one)

@@ -20,21 +20,11 @@ from tvm.s_tir.stmt import SBlock
 from tvm.target import Target
 from tvm.tirx import stmt as S
 
+from schedules import common
 from schedules.common import TIRX_KERNEL
-from schedules.errors import BuildFailed
+from schedules.errors import BuildFailed, UsageError
 
 from . import lowering
-
-# Per-block limits of every NVIDIA GPU since Volta; the same for a build with or without a GPU,
-# so the IR printed on a laptop is the IR that runs on the card.
-_CUDA_LIMITS = {
-    "max_num_threads": 1024,
-    "max_threads_per_block": 1024,
-    "thread_warp_size": 32,
-    "max_shared_memory_per_block": 49152,
-    "registers_per_block": 65536,
-}
-
 
 def with_arch_features(arch: str) -> str:
     """Hopper's own instructions (wgmma, v7's) assemble only for sm_90a, which runs on every
@@ -43,7 +33,27 @@ def with_arch_features(arch: str) -> str:
 
 
 def cuda_target(arch: str = "sm_90") -> Target:
-    return Target({"kind": "cuda", "arch": with_arch_features(arch), **_CUDA_LIMITS})
+    """The CUDA target of an `arch` GPU with its real per-block limits: the shared memory a
+    block can opt into (227 KB on sm_90, not the portable 48 KB that TVM's tags say, so that
+    MetaSchedule's VerifyGPUCode keeps what the rungs use), 64K registers, 1024 threads. It is
+    the same with or without the GPU here, so the IR printed on a laptop is the IR that runs."""
+    return Target({"kind": "cuda", "arch": with_arch_features(arch),
+                   "max_num_threads": 1024, "max_threads_per_block": 1024,
+                   "thread_warp_size": 32,
+                   "max_shared_memory_per_block": common.shared_bytes_per_block(arch),
+                   "registers_per_block": common.REGISTERS_PER_BLOCK})
+
+
+def arch_of(name: str) -> str:
+    """The arch that --arch names: sm_<major><minor> as it is, or a TVM CUDA target tag (a
+    GPU's name, e.g. nvidia/nvidia-h100) as that GPU's arch."""
+    if re.fullmatch(r"sm_\d+[af]?", name):
+        return name
+    tag = tvm.target.list_tags().get(name)
+    if tag is None or tag.kind.name != "cuda":
+        raise UsageError(f"malformed --arch '{name}': expected sm_<major><minor> (e.g. sm_90) "
+                         "or a TVM CUDA tag (e.g. nvidia/nvidia-h100)")
+    return str(tag.attrs["arch"]).rstrip("af")
 
 
 def _allocated_scopes(mod: tvm.IRModule) -> set[str]:
@@ -65,6 +75,32 @@ def has_wmma_fragments(mod: tvm.IRModule) -> bool:
     """Whether a module keeps wmma fragments (`wmma.matrix_a`, ...: MetaSchedule's tensor-core
     candidates)."""
     return any(scope.startswith("wmma.") for scope in _allocated_scopes(mod))
+
+
+def static_shared_bytes(lowered: tvm.IRModule) -> int:
+    """The most static shared memory (scope `shared`, not `shared.dyn`) a lowered kernel of
+    the module allocates."""
+    allocated = tvm.s_tir.analysis.calculate_allocated_bytes(lowered)
+    return max((int(per_scope.get("shared", 0)) for per_scope in allocated.values()), default=0)
+
+
+def with_dynamic_shared(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
+    """`mod` with its static shared buffers moved to dynamic shared memory when, lowered, they
+    pass the 48 KB per block that CUDA allows static arrays (MetaSchedule's cache_read tiles
+    can, now that the target allows 227 KB): TVM merges them into one dynamic buffer and its
+    runtime opts the kernel into that much at launch. Unchanged otherwise (lowering to find
+    out takes milliseconds), and for a TIRx kernel, which allocates its own."""
+    if is_tirx_kernel(mod) or static_shared_bytes(_lowered(mod, target)) \
+            <= common.PORTABLE_SHARED_BYTES:
+        return mod
+    sch = tvm.s_tir.Schedule(mod)
+    for name in [gv.name_hint for gv, _ in mod.functions_items()]:
+        sch.work_on(name)
+        for block in lowering.find(sch.mod[name], SBlock):
+            for index, written in enumerate(block.writes):
+                if written.source.scope() == "shared":
+                    sch.set_scope(sch.get_sblock(block.name_hint, name), index, "shared.dyn")
+    return sch.mod
 
 
 def _has_async_pipeline(mod: tvm.IRModule) -> bool:
@@ -113,7 +149,12 @@ def pipeline_of(mod: tvm.IRModule) -> tuple[str, dict]:
 def lower(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     """The device kernels exactly as `build` lowers them (TVM's default pipeline, then the
     project's rewrite in lowering.py, or the tirx pipeline for a TIRx kernel; up to code
-    generation), without the host-side argument checking."""
+    generation), without the host-side argument checking; shared tiles over 48 KB in dynamic
+    shared memory (with_dynamic_shared)."""
+    return _lowered(with_dynamic_shared(mod, target), target)
+
+
+def _lowered(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     bound = tvm.tirx.transform.BindTarget(target.with_host(Target("llvm")))(mod)
     name, config = pipeline_of(mod)
     pipeline, _, _ = tvm.tirx.get_tir_pipeline(name)
@@ -138,7 +179,9 @@ def ir_text(lowered: tvm.IRModule) -> str:
 
 
 def build(mod: tvm.IRModule, target: Target):
-    """Compile for `target`: CUDA source always, a loadable binary when a GPU is present."""
+    """Compile for `target`: CUDA source always, a loadable binary when a GPU is present.
+    Shared tiles over 48 KB go to dynamic shared memory (with_dynamic_shared)."""
+    mod = with_dynamic_shared(mod, target)
     name, config = pipeline_of(mod)
     with tvm.transform.PassContext(config=config):
         return tvm.compile(mod, target=target, tir_pipeline=name)
