@@ -583,6 +583,116 @@ def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
     assert built.structure["kernels"] == 2  # a kernel for the partial sums, one that adds them
 
 
+# -- a rung's knob space as a MetaSchedule space, searched on the recorded grid ------------------
+
+
+def _recorded_metaschedule_search(tmp_path, trials: int, seed: int):
+    """MetaSchedule over seed_template's knob space on the seed GEMM, each candidate "built"
+    into its realized module's structural hash and "run" as the H100 grid search measured
+    that setting. Returns the work dir and the settings measured, in order."""
+    import tempfile
+
+    import tvm
+    import tvm_ffi
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning import build
+
+    target = build.cuda_target("sm_90")
+    entry, grid = schedules.get("gemm", "seed_template"), recorded_grid("seed_template")
+    setting_of = {}  # the structural hash of each setting's module -> its config key
+    for config in SEED_SPACE.configs():
+        try:
+            mod = entry.apply(SEED_GEMM, target, **config)
+        except ScheduleNotApplicable:
+            continue
+        setting_of[str(tvm_ffi.structural_hash(mod))] = autotvm.config_key(config)
+    measured = []
+
+    @derived_object
+    class Hashing(ms.builder.PyBuilder):
+        def build(self, inputs):  # a file per artifact: MetaSchedule deletes its directory
+            return [ms.builder.BuilderResult(os.path.join(
+                tempfile.mkdtemp(dir=tmp_path), str(tvm_ffi.structural_hash(b.mod))), None)
+                for b in inputs]
+
+    @derived_object
+    class Landed(ms.runner.PyRunnerFuture):
+        def __init__(self, outcome):
+            super().__init__()
+            ok = outcome.status == "ok"
+            self.answer = ms.runner.RunnerResult([outcome.time_ms / 1e3] if ok else None,
+                                                 None if ok else "RuntimeError: failed")
+
+        def done(self):
+            return True
+
+        def result(self):
+            return self.answer
+
+    @derived_object
+    class Replaying(ms.runner.PyRunner):
+        def run(self, inputs):
+            keys = [setting_of[os.path.basename(i.artifact_path)] for i in inputs]
+            measured.extend(keys)
+            return [Landed(grid[key]) for key in keys]
+
+    work_dir = str(tmp_path / "ms")
+    metaschedule.search(SEED_GEMM, target, work_dir, trials, "seed_template", Hashing(),
+                        Replaying(), seed=seed, say=lambda line: None)
+    return work_dir, target, measured
+
+
+def test_metaschedule_searches_a_rungs_knob_space_and_its_database_gives_the_rung_back(tmp_path):
+    """The knobs are MetaSchedule's decisions: its search comes within 5% of the grid's best
+    (3 seeds, 64 trials of the 108 settings that apply; in 20 runs it found the best itself),
+    never measures a setting twice or one the template refuses (36 of the grid's 144), and its
+    database's best replays to the template with the best knobs."""
+    import tvm_ffi
+
+    grid = recorded_grid("seed_template")
+    best_ms = min(o.time_ms for o in grid.values() if o.status == "ok")
+    for seed in range(3):
+        work_dir, target, measured = _recorded_metaschedule_search(tmp_path / str(seed), 64, seed)
+        assert len(measured) == len(set(measured)) == 64, f"seed {seed}"
+        assert all(grid[key].status != "invalid" for key in measured), f"seed {seed}"
+        times = [grid[key].time_ms for key in measured if grid[key].status == "ok"]
+        assert min(times) <= 1.05 * best_ms, f"seed {seed}"
+    best_config = json.loads(min(measured, key=lambda k: grid[k].time_ms or float("inf")))
+    replayed = metaschedule.best_module(SEED_GEMM, target, work_dir)
+    rung = schedules.get("gemm", "seed_template").apply(SEED_GEMM, target, **best_config)
+    assert tvm_ffi.structural_equal(replayed, rung)
+
+
+def test_a_metaschedule_search_of_a_rung_space_ends_when_the_space_does(tmp_path):
+    """200 trials asked of 108 settings that apply: each is measured once, then it stops."""
+    _, _, measured = _recorded_metaschedule_search(tmp_path, 200, 0)
+    assert len(measured) == len(set(measured)) == 108
+
+
+def test_knob_values_and_rung_survive_the_trace():
+    from tuning import rungspace
+
+    v8 = schedules.get("gemm", "v8")
+    assert [rungspace.decode(v8, "split_tail", rungspace.encode(b)) for b in (False, True)] == \
+        [False, True]
+    splitk = schedules.get("gemv", "splitk")
+    assert rungspace.decode(splitk, "tile_k", rungspace.encode(None)) is None
+    assert rungspace.decode(splitk, "tile_k", rungspace.encode(16)) == 16
+
+
+@pytest.mark.parametrize("space, target, error", [
+    ("v3", "cuda", "unknown design space 'v3'; valid: tvm, split-k, or gemm rungs with knob "
+                   "spaces, comma-separated: seed_template, v4, v5"),
+    ("v7,v9", "cuda", "unknown design space 'v7,v9'"),
+    ("v5", "llvm", "design space v5 is made of CUDA rungs; search it on a GPU"),
+])
+def test_a_rung_space_that_cannot_be_searched_is_refused(space, target, error):
+    with pytest.raises(UsageError, match=re.escape(error)):
+        metaschedule.space_for(space, target, "gemm")
+
+
 # -- the committed searches, applied like rungs (no GPU: built, not timed) ------------------------
 
 
