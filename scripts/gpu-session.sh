@@ -8,8 +8,11 @@
 #   bash scripts/gpu-session.sh tuning-smoke # a few trials of each search, into $OUT only
 #   bash scripts/gpu-session.sh ms-gemm ms-gemv   # MetaSchedule, $TRIALS (128) more trials each,
 #                                          # over $MS_SPACE (split-k) into reports/tuning/ms-<preset>
-#                                          # -split-k (for split-k; ms-<preset> holds the
-#                                          # TVM-rules searches, from before --ms-space)
+#                                          # -<space> (ms-<preset> for TVM's rules alone)
+#   bash scripts/gpu-session.sh ms-rungs     # MetaSchedule over $MS_SPACE (v7,v8), $TRIALS (64), on
+#                                          # $SHAPE (4096x4096x4096) $DTYPE (float16) $LAYOUT (nn)
+#                                          # into reports/tuning/ms-<shape>-<dtype>-<layout>-<space>,
+#                                          # then every rung, its best and cuBLAS in one run
 #   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #                                                 # per preset of $PRESETS (both)
@@ -82,8 +85,16 @@ for part in "$@"; do
       # still packs the state for the next call to resume from
       timeout -s INT "${MS_LIMIT:-100000}" python3 runner.py --preset "$preset" --tune metaschedule \
         --ms-space "$space" --trials "${TRIALS:-128}" --no-ir --results "$results" \
-        --work-dir "reports/tuning/ms-$preset$([ "$space" = split-k ] && echo -split-k)" \
+        --work-dir "reports/tuning/ms-$preset$([ "$space" = tvm ] || echo "-${space//,/-}")" \
         2>&1 | tee -a "$out/$part.log" ;;
+    ms-rungs)
+      space=${MS_SPACE:-v7,v8}
+      args="--shape ${SHAPE:-4096x4096x4096} --dtype ${DTYPE:-float16} --layout ${LAYOUT:-nn}"
+      dir="reports/tuning/ms-${SHAPE:-4096x4096x4096}-${DTYPE:-float16}-${LAYOUT:-nn}-${space//,/-}"
+      { timeout -s INT "${MS_LIMIT:-100000}" python3 runner.py $args --tune metaschedule \
+          --ms-space "$space" --trials "${TRIALS:-64}" --no-ir --results "$results" --work-dir "$dir"
+        python3 runner.py $args --schedule all --no-ir --results "$results" --work-dir "$dir"
+      } 2>&1 | tee -a "$out/$part.log" ;;
     at-gemm|at-gemv)
       if [ "$part" = at-gemm ]; then target="--preset gemm-seed --tune autotvm:seed_template"
       else target="--preset gemv-7168x16384 --tune autotvm:multirow"; fi

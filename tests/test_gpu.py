@@ -343,3 +343,38 @@ def test_a_short_metaschedule_search_runs_and_resumes(tmp_path):
     tuned = [r for r in records.load(str(results)).records if r["kind"] == "tuned"]
     assert tuned and all(r["status"] == "ok" for r in tuned)
     assert (work_dir / metaschedule.BEST_TRACE).read_text().strip()
+
+
+def test_the_targets_shared_memory_limit_is_the_gpus_own():
+    """build.cuda_target's per-arch table against what the GPU itself reports."""
+    import torch
+
+    arch = measure.device_facts()["arch"]
+    optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    assert build.cuda_target(arch).attrs["max_shared_memory_per_block"] == optin
+
+
+@pytest.mark.parametrize("kilobytes", [64, 160])
+def test_shared_tiles_over_48_kb_run_from_dynamic_shared_memory(kilobytes, target):
+    """v3 with K steps long enough that its two float32 tiles take `kilobytes` KB: built into
+    dynamic shared memory (static arrays stop at 48 KB), launched with that much, correct."""
+    wl = WORKLOADS[0]
+    mod = schedules.get("gemm", "v3").apply(wl, target, tile_x=32, tile_y=32,
+                                            tile_k=kilobytes * 1024 // (2 * 32 * 4))
+    assert "extern __shared__" in build.cuda_source(build.build(mod, target))
+    check_module(wl, mod, target, 11)
+
+
+def test_a_short_metaschedule_search_over_v8s_knob_space(tmp_path):
+    """MetaSchedule over v8's knobs: candidates built, checked and timed; its best runs like
+    a rung, and it is v8 with knobs from its space."""
+    work_dir, results = tmp_path / "ms", tmp_path / "results.jsonl"
+    wl = Workload("gemm", (512, 256, 512), "float16", layout="nt")
+    assert runner.main(["--shape", "512x256x512", "--dtype", "float16", "--layout", "nt",
+                        "--tune", "metaschedule", "--ms-space", "v8", "--trials", "8",
+                        "--work-dir", str(work_dir), "--results", str(results), "--no-ir"]) == 0
+    tuned = [r for r in records.load(str(results)).records if r["kind"] == "tuned"]
+    assert tuned and all(r["status"] == "ok" for r in tuned)
+    best = metaschedule.best_module(wl, build.cuda_target(measure.device_facts()["arch"]),
+                                    str(work_dir))
+    assert build.is_tirx_kernel(best)

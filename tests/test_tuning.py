@@ -592,7 +592,6 @@ def _recorded_metaschedule_search(tmp_path, trials: int, seed: int):
     that setting. Returns the work dir and the settings measured, in order."""
     import tempfile
 
-    import tvm
     import tvm_ffi
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
@@ -690,7 +689,15 @@ def test_knob_values_and_rung_survive_the_trace():
 ])
 def test_a_rung_space_that_cannot_be_searched_is_refused(space, target, error):
     with pytest.raises(UsageError, match=re.escape(error)):
-        metaschedule.space_for(space, target, "gemm")
+        metaschedule.space_for(space, target, SEED_GEMM)
+
+
+def test_a_rung_space_the_workload_cannot_take_is_refused_with_the_rungs_reason():
+    from tuning import build, rungspace
+
+    with pytest.raises(UsageError, match=re.escape(
+            "design space v8: v8 multiplies float16 or bfloat16 on tensor cores, not float32")):
+        rungspace.Rungs(rungspace.entries("gemm", ["v8"]), SEED_GEMM, build.cuda_target("sm_90"))
 
 
 # -- the committed searches, applied like rungs (no GPU: built, not timed) ------------------------

@@ -114,16 +114,18 @@ class SplitK(ms.schedule_rule.PyScheduleRule):
         return SplitK(self.tiling.clone(), self.mod)
 
 
-def space_for(space: str | None, target_kind: str, op: str) -> str:
-    """The design space to search on a `target_kind` target: `space` (a key of SPACES, or
-    rungs of `op` with knob spaces, comma-separated: see tuning/rungspace.py), or by default
-    split-k on CUDA and TVM's rules elsewhere. split-k and rungs are refused off CUDA."""
+def space_for(space: str | None, target_kind: str, wl: Workload) -> str:
+    """The design space to search `wl` in on a `target_kind` target: `space` (a key of SPACES,
+    or rungs with knob spaces, comma-separated: see tuning/rungspace.py), or by default
+    split-k on CUDA and TVM's rules elsewhere. split-k and rungs are refused off CUDA (and a
+    rung that cannot take `wl`, when the search builds its space: rungspace.Rungs)."""
     space = space or ("split-k" if target_kind == "cuda" else "tvm")
     if space not in SPACES:
-        rungs = rungspace.spaced(op)
+        rungs = rungspace.spaced(wl.op)
         if not set(space.split(",")) <= set(rungs):
             raise UsageError(f"unknown design space '{space}'; valid: {', '.join(SPACES)}, or "
-                             f"{op} rungs with knob spaces, comma-separated: {', '.join(rungs)}")
+                             f"{wl.op} rungs with knob spaces, comma-separated: "
+                             f"{', '.join(rungs)}")
         if target_kind != "cuda":
             raise UsageError(f"design space {space} is made of CUDA rungs; search it on a GPU")
         return space
@@ -358,7 +360,7 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     if space in SPACES:
         rules = SPACES[space] + (" + tensor cores" if tensor_cores else "")
     else:
-        rungs = rungspace.Rungs(rungspace.entries(wl.op, space.split(","), wl), wl, target)
+        rungs = rungspace.Rungs(rungspace.entries(wl.op, space.split(",")), wl, target)
         rules = f"knob space of {space.replace(',', ', ')}"
         builder, cost_model = rungspace.RungBuilder(builder, rungs), rungs.cost_model(BATCH)
         strategy = ms.search_strategy.EvolutionarySearch(population_size=RUNG_POPULATION)

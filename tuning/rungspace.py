@@ -44,18 +44,14 @@ def decode(entry: ScheduleEntry, knob: str, code: int):
     return None if optional and code == 0 else int(code)
 
 
-def entries(op: str, names: list[str], wl: Workload | None = None) -> list[ScheduleEntry]:
-    """The rungs that `names` lists, each refused with one line if it has no knob space or
-    (given `wl`) does not take the workload's dtype."""
+def entries(op: str, names: list[str]) -> list[ScheduleEntry]:
+    """The rungs that `names` lists, each refused with one line if it has no knob space."""
     found = []
     for name in names:
         entry = schedules.get(op, name)
         if not entry.space:
             raise UsageError(f"design space {name}: {op}/{name} declares no knob space; rungs "
                              f"with one: {', '.join(spaced(op))}")
-        if wl is not None and not entry.takes(wl):
-            raise UsageError(f"design space {name}: {name} takes {' or '.join(entry.dtypes)} "
-                             f"inputs, not {wl.dtype}")
         found.append(entry)
     return found
 
@@ -89,9 +85,16 @@ class Rungs:
     setting once (the postprocessor asks first, the builder then takes the module)."""
 
     def __init__(self, entries_: list[ScheduleEntry], wl: Workload, target: tvm.target.Target):
+        """Refuses, with the rung's reason, a rung that does not take `wl` with its own knobs
+        (another dtype, or rows TMA cannot load): no setting of its space would either."""
         self.entries = {e.name: e for e in entries_}
         self.wl, self.target = wl, target
         self.applied: dict = {}  # (rung, codes) -> its module, or the refusal
+        for entry in entries_:
+            try:
+                entry.apply(wl, target)
+            except ScheduleNotApplicable as refused:
+                raise UsageError(f"design space {entry.name}: {refused}") from None
 
     def apply(self, name: str, codes: dict):
         """The rung's module with the knobs `codes` stand for, or the ScheduleNotApplicable

@@ -73,7 +73,7 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
         raise UsageError(f"unknown target '{request.target}'; valid: {', '.join(TARGETS)}")
     if request.search == "metaschedule":
         metaschedule.check_work_dir(request.work_dir, must_exist=False)
-        space = metaschedule.space_for(request.space, request.target, wl.op)
+        space = metaschedule.space_for(request.space, request.target, wl)
 
         def metaschedule_search(target, builder, runner):
             return metaschedule.search(wl, target, request.work_dir, request.trials, space,
