@@ -14,6 +14,7 @@ annotated workload's IR is the same for every candidate).
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 import tvm
@@ -90,6 +91,9 @@ class Rungs:
         self.entries = {e.name: e for e in entries_}
         self.wl, self.target = wl, target
         self.applied: dict = {}  # (rung, codes) -> its module, or the refusal
+        # MetaSchedule postprocesses in several threads; a rung is applied by one at a time
+        # (v7 registers its wgmma intrinsic if it is not yet: two threads both found it not)
+        self.lock = threading.Lock()
         for entry in entries_:
             try:
                 entry.apply(wl, target)
@@ -100,14 +104,15 @@ class Rungs:
         """The rung's module with the knobs `codes` stand for, or the ScheduleNotApplicable
         that says why it refuses them."""
         key = (name, tuple(sorted(codes.items())))
-        if key not in self.applied:
-            entry = self.entries[name]
-            knobs = {k: decode(entry, k, code) for k, code in codes.items()}
-            try:
-                self.applied[key] = entry.apply(self.wl, self.target, **knobs)
-            except ScheduleNotApplicable as refused:
-                self.applied[key] = refused
-        return self.applied[key]
+        with self.lock:
+            if key not in self.applied:
+                entry = self.entries[name]
+                knobs = {k: decode(entry, k, code) for k, code in codes.items()}
+                try:
+                    self.applied[key] = entry.apply(self.wl, self.target, **knobs)
+                except ScheduleNotApplicable as refused:
+                    self.applied[key] = refused
+            return self.applied[key]
 
     def realize(self, mod: tvm.IRModule) -> tvm.IRModule:
         """What a candidate stands for: its rung with its knobs applied to the workload."""
