@@ -163,7 +163,7 @@ def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
         if r.get("kind") != "search":
             continue
         key = (r.get("gpu"), *workload_key(r), r["schedule"], r.get("tuner"), r.get("rules"),
-               r.get("seed") or 0)
+               r.get("seed") or 0, r.get("shared_kb"))
         if key not in chosen or r["date"] >= chosen[key]["date"]:
             chosen[key] = r
     by_workload: dict[tuple, list[dict]] = {}
@@ -175,7 +175,8 @@ def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
 def _search_name(r: dict) -> str:
     seed = f", seed {r['seed']}" if r.get("seed") else ""
     if r["search"] == "metaschedule":  # searches before --ms-space had TVM's rules only
-        return f"{r['schedule']} ({r.get('rules', TVM_RULES)}{seed})"
+        limit = f", {r['shared_kb']} KB shared" if r.get("shared_kb") else ""
+        return f"{r['schedule']} ({r.get('rules', TVM_RULES)}{seed}{limit})"
     return f"{r['schedule']} ({r['tuner']}{seed})"
 
 

@@ -258,3 +258,18 @@ def test_measure_compute_records_the_ceiling_the_report_reads(monkeypatch):
                             out_dtype="float32", date=record["date"])]
     text = render(measured + [record], "t")
     assert f"cuBLAS 8192^3 bfloat16, this run: {record['compute_tflops']:.0f} TFLOP/s" in text
+
+
+def test_searches_under_different_shared_memory_limits_are_told_apart():
+    """A MetaSchedule search from before the targets had their GPU's limits (48 KB, none
+    recorded) and one with them (227 KB) are two rows, named by their limit."""
+    from reports.render import _search_name, latest_searches
+
+    base = {"kind": "search", "gpu": "H100", "op": "gemm", "shape": [8, 8, 8], "dtype": "float32",
+            "out_dtype": "float32", "layout": "nn", "schedule": "metaschedule",
+            "search": "metaschedule", "tuner": "evolutionary", "rules": "TVM's rules", "seed": 0,
+            "date": "2026-11-24"}
+    found = next(iter(latest_searches([base, {**base, "shared_kb": 227}]).values()))
+    assert sorted(_search_name(r) for r in found) == [
+        "metaschedule (TVM's rules)",
+        "metaschedule (TVM's rules, 227 KB shared)"]

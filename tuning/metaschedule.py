@@ -395,8 +395,17 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     say(f"saved {BEST_TRACE} and {BEST_MODULE} in {work_dir}")
     return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
             "params": {"work_dir": work_dir}, "rules": rules, "seed": seed,
+            **shared_limit(target),
             "trials": state["trials"], "trials_per_min": trials_per_minute(work_dir),
             "curve": curve(work_dir)}
+
+
+def shared_limit(target: tvm.target.Target) -> dict:
+    """The shared memory per block that the search's candidates could have, in KB (CUDA): a
+    report tells searches under different limits apart by it. Searches from before the
+    targets had their GPU's limits recorded none (CUDA ones had 48 KB)."""
+    limit = target.attrs.get("max_shared_memory_per_block")
+    return {"shared_kb": int(limit) // 1024} if limit is not None else {}
 
 
 def _describe(target: tvm.target.Target) -> str:
