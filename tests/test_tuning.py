@@ -791,16 +791,17 @@ def test_the_tuning_report_has_curves_tables_and_plots(tmp_path):
     loaded = records.load(os.path.join(ROOT, "reports", "h100-tuning.jsonl")).records
     text = render(loaded, "t", figure_prefix=str(tmp_path / "t"))
     assert "## Searches: gemm 1024x512x2048 float32 nn" in text and "![tuning curves](t-1.png)" in text
-    assert "| best manual rung (v5)" in text and "| cuBLAS" in text
-    # each MetaSchedule search is named by its rules and seed, and re-timed only from its own
-    # work dir (the latest run re-timed the seed-0 split-K search's)
+    assert "| best manual rung (v5k)" in text and "| cuBLAS" in text
+    # each MetaSchedule search is named by its rules, seed and shared-memory limit, and
+    # re-timed only from its own work dir (the latest run re-timed the 227 KB split-K search's)
     seed_searches = text.split("## Searches: gemm 1024x512x2048")[1].split("## ")[0]
     retimed = {cells[1].strip(): cells[6].strip() for cells in
                (line.split("|") for line in seed_searches.splitlines())
                if len(cells) > 7 and cells[1].startswith(" metaschedule")}
     assert retimed["metaschedule (TVM's rules)"] == "-"
-    assert retimed["metaschedule (TVM's rules + split K)"] != "-"
+    assert retimed["metaschedule (TVM's rules + split K)"] == "-"
     assert retimed["metaschedule (TVM's rules + split K, seed 1)"] == "-"
+    assert retimed["metaschedule (TVM's rules + split K, 227 KB shared)"] != "-"
     with open(tmp_path / "t-1.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
