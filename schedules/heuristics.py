@@ -150,7 +150,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       the tiles fit one wave, else (split_tail) the K of the tiles of the last, partial wave,
       so the SMs it would leave idle share them.
     Each knob only where the space holds the value."""
-    from .hopper import ROW_BYTES, arena_bytes  # v8's module: loaded by now
+    from .hopper import arena_bytes, k_block_count  # v8's module: loaded by now
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     wgmma_m = WARPGROUP * MMA
@@ -158,7 +158,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
                                          and tile_count(wl, 2 * wgmma_m, 128) < sms)
     block_m = wgmma_m if decode and wgmma_m in space["block_m"] else knobs["block_m"]
 
-    k_blocks = -(-wl.dims["K"] * DTYPE_BYTES[wl.dtype] // ROW_BYTES)
+    k_blocks = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
 
     def plan(block_n: int) -> tuple[float, int, bool]:
         """(waves of block_m x block_n tiles, split_k, split_tail): K split while the units

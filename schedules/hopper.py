@@ -77,6 +77,11 @@ MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its works
 SPLIT_BARRIER = 1  # named barrier of the 256 consumer threads (0 is __syncthreads')
 
 
+def k_block_count(K: int, element_bytes: int) -> int:
+    """The K blocks of one swizzled row each (ROW_BYTES) that K makes, the last one ragged."""
+    return -(-K * element_bytes // ROW_BYTES)
+
+
 def arena_bytes(block_m: int, block_n: int, stages: int) -> int:
     """Dynamic shared memory of the ring: `stages` stages of A's and B's 128-byte rows, plus
     one swizzle atom of room to round the ring's start up to an atom."""
@@ -230,7 +235,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     transpose = () if dtype == FP8 else (0, 0 if nt else 1)  # fp8 wgmma has no transpose operands
     per_wgmma = wg_n // 2  # accumulators of one m64 wgmma per thread
     accumulators = m_wgmmas * per_wgmma
-    tiles_m, tiles_n, k_blocks = -(-M // block_m), -(-N // block_n), -(-K // block_k)
+    tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
+    k_blocks = k_block_count(K, element_bytes)
     tiles = tiles_m * tiles_n
     whole = tiles - split_tiles(tiles, split_tail, sms)  # tiles multiplied whole, first
     if whole == tiles:
@@ -515,15 +521,16 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles needs "
                                     f"{shared_bytes} bytes of shared memory (at least 2 stages, at "
                                     f"most {HOPPER_SHARED_BYTES} bytes)")
-    M, N, K = wl.shape
-    k_blocks = -(-K // (ROW_BYTES // ELEMENT_BYTES[wl.dtype]))
+    K = wl.dims["K"]
+    k_blocks = k_block_count(K, ELEMENT_BYTES[wl.dtype])
     if not 1 <= split_k <= k_blocks:
         raise ScheduleNotApplicable(f"v8 splits K={K} into 1 to {k_blocks} slices of whole "
                                     f"{ROW_BYTES}-byte K blocks, not split_k={split_k}")
     if split_tail and split_k == 1:
         raise ScheduleNotApplicable("v8's split_tail splits the last wave's tiles into split_k "
                                     "slices: it needs split_k > 1")
-    tiles = split_tiles(-(-M // block_m) * -(-N // block_n), split_tail, heuristics.H100_SMS)
+    tiles = split_tiles(heuristics.tile_count(wl, block_m, block_n), split_tail,
+                        heuristics.H100_SMS)
     workspace = partial_bytes(tiles, split_k, block_m, block_n) if split_k > 1 else 0
     if workspace > MOST_PARTIAL_BYTES:
         raise ScheduleNotApplicable(f"v8 with split_k={split_k} over {tiles} tiles of "
@@ -555,9 +562,9 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
     their float32 partials through a workspace (the last to finish stores C), so that few tiles
     (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
-    partial wave are split, so that the SMs it would leave idle share its work. Ragged M, N, K: TMA zero-fills past the
-    edges; rows must be whole 16-byte multiples (K, and N for B in nn). A TIRx kernel
-    (schedules/hopper.py), sm_90a only.
+    partial wave are split, so that the SMs it would leave idle share its work. Ragged M, N,
+    K: TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in
+    nn). A TIRx kernel (schedules/hopper.py), sm_90a only.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
