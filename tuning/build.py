@@ -84,15 +84,15 @@ def static_shared_bytes(lowered: tvm.IRModule) -> int:
     return max((int(per_scope.get("shared", 0)) for per_scope in allocated.values()), default=0)
 
 
-def with_dynamic_shared(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
-    """`mod` with its static shared buffers moved to dynamic shared memory when, lowered, they
-    pass the 48 KB per block that CUDA allows static arrays (MetaSchedule's cache_read tiles
-    can, now that the target allows 227 KB): TVM merges them into one dynamic buffer and its
-    runtime opts the kernel into that much at launch. Unchanged otherwise (lowering to find
-    out takes milliseconds), and for a TIRx kernel, which allocates its own."""
-    if is_tirx_kernel(mod) or static_shared_bytes(_lowered(mod, target)) \
-            <= common.PORTABLE_SHARED_BYTES:
-        return mod
+def with_dynamic_shared(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, tvm.IRModule]:
+    """(`mod`, its lowered kernels), with its static shared buffers moved to dynamic shared
+    memory when, lowered, they pass the 48 KB per block that CUDA allows static arrays
+    (MetaSchedule's cache_read tiles can, now that the target allows 227 KB): TVM merges them
+    into one dynamic buffer and its runtime opts the kernel into that much at launch. Unchanged
+    otherwise, and for a TIRx kernel, which allocates its own; lowered again only if moved."""
+    lowered = _lowered(mod, target)
+    if is_tirx_kernel(mod) or static_shared_bytes(lowered) <= common.PORTABLE_SHARED_BYTES:
+        return mod, lowered
     sch = tvm.s_tir.Schedule(mod)
     for name in [gv.name_hint for gv, _ in mod.functions_items()]:
         sch.work_on(name)
@@ -100,7 +100,7 @@ def with_dynamic_shared(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
             for index, written in enumerate(block.writes):
                 if written.source.scope() == "shared":
                     sch.set_scope(sch.get_sblock(block.name_hint, name), index, "shared.dyn")
-    return sch.mod
+    return sch.mod, _lowered(sch.mod, target)
 
 
 def _has_async_pipeline(mod: tvm.IRModule) -> bool:
@@ -151,7 +151,7 @@ def lower(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     project's rewrite in lowering.py, or the tirx pipeline for a TIRx kernel; up to code
     generation), without the host-side argument checking; shared tiles over 48 KB in dynamic
     shared memory (with_dynamic_shared)."""
-    return _lowered(with_dynamic_shared(mod, target), target)
+    return with_dynamic_shared(mod, target)[1]
 
 
 def _lowered(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
@@ -181,7 +181,10 @@ def ir_text(lowered: tvm.IRModule) -> str:
 def build(mod: tvm.IRModule, target: Target):
     """Compile for `target`: CUDA source always, a loadable binary when a GPU is present.
     Shared tiles over 48 KB go to dynamic shared memory (with_dynamic_shared)."""
-    mod = with_dynamic_shared(mod, target)
+    return _compiled(with_dynamic_shared(mod, target)[0], target)
+
+
+def _compiled(mod: tvm.IRModule, target: Target):
     name, config = pipeline_of(mod)
     with tvm.transform.PassContext(config=config):
         return tvm.compile(mod, target=target, tir_pipeline=name)
@@ -238,8 +241,8 @@ def spilled_bytes(resources: dict | None) -> dict[str, int]:
 
 def lower_and_build(mod: tvm.IRModule, target: Target) -> Built:
     """Lower, compile and inspect a scheduled module; nvcc rejecting the CUDA is a failure."""
-    lowered = lower(mod, target)
-    executable = build(mod, target)
+    mod, lowered = with_dynamic_shared(mod, target)
+    executable = _compiled(mod, target)
     source = cuda_source(executable)
     return Built(lowered, executable, source, summarize(lowered, source).row(),
                  nvcc_resources(source, target.attrs["arch"]))
