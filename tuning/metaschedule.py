@@ -365,7 +365,7 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     if space in SPACES:
         rules = SPACES[space] + (" + tensor cores" if tensor_cores else "")
     else:
-        rungs = rungspace.Rungs(rungspace.entries(wl.op, space.split(",")), wl, target)
+        rungs = rungspace.Rungs(space.split(","), wl, target)
         rules = f"knob space of {space.replace(',', ', ')}"
         builder, cost_model = rungspace.RungBuilder(builder, rungs), rungs.cost_model(BATCH)
         strategy = ms.search_strategy.EvolutionarySearch(population_size=RUNG_POPULATION)

@@ -45,18 +45,6 @@ def decode(entry: ScheduleEntry, knob: str, code: int):
     return None if optional and code == 0 else int(code)
 
 
-def entries(op: str, names: list[str]) -> list[ScheduleEntry]:
-    """The rungs that `names` lists, each refused with one line if it has no knob space."""
-    found = []
-    for name in names:
-        entry = schedules.get(op, name)
-        if not entry.space:
-            raise UsageError(f"design space {name}: {op}/{name} declares no knob space; rungs "
-                             f"with one: {', '.join(spaced(op))}")
-        found.append(entry)
-    return found
-
-
 def spaced(op: str) -> list[str]:
     """The schedules of `op` that declare a knob space."""
     return [e.name for e in schedules.entries(op, templates=True) if e.space]
@@ -85,9 +73,11 @@ class Rungs:
     """The rungs of one search's space, applied to its workload for its target: each knob
     setting once (the postprocessor asks first, the builder then takes the module)."""
 
-    def __init__(self, entries_: list[ScheduleEntry], wl: Workload, target: tvm.target.Target):
-        """Refuses, with the rung's reason, a rung that does not take `wl` with its own knobs
-        (another dtype, or rows TMA cannot load): no setting of its space would either."""
+    def __init__(self, names: list[str], wl: Workload, target: tvm.target.Target):
+        """The rungs `names` of the workload's op (each with a knob space: metaschedule.
+        space_for checks). Refuses, with the rung's reason, a rung that does not take `wl` with
+        its own knobs (another dtype, or rows TMA cannot load): no setting of its space would."""
+        entries_ = [schedules.get(wl.op, name) for name in names]
         self.entries = {e.name: e for e in entries_}
         self.wl, self.target = wl, target
         self.applied: dict = {}  # (rung, codes) -> its module, or the refusal
@@ -149,7 +139,7 @@ def realize(mod: tvm.IRModule, wl: Workload, target: tvm.target.Target) -> tvm.I
     found = knobs_of(mod)
     if found is None:
         return mod
-    return Rungs(entries(wl.op, [found[0]]), wl, target).realize(mod)
+    return Rungs([found[0]], wl, target).realize(mod)
 
 
 @derived_object
