@@ -51,3 +51,10 @@ class KernelFailed(ExplorerError):
     """A kernel that built but failed its check against float64 (or crashed) on the GPU."""
 
     exit_status = 1
+
+
+class FarmGone(ExplorerError):
+    """A search's RPC farm that went away mid-search: its tracker, or every server under its
+    key. What was measured before is kept."""
+
+    exit_status = 1

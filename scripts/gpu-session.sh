@@ -13,6 +13,9 @@
 #                                          # $SHAPE (4096x4096x4096) $DTYPE (float16) $LAYOUT (nn)
 #                                          # into reports/tuning/ms-<shape>-<dtype>-<layout>-<space>,
 #                                          # then every rung, its best and cuBLAS in one run
+#   bash scripts/gpu-session.sh farm         # the farm's GPU tier (tests/test_rpc.py), then the seed
+#                                          # GEMM's search ($TRIALS: 64), here and through a farm of
+#                                          # this host's GPUs ($FARM_GPUS: all), into $OUT only
 #   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #                                                 # per preset of $PRESETS (both)
@@ -87,6 +90,16 @@ for part in "$@"; do
         --ms-space "$space" --trials "${TRIALS:-128}" --no-ir --results "$results" \
         --work-dir "reports/tuning/ms-$preset$([ "$space" = tvm ] || echo "-${space//,/-}")" \
         2>&1 | tee -a "$out/$part.log" ;;
+    farm)
+      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_rpc.py 2>&1 | tee "$out/pytest-gpu-farm.log"
+      search="--preset gemm-seed --tune metaschedule --trials ${TRIALS:-64} --no-ir --results $out/farm.jsonl"
+      { python3 runner.py $search --work-dir "$out/ms-here"
+        scripts/rpc-farm.sh --key gpus --host 127.0.0.1 ${FARM_GPUS:+--gpus $FARM_GPUS} \
+          > "$out/farm-ready.log" 2> "$out/farm-servers.log" &
+        for _ in $(seq 120); do grep -q "farm ready" "$out/farm-ready.log" && break; sleep 1; done
+        cat "$out/farm-ready.log"
+        python3 runner.py $search --work-dir "$out/ms-farm" --rpc-tracker 127.0.0.1:9190 --rpc-key gpus
+        kill -INT %1; wait; } 2>&1 | tee "$out/farm.log" ;;
     ms-rungs)
       space=${MS_SPACE:-v7,v8}
       args="--shape ${SHAPE:-4096x4096x4096} --dtype ${DTYPE:-float16} --layout ${LAYOUT:-nn}"

@@ -1,10 +1,13 @@
-"""Searches through an RPC tracker when something is wrong with it, on loopback, CPU only: a
-tracker that is down or a key no server registered is refused in seconds with one line (no
-hang, no retries, no traceback), and a candidate that fails on the remote host keeps the
-remote reason, not TVM's wrapper line (a timeout, which TVM reports as text only, is read as
-one). Every tracker and server is started here and stopped
-in `finally`; every command runs under a time limit."""
+"""Searches through an RPC tracker, on loopback: a tracker that is down or a key no server
+registered is refused in seconds with one line (no hang, no retries, no traceback), and a
+remote failure keeps the remote reason, not TVM's wrapper line. The farm (scripts/rpc-farm.sh):
+a search measures on all its servers; a candidate that crashes or hangs costs itself only; a
+server that dies is restarted; a farm that goes away ends the search in one line (CPU servers,
+and in the GPU tier two servers on GPU 0 with a kernel that traps and one that never ends).
+Every tracker, server and farm is started here and stopped in `finally`; every command runs
+under a time limit."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -14,7 +17,8 @@ import time
 
 import pytest
 
-from schedules.errors import UsageError
+from schedules.errors import FarmGone, UsageError
+from schedules.workloads import Workload
 from tuning import candidates
 from tuning.candidates import Status
 
@@ -149,9 +153,10 @@ def test_a_search_through_a_tracker_that_is_down_is_refused_in_one_line(tmp_path
 
 # -- a candidate that fails on the remote host -----------------------------------------------------
 
-# result.error_msg of TVM's RPCRunner, captured on loopback (tracker and server on 127.0.0.1, TVM
-# 0.27): a CUDA candidate run by a server without CUDA; an llvm candidate whose artifact is not a
-# tar; an llvm candidate called with arguments of the wrong shape.
+# Remote errors as TVM's RPC hands them back, here in result.error_msg of TVM's RPCRunner, captured
+# on loopback (tracker and server on 127.0.0.1, TVM 0.27): a CUDA candidate run by a server
+# without CUDA; an llvm candidate whose artifact is not a tar; an llvm candidate called with
+# arguments of the wrong shape.
 RPC_NO_CUDA = (
     'RPCRunner: An exception occurred\nTraceback (most recent call last):\n  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/tvm/exec/popen_worker.py", line 106, in main\n    result = fn(*args, **kwargs)\n             ^^^^^^^^^^^^^^^^^^^\n  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/tvm/s_tir/meta_schedule/runner/rpc_runner.py", line 393, in _worker_func\n    rt_mod: Module = f_upload_module(session, local_path, remote_path)\n                     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/tvm/s_tir/meta_schedule/runner/rpc_runner.py", line 452, in default_upload_module\n    rt_mod: Module = session.load_module(remote_path)\n                     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/tvm/rpc/client.py", line 180, in load_module\n    return _ffi_api.LoadRemoteModule(self._sess, path)\n           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n  File "python/tvm_ffi/cython/function.pxi", line 1038, in tvm_ffi.core.Function.__call__\n  File "/project/src/runtime/rpc/rpc_endpoint.cc", line 478, in void tvm::runtime::RPCEndpoint::EventHandler::HandleReturn(tvm::runtime::RPCCode, tvm::runtime::RPCSession::FEncodeReturn)\ntvm.error.RPCError: RPCError: Error caught from RPC call:\nLibrary binary was created using {cuda} but a loader of that name is not registered. Make sure to have runtime that registers ffi.Module.load_from_bytes.cuda\n'  # noqa: E501
 )
@@ -195,9 +200,274 @@ def test_a_remote_reason_is_one_line_of_at_most_300_characters():
     ("RPCRunner: Timeout, killed after 60 seconds", "RPCRunner: Timeout, killed after 60 seconds"),
     ("LocalRunner: Timeout, killed after 60 seconds\n",
      "LocalRunner: Timeout, killed after 60 seconds"),
-    (RPC_WRONG_SHAPE.split("tvm.error.RPCError")[0]
-     + "RuntimeError: Session timeout when running run_evaluator\n",
-     "RuntimeError: Session timeout when running run_evaluator"),
-], ids=["rpc-runner", "local-runner", "rpc-session"])
+], ids=["rpc-runner", "local-runner"])
 def test_tvm_runners_timeouts_are_read_from_their_text(message, error):
     assert candidates.tvm_run_failure(message) == candidates.Outcome(Status.TIMEOUT, error=error)
+
+
+# -- the farm (tuning/farm.py) on loopback, CPU servers --------------------------------------------
+
+FARM_READY_S = 90  # the farm's servers import TVM and register
+
+
+@contextlib.contextmanager
+def started_farm(log, *servers):
+    """`scripts/rpc-farm.sh --key farm <servers...>` on loopback, its servers' lines to `log`:
+    yields (tracker address, farm process) once it says it is ready; killed whole after."""
+    port = free_port()
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            ["bash", os.path.join(ROOT, "scripts", "rpc-farm.sh"), "--key", "farm", *servers,
+             "--host", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    try:
+        ready = _line_within(proc, "farm ready", FARM_READY_S)
+        assert "2 under key 'farm'" in ready, ready
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture
+def farm(tmp_path):
+    """A farm of two CPU servers: (tracker address, farm process, its servers' log)."""
+    log = tmp_path / "farm.log"
+    with started_farm(log, "--servers", "2") as (address, proc):
+        yield address, proc, log
+
+
+def _line_within(proc, words: str, seconds: float) -> str:
+    """The first line of proc's stdout holding `words`, read within `seconds`."""
+    import selectors
+
+    deadline = time.time() + seconds
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while time.time() < deadline:
+            if sel.select(timeout=deadline - time.time()):
+                line = proc.stdout.readline()
+                if words in line:
+                    return line
+                assert line, f"ended without saying '{words}'"
+    pytest.fail(f"no '{words}' within {seconds} s")
+
+
+def _llvm_candidate(kind: str):
+    """A built llvm candidate that adds one to a 4-vector: as it should ('good'), or ending the
+    process that runs it ('crash', libc's abort) or never ending ('hang')."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.script import tirx as T
+
+    from tuning import build
+
+    @T.prim_func
+    def good(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+        for i in range(4):
+            B[i] = A[i] + T.float32(1)
+
+    @T.prim_func
+    def crash(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+        T.evaluate(T.call_extern("void", "abort"))
+        for i in range(4):
+            B[i] = A[i]
+
+    @T.prim_func
+    def hang(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+        while B[0] >= T.float32(-1):
+            B[0] = T.abs(B[0]) + A[0] * A[0]
+
+    func = {"good": good, "crash": crash, "hang": hang}[kind].with_attr("global_symbol", "main")
+    mod = tvm.IRModule({"main": func})
+    target = tvm.target.Target("llvm")
+    path = build.build_artifact((mod, target))
+    return ms.runner.RunnerInput(path, "cpu", ms.arg_info.ArgInfo.from_prim_func(func))
+
+
+def _last_outcomes(log) -> dict:
+    """Each farm server's last logged outcome ('ok', 'run_failed', 'timeout'...)."""
+    last = {}
+    for line in log.read_text().splitlines():
+        name, _, said = line.partition("] ")
+        if name.startswith("[") and said and not said.startswith("serving"):
+            last[name[1:]] = said.split(":")[0].split()[0]
+    return last
+
+
+def test_a_farm_server_outlives_a_crashing_and_a_hanging_candidate(farm):
+    from tuning import farm as farms
+
+    address, _, log = farm
+    runner = farms.FarmRunner(address, "farm", Workload("gemm", (32, 32, 32)), timeout_sec=5)
+    good = _llvm_candidate("good")
+    try:
+        start = time.time()
+        crash, hang = runner.outcomes([_llvm_candidate("crash"), _llvm_candidate("hang")])
+        seconds = time.time() - start
+        for _ in range(5):  # until each server has measured a good candidate since
+            after = runner.outcomes([good, good])
+            if _last_outcomes(log) == {"cpu0": "ok", "cpu1": "ok"}:
+                break
+    finally:
+        candidates.shut_down(runner)
+    assert crash.status is Status.RUN_FAILED and crash.error, crash
+    assert hang.status is Status.TIMEOUT and seconds < 30, (hang, seconds)
+    assert all(o.status is Status.OK and o.time_ms > 0 for o in after), after
+    assert _last_outcomes(log) == {"cpu0": "ok", "cpu1": "ok"}, log.read_text()[-2000:]
+    assert "restarting" not in log.read_text()  # only the servers' workers were replaced
+    assert candidates.check_rpc(address, "farm") == 2
+
+
+def _cuda_candidate(kind: str, wl: Workload, target):
+    """A built CUDA candidate for the GEMM `wl`: v2's kernel ('good'), or one with its
+    arguments that faults (`__trap()`: the CUDA context is lost) or never ends ('hang')."""
+    import tvm
+    from tvm.script import tirx as T
+
+    import schedules
+    from tuning import build
+
+    m, n, k = wl.shape
+
+    @T.prim_func
+    def fault(A: T.Buffer((m, k), "float32"), B: T.Buffer((k, n), "float32"),
+              C: T.Buffer((m, n), "float32")):
+        for i in T.thread_binding(32, "threadIdx.x"):
+            T.evaluate(T.call_extern("void", "__trap"))
+            C[0, i] = A[0, i] + B[0, i]
+
+    @T.prim_func
+    def hang(A: T.Buffer((m, k), "float32"), B: T.Buffer((k, n), "float32"),
+             C: T.Buffer((m, n), "float32")):
+        for i in T.thread_binding(32, "threadIdx.x"):
+            C[0, i] = A[0, i] + B[0, i]
+            while T.bool(True):
+                T.evaluate(T.call_extern("void", "__nanosleep", T.uint32(1000)))
+
+    if kind == "good":
+        mod = schedules.get("gemm", "v2").apply(wl, target)
+    else:
+        mod = tvm.IRModule({"main": {"fault": fault, "hang": hang}[kind].with_attr(
+            "global_symbol", "main")})
+    return candidates.runner_input(mod, build.build_artifact((mod, target)), target)
+
+
+@pytest.mark.gpu
+def test_a_gpu_farm_server_outlives_a_faulting_and_a_hanging_kernel(tmp_path):
+    """Two servers on GPU 0: a kernel that traps and one that never ends each cost their
+    candidate only; both servers then check and time good kernels."""
+    from tuning import build, farm as farms, measure
+
+    wl = Workload("gemm", (256, 128, 512))
+    target = build.cuda_target(measure.device_facts()["arch"])
+    log = tmp_path / "farm.log"
+    with started_farm(log, "--gpus", "0,0") as (address, _):
+        runner = farms.FarmRunner(address, "farm", wl, timeout_sec=10)
+        good = _cuda_candidate("good", wl, target)
+        try:
+            fault, hang = runner.outcomes([_cuda_candidate("fault", wl, target),
+                                           _cuda_candidate("hang", wl, target)])
+            for _ in range(5):  # until each server has measured a good candidate since
+                after = runner.outcomes([good, good])
+                if _last_outcomes(log) == {"gpu0.0": "ok", "gpu0.1": "ok"}:
+                    break
+        finally:
+            candidates.shut_down(runner)
+        assert candidates.check_rpc(address, "farm") == 2
+    assert fault.status is Status.RUN_FAILED and fault.error, fault
+    assert hang.status is Status.TIMEOUT, hang
+    assert all(o.status is Status.OK and o.time_ms > 0 for o in after), after
+    assert _last_outcomes(log) == {"gpu0.0": "ok", "gpu0.1": "ok"}, log.read_text()[-2000:]
+    assert "restarting" not in log.read_text()
+
+
+def test_a_farm_restarts_a_server_that_dies(farm):
+    address, _, log = farm
+    pid = int(log.read_text().split("[cpu0] serving on port ")[1].split("pid ")[1].split()[0])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + FARM_READY_S
+    while "farm: server cpu0 exited with status -9; restarting it" not in log.read_text():
+        assert time.time() < deadline, log.read_text()[-2000:]
+        time.sleep(0.5)
+    while candidates.check_rpc(address, "farm") < 2:  # it registered again
+        assert time.time() < deadline
+        time.sleep(0.5)
+
+
+def test_a_search_on_the_farm_uses_every_server_and_stops_in_one_line_when_it_goes(
+        farm, tmp_path):
+    address, proc, log = farm
+    search = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "runner.py"), "--tune", "metaschedule", "--target",
+         "llvm", "--shape", "32x32x32", "--trials", "64", "--work-dir", str(tmp_path / "ms"),
+         "--rpc-tracker", address, "--rpc-key", "farm"], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _line_within(search, "[8/64]", CLI_LIMIT_S)
+        os.killpg(proc.pid, signal.SIGKILL)  # tracker and servers, mid-batch
+        out, err = search.communicate(timeout=CLI_LIMIT_S)
+    finally:
+        if search.poll() is None:
+            os.killpg(search.pid, signal.SIGKILL)
+    served = [line[:6] for line in log.read_text().splitlines() if " ok " in line]
+    assert served.count("[cpu0]") >= 2 and served.count("[cpu1]") >= 2, served
+    assert search.returncode == 1, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out + err, err[-2000:]
+    assert lines[0].startswith("error: the search's RPC farm has gone (cannot reach the RPC "
+                               f"tracker at {address}"), lines[0]
+
+
+def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    from tuning import farm as farms
+
+    port = free_port()
+    tracker = Tracker("127.0.0.1", port=port, port_end=port + 100, silent=True)
+    server_port = free_port()
+    server = Server(host="127.0.0.1", port=server_port, port_end=server_port + 100, key="gpu",
+                    silent=True, tracker_addr=("127.0.0.1", tracker.port))
+    try:
+        address = f"127.0.0.1:{tracker.port}"
+        runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)),
+                                  gone_after_s=2)
+        server.terminate()
+        start = time.time()
+        with pytest.raises(FarmGone, match="no RPC server under key 'gpu' .* for 2 s"):
+            runner.measure(_llvm_candidate("good"))
+        assert time.time() - start < 15
+        with pytest.raises(FarmGone):  # and every candidate after it, at once
+            runner.measure(_llvm_candidate("good"))
+    finally:
+        server.terminate()
+        tracker.terminate()
+
+
+def test_a_search_refuses_servers_that_are_not_the_farms_in_one_line(
+        tracker_with_other_key, tmp_path):
+    status, out, err, _ = run_cli(
+        ["--tune", "metaschedule", "--target", "llvm", "--shape", "32x32x32", "--trials", "4",
+         "--work-dir", "ms", "--rpc-tracker", tracker_with_other_key, "--rpc-key", "other"],
+        tmp_path)
+    assert status == 2 and "Traceback" not in out + err, err[-2000:]
+    assert err.strip().splitlines() == [
+        "error: the RPC servers under key 'other' are not this project's farm servers: start "
+        "them with scripts/rpc-farm.sh"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--key", "two words"], "must be one word"),
+    (["--key", "k", "--port", "0"], "is not a port"),
+    (["--key", "k", "--servers", "0"], "--servers must be positive"),
+    (["--key", "k", "--tracker", "nohost"], "expected host:port"),
+], ids=["key", "port", "servers", "tracker"])
+def test_the_farm_refuses_bad_settings_in_one_line(args, words, tmp_path):
+    start = time.time()
+    done = subprocess.run(["bash", os.path.join(ROOT, "scripts", "rpc-farm.sh"), *args],
+                          capture_output=True, text=True, timeout=CLI_LIMIT_S, cwd=tmp_path)
+    assert done.returncode == 2 and time.time() - start < REFUSED_WITHIN_S
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], done.stderr

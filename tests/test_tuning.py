@@ -289,16 +289,19 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
             time.sleep(60)
         return 2e-3
 
+    def inputs(*paths):
+        return [ms.runner.RunnerInput(path, "cuda", []) for path in paths]
+
     runner = candidates.CheckingRunner(SEED_GEMM, timeout_sec=10)
     runner.evaluate = evaluate
     try:
         first_worker = runner.pool
-        ok, wrong = runner.outcomes(["fast", "wrong"])
+        ok, wrong = runner.outcomes(inputs("fast", "wrong"))
         assert runner.pool is first_worker  # a wrong result keeps the worker
-        crash, hang = runner.outcomes(["crash", "hang"])
+        crash, hang = runner.outcomes(inputs("crash", "hang"))
         assert runner.pool is not first_worker  # replaced: it may hold a broken CUDA context
         # MetaSchedule's interface: the time in seconds, or why there is none as text
-        futures = runner.run([ms.runner.RunnerInput(path, "cuda", []) for path in ("fast", "wrong", "crash")])
+        futures = runner.run(inputs("fast", "wrong", "crash"))
         worker = runner.pool
         timed, failed = futures[0].result(), futures[1].result()
         assert runner.pool is worker  # each candidate is run when asked about, the crash not yet
@@ -421,28 +424,6 @@ def test_progress_is_read_past_a_line_cut_short_by_a_kill(tmp_path):
     assert [p["trial"] for p in metaschedule.read_progress(str(tmp_path))] == [1, 3]
     assert metaschedule.curve(str(tmp_path)) == [(1, 0.5), (3, 0.5)]
     assert metaschedule.trials_per_minute(str(tmp_path)) == 40.0  # 2 in the session's 3 s
-
-
-def test_metaschedule_measures_through_an_rpc_tracker_on_loopback(tmp_path):
-    from tvm.rpc.server import Server
-    from tvm.rpc.tracker import Tracker
-
-    tracker = Tracker("127.0.0.1", port=9190, port_end=9290, silent=True)
-    server = Server(host="127.0.0.1", port=9300, port_end=9400, key="loopback", silent=True,
-                    tracker_addr=("127.0.0.1", tracker.port))
-    try:
-        work_dir = tmp_path / "rpc"
-        done = subprocess.run(
-            [sys.executable, os.path.join(ROOT, "runner.py"), "--tune", "metaschedule",
-             "--target", "llvm", "--shape", "32x32x32", "--trials", "4", "--work-dir",
-             str(work_dir), "--rpc-tracker", f"127.0.0.1:{tracker.port}", "--rpc-key", "loopback"],
-            capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        progress = metaschedule.read_progress(str(work_dir))
-        assert len(progress) == 4 and all(p["time_ms"] > 0 for p in progress)
-    finally:
-        server.terminate()
-        tracker.terminate()
 
 
 def test_ctrl_c_keeps_every_measured_record_and_the_next_run_resumes(tmp_path):

@@ -2,9 +2,9 @@
 
 Both go through MetaSchedule's Builder and Runner interfaces: every candidate is built and run in
 a worker process, so a crash or a hang costs that candidate only, and the runs can go to a farm
-of GPU hosts through TVM's RPC tracker. On a local GPU, CheckingRunner checks each candidate
-against float64 and times it with this project's harness (measure.evaluate_artifact); over RPC,
-TVM's own time_evaluator times it on the remote host.
+of GPUs behind TVM's RPC tracker (tuning/farm.py). On a GPU, here or on the farm's hosts,
+CheckingRunner checks each candidate against float64 and times it with this project's harness
+(measure.evaluate_artifact).
 
 Why not MetaSchedule's LocalBuilder: it starts fresh worker processes for every batch, and its
 default build function imports all of TVM's tensor intrinsics (`tvm.s_tir.tensor_intrin`: CUDA,
@@ -16,8 +16,8 @@ needs the intrinsics only for tensor-core candidates (their workers import them 
 
 What became of a candidate is an Outcome with a Status, which WarmBuilder and CheckingRunner
 take from how their workers ended (completed, timed out, or raised: measure.WrongResult for a
-wrong result). TVM's own runners (RPC, and the local one of CPU searches) report a failure as
-text only, which `tvm_run_failure` reads.
+wrong result). TVM's local runner (CPU searches) reports a failure as text only, which
+`tvm_run_failure` reads.
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ class _CheckedFuture(ms.runner.PyRunnerFuture):
     """One candidate of a CheckingRunner, checked and timed the first time it is asked about:
     its time in seconds, or why it has none."""
 
-    def __init__(self, runner: "CheckingRunner", path: str):
+    def __init__(self, runner: "CheckingRunner", runner_input):
         super().__init__()
-        self.runner, self.path, self.outcome = runner, path, None
+        self.runner, self.input, self.outcome = runner, runner_input, None
 
     def done(self) -> bool:
         self.result()
@@ -126,7 +126,7 @@ class _CheckedFuture(ms.runner.PyRunnerFuture):
 
     def result(self):
         if self.outcome is None:
-            self.outcome = self.runner.outcomes([self.path])[0]
+            self.outcome = self.runner.outcomes([self.input])[0]
         if self.outcome.status is Status.OK:
             return ms.runner.RunnerResult([self.outcome.time_ms * 1e-3], None)
         return ms.runner.RunnerResult(None, self.outcome.error)
@@ -153,15 +153,16 @@ class CheckingRunner(ms.runner.PyRunner):
     def run(self, runner_inputs):
         """MetaSchedule's interface: a future per candidate, measured when MetaSchedule first
         asks about it (it asks in turn), so that each result lands as it is measured."""
-        return [_CheckedFuture(self, i.artifact_path) for i in runner_inputs]
+        return [_CheckedFuture(self, i) for i in runner_inputs]
 
-    def outcomes(self, artifact_paths: list[str]) -> list[Outcome]:
-        """Check and time each built candidate in turn; after a failure other than a wrong
-        result, the worker is replaced (it may hold a broken CUDA context)."""
+    def outcomes(self, runner_inputs) -> list[Outcome]:
+        """Check and time each built candidate (a MetaSchedule RunnerInput) in turn; after a
+        failure other than a wrong result, the worker is replaced (it may hold a broken CUDA
+        context)."""
         outcomes = []
-        for path in artifact_paths:
+        for runner_input in runner_inputs:
             outcome = self._outcome(next(iter(self.pool.map_with_error_catching(
-                self.evaluate, [path]))))
+                self.evaluate, [runner_input.artifact_path]))))
             if outcome.status not in (Status.OK, Status.WRONG):
                 self.pool.shutdown()
                 self.pool = self._new_pool()
@@ -187,10 +188,11 @@ def parse_tracker(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _ask_tracker(host: str, port: int, timeout_s: float) -> dict:
-    """The tracker's summary ({"queue_info": {key: {"free", "pending"}}, "server_info": [...]}),
-    over a socket of our own: TVM's TrackerSession retries a refused connection for 60 s,
-    logging each retry, and waits without limit for an answer."""
+def tracker_socket(host: str, port: int, timeout_s: float) -> socket.socket:
+    """A connection to the tracker at host:port that has answered as one, over a socket of our
+    own: TVM's TrackerSession retries a refused connection for 60 s, logging each retry, and
+    waits without limit for an answer. A UsageError, within about `timeout_s`, if it cannot be
+    reached or does not answer as a tracker."""
     from tvm.rpc import base
 
     where = f"the RPC tracker at {host}:{port}"
@@ -208,12 +210,31 @@ def _ask_tracker(host: str, port: int, timeout_s: float) -> dict:
     except OSError as e:
         raise UsageError(f"cannot reach {where}: {e.strerror or e}; check --rpc-tracker "
                          "and that `python -m tvm.exec.rpc_tracker` runs there") from None
-    with sock:
+    try:
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+        if magic == base.RPC_TRACKER_MAGIC:
+            return sock
+        reason = f"it answered with magic {magic:#x}"
+    except TimeoutError:
+        reason = f"no answer within {timeout_s:g} s"
+    except (OSError, struct.error) as e:
+        reason = str(e) or type(e).__name__
+    sock.close()
+    raise _not_a_tracker(host, port, reason)
+
+
+def _not_a_tracker(host: str, port: int, reason: str) -> UsageError:
+    return UsageError(f"{host}:{port} does not answer as an RPC tracker ({reason}); check "
+                      "--rpc-tracker (the tracker's port, not an RPC server's)")
+
+
+def _ask_tracker(host: str, port: int, timeout_s: float) -> dict:
+    """The tracker's summary ({"queue_info": {key: {"free", "pending"}}, "server_info": [...]})."""
+    from tvm.rpc import base
+
+    with tracker_socket(host, port, timeout_s) as sock:
         try:
-            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
-            magic = struct.unpack("<i", base.recvall(sock, 4))[0]
-            if magic != base.RPC_TRACKER_MAGIC:
-                raise ValueError(f"it answered with magic {magic:#x}")
             base.sendjson(sock, [base.TrackerCode.SUMMARY])
             code, summary = base.recvjson(sock)
             if code != base.TrackerCode.SUCCESS:
@@ -226,12 +247,19 @@ def _ask_tracker(host: str, port: int, timeout_s: float) -> dict:
             reason = f"no answer within {timeout_s:g} s"
         except (OSError, ValueError, TypeError, struct.error) as e:
             reason = str(e) or type(e).__name__
-    raise UsageError(f"{host}:{port} does not answer as an RPC tracker ({reason}); check "
-                     "--rpc-tracker (the tracker's port, not an RPC server's)")
+    raise _not_a_tracker(host, port, reason)
+
+
+def servers_under(summary: dict, key: str) -> int:
+    """How many servers a tracker's summary has under `key`: those registered with it, or
+    (servers behind a proxy are queued without being listed) free in its queue."""
+    listed = sum(str(server.get("key", "")) == f"server:{key}"  # a server's key reads so
+                 for server in summary["server_info"])
+    return max(listed, int(summary["queue_info"].get(key, {}).get("free", 0)))
 
 
 def check_rpc(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> int:
-    """Ask the tracker at `tracker` (host:port) how many servers under `key` are free now.
+    """Ask the tracker at `tracker` (host:port) how many servers it has under `key`.
     A UsageError, within about `timeout_s`, if the tracker cannot be reached or does not
     answer as one, or if no server has registered under the key after `timeout_s` (a search
     would wait for one forever); its message names the keys the tracker has. Servers all
@@ -241,40 +269,47 @@ def check_rpc(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> i
     deadline = time.monotonic() + timeout_s
     while True:
         summary = _ask_tracker(host, port, timeout_s)
-        queues = summary["queue_info"]
-        registered = {name[len("server:"):] for name in
-                      (str(server.get("key", "")) for server in summary["server_info"])
-                      if name.startswith("server:")}  # a server's key reads "server:<key>"
-        # servers behind a proxy are queued without being listed
-        registered |= {name for name, queue in queues.items() if queue.get("free")}
-        free = int(queues.get(key, {}).get("free", 0))
-        if key in registered or free:
-            return free
+        servers = servers_under(summary, key)
+        if servers:
+            return servers
         if time.monotonic() + 0.5 > deadline:  # else a server may be registering just now
             break
         time.sleep(0.5)
+    registered = {name[len("server:"):] for name in
+                  (str(server.get("key", "")) for server in summary["server_info"])
+                  if name.startswith("server:")}
+    registered |= {name for name, queue in summary["queue_info"].items() if queue.get("free")}
     there = (f"keys there: {', '.join(sorted(registered))}" if registered
              else "no server has registered there")
     raise UsageError(f"no RPC server registered under key '{key}' with the tracker at "
                      f"{host}:{port} ({there}); pass one of its keys to --rpc-key, or start "
-                     f"a server: `python -m tvm.exec.rpc_server --tracker {host}:{port} "
-                     f"--key {key}`")
+                     f"a farm: `scripts/rpc-farm.sh --tracker {host}:{port} --key {key}`")
 
 
 def make_runner(target: tvm.target.Target, wl: Workload, flush: str = "read",
                 rpc_tracker: str | None = None, rpc_key: str | None = None) -> ms.runner.Runner:
-    """Over RPC (a tracker's host:port, and the key its hosts registered under): TVM's runner on
-    the tracker's hosts. On this machine's GPU: a worker process that checks and times each
-    candidate with this project's harness. Otherwise (a CPU target): TVM's local runner."""
+    """Over RPC (a tracker's host:port, and the key its servers registered under): the farm's
+    servers (tuning/farm.py), which measure as local_runner does, there. Here: local_runner."""
     if rpc_tracker:
-        host, port = parse_tracker(rpc_tracker)
-        check_rpc(rpc_tracker, rpc_key)  # refused in seconds, rather than retries or a hang
-        config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key,
-                                     session_timeout_sec=int(RUN_TIMEOUT_S))
-        return ms.runner.RPCRunner(rpc_config=config, max_workers=1)
-    if target.kind.name == "cuda":
-        return CheckingRunner(wl, flush)
-    return ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S)
+        from .farm import FarmRunner
+
+        return FarmRunner(rpc_tracker, rpc_key, wl, flush)
+    return local_runner(device_of(target), wl, flush)
+
+
+def device_of(target: tvm.target.Target) -> str:
+    """The name of the device a target's kernels run on, as runners take it: cuda, cpu (llvm)."""
+    return tvm.runtime.Device._DEVICE_TYPE_TO_NAME[target.get_target_device_type()]
+
+
+def local_runner(device: str, wl: Workload, flush: str = "read",
+                 timeout_sec: float = RUN_TIMEOUT_S) -> ms.runner.Runner:
+    """How candidates are measured on this machine: on its GPU (device "cuda"), a worker
+    process that checks and times each candidate with this project's harness; otherwise (a
+    CPU target), TVM's local runner."""
+    if device == "cuda":
+        return CheckingRunner(wl, flush, timeout_sec)
+    return ms.runner.LocalRunner(timeout_sec=timeout_sec)
 
 
 def shut_down(*workers) -> None:
@@ -346,8 +381,8 @@ def _remote_reason(wrapped: str) -> str:
 
 def error_summary(message: str) -> str:
     """One line (at most 300 characters) saying what went wrong: for a remote failure, the
-    remote host's message (TVM's RPCRunner wraps it in a local traceback whose last error line
-    is only RPC_WRAPPER); otherwise the last line of the traceback that names an error."""
+    remote host's message (TVM's RPC wraps it in a local traceback whose last error line is
+    only RPC_WRAPPER); otherwise the last line of the traceback that names an error."""
     if RPC_WRAPPER in message:
         reason = _remote_reason(message.rpartition(RPC_WRAPPER)[2])
         if reason:
@@ -357,30 +392,33 @@ def error_summary(message: str) -> str:
     return (errors or lines or ["failed"])[-1][:300]
 
 
-# How TVM's runners say that a run timed out: their own limit ("RPCRunner: Timeout, killed after
-# 60 seconds"), or the RPC session's ("Session timeout when running ...").
-TVM_TIMEOUTS = ("Timeout, killed after", "Session timeout when running")
+# How TVM's runners say that a run timed out ("LocalRunner: Timeout, killed after 60 seconds").
+TVM_TIMEOUTS = ("Timeout, killed after",)
 
 
 def tvm_run_failure(message: str) -> Outcome:
-    """The Outcome of a run that failed in one of TVM's own runners (RPC, or the local one of CPU
-    searches), which say what happened in text only: a timeout where the text is one of
-    TVM_TIMEOUTS, else run_failed; its error is the message's summary (error_summary)."""
+    """The Outcome of a run that failed in TVM's local runner (CPU searches), which says what
+    happened in text only: a timeout where the text is one of TVM_TIMEOUTS, else run_failed;
+    its error is the message's summary (error_summary)."""
     timed_out = any(words in message for words in TVM_TIMEOUTS)
     return Outcome(Status.TIMEOUT if timed_out else Status.RUN_FAILED, error=error_summary(message))
 
 
-def _run(runner, target: tvm.target.Target, built: list[tuple[tvm.IRModule, str]]) -> list[Outcome]:
-    """Run each built (module, artifact path): CheckingRunner gives outcomes itself; TVM's
-    runners give a time or a message, read by tvm_run_failure."""
-    if isinstance(runner, CheckingRunner):
-        return runner.outcomes([path for _, path in built])
-    inputs = [ms.runner.RunnerInput(path, target.kind.name,
-                                    ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
-              for mod, path in built]
-    results = [future.result() for future in runner.run(inputs)]
+def outcomes_of(runner, runner_inputs) -> list[Outcome]:
+    """Run each built candidate (a MetaSchedule RunnerInput): the project's runners
+    (CheckingRunner, farm.FarmRunner) give Outcomes themselves; TVM's give a time or a
+    message, read by tvm_run_failure."""
+    if hasattr(runner, "outcomes"):
+        return runner.outcomes(runner_inputs)
+    results = [future.result() for future in runner.run(runner_inputs)]
     return [tvm_run_failure(r.error_msg) if r.error_msg else Outcome(Status.OK, mean_ms(r.run_secs))
             for r in results]
+
+
+def runner_input(mod: tvm.IRModule, path: str, target: tvm.target.Target):
+    """What a runner needs of one built candidate: its artifact, device and arguments."""
+    return ms.runner.RunnerInput(path, device_of(target),
+                                 ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
 
 
 def measure_modules(mods: list, target: tvm.target.Target, builder: WarmBuilder,
@@ -395,7 +433,7 @@ def measure_modules(mods: list, target: tvm.target.Target, builder: WarmBuilder,
             outcomes[i] = artifact
         else:
             to_run.append((i, artifact))
-    ran = _run(runner, target, [(mods[i], path) for i, path in to_run])
+    ran = outcomes_of(runner, [runner_input(mods[i], path, target) for i, path in to_run])
     for (i, path), outcome in zip(to_run, ran):
         outcomes[i] = outcome
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)

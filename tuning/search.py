@@ -59,6 +59,11 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = print,
     builder = candidates.WarmBuilder()
     try:
         found = search(target, builder, runner)
+    except Exception:
+        stopped_by = getattr(runner, "stopped_by", None)  # see farm.FarmRunner
+        if stopped_by:
+            raise stopped_by from None
+        raise
     finally:
         candidates.shut_down(builder, runner)
     return {**found, "kind": "search", "status": "ok"}
