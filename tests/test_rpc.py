@@ -471,3 +471,18 @@ def test_the_farm_refuses_bad_settings_in_one_line(args, words, tmp_path):
     assert done.returncode == 2 and time.time() - start < REFUSED_WITHIN_S
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], done.stderr
+
+
+def test_the_farm_refuses_a_port_in_use_in_one_line(tmp_path):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            ["bash", os.path.join(ROOT, "scripts", "rpc-farm.sh"), "--key", "k", "--servers", "1",
+             "--host", "127.0.0.1", "--port", str(port)],
+            capture_output=True, text=True, timeout=CLI_LIMIT_S, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot start a tracker on 127.0.0.1:{port}: Address already in use; pick "
+        "another --port, or join the tracker there with --tracker HOST:PORT"]

@@ -330,6 +330,15 @@ def _checked(args: argparse.Namespace) -> None:
     if args.tracker:
         host, port = candidates.parse_tracker(args.tracker)
         candidates.tracker_socket(host, port, candidates.TRACKER_TIMEOUT_S).close()
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # as the tracker will bind
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((args.host, args.port))
+        except OSError as e:
+            raise UsageError(f"cannot start a tracker on {args.host}:{args.port}: "
+                             f"{e.strerror or e}; pick another --port, or join the tracker "
+                             "there with --tracker HOST:PORT") from None
 
 
 def _wait_until_registered(tracker: str, key: str, count: int) -> int:
