@@ -127,9 +127,7 @@ class _CheckedFuture(ms.runner.PyRunnerFuture):
     def result(self):
         if self.outcome is None:
             self.outcome = self.runner.outcomes([self.input])[0]
-        if self.outcome.status is Status.OK:
-            return ms.runner.RunnerResult([self.outcome.time_ms * 1e-3], None)
-        return ms.runner.RunnerResult(None, self.outcome.error)
+        return runner_result(self.outcome)
 
 
 @derived_object
@@ -250,12 +248,18 @@ def _ask_tracker(host: str, port: int, timeout_s: float) -> dict:
     raise _not_a_tracker(host, port, reason)
 
 
-def servers_under(summary: dict, key: str) -> int:
+def _servers_under(summary: dict, key: str) -> int:
     """How many servers a tracker's summary has under `key`: those registered with it, or
     (servers behind a proxy are queued without being listed) free in its queue."""
     listed = sum(str(server.get("key", "")) == f"server:{key}"  # a server's key reads so
                  for server in summary["server_info"])
     return max(listed, int(summary["queue_info"].get(key, {}).get("free", 0)))
+
+
+def servers_now(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> int:
+    """How many servers the tracker at `tracker` (host:port) has under `key` now; a UsageError
+    if it cannot be reached or does not answer as one (as check_rpc)."""
+    return _servers_under(_ask_tracker(*parse_tracker(tracker), timeout_s), key)
 
 
 def check_rpc(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> int:
@@ -269,7 +273,7 @@ def check_rpc(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> i
     deadline = time.monotonic() + timeout_s
     while True:
         summary = _ask_tracker(host, port, timeout_s)
-        servers = servers_under(summary, key)
+        servers = _servers_under(summary, key)
         if servers:
             return servers
         if time.monotonic() + 0.5 > deadline:  # else a server may be registering just now
@@ -342,6 +346,13 @@ class Outcome:
     status: Status
     time_ms: float | None = None
     error: str | None = None
+
+
+def runner_result(outcome: Outcome) -> ms.runner.RunnerResult:
+    """An Outcome as MetaSchedule takes it: its time in seconds, or why it has none."""
+    if outcome.status is Status.OK:
+        return ms.runner.RunnerResult([outcome.time_ms * 1e-3], None)
+    return ms.runner.RunnerResult(None, outcome.error)
 
 
 def mean_ms(run_secs) -> float:

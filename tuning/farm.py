@@ -50,7 +50,7 @@ TRACKER_PORT = 9190
 GONE_AFTER_S = 30.0  # no server under the key for this long: the farm has gone (a restart takes seconds)
 POLL_S = 1.0  # how often a candidate waiting for a server asks whether any is left
 CONNECT_TRIES = 3  # a server the tracker handed out may go away before the candidate reaches it
-READY_WITHIN_S = 120.0  # the farm's servers register within this, or it says which did not
+READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how many did
 
 
 # -- a server: measures the candidates sent to it ------------------------------------------------
@@ -133,10 +133,7 @@ class _FarmFuture(ms.runner.PyRunnerFuture):
         return self.future.done()
 
     def result(self):
-        outcome = self.future.result()
-        if outcome.status is Status.OK:
-            return ms.runner.RunnerResult([outcome.time_ms * 1e-3], None)
-        return ms.runner.RunnerResult(None, outcome.error)
+        return candidates.runner_result(self.future.result())
 
 
 @derived_object
@@ -222,10 +219,8 @@ class FarmRunner(ms.runner.PyRunner):
         FarmGone once that has lasted gone_after_s, or when the tracker is gone."""
         if self.stopped_by:
             raise self.stopped_by
-        host, port = candidates.parse_tracker(self.tracker)
         try:
-            servers = candidates.servers_under(
-                candidates._ask_tracker(host, port, candidates.TRACKER_TIMEOUT_S), self.key)
+            servers = candidates.servers_now(self.tracker, self.key)
         except UsageError as e:
             self._farm_gone(str(e))
         if servers:
@@ -343,11 +338,9 @@ def _checked(args: argparse.Namespace) -> None:
 
 def _wait_until_registered(tracker: str, key: str, count: int) -> int:
     """How many of the farm's `count` servers have registered, waiting up to READY_WITHIN_S."""
-    host, port = candidates.parse_tracker(tracker)
     deadline = time.monotonic() + READY_WITHIN_S
     while True:
-        servers = candidates.servers_under(
-            candidates._ask_tracker(host, port, candidates.TRACKER_TIMEOUT_S), key)
+        servers = candidates.servers_now(tracker, key)
         if servers >= count or time.monotonic() > deadline:
             return servers
         time.sleep(0.5)
