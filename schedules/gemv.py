@@ -17,8 +17,8 @@ import math
 from tvm.s_tir import Schedule
 from tvm.script import tirx as T
 
-from .common import (bind_threads, cooperative_fetch, require_grid_y, software_pipeline,
-                     widest_vector, write_back_at)
+from .common import (bind_threads, cooperative_fetch, cuda_call, require_grid_y,
+                     software_pipeline, widest_vector, write_back_at)
 from . import fp4, heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
@@ -143,8 +143,8 @@ def _k_across_threads(
     K are whole 16-byte vectors, otherwise the widest ones they are made of (down to single
     elements on odd K), so that every vector starts on a boundary of its own width. tile_k stays
     in elements: a thread has as many bytes in flight per step, in more, narrower loads.
-    With `row_aligned` (the schedule of `row_aligned_gemv`), B comes in 16-byte vectors on any K
-    and x one element at a time.
+    With `row_aligned` (the schedule of `row_aligned_gemv` on a ragged K), B and x come in
+    16-byte vectors, through rowalign's CUDA helpers.
     With `shared_stages` (nvfp4), each step's codes and scales of the block's rows are staged in
     shared memory by all its threads, and x decoded there once for the block
     (`_stage_in_shared`).
@@ -176,11 +176,11 @@ def _k_across_threads(
     _bind_batch(sch, wl, loops[: len(batch)])
     sch.set_scope(partial, 0, "local")
     if row_aligned:
-        # Step 4. Per step (per vector piece), one aligned 16-byte load of B; x stays in the sum.
-        vectors = sch.get_sblock(ROW_VECTORS)
-        sch.compute_at(vectors, steps[-1])
-        sch.set_scope(vectors, 0, "local")
-        sch.vectorize(sch.get_loops(vectors)[-1])
+        # Step 4. Per step (per vector piece), a row's vector of B and the window of x it
+        # multiplies, each 16 bytes in registers.
+        for name in (ROW_VECTORS, X_WINDOWS):
+            sch.compute_at(sch.get_sblock(name), steps[-1])
+            sch.set_scope(sch.get_sblock(name), 0, "local")
     elif shared_stages:
         # Step 4. Per step, the block's codes and scales, and x decoded, in shared memory.
         _stage_in_shared(sch, partial, steps[0], (rows_per_block, reduce_threads),
@@ -301,21 +301,107 @@ def blockreduce(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_thr
 
 
 ROW_VECTORS = "B_vectors"  # the block of row_aligned_gemv that reads B in 16-byte vectors
+X_WINDOWS = "x_windows"  # ... and the one that gives each of them x at the row's shift
+
+ROW_ALIGNED = r"""
+// rowalign's CUDA helpers, on 16-byte vectors held as uint4 (float4 for float32: V).
+// A row's first and last vectors take the slow paths, the rest one load each. The module
+// gets this source once per helper called: the guard keeps one copy.
+#ifndef ROWALIGN_HELPERS
+#define ROWALIGN_HELPERS
+template <typename To, typename From>
+__host__ __device__ __forceinline__ To rowalign_as(From value) {
+  return *reinterpret_cast<To*>(&value);
+}
+// `value` with its bytes outside [from, to) zeroed: a row's bytes in one vector of B.
+template <typename V>
+__host__ __device__ __forceinline__ V rowalign_keep(V value, int from, int to) {
+  if (from <= 0 && to >= 16) return value;
+  uint4 v = rowalign_as<uint4>(value);
+  unsigned w[4] = {v.x, v.y, v.z, v.w};
+  for (int i = 0; i < 4; ++i) {
+    int low = from - 4 * i, high = to - 4 * i;  // the bytes of word i to keep: [low, high)
+    unsigned below = low <= 0 ? 0u : low >= 4 ? ~0u : (1u << (8 * low)) - 1u;
+    unsigned upto = high <= 0 ? 0u : high >= 4 ? ~0u : (1u << (8 * high)) - 1u;
+    w[i] &= upto & ~below;
+  }
+  return rowalign_as<V>(make_uint4(w[0], w[1], w[2], w[3]));
+}
+// Word `at` / 4 of x (at: a multiple of 4) with its bytes outside [from, to) zero (from and to
+// even: whole 2-byte elements).
+__host__ __device__ __forceinline__ unsigned rowalign_x_word(const void* x, int from, int to, int at) {
+  if (at >= from && at + 4 <= to) return static_cast<const unsigned*>(x)[at / 4];
+  const unsigned short* halves = static_cast<const unsigned short*>(x);
+  unsigned low = at >= from && at + 2 <= to ? halves[at / 2] : 0u;
+  unsigned high = at + 2 >= from && at + 4 <= to ? halves[at / 2 + 1] : 0u;
+  return low | high << 16;
+}
+// 16-byte vector u of x with its bytes outside [from, to) zero.
+__host__ __device__ __forceinline__ uint4 rowalign_x_vector(const void* x, int from, int to, int u) {
+  if (16 * u >= from && 16 * u + 16 <= to) return static_cast<const uint4*>(x)[u];
+  return make_uint4(rowalign_x_word(x, from, to, 16 * u), rowalign_x_word(x, from, to, 16 * u + 4),
+                    rowalign_x_word(x, from, to, 16 * u + 8), rowalign_x_word(x, from, to, 16 * u + 12));
+}
+// Bits `bits` (0..31) onwards of the 64-bit pair (high:low).
+__host__ __device__ __forceinline__ unsigned rowalign_funnel(unsigned low, unsigned high, int bits) {
+#ifdef __CUDA_ARCH__
+  return __funnelshift_r(low, high, bits);
+#else
+  return (unsigned)(((((unsigned long long)high) << 32) | low) >> bits);
+#endif
+}
+// The 16 bytes of x from byte `pos` (any alignment, negative too), zeros outside [from, to):
+// two aligned vector loads shifted in registers. Along a row of B, pos moves by 16 bytes a
+// vector, so the shift is the row's: the selects below do not diverge.
+template <typename V>
+__host__ __device__ __forceinline__ V rowalign_x_window(const void* x, int from, int to, int pos) {
+  int u = pos >> 4, shift = pos & 15;  // the vector that holds pos (floored), pos's byte in it
+  uint4 low, high;
+  if (16 * u >= from && 16 * u + 32 <= to) {
+    low = static_cast<const uint4*>(x)[u];
+    high = static_cast<const uint4*>(x)[u + 1];
+  } else {
+    low = rowalign_x_vector(x, from, to, u);
+    high = rowalign_x_vector(x, from, to, u + 1);
+  }
+  if (shift == 0) return rowalign_as<V>(low);
+  unsigned w[8] = {low.x, low.y, low.z, low.w, high.x, high.y, high.z, high.w};
+  int first = shift / 4, bits = 8 * (shift % 4);  // the first word: 0..3
+  unsigned a[6], b[5];
+  for (int i = 0; i < 6; ++i) a[i] = (first & 2) ? w[i + 2] : w[i];
+  for (int i = 0; i < 5; ++i) b[i] = (first & 1) ? a[i + 1] : a[i];
+  return rowalign_as<V>(make_uint4(
+      rowalign_funnel(b[0], b[1], bits), rowalign_funnel(b[1], b[2], bits),
+      rowalign_funnel(b[2], b[3], bits), rowalign_funnel(b[3], b[4], bits)));
+}
+#endif
+"""
+
+
+def is_ragged(wl: Workload) -> bool:
+    """Whether rows of K are not whole 16-byte vectors (so that rows start off their boundaries)."""
+    return wl.dims["K"] % vector_width(wl) != 0
 
 
 def row_aligned_gemv(wl: Workload, **knobs):
     """The workload's GEMV (rowalign's knobs do not change it), with each row of B walked in the
     16-byte vectors of B's storage: from the vector boundary at or before the row's first
-    element to the one after its last.
-    Every vector load is aligned whatever K is (B's base is 16-byte aligned); the elements of
-    the neighbouring rows that a row's first and last vectors hold are left out of its sum,
-    and x is read at the row's shift against those boundaries. A vector that would start
-    past B's last one (a row that ends on a boundary, at the end of B) is clamped to it: its
-    elements are all left out, and no load leaves the vectors that hold B.
+    element to the one after its last, and x in 16-byte vectors too. On K of whole vectors,
+    where every row starts on a boundary, it is the workload's own definition.
+    Every vector load of B is aligned whatever K is (B's base is 16-byte aligned); the bytes
+    of the neighbouring rows that a row's first and last vectors hold are zeroed. A vector that
+    would start past B's last one (a row that ends on a boundary, at the end of B) is clamped
+    to it: all its bytes are zeroed, and no load leaves the vectors that hold B.
+    Each of those vectors multiplies the 16 bytes of x at the row's shift: two aligned vectors
+    of x funnel-shifted in registers, zeros outside x's row. The zeroing and the shift are
+    CUDA helpers (`ROW_ALIGNED`), so this definition is CUDA's.
 
     Rows start on boundaries `gcd(K, vector)` apart, so a row's walk is at most
-    `vector - gcd(K, vector)` elements longer than K; on K of whole vectors it is K."""
+    `vector - gcd(K, vector)` elements longer than K."""
+    if not is_ragged(wl):
+        return wl.prim_func()
     vector = vector_width(wl)
+    size = DTYPE_BYTES[wl.dtype]
     dims = wl.dims
     L, N, K = dims.get("L", 1), dims["N"], dims["K"]
     steps = -(-(K + vector - math.gcd(K, vector)) // vector)
@@ -323,6 +409,9 @@ def row_aligned_gemv(wl: Workload, **knobs):
     b_shape, x_shape, y_shape = wl.buffer_shapes().values()
     at = (lambda batch, i: (batch, i)) if "L" in dims else (lambda batch, i: (i,))
     dtype, out_dtype, has_cast = wl.dtype, wl.out_dtype, wl.has_cast
+    vector_type = "float4" if dtype == "float32" else "uint4"
+    keep = ("rowalign_keep", ROW_ALIGNED)
+    window = (f"rowalign_x_window<{vector_type}>", ROW_ALIGNED)
 
     @T.prim_func(s_tir=True)
     def main(B: T.Buffer(b_shape, dtype), x: T.Buffer(x_shape, dtype),
@@ -330,23 +419,34 @@ def row_aligned_gemv(wl: Workload, **knobs):
         T.func_attr({"tirx.noalias": True})
         B_flat = T.decl_buffer((L * N * K,), dtype, data=B.data)
         vectors = T.sblock_alloc_buffer((L, N, steps, vector), dtype)
+        windows = T.sblock_alloc_buffer((L, N, steps, vector), dtype)
         acc = T.sblock_alloc_buffer(y_shape, "float32") if has_cast else y
-        for b, n, s, e in T.grid(L, N, steps, vector):
+        # One vector per block: `ve` (extent 1) is there so compute_at can place it.
+        for b, n, s, e in T.grid(L, N, steps, 1):
             with T.sblock(ROW_VECTORS):
                 vb, vn, vs, ve = T.axis.remap("SSSS", [b, n, s, e])
-                first = T.meta_var((vb * N + vn) * K // vector)  # the row's first vector
-                vectors[vb, vn, vs, ve] = B_flat[T.min(first + vs, last_vector) * vector + ve]
+                shift = T.meta_var((vb * N + vn) * K % vector)  # the row's start in its first vector
+                start = T.meta_var(T.min((vb * N + vn) * K // vector + vs, last_vector) * vector)
+                vectors[vb, vn, vs, ve * vector : ve * vector + vector] = cuda_call(
+                    keep, B_flat[T.Ramp(start, 1, vector)], (shift - vs * vector) * size,
+                    (shift + K - vs * vector) * size, return_type=f"{dtype}x{vector}")
+        for b, n, s, e in T.grid(L, N, steps, 1):
+            with T.sblock(X_WINDOWS):
+                vb, vn, vs, ve = T.axis.remap("SSSS", [b, n, s, e])
+                shift = T.meta_var((vb * N + vn) * K % vector)
+                T.reads(x[at(vb, slice(0, K))])
+                T.writes(windows[vb, vn, vs, ve * vector : ve * vector + vector])
+                windows[vb, vn, vs, ve * vector : ve * vector + vector] = cuda_call(
+                    window, x.data, vb * K * size, (vb + 1) * K * size,
+                    vb * K * size + (vs * vector - shift) * size, return_type=f"{dtype}x{vector}")
         for b, n, k in T.grid(L, N, steps * vector):
             with T.sblock(wl.reduction_block):
                 vb, vn, vk = T.axis.remap("SSR", [b, n, k])
                 with T.init():
                     acc[at(vb, vn)] = T.float32(0)
-                shift = T.meta_var((vb * N + vn) * K % vector)
-                acc[at(vb, vn)] = acc[at(vb, vn)] + T.if_then_else(
-                    shift <= vk and vk - shift < K,
-                    T.Cast("float32", x[at(vb, vk - shift)])
-                    * T.Cast("float32", vectors[vb, vn, vk // vector, vk % vector]),
-                    T.float32(0))
+                acc[at(vb, vn)] = acc[at(vb, vn)] + (
+                    T.Cast("float32", windows[vb, vn, vk // vector, vk % vector])
+                    * T.Cast("float32", vectors[vb, vn, vk // vector, vk % vector]))
         if has_cast:
             for b, n in T.grid(L, N):
                 with T.sblock(wl.output):
@@ -360,13 +460,16 @@ def row_aligned_gemv(wl: Workload, **knobs):
 @schedule("batched_gemv", "rowalign", compute=row_aligned_gemv, dtypes=DENSE_DTYPES)
 def rowalign(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_threads: int = 128,
              tile_k: int | None = None) -> None:
-    """blockreduce + 16-byte loads of B on any K: each row is read from the 16-byte boundary at
-    or before its first element (`row_aligned_gemv`), its neighbours' elements left out.
+    """blockreduce with 16-byte loads of B and x on any K: each row is read from the 16-byte
+    boundary at or before its first element (`row_aligned_gemv`), its neighbours' bytes
+    zeroed, and x comes in aligned vectors shifted in registers to the row's start. On K of
+    whole vectors it is blockreduce.
 
-    IR: a local B vector filled by a vectorized load at `min(first + step, last) * 8`,
-    `uint4` in the CUDA source on odd K too; x read element by element inside `if_then_else`."""
+    IR: per K step, a local B vector `rowalign_keep(*(uint4*)(B_flat + min(first + step, last)
+    * 8), ...)` and a local x vector `rowalign_x_window<uint4>(x, ...)`: on odd K too."""
     _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
-                      tile_k=tile_k, vector_loads=True, warp_reduce=True, row_aligned=True)
+                      tile_k=tile_k, vector_loads=True, warp_reduce=True,
+                      row_aligned=is_ragged(wl))
 
 
 @schedule("gemv", "staged", dtypes=(fp4.NAME,))

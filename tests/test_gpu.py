@@ -223,6 +223,21 @@ def test_nan_scales_reach_the_output_and_nothing_else(name, target):
     assert measure.relative_error(out[0][~nan[0]], reference[0][~nan[0]]) <= measure.tolerance(wl)
 
 
+@pytest.mark.parametrize("wl", [Workload("gemv", (9, 13), "float16"), Workload("batched_gemv", (2, 5, 11), "bfloat16"),
+                                Workload("gemv", (7, 6), "float32")], ids=lambda wl: wl.label())
+def test_rowalign_keeps_its_neighbours_nans_out(wl, target):
+    """rowalign reads whole 16-byte vectors that hold parts of the rows beside each row: with
+    every element of the odd rows NaN, the odd rows come out NaN and every even row right."""
+    torch = pytest.importorskip("torch")
+    executable = build.build(schedules.get(wl.op, "rowalign").apply(wl, target), target)
+    inputs = measure.random_inputs(wl, 17)
+    inputs[0][..., 1::2, :] = float("nan")
+    out = measure.tvm_runner(executable, wl, inputs, measure.poisoned_output(wl))().to(torch.float64)
+    assert bool(torch.isnan(out[..., 1::2]).all()) and not bool(torch.isnan(out[..., ::2]).any())
+    reference = measure.reference(wl, inputs)[..., ::2]
+    assert measure.relative_error(out[..., ::2], reference) <= measure.tolerance(wl)
+
+
 def test_metaschedule_split_k_candidates_are_correct(target):
     """The first split-K candidates a MetaSchedule search would measure: partial sums over K
     slices, then the kernel that adds them."""

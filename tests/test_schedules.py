@@ -429,57 +429,113 @@ def test_in_bounds_check_flags_loads_without_their_guards(target):
 
 
 def test_in_bounds_check_flags_loads_whose_if_then_else_guard_is_gone(target):
-    """... and strip rowalign's element guard (an if_then_else in the sum): x's loads are flagged;
-    clamp B_flat's vectors one vector later and they are flagged too."""
+    """... and strip the if_then_else guards of v4's padded tiles: A's and B's loads are
+    flagged; rowalign's vectors of B_flat are proven within whole vectors, and flagged against
+    B's last element (the last vector's tail)."""
+    lowered = build.lower(schedules.get("gemm", "v4").apply(Workload("gemm", (257, 129, 65)), target),
+                          target)
+    for _, kernel in lowered.functions_items():
+        assert not _loads_not_proven_in_bounds(kernel, ("A", "B"))
+        unguarded = tvm_ffi.structural_map(kernel.body, (tvm.ir.Call, lambda call: call.args[1]
+                                           if call.op.name == "prim.if_then_else" else call))
+        unproven = _loads_not_proven_in_bounds(kernel.with_body(unguarded), ("A", "B"))
+        assert {load.source.name for load in unproven} == {"A", "B"}
     wl = Workload("gemv", (257, 13), "bfloat16")
     lowered = build.lower(schedules.get("gemv", "rowalign").apply(wl, target), target)
     for _, kernel in lowered.functions_items():
-        unguarded = tvm_ffi.structural_map(kernel.body, (tvm.ir.Call, lambda call: call.args[1]
-                                           if call.op.name == "prim.if_then_else" else call))
-        unproven = _loads_not_proven_in_bounds(kernel.with_body(unguarded), ("B", "x"))
-        assert unproven and {load.source.name for load in unproven} == {"x"}
         assert not _loads_not_proven_in_bounds(kernel, ("B_flat",), 8)
-        assert _loads_not_proven_in_bounds(kernel, ("B_flat",), 1)  # the last vector's tail
+        assert _loads_not_proven_in_bounds(kernel, ("B_flat",), 1)
 
 
-ROW_ALIGNED = [Workload("gemv", (7, 13), "float16"), Workload("gemv", (5, 16), "float16"),
-               Workload("gemv", (9, 2), "float16", "float32"), Workload("gemv", (1, 1), "float32"),
-               Workload("batched_gemv", (3, 5, 11), "float32"),
-               Workload("batched_gemv", (2, 3, 1), "float16")]
+ROWALIGN_HELPER_CHECK = r"""
+#include <cstdio>
+#include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <cuda_runtime.h>
+HELPERS
+// Every window of x against the bytes it should hold, x's first and last vectors next to pages
+// that cannot be read (a load outside them faults); every mask of rowalign_keep.
+int main() {
+  const int page = getpagesize();
+  unsigned char* pages = (unsigned char*)mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  unsigned char* data = pages + page;
+  mprotect(pages, page, PROT_NONE);
+  mprotect(pages + 2 * page, page, PROT_NONE);
+  int wrong = 0, checked = 0;
+  for (int size = 2; size <= 4; size += 2)  // 2-byte and 4-byte elements
+    for (int a = 0; a < 16; a += size)
+      for (int b = 0; b < 16; b += size) {
+        int from = a, to = page - b;  // x: bytes [from, to) of data; 0xff around it
+        for (int i = 0; i < page; ++i) data[i] = i >= from && i < to ? (unsigned char)(7 * i + 1) : 0xff;
+        for (int pos = from - 32; pos <= to + 16; pos += size, ++checked) {
+          uint4 window = rowalign_x_window<uint4>(data, from, to, pos);
+          unsigned char got[16], want[16];
+          memcpy(got, &window, 16);
+          for (int j = 0; j < 16; ++j) want[j] = pos + j >= from && pos + j < to ? data[pos + j] : 0;
+          wrong += memcmp(got, want, 16) != 0;
+        }
+      }
+  for (int from = -20; from <= 36; from += 2)
+    for (int to = from; to <= 52; to += 2, ++checked) {
+      uint4 value = make_uint4(0x04030201u, 0x08070605u, 0x0c0b0a09u, 0x100f0e0du);
+      uint4 kept = rowalign_keep(value, from, to);
+      unsigned char got[16], all[16];
+      memcpy(got, &kept, 16);
+      memcpy(all, &value, 16);
+      for (int j = 0; j < 16; ++j) wrong += got[j] != (j >= from && j < to ? all[j] : 0);
+    }
+  printf("%d checked, %d wrong\n", checked, wrong);
+  return wrong != 0;
+}
+"""
 
 
-@pytest.mark.parametrize("wl", ROW_ALIGNED, ids=[wl.label().replace(" ", "-") for wl in ROW_ALIGNED])
-def test_row_aligned_gemv_computes_the_workloads_gemv(wl):
-    """rowalign's own definition, built for the CPU as it is, equals float64 B x: the elements
-    of neighbouring rows in a row's first and last vectors are left out, x is read at the row's
-    shift, and a vector clamped at B's end adds nothing (rows shorter than one vector, K of
-    whole vectors, a batch)."""
-    import numpy as np
+@needs_nvcc
+def test_rowalign_helpers_give_the_right_bytes_and_read_only_inside_x(tmp_path):
+    """rowalign's CUDA helpers, compiled for the host by nvcc: every 16-byte window of x at every
+    position around it (2- and 4-byte elements, x starting and ending anywhere in a vector)
+    holds x's bytes and zeros outside, with no read past x's vectors (guard pages); every
+    mask keeps exactly a row's bytes. A planted bug in the window is caught."""
+    import subprocess
 
-    executable = tvm.compile(tvm.IRModule({"main": schedules.gemv.row_aligned_gemv(wl)}),
-                             target="llvm")
-    rng = np.random.default_rng(0)
-    b_shape, x_shape, y_shape = wl.buffer_shapes().values()
-    B, x = (rng.standard_normal(shape).astype(wl.dtype) for shape in (b_shape, x_shape))
-    y = tvm.runtime.tensor(np.full(y_shape, np.nan, wl.out_dtype))
-    executable["main"](tvm.runtime.tensor(B), tvm.runtime.tensor(x), y)
-    expected = np.einsum("...nk,...k->...n", B.astype(np.float64), x.astype(np.float64))
-    assert np.allclose(y.numpy().astype(np.float64), expected, rtol=1e-2, atol=1e-2)
+    from schedules.gemv import ROW_ALIGNED
+
+    def run(helpers: str) -> subprocess.CompletedProcess:
+        source = tmp_path / "check.cu"
+        source.write_text(ROWALIGN_HELPER_CHECK.replace("HELPERS", helpers))
+        subprocess.run(["nvcc", "-o", str(tmp_path / "check"), str(source)], check=True,
+                       capture_output=True)
+        return subprocess.run([str(tmp_path / "check")], capture_output=True, text=True)
+
+    result = run(ROW_ALIGNED)
+    assert result.returncode == 0 and result.stdout.endswith(" 0 wrong\n"), result.stdout
+    planted = ROW_ALIGNED.replace("int first = shift / 4,", "int first = shift / 4 % 3,")
+    assert run(planted).returncode == 1
 
 
-@pytest.mark.parametrize("k", [4095, 4094, 4096, 5])
-def test_rowalign_loads_b_in_aligned_16_byte_vectors_on_any_k(k, compiled):
-    """Every load of B is one uint4 at a whole vector index, clamped to B's last vector where
-    a row's walk can pass it: on odd K too, where blockreduce loads single halves. On K of
-    whole vectors nothing is clamped."""
+def test_rowalign_is_blockreduce_on_k_of_whole_vectors(target):
+    """Where every row starts on a 16-byte boundary, rowalign is the workload's own definition
+    scheduled as blockreduce: no helpers, nothing to pay for the ragged case."""
+    for wl in (Workload("batched_gemv", (2, 64, 4096), "bfloat16"), Workload("gemv", (9, 12), "float32")):
+        tvm.ir.assert_structural_equal(schedules.get(wl.op, "rowalign").apply(wl, target),
+                                       schedules.get(wl.op, "blockreduce").apply(wl, target))
+
+
+@pytest.mark.parametrize("k", [4095, 4094, 5])
+def test_rowalign_loads_b_and_x_in_aligned_16_byte_vectors_on_any_k(k, compiled):
+    """On a ragged K every load of B is one uint4 at a whole vector index, clamped to B's last
+    vector where a row's walk can pass it, its neighbours' bytes masked; x comes through the
+    window helper: no element-wise loads of either (blockreduce loads single halves)."""
     _, source, _ = compiled("rowalign", Workload("gemv", (4096, k), "float16"))
-    loads = [line.strip() for line in source.splitlines() if "B_flat_ptr" in line
-             and "__global__" not in line]
-    index = (rf"\(min\(.*, {(4096 * k - 1) // 8}\) \* 8\)" if k % 8
-             else r"\(.*\(\(int\)threadIdx.x\) \* 8\)\)")
-    assert loads and all(re.fullmatch(rf"\*\(uint4\*\)\(vectors_local_ptr \+ 0\) = \*\(uint4\*\)"
-                                      rf"\(B_flat_ptr \+ {index}\);", load)
-                         for load in loads), loads
+    kernel = source.split("main_kernel(")[-1].split("{", 1)[1]
+    loads = [line.strip() for line in kernel.splitlines() if "B_flat_ptr" in line]
+    assert loads and all(re.fullmatch(
+        rf"\*\(uint4\*\)\(vectors_local_ptr \+ 0\) = rowalign_keep\(\*\(uint4\*\)"
+        rf"\(B_flat_ptr \+ \(min\(.*, {(4096 * k - 1) // 8}\) \* 8\)\), .*\);", load)
+        for load in loads), loads
+    assert "= rowalign_x_window<uint4>(x_ptr, 0, " in kernel and "x_ptr[" not in kernel
 
 
 # -- past the seed: v4, v5, v5p, v5k, v5t, v6 -------------------------------------------------------------
