@@ -295,8 +295,10 @@ def search_request(args, found):
 
 def tune(args, wl, found) -> None:
     """--tune: search, then (on this machine's GPU) check and time the best like a rung, next
-    to the baselines, with the search's summary recorded among them for the report."""
-    from tuning import search
+    to the baselines, with the search's summary recorded among them for the report; a search
+    measured elsewhere (RPC servers, this CPU) records its summary alone, under the device that
+    measured it."""
+    from tuning import bench, records, search
     from tuning.explore import resolve
 
     request = search_request(args, found)
@@ -305,6 +307,14 @@ def tune(args, wl, found) -> None:
         say(f"checking and timing the best ({summary['schedule']}) with the baselines, in one run:")
         run_schedules(args, wl, [resolve(wl, summary["schedule"], found, warn)], [summary],
                       explicit=True)
+        return
+    device = summary.pop("device")
+    if device is None:  # every candidate of this session failed before a server replied
+        warn(f"warning: the search's summary is not recorded in {args.results}: no RPC server "
+             "said what it measures on")
+        return
+    records.append(args.results, bench.Run(request.flush, device).record(wl, **summary))
+    say(f"search summary recorded in {args.results} (measured on {device['gpu']})")
 
 
 # Flags that ask for another kind of run than --export's: one schedule's kernel, written out.

@@ -183,6 +183,15 @@ def test_a_remote_failure_keeps_the_remote_reason(message, summary):
     assert outcome.status is Status.RUN_FAILED and outcome.error == summary
 
 
+def test_a_cuda_error_is_summed_up_by_what_it_says_not_by_torchs_hints():
+    message = ("run failed: CUDA error: misaligned address\nSearch for `cudaErrorMisalignedAddress' "
+               "in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more "
+               "information.\nCUDA kernel errors might be asynchronously reported at some other API "
+               "call, so the stacktrace below might be incorrect.\nFor debugging consider passing "
+               "CUDA_LAUNCH_BLOCKING=1\n")
+    assert candidates.error_summary(message) == "run failed: CUDA error: misaligned address"
+
+
 def test_a_remote_reason_is_one_line_of_at_most_300_characters():
     remote_traceback = (
         "Traceback (most recent call last):\n"
@@ -417,6 +426,51 @@ def test_a_search_on_the_farm_uses_every_server_and_stops_in_one_line_when_it_go
     assert len(lines) == 1 and "Traceback" not in out + err, err[-2000:]
     assert lines[0].startswith("error: the search's RPC farm has gone (cannot reach the RPC "
                                f"tracker at {address}"), lines[0]
+
+
+def test_a_search_on_the_farm_records_its_summary_under_the_servers_device(farm, tmp_path):
+    """A search measured by the farm ends with its summary in --results, under the device the
+    servers named (here this machine's CPU), as a search on this GPU does."""
+    from tuning import records
+
+    address, _, _ = farm
+    status, out, err, _ = run_cli(
+        ["--tune", "metaschedule", "--target", "llvm", "--shape", "32x32x32", "--trials", "4",
+         "--work-dir", "ms", "--results", "results.jsonl", "--rpc-tracker", address,
+         "--rpc-key", "farm"], tmp_path)
+    assert status == 0 and "Traceback" not in out + err, err[-2000:]
+    (recorded,) = records.load(str(tmp_path / "results.jsonl")).records
+    assert recorded["kind"] == "search" and recorded["schedule"] == "metaschedule"
+    assert recorded["trials"] == 4 and recorded["op"] == "gemm"
+    assert {k: recorded[k] for k in ("gpu", "driver", "arch")} == candidates.this_cpu()
+    assert "search summary recorded in results.jsonl (measured on CPU (" in out
+
+
+def test_a_farm_runner_ends_a_search_whose_servers_measure_on_two_kinds_of_gpu():
+    """The first device a server names is the search's; another kind ends the search in one
+    line (its times and records would mix two kinds of GPU)."""
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    from tuning import farm as farms
+
+    port = free_port()
+    tracker = Tracker("127.0.0.1", port=port, port_end=port + 100, silent=True)
+    server_port = free_port()
+    server = Server(host="127.0.0.1", port=server_port, port_end=server_port + 100, key="gpu",
+                    silent=True, tracker_addr=("127.0.0.1", tracker.port))
+    try:
+        runner = farms.FarmRunner(f"127.0.0.1:{tracker.port}", "gpu", Workload("gemm", (32, 32, 32)))
+        h100 = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580", "arch": "sm_90"}
+        runner.measured_on(h100)
+        runner.measured_on({**h100, "driver": "581"})  # the same kind of GPU
+        with pytest.raises(UsageError, match=r"measure on different devices \(NVIDIA H100 80GB "
+                                             r"HBM3 and NVIDIA H200\): one search's times"):
+            runner.measured_on({"gpu": "NVIDIA H200", "driver": "580", "arch": "sm_90"})
+        assert isinstance(runner.stopped_by, UsageError) and runner.device == h100
+    finally:
+        server.terminate()
+        tracker.terminate()
 
 
 def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():

@@ -327,7 +327,8 @@ def test_a_malformed_tracker_address_is_refused():
 
 def _tune_llvm(work_dir, trials=4, *extra):
     return runner.main(["--tune", "metaschedule", "--target", "llvm", "--shape", "32x32x32",
-                        "--trials", str(trials), "--work-dir", str(work_dir), *extra])
+                        "--trials", str(trials), "--work-dir", str(work_dir),
+                        "--results", str(work_dir.parent / "results.jsonl"), *extra])
 
 
 def _database_lines(work_dir) -> int:
@@ -341,6 +342,7 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
     request = tuning.search.Request("metaschedule", 4, work_dir=str(work_dir), target="llvm")
     summary = tuning.search.run(Workload("gemm", (32, 32, 32)), request, say=said.append)
     curve = summary.pop("curve")
+    assert summary.pop("device") == candidates.this_cpu()
     assert summary == {"schedule": "metaschedule", "search": "metaschedule",
                        "tuner": "evolutionary", "params": {"work_dir": str(work_dir)},
                        "rules": "TVM's rules", "seed": 0, "trials": 4,
@@ -358,6 +360,11 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
     assert _database_lines(work_dir) == 8
     out = capsys.readouterr().out
     assert "(4 there already)" in out and "best:" in out
+    # the CLI records the search's summary, under the CPU that measured it
+    (recorded,) = records.load(str(tmp_path / "results.jsonl")).records
+    assert recorded["kind"] == "search" and recorded["trials"] == 8 and recorded["shape"] == [32, 32, 32]
+    assert recorded["gpu"] == candidates.this_cpu()["gpu"] and recorded["arch"] == "llvm"
+    assert f"search summary recorded in {tmp_path / 'results.jsonl'} (measured on CPU (" in out
     assert "sch.get_sblock" in out  # the best trace, printed as Python
     assert len(metaschedule.curve(str(work_dir))) == 8 and metaschedule.trials_per_minute(
         str(work_dir)) > 0
@@ -432,7 +439,8 @@ def test_ctrl_c_keeps_every_measured_record_and_the_next_run_resumes(tmp_path):
 
     work_dir = tmp_path / "ms"
     command = [sys.executable, os.path.join(ROOT, "runner.py"), "--tune", "metaschedule",
-               "--target", "llvm", "--shape", "32x32x32", "--work-dir", str(work_dir)]
+               "--target", "llvm", "--shape", "32x32x32", "--work-dir", str(work_dir),
+               "--results", str(tmp_path / "results.jsonl")]
     search = subprocess.Popen([*command, "--trials", "96"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300

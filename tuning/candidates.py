@@ -25,6 +25,8 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import platform
+import re
 import shutil
 import socket
 import struct
@@ -147,6 +149,12 @@ class CheckingRunner(ms.runner.PyRunner):
     def _new_pool(self) -> PopenPoolExecutor:
         return PopenPoolExecutor(max_workers=1, timeout=self.timeout_sec,
                                  initializer=_warm_up_runner)
+
+    def device(self) -> dict:
+        """The GPU the worker measures on: its name, driver and arch (asked of the worker, so
+        that this process never opens the GPU)."""
+        facts = self.pool.submit(measure.device_facts).result()
+        return {key: facts[key] for key in ("gpu", "driver", "arch")}
 
     def run(self, runner_inputs):
         """MetaSchedule's interface: a future per candidate, measured when MetaSchedule first
@@ -306,6 +314,18 @@ def device_of(target: tvm.target.Target) -> str:
     return tvm.runtime.Device._DEVICE_TYPE_TO_NAME[target.get_target_device_type()]
 
 
+def measuring_device(runner) -> dict:
+    """What a runner of local_runner's measures on, as records name it: the GPU its worker
+    sees (CheckingRunner.device), or this CPU."""
+    return runner.device() if isinstance(runner, CheckingRunner) else this_cpu()
+
+
+def this_cpu() -> dict:
+    """This machine's CPU, named as records name a GPU."""
+    return {"gpu": f"CPU ({platform.machine()}, {os.cpu_count()} cores)", "driver": "-",
+            "arch": "llvm"}
+
+
 def local_runner(device: str, wl: Workload, flush: str = "read",
                  timeout_sec: float = RUN_TIMEOUT_S) -> ms.runner.Runner:
     """How candidates are measured on this machine: on its GPU (device "cuda"), a worker
@@ -393,14 +413,16 @@ def _remote_reason(wrapped: str) -> str:
 def error_summary(message: str) -> str:
     """One line (at most 300 characters) saying what went wrong: for a remote failure, the
     remote host's message (TVM's RPC wraps it in a local traceback whose last error line is
-    only RPC_WRAPPER); otherwise the last line of the traceback that names an error."""
+    only RPC_WRAPPER); otherwise the last line that says what an error was ("...Error: what"),
+    else the last that names one."""
     if RPC_WRAPPER in message:
         reason = _remote_reason(message.rpartition(RPC_WRAPPER)[2])
         if reason:
             return f"RPCError: {reason}"[:300]
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "error:" in line]
-    return (errors or lines or ["failed"])[-1][:300]
+    said = [line for line in lines if re.search(r"(Error|error|Exception): ", line)]
+    named = [line for line in lines if "Error" in line]  # a line that only names one: a hint
+    return (said or named or lines or ["failed"])[-1][:300]
 
 
 # How TVM's runners say that a run timed out ("LocalRunner: Timeout, killed after 60 seconds").

@@ -61,14 +61,15 @@ _measuring: dict = {}  # the server's runner: {"asked": what it measures, "runne
 def _evaluate(artifact: bytearray, request: str) -> str:
     """The servers' remote function: one candidate (its artifact's bytes; `request`, JSON of its
     device, workload, flush, run timeout and arguments), measured by local_runner on this
-    host. Returns the candidate's Outcome as JSON."""
+    host. Returns the candidate's Outcome as JSON, with the device that measured it
+    (candidates.measuring_device)."""
     asked = json.loads(request)
     args_info = asked.pop("args_info")
     if _measuring.get("asked") != asked:  # a new search: its runner replaces the last one's
         candidates.shut_down(_measuring.get("runner"))
         wl = Workload(**{**asked["workload"], "shape": tuple(asked["workload"]["shape"])})
-        _measuring.update(asked=asked, runner=candidates.local_runner(
-            asked["device"], wl, asked["flush"], asked["timeout_s"]))
+        runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"])
+        _measuring.update(asked=asked, runner=runner, device=candidates.measuring_device(runner))
     with tempfile.TemporaryDirectory(prefix="farm-") as work:
         path = os.path.join(work, "candidate.tar")
         with open(path, "wb") as f:
@@ -78,7 +79,7 @@ def _evaluate(artifact: bytearray, request: str) -> str:
         outcome = candidates.outcomes_of(_measuring["runner"], [runner_input])[0]
     time_ms = f" {outcome.time_ms:.4f} ms" if outcome.time_ms is not None else ""
     _say(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
-    return json.dumps(dataclasses.asdict(outcome))
+    return json.dumps({**dataclasses.asdict(outcome), "device": _measuring["device"]})
 
 
 def _serve_in_process(sock, addr, opts, load_library) -> None:
@@ -143,7 +144,9 @@ class FarmRunner(ms.runner.PyRunner):
     its Outcome back. While it waits, it asks every POLL_S whether any server is left; after
     `gone_after_s` with none (or with no tracker), it raises FarmGone, and so does every
     candidate after it. What ended the search is kept as `stopped_by`: MetaSchedule hands an
-    error raised in a runner back as another one."""
+    error raised in a runner back as another one.
+    `device` is the GPU (or CPU) the servers measure on, as their replies name it: one search's
+    times are all from one kind, so a server that names another one ends the search."""
 
     def __init__(self, tracker: str, key: str, wl: Workload, flush: str = "read",
                  timeout_sec: float = candidates.RUN_TIMEOUT_S,
@@ -153,6 +156,7 @@ class FarmRunner(ms.runner.PyRunner):
         self.request = {"workload": dataclasses.asdict(wl), "flush": flush,
                         "timeout_s": timeout_sec}
         self.stopped_by: ExplorerError | None = None
+        self.device: dict | None = None
         self.pool = ThreadPoolExecutor(max_workers=candidates.check_rpc(tracker, key))
 
     def run(self, runner_inputs):
@@ -191,7 +195,19 @@ class FarmRunner(ms.runner.PyRunner):
         except Exception as e:
             return Outcome(Status.RUN_FAILED, error=candidates.error_summary(
                 f"the RPC server went away while measuring: {e}"))
+        self.measured_on(reply["device"])
         return Outcome(Status(reply["status"]), reply["time_ms"], reply["error"])
+
+    def measured_on(self, device: dict) -> None:
+        """Note the device a server measured on: the first one is the search's; another kind
+        ends the search (UsageError), whose records would mix two kinds of GPU."""
+        if self.device is None:
+            self.device = device
+        elif device["gpu"] != self.device["gpu"]:
+            self._stop(UsageError(
+                f"the RPC servers under key '{self.key}' measure on different devices "
+                f"({self.device['gpu']} and {device['gpu']}): one search's times must come from "
+                "one kind of GPU; give each kind its own key"))
 
     def _session(self):
         """A session with a free server, once the tracker hands one out."""

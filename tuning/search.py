@@ -51,7 +51,9 @@ class Request:
 def run(wl: Workload, request: Request, say: Callable[[str], None] = print,
         warn: Callable[[str], None] = print) -> dict:
     """Search `wl` as `request` says, progress to `say` and corrupt records lines to `warn`;
-    returns the search's summary record."""
+    returns the search's summary record, and (in `device`, see candidates.measuring_device)
+    what measured its candidates where that is not this machine's GPU: the RPC servers' device
+    or this CPU."""
     search = _checked(wl, request, say, warn)
     target = _target(request)
     runner = candidates.make_runner(target, wl, request.flush, request.rpc_tracker,
@@ -66,7 +68,10 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = print,
         raise
     finally:
         candidates.shut_down(builder, runner)
-    return {**found, "kind": "search", "status": "ok"}
+    summary = {**found, "kind": "search", "status": "ok"}
+    if not request.on_local_gpu:
+        summary["device"] = runner.device if request.rpc_tracker else candidates.measuring_device(runner)
+    return summary
 
 
 def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
