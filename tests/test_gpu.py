@@ -289,6 +289,16 @@ def test_every_flush_times_and_says_which_it_was(flush):
     assert timing.median_ms >= 0 and measure.FLUSHES[flush] in timing.method
 
 
+def test_a_launch_slower_than_the_cutoff_gets_a_short_timing():
+    """A search candidate far slower than the best so far: CUTOFF_SAMPLES samples, not the
+    budget's; under the cutoff, the budget's (10 at least)."""
+    torch = pytest.importorskip("torch")
+    slow = lambda: torch.cuda._sleep(2_000_000)  # noqa: E731  (about 1 ms of GPU time)
+    cut = measure.time_kernel(slow, budget_ms=300.0, cutoff_ms=0.01)
+    kept = measure.time_kernel(slow, budget_ms=300.0, cutoff_ms=1000.0)
+    assert cut.samples == measure.CUTOFF_SAMPLES and kept.samples >= 10
+
+
 def test_unwritten_output_fails_the_check(target):
     wl = Workload("gemv", (256, 256), "float16")
     inputs = measure.random_inputs(wl, 0)

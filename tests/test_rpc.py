@@ -61,10 +61,10 @@ def assert_refused_in_one_line(status, out, err, seconds, *words):
         assert word in lines[0], lines[0]
 
 
-@pytest.fixture
-def tracker_with_other_key():
-    """A tracker on loopback with one server registered under the key 'other'; yields the
-    tracker's host:port once the server shows in its summary."""
+@contextlib.contextmanager
+def tracker_with_a_server(key: str):
+    """A tracker on loopback with one of TVM's servers registered under `key`; yields (the
+    tracker's host:port, the server) once the server shows in its summary."""
     from tvm.rpc.server import Server
     from tvm.rpc.tracker import Tracker
 
@@ -74,17 +74,23 @@ def tracker_with_other_key():
     try:
         server_port = free_port()
         server = Server(host="127.0.0.1", port=server_port, port_end=server_port + 100,
-                        key="other", silent=True, tracker_addr=("127.0.0.1", tracker.port))
-        address = f"127.0.0.1:{tracker.port}"
+                        key=key, silent=True, tracker_addr=("127.0.0.1", tracker.port))
         deadline = time.time() + 30
-        while _free_under(tracker.port, "other") < 1:
+        while _free_under(tracker.port, key) < 1:
             assert time.time() < deadline, "the server did not register with the tracker"
             time.sleep(0.2)
-        yield address
+        yield f"127.0.0.1:{tracker.port}", server
     finally:
         if server is not None:
             server.terminate()
         tracker.terminate()
+
+
+@pytest.fixture
+def tracker_with_other_key():
+    """A tracker with one server registered under the key 'other': its host:port."""
+    with tracker_with_a_server("other") as (address, _):
+        yield address
 
 
 def _free_under(port: int, key: str) -> int:
@@ -449,18 +455,10 @@ def test_a_search_on_the_farm_records_its_summary_under_the_servers_device(farm,
 def test_a_farm_runner_ends_a_search_whose_servers_measure_on_two_kinds_of_gpu():
     """The first device a server names is the search's; another kind ends the search in one
     line (its times and records would mix two kinds of GPU)."""
-    from tvm.rpc.server import Server
-    from tvm.rpc.tracker import Tracker
-
     from tuning import farm as farms
 
-    port = free_port()
-    tracker = Tracker("127.0.0.1", port=port, port_end=port + 100, silent=True)
-    server_port = free_port()
-    server = Server(host="127.0.0.1", port=server_port, port_end=server_port + 100, key="gpu",
-                    silent=True, tracker_addr=("127.0.0.1", tracker.port))
-    try:
-        runner = farms.FarmRunner(f"127.0.0.1:{tracker.port}", "gpu", Workload("gemm", (32, 32, 32)))
+    with tracker_with_a_server("gpu") as (address, _):
+        runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)))
         h100 = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580", "arch": "sm_90"}
         runner.measured_on(h100)
         runner.measured_on({**h100, "driver": "581"})  # the same kind of GPU
@@ -468,24 +466,12 @@ def test_a_farm_runner_ends_a_search_whose_servers_measure_on_two_kinds_of_gpu()
                                              r"HBM3 and NVIDIA H200\): one search's times"):
             runner.measured_on({"gpu": "NVIDIA H200", "driver": "580", "arch": "sm_90"})
         assert isinstance(runner.stopped_by, UsageError) and runner.device == h100
-    finally:
-        server.terminate()
-        tracker.terminate()
 
 
 def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():
-    from tvm.rpc.server import Server
-    from tvm.rpc.tracker import Tracker
-
     from tuning import farm as farms
 
-    port = free_port()
-    tracker = Tracker("127.0.0.1", port=port, port_end=port + 100, silent=True)
-    server_port = free_port()
-    server = Server(host="127.0.0.1", port=server_port, port_end=server_port + 100, key="gpu",
-                    silent=True, tracker_addr=("127.0.0.1", tracker.port))
-    try:
-        address = f"127.0.0.1:{tracker.port}"
+    with tracker_with_a_server("gpu") as (address, server):
         runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)),
                                   gone_after_s=2)
         server.terminate()
@@ -495,9 +481,6 @@ def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():
         assert time.time() - start < 15
         with pytest.raises(FarmGone):  # and every candidate after it, at once
             runner.measure(_llvm_candidate("good"))
-    finally:
-        server.terminate()
-        tracker.terminate()
 
 
 def test_a_search_refuses_servers_that_are_not_the_farms_in_one_line(

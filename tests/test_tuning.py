@@ -276,11 +276,13 @@ def test_curve_is_the_best_so_far_of_one_search():
 def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
     from tvm.s_tir import meta_schedule as ms
 
-    def evaluate(path: str) -> float:
+    def evaluate(path: str, best_ms: float | None = None) -> float:
         """measure.evaluate_artifact's stand-in (pickled by value: it is local), ending as the
-        path says."""
+        path says ("best": 1 ms more than the best it is told of)."""
         import time
 
+        if path == "best":
+            return (best_ms + 1) * 1e-3
         if path == "wrong":
             raise measure.WrongResult("relative error 0.5 > 1e-05")
         if path == "crash":
@@ -295,11 +297,14 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
     runner = candidates.CheckingRunner(SEED_GEMM, timeout_sec=10)
     runner.evaluate = evaluate
     try:
-        first_worker = runner.pool
-        ok, wrong = runner.outcomes(inputs("fast", "wrong"))
+        first_worker, standby = runner.pool, runner.standby
+        ok, wrong, told = runner.outcomes(inputs("fast", "wrong", "best"))
         assert runner.pool is first_worker  # a wrong result keeps the worker
-        crash, hang = runner.outcomes(inputs("crash", "hang"))
-        assert runner.pool is not first_worker  # replaced: it may hold a broken CUDA context
+        assert told == Outcome(Status.OK, pytest.approx(3.0))  # the best so far, 2 ms
+        (crash,) = runner.outcomes(inputs("crash"))
+        # replaced (it may hold a broken CUDA context) by the standby, started beforehand
+        assert runner.pool is standby and runner.standby not in (first_worker, standby)
+        (hang,) = runner.outcomes(inputs("hang"))
         # MetaSchedule's interface: the time in seconds, or why there is none as text
         futures = runner.run(inputs("fast", "wrong", "crash"))
         worker = runner.pool

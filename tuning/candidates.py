@@ -138,17 +138,24 @@ class CheckingRunner(ms.runner.PyRunner):
     against float64, then timed by this project's harness. A kernel that crashes can leave the
     CUDA context unusable for every later launch in that process (TVM's LocalRunner then fails
     all the rest of the search: the first 128-trial H100 run lost every candidate), so
-    after any failure other than a wrong result the worker is replaced."""
+    after any failure other than a wrong result the worker is replaced: by a standby that has
+    started meanwhile (its imports take 7-9 s on the H100 host, which every failure cost).
+    Each candidate is told the best time so far (measure.evaluate_artifact: a much slower one
+    gets a short timing)."""
 
     def __init__(self, wl: Workload, flush: str = "read", timeout_sec: float = RUN_TIMEOUT_S):
         super().__init__()
         self.evaluate = functools.partial(measure.evaluate_artifact, wl, flush)
         self.timeout_sec = timeout_sec
-        self.pool = self._new_pool()
+        self.best_ms: float | None = None
+        self.pool, self.standby = self._new_pool(), self._new_pool()
 
     def _new_pool(self) -> PopenPoolExecutor:
-        return PopenPoolExecutor(max_workers=1, timeout=self.timeout_sec,
+        """A worker, started now (its warm-up runs while others measure)."""
+        pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_sec,
                                  initializer=_warm_up_runner)
+        pool.submit(int)  # any task starts the worker
+        return pool
 
     def device(self) -> dict:
         """The GPU the worker measures on: its name, driver and arch (asked of the worker, so
@@ -167,11 +174,14 @@ class CheckingRunner(ms.runner.PyRunner):
         context)."""
         outcomes = []
         for runner_input in runner_inputs:
+            evaluate = functools.partial(self.evaluate, best_ms=self.best_ms)
             outcome = self._outcome(next(iter(self.pool.map_with_error_catching(
-                self.evaluate, [runner_input.artifact_path]))))
-            if outcome.status not in (Status.OK, Status.WRONG):
+                evaluate, [runner_input.artifact_path]))))
+            if outcome.status is Status.OK:
+                self.best_ms = min(self.best_ms or outcome.time_ms, outcome.time_ms)
+            elif outcome.status is not Status.WRONG:
                 self.pool.shutdown()
-                self.pool = self._new_pool()
+                self.pool, self.standby = self.standby, self._new_pool()
             outcomes.append(outcome)
         return outcomes
 
@@ -340,9 +350,9 @@ def shut_down(*workers) -> None:
     """Stop the worker processes of builders and runners now, from this thread (left to the
     garbage collector after a Ctrl-C, TVM's pools fail to stop from their own threads)."""
     for worker in workers:
-        pool = getattr(worker, "pool", None)
-        if pool is not None:
-            pool.shutdown()
+        for pool in (getattr(worker, "pool", None), getattr(worker, "standby", None)):
+            if pool is not None:
+                pool.shutdown()
 
 
 class Status(str, Enum):

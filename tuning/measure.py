@@ -105,6 +105,8 @@ def timing_method(flush: str) -> str:
 FLUSH_BYTES = 256 << 20
 SLEEP_CYCLES = 200_000  # ~100 us at H100 clocks: the GPU waits while the CPU queues the launch
 BUDGET_MS = 1500.0  # timing budget of a schedule the runner was asked for
+SLOWER_THAN_BEST = 2.0  # a search candidate whose first launch takes this many times the best
+CUTOFF_SAMPLES = 3  # so far cannot be the best: it is timed with this many samples only
 
 
 def time_kernel(
@@ -113,11 +115,14 @@ def time_kernel(
     budget_ms: float = BUDGET_MS,
     max_samples: int = 200,
     min_samples: int = 10,
+    cutoff_ms: float | None = None,
 ) -> Timing:
     """Median time of `run()` on the GPU, one launch per sample between two CUDA events.
 
     Before each sample the GPU gets work of its own (an L2 flush, or a sleep with a warm L2)
-    and the launch is queued behind it, so the CPU's launch cost never shows in the number."""
+    and the launch is queued behind it, so the CPU's launch cost never shows in the number.
+    A kernel whose first timed launch takes longer than `cutoff_ms` (a search's candidate far
+    slower than its best) gets CUTOFF_SAMPLES samples and no warm-up."""
     torch = _torch()
     run()  # first launch: module load, lazy initialisation
     torch.cuda.synchronize()
@@ -127,9 +132,11 @@ def time_kernel(
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end), 1e-3)
-    for _ in range(max(1, int(min(50.0, budget_ms / 10) / estimate))):  # warm-up, clocks up
-        run()
-    samples = int(min(max_samples, max(min_samples, budget_ms / estimate)))
+    hopeless = cutoff_ms is not None and estimate > cutoff_ms
+    for _ in range(0 if hopeless else max(1, int(min(50.0, budget_ms / 10) / estimate))):
+        run()  # warm-up, clocks up
+    samples = CUTOFF_SAMPLES if hopeless else int(min(max_samples, max(min_samples,
+                                                                      budget_ms / estimate)))
     if flush in ("read", "write"):
         nbytes = max(FLUSH_BYTES, 2 * torch.cuda.get_device_properties(0).L2_cache_size)
         buffer = torch.zeros(nbytes // 4, dtype=torch.int32, device="cuda")
@@ -386,14 +393,14 @@ def check(wl: Workload, run: Callable[[], object], inputs: list, tolerance: floa
 
 def check_and_time(
     wl: Workload, run: Callable[[], object], inputs: list, tolerance: float, flush: str,
-    budget_ms: float = BUDGET_MS,
+    budget_ms: float = BUDGET_MS, cutoff_ms: float | None = None,
 ) -> dict:
-    """`check`, and only a correct kernel is then timed. Returns the fields of a measurement
-    record: status, rel_error, tolerance, timing."""
+    """`check`, and only a correct kernel is then timed (time_kernel's cutoff_ms). Returns the
+    fields of a measurement record: status, rel_error, tolerance, timing."""
     result = check(wl, run, inputs, tolerance)
     if result["status"] != "ok":
         return result
-    timing = time_kernel(run, flush=flush, budget_ms=budget_ms)
+    timing = time_kernel(run, flush=flush, budget_ms=budget_ms, cutoff_ms=cutoff_ms)
     return {**result, "timing": timing.as_dict()}
 
 
@@ -404,16 +411,19 @@ class WrongResult(KernelFailed):
     """A search candidate that ran and failed its check against float64; the message says how."""
 
 
-def evaluate_artifact(wl: Workload, flush: str, artifact_path: str) -> float:
+def evaluate_artifact(wl: Workload, flush: str, artifact_path: str,
+                      best_ms: float | None = None) -> float:
     """A search candidate, built and exported by a builder: check it against float64 on random
-    inputs, then time it with this module's harness (a short budget). Returns the median in
+    inputs, then time it with this module's harness (a short budget; CUTOFF_SAMPLES only where
+    it is SLOWER_THAN_BEST times `best_ms`, the search's best so far). Returns the median in
     seconds; a wrong result raises WrongResult."""
     import tvm
 
     executable = tvm.runtime.load_module(artifact_path)
     inputs = random_inputs(wl)
     runner = tvm_runner(executable, wl, inputs, poisoned_output(wl))
-    result = check_and_time(wl, runner, inputs, tolerance(wl), flush, SEARCH_BUDGET_MS)
+    result = check_and_time(wl, runner, inputs, tolerance(wl), flush, SEARCH_BUDGET_MS,
+                            cutoff_ms=None if best_ms is None else SLOWER_THAN_BEST * best_ms)
     if result["status"] != "ok":
         raise WrongResult(result["error"])
     return result["timing"]["median_ms"] * 1e-3
