@@ -358,6 +358,8 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
     landed = [i for i, line in enumerate(said) if re.match(r"  \[[1-4]/4\] \d+\.\d{4} ms; best so far", line)]
     batch = next(i for i, line in enumerate(said) if line.startswith("  trials 4 new"))
     assert len(landed) == 4 and landed[-1] < batch  # each candidate, then the batch's line
+    assert re.search(r"; \d+ s \(choosing \d+ s, building \d+ s, measuring \d+ s, updating \d+ s\)$",
+                     said[batch]), said[batch]
     assert _database_lines(work_dir) == 4
     assert (work_dir / metaschedule.BEST_TRACE).read_text().startswith("b0 = sch.get_sblock")
     assert "T.prim_func" in (work_dir / metaschedule.BEST_MODULE).read_text()
@@ -377,6 +379,17 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
     assert runner.main(["--shape", "32x32x32", "--schedule", "metaschedule", "--work-dir",
                         str(work_dir), "--no-ir"]) == 2
     assert f"work dir {work_dir} was tuned for llvm, not cuda sm_90a" in capsys.readouterr().err
+
+
+def test_a_batch_line_says_where_the_batch_went(monkeypatch):
+    """Choosing (since the last batch), building, measuring (to the last result) and updating
+    (MetaSchedule's callbacks after it); then the clock starts the next batch."""
+    now = [100.0]
+    monkeypatch.setattr(metaschedule.time, "time", lambda: now[0])
+    clock = metaschedule._BatchClock()
+    clock.build_start, clock.build_end, clock.landed, now[0] = 102.0, 105.0, 109.0, 110.0
+    assert clock.batch_done() == "choosing 2 s, building 3 s, measuring 4 s, updating 1 s"
+    assert clock.since == 110.0 and clock.build_start is None and clock.landed is None
 
 
 class _Landed:
@@ -402,7 +415,7 @@ def test_each_candidate_is_said_once_as_it_lands_with_the_best_and_the_rate():
             return landed
 
     said = []
-    state = {"best": None, "start": 0.0}
+    state = {"best": None, "start": 0.0, "clock": metaschedule._BatchClock()}
     wrapped = metaschedule.ReportingRunner(Runner(), metaschedule._candidate_reporter(state, 3, said.append))
     for future in wrapped.run([]):
         assert future.done()  # MetaSchedule polls, then collects: one line all the same
@@ -412,6 +425,7 @@ def test_each_candidate_is_said_once_as_it_lands_with_the_best_and_the_rate():
         ["  [2/3] RuntimeError: boom", "best so far 2.0000 ms"],
         ["  [3/3] 1.0000 ms", "best so far 1.0000 ms"]]
     assert all(re.fullmatch(r"\d+\.\d trials/min", line.split("; ")[2]) for line in said)
+    assert state["clock"].landed is not None  # the batch's measuring ends at the last one
 
 
 def test_loading_the_tensor_intrinsics_is_said_once(monkeypatch):

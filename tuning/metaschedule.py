@@ -221,7 +221,7 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
     previous = read_progress(work_dir)
     timed = [p["time_ms"] for p in previous if p.get("time_ms") is not None]
     state = {"trials": len(previous), "new": 0, "best": min(timed, default=None),
-             "start": time.time(), "errors": Counter()}
+             "start": time.time(), "errors": Counter(), "clock": _BatchClock()}
 
     @derived_object
     class Progress(ms.measure_callback.PyMeasureCallback):
@@ -246,11 +246,47 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
                                       "elapsed_s": round(time.time() - state["start"], 2)})
             best = f"{state['best']:.4f} ms" if state["best"] is not None else "none yet"
             say(f"  trials {state['new']} new, {state['trials']} in all ({failed} of this batch "
-                f"failed); best so far {best}; {time.time() - state['start']:.0f} s")
+                f"failed); best so far {best}; {time.time() - state['start']:.0f} s "
+                f"({state['clock'].batch_done()})")
             if state.get("stop"):
                 raise KeyboardInterrupt
 
     return Progress(), state
+
+
+class _BatchClock:
+    """Where a batch's time went: choosing its candidates (MetaSchedule's search and cost
+    model), building them, measuring them, and MetaSchedule's own callbacks after the last
+    result (the database, the cost model's update)."""
+
+    def __init__(self):
+        self.since = time.time()  # the end of the last batch (or the search's start)
+        self.build_start = self.build_end = self.landed = None
+
+    def batch_done(self) -> str:
+        now = time.time()
+        build_start, build_end = self.build_start or now, self.build_end or now
+        landed = max(self.landed or build_end, build_end)
+        phases = {"choosing": build_start - self.since, "building": build_end - build_start,
+                  "measuring": landed - build_end, "updating": now - landed}
+        self.since, self.build_start, self.build_end, self.landed = now, None, None, None
+        return ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items())
+
+
+@derived_object
+class TimedBuilder(ms.builder.PyBuilder):
+    """`builder`, the time its batches take kept on `clock` (_BatchClock)."""
+
+    def __init__(self, builder, clock: _BatchClock):
+        super().__init__()
+        self.builder, self.clock = builder, clock
+
+    def build(self, build_inputs):
+        self.clock.build_start = time.time()
+        try:
+            return self.builder.build(build_inputs)
+        finally:
+            self.clock.build_end = time.time()
 
 
 @derived_object
@@ -295,6 +331,7 @@ def _candidate_reporter(state: dict, trials: int, say: Callable[[str], None]) ->
 
     def report(result) -> None:
         state["landed"] += 1
+        state["clock"].landed = time.time()
         if result.error_msg:
             outcome = error_summary(result.error_msg)
         else:
@@ -373,7 +410,9 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
         f"{target.attrs.get('arch', '')}, {trials} new trials into {work_dir} "
         f"({state['trials']} there already)")
     runner = ReportingRunner(runner, _candidate_reporter(state, trials, say))
+    builder = TimedBuilder(builder, state["clock"])
     _load_tensor_intrinsics(say)  # before the tensor-core rules, which name the intrinsics
+    state["clock"].since = time.time()
     generator = (design_space(mod, target, space, tensor_cores) if space in SPACES
                  else rungs.design_space())
     with _interruptible(state, say):
