@@ -305,8 +305,9 @@ X_WINDOWS = "x_windows"  # ... and the one that gives each of them x at the row'
 
 ROW_ALIGNED = r"""
 // rowalign's CUDA helpers, on 16-byte vectors held as uint4 (float4 for float32: V).
-// A row's first and last vectors take the slow paths, the rest one load each. The module
-// gets this source once per helper called: the guard keeps one copy.
+// Only a row's first and last vectors take the slow paths (masks, loads word by word); the
+// rest are whole-vector loads and register moves. The module gets this source once per
+// helper called: the guard keeps one copy.
 #ifndef ROWALIGN_HELPERS
 #define ROWALIGN_HELPERS
 template <typename To, typename From>
