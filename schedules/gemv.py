@@ -411,6 +411,9 @@ def row_aligned_gemv(wl: Workload, **knobs):
     at = (lambda batch, i: (batch, i)) if "L" in dims else (lambda batch, i: (i,))
     dtype, out_dtype, has_cast = wl.dtype, wl.out_dtype, wl.has_cast
     vector_type = "float4" if dtype == "float32" else "uint4"
+    vector_dtype = f"{dtype}x{vector}"  # a helper's result: one 16-byte vector
+    # how many elements row (vb, vn) starts past its first vector
+    shift_of = lambda vb, vn: (vb * N + vn) * K % vector  # noqa: E731
     keep = ("rowalign_keep", ROW_ALIGNED)
     window = (f"rowalign_x_window<{vector_type}>", ROW_ALIGNED)
 
@@ -426,20 +429,20 @@ def row_aligned_gemv(wl: Workload, **knobs):
         for b, n, s, e in T.grid(L, N, steps, 1):
             with T.sblock(ROW_VECTORS):
                 vb, vn, vs, ve = T.axis.remap("SSSS", [b, n, s, e])
-                shift = T.meta_var((vb * N + vn) * K % vector)  # the row's start in its first vector
+                shift = T.meta_var(shift_of(vb, vn))
                 start = T.meta_var(T.min((vb * N + vn) * K // vector + vs, last_vector) * vector)
                 vectors[vb, vn, vs, ve * vector : ve * vector + vector] = cuda_call(
                     keep, B_flat[T.Ramp(start, 1, vector)], (shift - vs * vector) * size,
-                    (shift + K - vs * vector) * size, return_type=f"{dtype}x{vector}")
+                    (shift + K - vs * vector) * size, return_type=vector_dtype)
         for b, n, s, e in T.grid(L, N, steps, 1):
             with T.sblock(X_WINDOWS):
                 vb, vn, vs, ve = T.axis.remap("SSSS", [b, n, s, e])
-                shift = T.meta_var((vb * N + vn) * K % vector)
+                shift = T.meta_var(shift_of(vb, vn))
                 T.reads(x[at(vb, slice(0, K))])
                 T.writes(windows[vb, vn, vs, ve * vector : ve * vector + vector])
                 windows[vb, vn, vs, ve * vector : ve * vector + vector] = cuda_call(
                     window, x.data, vb * K * size, (vb + 1) * K * size,
-                    vb * K * size + (vs * vector - shift) * size, return_type=f"{dtype}x{vector}")
+                    vb * K * size + (vs * vector - shift) * size, return_type=vector_dtype)
         for b, n, k in T.grid(L, N, steps * vector):
             with T.sblock(wl.reduction_block):
                 vb, vn, vk = T.axis.remap("SSR", [b, n, k])
