@@ -465,7 +465,7 @@ def test_a_farm_runner_ends_a_search_whose_servers_measure_on_two_kinds_of_gpu()
         with pytest.raises(UsageError, match=r"measure on different devices \(NVIDIA H100 80GB "
                                              r"HBM3 and NVIDIA H200\): one search's times"):
             runner.measured_on({"gpu": "NVIDIA H200", "driver": "580", "arch": "sm_90"})
-        assert isinstance(runner.stopped_by, UsageError) and runner.device == h100
+        assert isinstance(runner.stopped_by, UsageError) and runner.servers_device == h100
 
 
 def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():

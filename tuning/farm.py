@@ -145,8 +145,8 @@ class FarmRunner(ms.runner.PyRunner):
     `gone_after_s` with none (or with no tracker), it raises FarmGone, and so does every
     candidate after it. What ended the search is kept as `stopped_by`: MetaSchedule hands an
     error raised in a runner back as another one.
-    `device` is the GPU (or CPU) the servers measure on, as their replies name it: one search's
-    times are all from one kind, so a server that names another one ends the search."""
+    `servers_device` is the GPU (or CPU) the servers measure on, as their replies name it: one
+    search's times are all from one kind, so a server that names another one ends the search."""
 
     def __init__(self, tracker: str, key: str, wl: Workload, flush: str = "read",
                  timeout_sec: float = candidates.RUN_TIMEOUT_S,
@@ -156,7 +156,7 @@ class FarmRunner(ms.runner.PyRunner):
         self.request = {"workload": dataclasses.asdict(wl), "flush": flush,
                         "timeout_s": timeout_sec}
         self.stopped_by: ExplorerError | None = None
-        self.device: dict | None = None
+        self.servers_device: dict | None = None
         self.pool = ThreadPoolExecutor(max_workers=candidates.check_rpc(tracker, key))
 
     def run(self, runner_inputs):
@@ -201,13 +201,13 @@ class FarmRunner(ms.runner.PyRunner):
     def measured_on(self, device: dict) -> None:
         """Note the device a server measured on: the first one is the search's; another kind
         ends the search (UsageError), whose records would mix two kinds of GPU."""
-        if self.device is None:
-            self.device = device
-        elif device["gpu"] != self.device["gpu"]:
+        if self.servers_device is None:
+            self.servers_device = device
+        elif device["gpu"] != self.servers_device["gpu"]:
             self._stop(UsageError(
                 f"the RPC servers under key '{self.key}' measure on different devices "
-                f"({self.device['gpu']} and {device['gpu']}): one search's times must come from "
-                "one kind of GPU; give each kind its own key"))
+                f"({self.servers_device['gpu']} and {device['gpu']}): one search's times must "
+                "come from one kind of GPU; give each kind its own key"))
 
     def _session(self):
         """A session with a free server, once the tracker hands one out."""

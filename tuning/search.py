@@ -70,7 +70,8 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = print,
         candidates.shut_down(builder, runner)
     summary = {**found, "kind": "search", "status": "ok"}
     if not request.on_local_gpu:
-        summary["device"] = runner.device if request.rpc_tracker else candidates.measuring_device(runner)
+        summary["device"] = (runner.servers_device if request.rpc_tracker
+                             else candidates.measuring_device(runner))
     return summary
 
 
