@@ -9,6 +9,7 @@ import re
 import statistics
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -390,6 +391,19 @@ def test_a_batch_line_says_where_the_batch_went(monkeypatch):
     clock.build_start, clock.build_end, clock.landed, now[0] = 102.0, 105.0, 109.0, 110.0
     assert clock.batch_done() == "choosing 2 s, building 3 s, measuring 4 s, updating 1 s"
     assert clock.since == 110.0 and clock.build_start is None and clock.landed is None
+
+
+def test_a_batch_line_names_its_slowest_build_when_it_took_a_second_or_more(monkeypatch):
+    """A batch waits for its slowest candidate's build, so the line says how long that took,
+    from the builder's own per-candidate times."""
+    now = [100.0]
+    monkeypatch.setattr(metaschedule.time, "time", lambda: now[0])
+    builder = types.SimpleNamespace(seconds=[0.4, 2.6, 1.2])
+    clock = metaschedule._BatchClock(builder)
+    clock.build_start, clock.build_end, clock.landed, now[0] = 101.0, 104.0, 105.0, 105.0
+    assert clock.batch_done().endswith("building 3 s, measuring 1 s, updating 0 s; slowest build 3 s")
+    builder.seconds = [0.2, 0.3]
+    assert "slowest" not in clock.batch_done()
 
 
 class _Landed:
@@ -835,6 +849,7 @@ def test_the_builder_builds_tensor_core_candidates():
         assert not builder.tensor_intrinsics
         results += builder.build([ms.builder.BuilderInput(tensor_cores, target)])
         assert builder.tensor_intrinsics
+        seconds = builder.seconds  # the last batch's: one built candidate
         for_the_cpu = ms.builder.BuilderInput(cuda_cores, tvm.target.Target("llvm"))
         failed, = builder.artifacts([for_the_cpu])
     finally:
@@ -844,3 +859,5 @@ def test_the_builder_builds_tensor_core_candidates():
     # a CUDA schedule built for the CPU: build_failed, with TVM's reason
     assert failed.status is Status.BUILD_FAILED
     assert failed.error.startswith("tvm.error.InternalError: Check failed: (device_id_) is false")
+    assert len(seconds) == 1 and 0 < seconds[0] < candidates.BUILD_TIMEOUT_S
+    assert builder.seconds == []  # the failed batch built nothing

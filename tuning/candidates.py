@@ -61,6 +61,14 @@ def _warm_up(tensor_intrinsics: bool) -> None:
         importlib.import_module(TENSOR_INTRINSICS)
 
 
+def _timed_build(job: tuple[tvm.IRModule, tvm.target.Target]) -> tuple[str, float]:
+    """build.build_artifact, and the seconds it took in the worker (a batch waits for its
+    slowest candidate)."""
+    start = time.perf_counter()
+    path = build.build_artifact(job)
+    return path, time.perf_counter() - start
+
+
 @derived_object
 class WarmBuilder(ms.builder.PyBuilder):
     """Builds candidates in parallel worker processes that stay up for the whole search. The
@@ -74,6 +82,7 @@ class WarmBuilder(ms.builder.PyBuilder):
         self.max_workers = max_workers or os.cpu_count()
         self.pool = None
         self.tensor_intrinsics = False  # whether the workers have imported them
+        self.seconds: list[float] = []  # each built candidate's build time, the last batch
 
     def build(self, build_inputs):
         """MetaSchedule's interface: each candidate's artifact, or why it has none."""
@@ -92,10 +101,12 @@ class WarmBuilder(ms.builder.PyBuilder):
             self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
                                           initializer=_warm_up, initargs=(needed,))
         jobs = [(b.mod, b.target) for b in build_inputs]
-        results = []
-        for done in self.pool.map_with_error_catching(build.build_artifact, jobs):
+        results, self.seconds = [], []
+        for done in self.pool.map_with_error_catching(_timed_build, jobs):
             if done.status == StatusKind.COMPLETE:
-                results.append(done.value)
+                path, seconds = done.value
+                results.append(path)
+                self.seconds.append(seconds)
             elif done.status == StatusKind.TIMEOUT:
                 results.append(Outcome(Status.TIMEOUT,
                                        error=f"build timed out after {self.timeout_sec:.0f} s"))

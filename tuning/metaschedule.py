@@ -257,11 +257,13 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
 class _BatchClock:
     """Where a batch's time went: choosing its candidates (MetaSchedule's search and cost
     model), building them, measuring them, and MetaSchedule's own callbacks after the last
-    result (the database, the cost model's update)."""
+    result (the database, the cost model's update). With `builder` (a WarmBuilder), also the
+    slowest candidate's build: a batch waits for it."""
 
-    def __init__(self):
+    def __init__(self, builder=None):
         self.since = time.time()  # the end of the last batch (or the search's start)
         self.build_start = self.build_end = self.landed = None
+        self.builder = builder
 
     def batch_done(self) -> str:
         now = time.time()
@@ -270,7 +272,9 @@ class _BatchClock:
         phases = {"choosing": build_start - self.since, "building": build_end - build_start,
                   "measuring": landed - build_end, "updating": now - landed}
         self.since, self.build_start, self.build_end, self.landed = now, None, None, None
-        return ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items())
+        text = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items())
+        slowest = max(getattr(self.builder, "seconds", None) or [0.0])
+        return text + (f"; slowest build {slowest:.0f} s" if slowest >= 1 else "")
 
 
 @derived_object
@@ -396,6 +400,7 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
         tvm_logger.removeHandler(handler)
     session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     callback, state = _progress_callback(work_dir, session, say)
+    state["clock"].builder = builder  # before it is wrapped: its per-candidate build times
     mod = tvm.IRModule({"main": wl.prim_func()})
     tensor_cores = uses_tensor_cores(wl, target)
     cost_model, strategy = "xgb", "evolutionary"
