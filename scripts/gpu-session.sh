@@ -14,8 +14,9 @@
 #                                          # into reports/tuning/ms-<shape>-<dtype>-<layout>-<space>,
 #                                          # then every rung, its best and cuBLAS in one run
 #   bash scripts/gpu-session.sh farm         # the farm's GPU tier (tests/test_rpc.py), then the seed
-#                                          # GEMM's search ($TRIALS: 64), here and through a farm of
-#                                          # this host's GPUs ($FARM_GPUS: all), into $OUT only
+#                                          # GEMM's search ($TRIALS: 64) once for each of $FARM_SETS
+#                                          # (here all): here, or through a farm of those GPUs (all,
+#                                          # or a list such as 0,1), into $OUT only
 #   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #                                                 # per preset of $PRESETS (both)
@@ -93,13 +94,25 @@ for part in "$@"; do
     farm)
       python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_rpc.py 2>&1 | tee "$out/pytest-gpu-farm.log"
       search="--preset gemm-seed --tune metaschedule --trials ${TRIALS:-64} --no-ir --results $out/farm.jsonl"
-      { python3 runner.py $search --work-dir "$out/ms-here"
-        scripts/rpc-farm.sh --key gpus --host 127.0.0.1 ${FARM_GPUS:+--gpus $FARM_GPUS} \
-          > "$out/farm-ready.log" 2> "$out/farm-servers.log" &
-        for _ in $(seq 120); do grep -q "farm ready" "$out/farm-ready.log" && break; sleep 1; done
-        cat "$out/farm-ready.log"
-        python3 runner.py $search --work-dir "$out/ms-farm" --rpc-tracker 127.0.0.1:9190 --rpc-key gpus
-        kill -INT %1; wait; } 2>&1 | tee "$out/farm.log" ;;
+      # work dirs outside $OUT: only 8 files come back from it
+      mkdir -p /tmp/farm-work
+      port=9190  # a port per farm: the last one's may not be free yet
+      { for gpus in ${FARM_SETS:-here all}; do
+          echo "== $gpus"
+          if [ "$gpus" = here ]; then
+            python3 runner.py $search --work-dir "/tmp/farm-work/here"; continue
+          fi
+          port=$((port + 1))
+          scripts/rpc-farm.sh --key gpus --host 127.0.0.1 --port $port \
+            $([ "$gpus" = all ] || echo --gpus "$gpus") \
+            > "/tmp/farm-work/ready-$gpus.log" 2>> "$out/farm-servers.log" &
+          farm=$!
+          for _ in $(seq 120); do grep -q "farm ready" "/tmp/farm-work/ready-$gpus.log" && break; sleep 1; done
+          cat "/tmp/farm-work/ready-$gpus.log"
+          python3 runner.py $search --work-dir "/tmp/farm-work/farm-$gpus" \
+            --rpc-tracker 127.0.0.1:$port --rpc-key gpus
+          kill -INT $farm; wait $farm
+        done; } 2>&1 | tee "$out/farm.log" ;;
     ms-rungs)
       space=${MS_SPACE:-v7,v8}
       args="--shape ${SHAPE:-4096x4096x4096} --dtype ${DTYPE:-float16} --layout ${LAYOUT:-nn}"
