@@ -60,11 +60,14 @@ def chunk_words(K: int) -> int:
     return 4 if K % 32 == 0 else 2
 
 
-def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
+def paired_gemv(wl: Workload, warps: int, rows: int, depth: int, splits: int = 1):
     """y[l, n] = sum_k B[l, n, k] x[l, k] on nvfp4 codes and e4m3 scales (the workload's buffers),
-    one CTA per `warps * rows` rows of one batch, each warp `rows` consecutive rows (the seed's
-    V5 layout), each lane `depth` chunks of `chunk_words(K)` words of every row per step, the
-    warp's lanes side by side along K; a warp all-reduce (shuffles) ends each row.
+    one CTA per `warps // splits * rows` rows of one batch, each warp `rows` consecutive rows
+    (the seed's V5 layout), each lane `depth` chunks of `chunk_words(K)` words of every row per
+    step, the lanes of `splits` warps side by side along K (the seed's V2 split, inside a CTA);
+    a warp all-reduce (shuffles) ends each row, and with splits, a sum over the splits' partials
+    in shared memory. Splitting K makes more, shorter CTAs: a short-N GEMV ends in a finer
+    last wave.
 
     x is decoded once per CTA (the seed's V6_2_1), a slab of at most SLAB_CHUNKS chunks at a
     time, into shared memory: its f16x2 pairs (times 2^14 undone), laid out so that the lanes'
@@ -86,10 +89,12 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
     pairs = words * PAIRS  # f16x2 registers per chunk
     slab = min(chunks, SLAB_CHUNKS)  # chunks of x in shared memory at a time
     slabs = -(-chunks // slab)
-    steps = -(-slab // (WARP * depth))  # per slab
+    width = WARP * splits  # lanes side by side along K
+    steps = -(-slab // (width * depth))  # per slab
     threads = warps * WARP
     row_words, row_scales = K // WORD_CODES, K // fp4.BLOCK
-    rows_per_cta = warps * rows
+    row_warps = warps // splits  # warps with rows of their own
+    rows_per_cta = row_warps * rows
     ctas_per_batch = -(-N // rows_per_cta)
     codes, scale = fp4.CODE_BYTES, fp4.SCALE_DTYPE
     # a chunk's scales as one load: 16 bits (two blocks), or 8 where a chunk is one block
@@ -103,7 +108,7 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
     def load_step(bw, bs, B_words, B_scales, batch, first_row, lane, g, buf):
         """Step g's codes and scales of every row and chunk into register buffer `buf`."""
         for u in T.unroll(depth):
-            local: T.let[T.int32] = (g % steps * depth + u) * WARP + lane
+            local: T.let[T.int32] = (g % steps * depth + u) * width + lane
             c: T.let[T.int32] = g // steps * slab + local
             if local < slab and c < chunks:
                 for r in T.unroll(rows):
@@ -139,7 +144,7 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
         """Step g from register buffer `buf`: per chunk, x's pairs from shared memory, then
         each row's codes decoded and summed a block at a time, the block's sum scaled."""
         for u in T.unroll(depth):
-            local: T.let[T.int32] = (g % steps * depth + u) * WARP + lane
+            local: T.let[T.int32] = (g % steps * depth + u) * width + lane
             if local < slab and g // steps * slab + local < chunks:
                 for q in T.unroll(pairs // 4):
                     for i in T.vectorized(4):
@@ -177,10 +182,12 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
         tx = T.thread_id([threads])
         x_pairs = T.alloc_buffer((pairs * slab,), "uint32", scope="shared", align=16)
         x_block_scales = T.alloc_buffer((blocks_per_chunk * slab,), "float32", scope="shared")
+        if splits > 1:  # decided as the kernel is written: no buffer without splits
+            partials = T.alloc_buffer((splits * rows_per_cta,), "float32", scope="shared")
         batch: T.let[T.int32] = cta // ctas_per_batch
         warp: T.let[T.int32] = tx // WARP
-        lane: T.let[T.int32] = tx % WARP
-        first_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + warp * rows
+        lane: T.let[T.int32] = warp // row_warps * WARP + tx % WARP  # along K, over the splits
+        first_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + warp % row_warps * rows
         acc = T.alloc_local((rows,), "float32")
         xh = T.alloc_local((pairs,), "uint32")
         bw = T.alloc_local((2 * in_flight * words,), "uint32")  # two steps' codes
@@ -203,34 +210,50 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int):
                     compute_step(acc, xh, h, bw, bs, x_pairs, x_block_scales, lane, g, buf)
         for r in T.unroll(rows):
             total: T.let[T.float32] = T.cuda.warp_reduce(acc[r], "sum")
-            if lane == 0:
-                if first_row + r < N:
+            if splits == 1:
+                if lane == 0 and first_row + r < N:
                     y_flat[batch * N + first_row + r] = T.Cast(out_dtype, total)
+            elif lane % WARP == 0:  # this warp's part of the row: a partial
+                partials[warp // row_warps * rows_per_cta + warp % row_warps * rows + r] = total
+        if splits > 1:
+            T.tvm_storage_sync("shared")
+            if tx < rows_per_cta:
+                row_of_cta: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + tx
+                if row_of_cta < N:
+                    total_of_splits = T.alloc_local((1,), "float32")
+                    total_of_splits[0] = T.float32(0)
+                    for split in T.unroll(splits):
+                        total_of_splits[0] = total_of_splits[0] + partials[split * rows_per_cta + tx]
+                    y_flat[batch * N + row_of_cta] = T.Cast(out_dtype, total_of_splits[0])
 
     return main
 
 
-def _refuse_too_many_threads(warps: int) -> None:
-    """Refuse more warps than a CUDA block holds."""
+def _refuse_bad_warps(warps: int, splits: int) -> None:
+    """Refuse more warps than a CUDA block holds, and warps that the splits do not divide."""
     if warps * WARP > 1024:
         raise ScheduleNotApplicable(f"bitdecode with {warps} warps would need {warps * WARP} "
                                     "threads per block; CUDA allows 1024")
+    if splits < 1 or warps % splits:
+        raise ScheduleNotApplicable(f"bitdecode splits K over groups of warps: splits={splits} "
+                                    f"must divide warps={warps}")
 
 
-def bitdecode_kernel(wl: Workload, warps: int, rows: int, depth: int):
+def bitdecode_kernel(wl: Workload, warps: int, rows: int, depth: int, splits: int = 1):
     """The rung's PrimFunc: `paired_gemv` for the workload and knobs."""
-    _refuse_too_many_threads(warps)
-    return paired_gemv(wl, warps, rows, depth)
+    _refuse_bad_warps(warps, splits)
+    return paired_gemv(wl, warps, rows, depth, splits)
 
 
-BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8], "depth": [1, 2]}
+BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8], "depth": [1, 2], "splits": [1, 2, 4]}
 
 
 @schedule("gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
           dtypes=(fp4.NAME,))
 @schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=bitdecode_kernel,
           dtypes=(fp4.NAME,))
-def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth: int = 2) -> None:
+def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth: int = 2,
+              splits: int = 1) -> None:
     """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
     per 32-bit register, and multiplied with f16x2 FMAs (sm_90 has no e2m1 conversion).
 
@@ -239,9 +262,10 @@ def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth:
     buffering, in registers); then it splits each word into four f16x2 pairs with two shifts
     and two masks (schedules/fp4.py) and sums a 16-element block with eight `fma.rn.f16x2`
     against x's pairs, decoded once per CTA into shared memory (V6_2_1); the block's sum then
-    takes both e4m3 scales in float32. A TIRx kernel (schedules/nvfp4.py). The defaults
-    (8 warps, 1 row, depth 2) are within 5% of the H100 grid's best on each of the seed's
-    three shapes.
+    takes both e4m3 scales in float32. With `splits`, 2 or 4 warps share each row along K
+    (the seed's V2), their partials summed in shared memory. A TIRx kernel
+    (schedules/nvfp4.py). The defaults (8 warps, 1 row, depth 2, no split) are within 5% of
+    the H100 grid's best, re-timed in the same run, on each of the seed's three shapes.
 
     IR: a TIRx PrimFunc: uint4 loads of B's words into two register buffers, the next step's
     before this one's arithmetic; shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline

@@ -60,7 +60,7 @@ for part in "$@"; do
         | tee "$out/pytest-gpu-nvfp4.log"
       for preset in ${NVFP4_PRESETS:-bgemv-l1 bgemv-l8 bgemv-l4}; do
         python3 runner.py --preset "$preset" --dtype nvfp4 --tune autotvm:bitdecode --tuner grid \
-          --trials 24 --no-ir --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4-search.jsonl"
+          --trials 72 --no-ir --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4-search.jsonl"
         python3 runner.py --preset "$preset" --dtype nvfp4 --schedule all --no-ir \
           --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4.jsonl"
       done 2>&1 | tee "$out/nvfp4.log" ;;

@@ -13,6 +13,7 @@ import tvm
 import runner
 import schedules
 from schedules import Workload, WorkloadError, fp4
+from schedules.errors import ScheduleNotApplicable
 from tests.test_nvfp4_measure import FINITE_SCALE_BYTES, expected_values
 from tuning import build
 
@@ -181,6 +182,21 @@ def test_bitdecode_decodes_a_long_x_in_slabs(compiled):
     _, _, summary = compiled("bitdecode", Workload("gemv", (37, SLAB_CHUNKS * 32 + 40 * 32), "nvfp4"))
     assert summary.shared_bytes == SLAB_CHUNKS * 32 * 2 + SLAB_CHUNKS * 2 * 4
     assert summary.syncthreads == 2
+
+
+def test_bitdecode_splits_k_over_warps_and_sums_their_partials_in_shared_memory(compiled):
+    """splits=4 of 8 warps: two warps' worth of rows per CTA (so four times the CTAs), each
+    row's K over four warps, whose partials meet in shared memory behind one more barrier;
+    without splits there is no such buffer."""
+    wl = Workload("batched_gemv", (3, 1001, 1008), "nvfp4")
+    _, plain_source, plain = compiled("bitdecode", wl)
+    _, source, split = compiled("bitdecode", wl, rows=2, splits=4)
+    assert plain.grid == {"blockIdx.x": 3 * -(-1001 // 8)} and split.grid == {"blockIdx.x": 3 * -(-1001 // 4)}
+    assert split.syncthreads == plain.syncthreads + 1
+    assert split.shared_bytes == plain.shared_bytes + 4 * 4 * 4  # a float per split and row
+    assert "partials" in source and "partials" not in plain_source
+    with pytest.raises(ScheduleNotApplicable, match="splits=3 must divide warps=8"):
+        compiled("bitdecode", wl, splits=3)
 
 
 def test_bitdecode_loads_8_byte_rows_where_k_is_an_odd_number_of_blocks(compiled):
