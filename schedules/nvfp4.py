@@ -186,8 +186,11 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int, splits: int = 1
             partials = T.alloc_buffer((splits * rows_per_cta,), "float32", scope="shared")
         batch: T.let[T.int32] = cta // ctas_per_batch
         warp: T.let[T.int32] = tx // WARP
-        lane: T.let[T.int32] = warp // row_warps * WARP + tx % WARP  # along K, over the splits
-        first_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + warp % row_warps * rows
+        split: T.let[T.int32] = warp // row_warps  # which part of K
+        lane: T.let[T.int32] = split * WARP + tx % WARP  # along K, over the splits
+        cta_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta  # the CTA's first row
+        warp_row: T.let[T.int32] = warp % row_warps * rows  # the warp's first, in the CTA
+        first_row: T.let[T.int32] = cta_row + warp_row
         acc = T.alloc_local((rows,), "float32")
         xh = T.alloc_local((pairs,), "uint32")
         bw = T.alloc_local((2 * in_flight * words,), "uint32")  # two steps' codes
@@ -214,17 +217,15 @@ def paired_gemv(wl: Workload, warps: int, rows: int, depth: int, splits: int = 1
                 if lane == 0 and first_row + r < N:
                     y_flat[batch * N + first_row + r] = T.Cast(out_dtype, total)
             elif lane % WARP == 0:  # this warp's part of the row: a partial
-                partials[warp // row_warps * rows_per_cta + warp % row_warps * rows + r] = total
+                partials[split * rows_per_cta + warp_row + r] = total
         if splits > 1:
             T.tvm_storage_sync("shared")
-            if tx < rows_per_cta:
-                row_of_cta: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta + tx
-                if row_of_cta < N:
-                    total_of_splits = T.alloc_local((1,), "float32")
-                    total_of_splits[0] = T.float32(0)
-                    for split in T.unroll(splits):
-                        total_of_splits[0] = total_of_splits[0] + partials[split * rows_per_cta + tx]
-                    y_flat[batch * N + row_of_cta] = T.Cast(out_dtype, total_of_splits[0])
+            if tx < rows_per_cta and cta_row + tx < N:
+                total_of_splits = T.alloc_local((1,), "float32")
+                total_of_splits[0] = T.float32(0)
+                for part in T.unroll(splits):
+                    total_of_splits[0] = total_of_splits[0] + partials[part * rows_per_cta + tx]
+                y_flat[batch * N + cta_row + tx] = T.Cast(out_dtype, total_of_splits[0])
 
     return main
 
