@@ -214,14 +214,15 @@ def read_progress(work_dir: str) -> list[dict]:
     return records.load(path, PROGRESS_FIELDS, "progress line").records
 
 
-def _progress_callback(work_dir: str, session: str, say: Callable[[str], None]):
+def _progress_callback(work_dir: str, session: str, say: Callable[[str], None], builder):
     """A measure callback: each candidate becomes a line of progress.jsonl; each batch, a line
-    of output (trials, best so far, elapsed)."""
+    of output (trials, best so far, elapsed, and where the batch went: _BatchClock, which reads
+    `builder`'s build times)."""
     path = os.path.join(work_dir, PROGRESS)
     previous = read_progress(work_dir)
     timed = [p["time_ms"] for p in previous if p.get("time_ms") is not None]
     state = {"trials": len(previous), "new": 0, "best": min(timed, default=None),
-             "start": time.time(), "errors": Counter(), "clock": _BatchClock()}
+             "start": time.time(), "errors": Counter(), "clock": _BatchClock(builder)}
 
     @derived_object
     class Progress(ms.measure_callback.PyMeasureCallback):
@@ -399,8 +400,8 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     for handler in [h for h in tvm_logger.handlers if h.get_name() is None]:
         tvm_logger.removeHandler(handler)
     session = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    callback, state = _progress_callback(work_dir, session, say)
-    state["clock"].builder = builder  # before it is wrapped: its per-candidate build times
+    # the builder before it is wrapped: its per-candidate build times (_BatchClock)
+    callback, state = _progress_callback(work_dir, session, say, builder)
     mod = tvm.IRModule({"main": wl.prim_func()})
     tensor_cores = uses_tensor_cores(wl, target)
     cost_model, strategy = "xgb", "evolutionary"
