@@ -50,10 +50,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--op", help="gemm, gemv or batched_gemv (default: gemm, or the preset's)")
     p.add_argument("--shape", help="e.g. 1024x512x2048 (MxNxK for gemm, NxK for gemv, LxNxK)")
     p.add_argument("--preset", help="a named workload from the seeds (see --list)")
-    p.add_argument("--dtype", help="input dtype: float32, float16 or bfloat16; gemv and "
-                   "batched_gemv also nvfp4 (4-bit e2m1 codes, an e4m3 scale per 16 elements; "
-                   "float16 output by default)")
-    p.add_argument("--out-dtype", help="output dtype (gemm default float32, gemv the input's)")
+    p.add_argument("--dtype", help="input dtype: float32, float16 or bfloat16; gemm also "
+                   "float8_e4m3fn (layout nt, a float32 scale per tensor, bfloat16 output by "
+                   "default); gemv and batched_gemv also nvfp4 (4-bit e2m1 codes, an e4m3 scale "
+                   "per 16 elements; float16 output by default)")
+    p.add_argument("--out-dtype", help="output dtype (gemm default float32, fp8 gemm bfloat16, "
+                   "gemv the input's)")
     p.add_argument("--layout", help="gemm: nn (B is KxN) or nt (B is NxK)")
     p.add_argument("--no-ir", action="store_true", help="do not print the lowered IR")
     p.add_argument("--show-cuda", action="store_true", help="print the generated CUDA source")

@@ -399,7 +399,7 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     if any(r[0]["op"] == "gemm" for r in runs):
         lines.append(
             "- % of peak: of the datasheet's dense peak for the input dtype (fp32 on CUDA cores, "
-            "TF32 and fp16/bf16 on tensor cores): "
+            "TF32, fp16/bf16 and fp8 on tensor cores): "
             + "; ".join(f"{gpu} {', '.join(f'{k} {v}' for k, v in p.items())} TFLOP/s"
                         for gpu, p in SPEC_PEAK_TFLOPS.items() if any(gpu in f[0] for f in facts)))
     if searches:

@@ -394,11 +394,15 @@ class RegisterTiles:
     fragment_stages: int = 1  # v5t: register fragments of K steps in flight
 
 
+FP8_LANES = 4  # TVM 0.27's CUDA codegen makes fp8 vectors of 1, 2 or 4 lanes only (a zero-fill
+# of 16 fails its check on ragged shapes)
+
+
 def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: RegisterTiles) -> None:
     """The register-tile schedule of v5 and the rungs after it, as `tiles` sets it."""
-    # Shared tiles and register fragments in 16-byte vectors; global rows of A and B in the
-    # widest vectors they are made of (narrower on ragged K, or N in nn).
-    vector = 16 // DTYPE_BYTES[wl.dtype]
+    # Shared tiles and register fragments in 16-byte vectors (fp8: FP8_LANES); global rows of A
+    # and B in the widest vectors they are made of (narrower on ragged K, or N in nn).
+    vector = FP8_LANES if wl.is_fp8 else 16 // DTYPE_BYTES[wl.dtype]
     global_vector = operand_vector(wl, vector)
     thread_m, thread_n = tiles.thread_m, tiles.thread_n
     threads = _threads_of_register_tiles(name, tiles.block_m, tiles.block_n, thread_m, thread_n)

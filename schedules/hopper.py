@@ -19,12 +19,15 @@ counts the whole box's bytes), so the main loop has no predicates; the epilogue 
 stores. What TMA cannot take is a row stride that is not a whole number of 16 bytes: such
 workloads are refused (v7 takes them).
 
-fp8 (e4m3) inputs are in the template (`FP8`: k32 wgmmas, 128-element K boxes, nt only since
-fp8 wgmma has no transpose) but not in the rung: the workloads have no fp8 dtype yet.
+fp8 (e4m3) inputs (workloads.FP8, layout nt only: fp8 wgmma has no transposed operands): k32
+wgmmas on 128-element K blocks (the same 128-byte rows), loaded by TMA as bytes; the kernel
+takes the two per-tensor scales after B and multiplies the float32 accumulators by their
+product just before C is stored (after split K's sum).
 """
 
 from __future__ import annotations
 
+from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.script.ir_builder import IRBuilder
 from tvm.script import tirx as T
@@ -34,9 +37,8 @@ from .common import TIRX_KERNEL, cuda_call, require_sm
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .tensorcore import HOPPER_SHARED_BYTES, SHORT, WARPGROUP
-from .workloads import Workload
+from .workloads import FP8, Workload
 
-FP8 = "float8_e4m3fn"
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, FP8: 1}
 PTX_TYPE = {**SHORT, FP8: "e4m3"}
 ROW_BYTES = 128  # one swizzled row: a box's inner extent, and the K of a stage
@@ -206,8 +208,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
                           split_tail: bool, sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
-    accumulation, as a persistent warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative"
-    kernel): min(sms, units) CTAs of 384 threads walk the units of work (a block tile and one
+    accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
+    warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of 384 threads walk the units of work (a block tile and one
     of its `split_k` slices of K) in the grouped raster of the tiles.
 
     Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and one thread loads
@@ -304,10 +306,13 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         return ((unit - whole) * quads + quad) * CONSUMER_THREADS + thread
 
     @T.prim_func
-    def main(A_handle: T.handle, B_handle: T.handle, C_handle: T.handle):
+    def main(A_handle: T.handle, B_handle: T.handle, A_scale_handle: T.handle,
+             B_scale_handle: T.handle, C_handle: T.handle):
         T.func_attr({TIRX_KERNEL: True})
         A = T.match_buffer(A_handle, (M, K), dtype, align=16)
         B = T.match_buffer(B_handle, b_shape, dtype, align=16)
+        A_scale = T.match_buffer(A_scale_handle, (1,), "float32")
+        B_scale = T.match_buffer(B_scale_handle, (1,), "float32")
         C = T.match_buffer(C_handle, (M, N), out_dtype, align=16)
         A_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, tma_dtype, 2, A.data, *a_map)
@@ -449,6 +454,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                                         *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
                                 if thread == 0:
                                     cuda_call(helpers["rearm"], tile - whole)
+                        if dtype == FP8:
+                            scale: T.let[T.float32] = A_scale[0] * B_scale[0]
+                            for i in T.unroll(accumulators):
+                                acc[i] = acc[i] * scale
                         if out_dtype != "float32" and N % 4 == 0:
                             for mi in T.unroll(m_wgmmas):
                                 for n16 in T.unroll(wg_n // 16):
@@ -476,16 +485,23 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                                     if col + e < N:
                                                         C[row, col + e] = T.Cast(out_dtype, acc[first + e])
 
-    return main
+    return main if dtype == FP8 else _without_params(main, ("A_scale", "B_scale"))
+
+
+def _without_params(func, names: tuple[str, ...]):
+    """`func` without its buffer parameters `names` (which its body must not use): one script
+    serves the workloads with and without fp8's scales."""
+    return tirx.PrimFunc([p for p in func.params if p.name not in names], func.body,
+                         func.ret_type, func.attrs)
 
 
 # -- the rung ----------------------------------------------------------------------------------
 def tma_refusal(wl: Workload) -> str | None:
     """Why v8 cannot take the workload whatever its knobs, in one line (None where it can):
-    inputs other than 16-bit floats, or rows that TMA cannot load (not whole 16-byte
+    inputs other than 16-bit floats and fp8, or rows that TMA cannot load (not whole 16-byte
     multiples)."""
-    if wl.dtype not in SHORT:
-        return f"v8 multiplies float16 or bfloat16 on tensor cores, not {wl.dtype}"
+    if wl.dtype not in ELEMENT_BYTES:
+        return f"v8 multiplies float16, bfloat16 or {FP8} on tensor cores, not {wl.dtype}"
     M, N, K = wl.shape
     element_bytes = ELEMENT_BYTES[wl.dtype]
     strides = [("A", "K", K)] + ([("B", "N", N)] if wl.layout == "nn" else [("B", "K", K)])
@@ -564,7 +580,8 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
     partial wave are split, so that the SMs it would leave idle share its work. Ragged M, N,
     K: TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in
-    nn). A TIRx kernel (schedules/hopper.py), sm_90a only.
+    nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied
+    to the accumulators before C is stored. A TIRx kernel (schedules/hopper.py), sm_90a only.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /

@@ -13,6 +13,15 @@ every schedule. Accumulation is always float32; inputs and output take their own
 When the output dtype differs from the float32 accumulator, the reduction writes `<out>_acc`
 and an elementwise block casts it into the output; schedules keep that accumulator in registers.
 
+GEMM also takes fp8 (`float8_e4m3fn`) inputs, as Hopper's wgmma and torch._scaled_mm do: B stored
+N x K (layout nt), one float32 scale per tensor, the product written in bfloat16 by default:
+
+    A        (M, K) e4m3
+    B        (N, K) e4m3
+    A_scale  (1,) float32
+    B_scale  (1,) float32
+    C        (M, N)                    C = (A @ B^T) * A_scale[0] * B_scale[0]
+
 GEMV and batched GEMV also take `nvfp4` inputs (schedules/fp4.py), the batched-GEMV seed's
 format, and write float16 by default. B and x then come as packed codes with their scales:
 
@@ -41,9 +50,11 @@ from .errors import WorkloadError
 
 ACC_DTYPE = "float32"
 DENSE_DTYPES = ("float32", "float16", "bfloat16")  # one element per value: any input or output
-DTYPES = (*DENSE_DTYPES, fp4.NAME)
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, fp4.CODE_BYTES: 1, fp4.SCALE_DTYPE: 1}
+FP8 = "float8_e4m3fn"  # GEMM's 8-bit input, scaled per tensor
+DTYPES = (*DENSE_DTYPES, FP8, fp4.NAME)
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, FP8: 1, fp4.CODE_BYTES: 1}
 NVFP4_OUT_DTYPE = "float16"  # the seed's C
+FP8_OUT_DTYPE, FP8_LAYOUT = "bfloat16", "nt"  # torch._scaled_mm's usual C, and the B it takes
 SHAPE_AXES = {"gemm": ("M", "N", "K"), "gemv": ("N", "K"), "batched_gemv": ("L", "N", "K")}
 LAYOUTS = {"gemm": ("nn", "nt"), "gemv": ("nt",), "batched_gemv": ("nt",)}
 OPS = tuple(SHAPE_AXES)
@@ -75,17 +86,20 @@ class Workload:
         if bad:
             raise WorkloadError(f"dimensions must be positive, got {', '.join(bad)}")
         # GEMV keeps the input dtype on its output (nvfp4: float16); GEMM writes the float32
-        # accumulator.
-        default_out = ACC_DTYPE if self.op == "gemm" else NVFP4_OUT_DTYPE if self.is_nvfp4 \
-            else self.dtype
+        # accumulator (fp8: bfloat16, B N x K).
+        default_out = FP8_OUT_DTYPE if self.is_fp8 else ACC_DTYPE if self.op == "gemm" \
+            else NVFP4_OUT_DTYPE if self.is_nvfp4 else self.dtype
         object.__setattr__(self, "out_dtype", self.out_dtype or default_out)
-        object.__setattr__(self, "layout", self.layout or LAYOUTS[self.op][0])
+        object.__setattr__(self, "layout", self.layout
+                           or (FP8_LAYOUT if self.is_fp8 else LAYOUTS[self.op][0]))
         for what, value, valid in (("dtype", self.dtype, DTYPES),
                                    ("output dtype", self.out_dtype, DENSE_DTYPES)):
             if value not in valid:
                 raise WorkloadError(f"unknown {what} '{value}'; valid: {', '.join(valid)}")
         if self.is_nvfp4:
             self._check_nvfp4()
+        if self.is_fp8:
+            self._check_fp8()
         if self.layout not in LAYOUTS[self.op]:
             raise WorkloadError(
                 f"unknown layout '{self.layout}' for {self.op}; valid: {', '.join(LAYOUTS[self.op])}"
@@ -107,16 +121,31 @@ class Workload:
             raise WorkloadError(f"{fp4.NAME} has one scale per {fp4.BLOCK} elements of K: K={K} "
                                 f"is not a multiple of {fp4.BLOCK}")
 
+    def _check_fp8(self) -> None:
+        """fp8 is a GEMM input whose B is stored N x K, as wgmma's e4m3 form (which has no
+        transposed operands) and torch._scaled_mm take it."""
+        if self.op != "gemm":
+            raise WorkloadError(f"{FP8} inputs are for gemm; {self.op} takes "
+                                f"{', '.join(d for d in DTYPES if d != FP8)}")
+        if self.layout != FP8_LAYOUT:
+            raise WorkloadError(f"{FP8} GEMM takes B stored N x K (layout {FP8_LAYOUT}), as "
+                                f"wgmma's e4m3 form and torch._scaled_mm do, not layout {self.layout}")
+
     @property
     def is_nvfp4(self) -> bool:
         return self.dtype == fp4.NAME
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.dtype == FP8
 
     def buffer_shapes(self) -> dict[str, tuple[int, ...]]:
         """Each buffer's shape by name: the inputs, then the output."""
         d = self.dims
         if self.op == "gemm":
             b = (d["K"], d["N"]) if self.layout == "nn" else (d["N"], d["K"])
-            return {"A": (d["M"], d["K"]), "B": b, "C": (d["M"], d["N"])}
+            scales = {"A_scale": (1,), "B_scale": (1,)} if self.is_fp8 else {}
+            return {"A": (d["M"], d["K"]), "B": b, **scales, "C": (d["M"], d["N"])}
         batch = (d["L"],) if "L" in d else ()
         N, K = d["N"], d["K"]
         if self.is_nvfp4:
@@ -132,7 +161,9 @@ class Workload:
             stored = {"B": fp4.CODE_BYTES, "x": fp4.CODE_BYTES, "B_scale": fp4.SCALE_DTYPE,
                       "x_scale": fp4.SCALE_DTYPE}
             return {name: stored.get(name, self.out_dtype) for name in names}
-        return {name: self.dtype for name in names[:-1]} | {names[-1]: self.out_dtype}
+        scales = {"A_scale": ACC_DTYPE, "B_scale": ACC_DTYPE} if self.is_fp8 else {}
+        return ({name: self.dtype for name in names[:-1]} | scales
+                | {names[-1]: self.out_dtype})
 
     # -- names the schedules use -------------------------------------------------------------
     @property
@@ -142,8 +173,9 @@ class Workload:
 
     @property
     def has_cast(self) -> bool:
-        """True when an epilogue block casts the float32 accumulator to the output dtype."""
-        return self.out_dtype != ACC_DTYPE
+        """True when an epilogue block writes the output from the float32 accumulator: casts it
+        to the output dtype, or (fp8) scales it."""
+        return self.out_dtype != ACC_DTYPE or self.is_fp8
 
     @property
     def reduction_block(self) -> str:
@@ -194,23 +226,28 @@ def _acc(value: te.Tensor | object):
     return value.astype(ACC_DTYPE)
 
 
-def _with_cast(wl: Workload, shape, body) -> te.Tensor:
-    """The reduction, plus the cast epilogue when the output dtype is not float32."""
+def _with_cast(wl: Workload, shape, body, scale=None) -> te.Tensor:
+    """The reduction, plus the epilogue that casts it when the output dtype is not float32,
+    and multiplies it by `scale` (a float32 expression) where one is given."""
     acc = te.compute(shape, body, name=wl.reduction_block)
     if not wl.has_cast:
         return acc
-    return te.compute(shape, lambda *idx: acc(*idx).astype(wl.out_dtype), name=wl.output)
+    scaled = (lambda *idx: acc(*idx) * scale) if scale is not None else acc
+    return te.compute(shape, lambda *idx: scaled(*idx).astype(wl.out_dtype), name=wl.output)
 
 
 def _gemm(wl: Workload) -> list[te.Tensor]:
-    """C = A @ B (nn) or A @ B^T (nt), float32 accumulation."""
+    """C = A @ B (nn) or A @ B^T (nt), float32 accumulation; fp8: times A's and B's scales."""
     M, N, K = wl.shape
     A = te.placeholder((M, K), wl.dtype, name="A")
     B = te.placeholder((K, N) if wl.layout == "nn" else (N, K), wl.dtype, name="B")
+    scales = [te.placeholder((1,), ACC_DTYPE, name=name) for name in ("A_scale", "B_scale")] \
+        if wl.is_fp8 else []
     k = te.reduce_axis((0, K), name="k")
     b_at = (lambda kk, j: B[kk, j]) if wl.layout == "nn" else (lambda kk, j: B[j, kk])
-    C = _with_cast(wl, (M, N), lambda i, j: te.sum(_acc(A[i, k]) * _acc(b_at(k, j)), axis=k))
-    return [A, B, C]
+    C = _with_cast(wl, (M, N), lambda i, j: te.sum(_acc(A[i, k]) * _acc(b_at(k, j)), axis=k),
+                   scales[0][0] * scales[1][0] if scales else None)
+    return [A, B, *scales, C]
 
 
 def _gemv(wl: Workload) -> list[te.Tensor]:

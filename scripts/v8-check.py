@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """On the GPU machine: v8 (schedules/hopper.py) and v7 through the project's own harness
 (runner.py: correctness against float64, timing against cuBLAS as the runner prints it) on the
-workloads of issue 22, one runner call per (workload, schedule), results into one JSONL.
+workloads of issue 22, one runner call per (workload, schedule), results into one JSONL; fp8
+workloads run v8 only (v7 takes 16-bit inputs).
 
     python3 scripts/v8-check.py                 # every workload below, v8 then v7
     python3 scripts/v8-check.py --only 4096     # the workloads whose label contains 4096
+    python3 scripts/v8-check.py --only float8   # the fp8 ones
     OUT=/some/dir python3 scripts/v8-check.py   # results and log there (default ./gpu-out)
 
 Each call runs under a time limit (a wrong mbarrier phase hangs rather than failing); a line
@@ -36,8 +38,16 @@ WORKLOADS = [
     ("128x4096x4096", "bfloat16", "nt", "float32"),
     ("16x6144x4096", "bfloat16", "nt", "float32"),
     ("100x304x40", "float16", "nn", "float16"),
+    # fp8 e4m3, scaled per tensor, 16-bit C: against torch._scaled_mm (v7 takes 16-bit only)
+    ("4096x4096x4096", "float8_e4m3fn", "nt", "bfloat16"),
+    ("8192x8192x8192", "float8_e4m3fn", "nt", "bfloat16"),
+    ("4096x4096x4096", "float8_e4m3fn", "nt", "float16"),
+    ("1000x4096x4096", "float8_e4m3fn", "nt", "bfloat16"),
+    ("128x4096x4096", "float8_e4m3fn", "nt", "bfloat16"),
+    ("16x6144x4096", "float8_e4m3fn", "nt", "bfloat16"),
 ]
-SCHEDULES = ("v8", "v7")
+SCHEDULES = {"float8_e4m3fn": ("v8",)}  # by input dtype; any other: DEFAULT_SCHEDULES
+DEFAULT_SCHEDULES = ("v8", "v7")
 LIMIT_S = 600
 
 
@@ -58,7 +68,7 @@ def main() -> int:
             if args.only not in label(*workload):
                 continue
             shape, dtype, layout, out_dtype = workload
-            for name in SCHEDULES:
+            for name in SCHEDULES.get(dtype, DEFAULT_SCHEDULES):
                 command = [sys.executable, "runner.py", "--shape", shape, "--dtype", dtype,
                            "--layout", layout, "--out-dtype", out_dtype, "--schedule", name,
                            "--no-ir", "--results", results]

@@ -9,7 +9,8 @@ import pytest
 import runner
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from tests.test_schedules import REFUSED
+from schedules.workloads import FP8
+from tests.test_schedules import FP8_GEMMS, REFUSED
 from tuning import build, measure, metaschedule, records
 
 pytestmark = pytest.mark.gpu
@@ -29,6 +30,7 @@ WORKLOADS = [
     Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"),  # ragged M, whole vectors
     Workload("gemm", (17, 250, 66), "float16"),  # a decode-sized M, 4-byte rows
     Workload("gemm", (256, 256, 100), "float16"),  # only K ragged: no padded C to copy out
+    *FP8_GEMMS,  # scaled per tensor: whole tiles; ragged M and N; rows TMA cannot load
     Workload("gemv", (1024, 1024), "float16"),  # the TileLang seed's problem
     Workload("gemv", (1001, 1000), "float16"),  # ragged rows and K steps
     Workload("gemv", (999, 1001), "float16"),  # odd K: single-element loads
@@ -178,13 +180,21 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (1000, 2560, 520), "bfloat16", layout="nt"),
      {"block_n": 128, "split_k": 4, "split_tail": True}),
     (Workload("gemm", (1100, 4608, 1024), "float16", "float16", "nt"), {"split_k": 3, "split_tail": True}),
+    # fp8: its scales applied once, after split K's sum; both consumer splits; every C dtype
+    (Workload("gemm", (1000, 1000, 1008), FP8, "float32"), {}),  # split K (the heuristic's)
+    (Workload("gemm", (300, 520, 256), FP8), {"block_m": 256, "block_n": 128}),
+    (Workload("gemm", (16, 6144, 4096), FP8, "float16"), {"split_k": 8}),
+    (Workload("gemm", (1100, 4608, 1024), FP8), {"split_k": 3, "split_tail": True}),
+    (Workload("gemm", (100, 302, 272), FP8, "float16"), {}),  # 16-bit C, N % 4 == 2
+    (Workload("gemm", (77, 301, 144), FP8, "float32"), {"block_m": 64, "stages": 2}),  # odd N
+    (Workload("gemm", (256, 512, 16384), FP8, "float32"), {}),  # the accumulator's drift over K
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
     splitting the tile along M (block_m 128, 256) and along N (block_m 64), several tiles per
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
-    only the last wave's tiles, split_tail), and
+    only the last wave's tiles, split_tail), fp8 with its scales, and
     a second call into the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 
@@ -262,12 +272,25 @@ def test_cublas_baselines_are_correct(wl):
         assert err > measure.TOLERANCE["float32"]  # TF32 really was on: fp32 precision is lost
 
 
+@pytest.mark.parametrize("wl", [Workload("gemm", (256, 384, 512), FP8),
+                                Workload("gemm", (1000, 144, 208), FP8, "float32")],
+                         ids=lambda wl: wl.label())
+def test_scaled_mm_baselines_are_correct(wl):
+    """torch._scaled_mm with and without fast accumulation: the scales applied, within fp8's
+    tolerance."""
+    inputs = measure.random_inputs(wl, 4)
+    for fast_accum in (False, True):
+        check(wl, measure.cublas_runner(wl, inputs, fast_accum=fast_accum), inputs,
+              measure.tolerance(wl))
+
+
 @pytest.mark.parametrize("wl", [
     Workload("gemm", (256, 384, 512), "bfloat16"),  # cuBLAS's own float32 epilogue
     Workload("gemm", (200, 136, 264), "float16", "float16", "nt"),
     Workload("gemv", (1001, 1000), "float16", "float32"),
     Workload("batched_gemv", (3, 1001, 1000), "bfloat16", "float32"),
     Workload("gemm", (128, 64, 96), "float32", "bfloat16"),  # no such call: a cast after it
+    Workload("gemm", (128, 64, 96), FP8, "float16"),  # _scaled_mm writes it
 ], ids=lambda wl: wl.label())
 def test_cublas_writes_the_workloads_output_dtype(wl):
     inputs = measure.random_inputs(wl, 5)

@@ -13,6 +13,7 @@ import pytest
 import schedules
 from schedules import ScheduleNotApplicable, Workload
 from schedules.hopper import SETTLE
+from schedules.workloads import FP8
 from tuning import build
 
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
@@ -32,6 +33,9 @@ BUILDS = [
     gemm((1, 256, 64), "float16", "float16", "nn"),
     gemm((37, 200, 72), "float16", layout="nn"),
     gemm((128, 4096, 4096), "bfloat16", "bfloat16", "nt"),  # split K (the heuristic's 2)
+    gemm((4096, 4096, 4096), FP8, layout="nt"),  # fp8, bfloat16 C
+    gemm((1000, 1000, 1008), FP8, "float32", "nt"),  # fp8, ragged M and N, split K
+    gemm((16, 6144, 4096), FP8, "float16", "nt"),  # fp8 decode batch
 ]
 
 
@@ -62,6 +66,25 @@ def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
     body = source[source.index("__global__ void"):]
     assert body.index(f"{SETTLE[0]}(acc_ptr[0])") > body.index("wait_group_sync_aligned_0()")
     assert body.index("v8_store_quad_float16(") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
+
+
+def test_v8_on_fp8_takes_the_scales_and_multiplies_by_their_product_before_storing_c(compiled):
+    """fp8: TMA loads bytes in 128-element boxes, wgmma's e4m3 k32 form, the scales as the
+    kernel's parameters after B, their product applied to each accumulator once, after the
+    last wait and before the stores."""
+    _, source, _ = compiled("v8", gemm((4096, 4096, 4096), FP8, layout="nt"))
+    assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3" in source
+    assert "float* __restrict__ A_scale_ptr" in source and "float* __restrict__ B_scale_ptr" in source
+    body = source[source.index("__global__ void"):]
+    assert body.count("float scale = (A_scale_ptr[0] * B_scale_ptr[0]);") == 1
+    assert body.count("* scale);") == 128  # each of a consumer thread's accumulators
+    assert body.index(f"{SETTLE[0]}(acc_ptr[127])") < body.index("* scale);") \
+        < body.index("v8_store_quad_bfloat16(")
+
+
+def test_v8_takes_no_scales_where_the_inputs_are_16_bit(compiled):
+    _, source, _ = compiled("v8", gemm((4096, 4096, 4096), "float16", "float16", "nt"))
+    assert "scale_ptr" not in source and "float scale" not in source
 
 
 def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled):
@@ -158,7 +181,11 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
 
 
 @pytest.mark.parametrize("wl, knobs, reason", [
-    (gemm((256, 256, 256), "float32"), {}, "v8 multiplies float16 or bfloat16 on tensor cores, not float32"),
+    (gemm((256, 256, 256), "float32"), {}, "v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, not float32"),
+    (gemm((256, 256, 100), FP8, layout="nt"), {}, "v8 loads A with TMA, which takes rows of whole "
+                                                    "16-byte multiples: K=100 float8_e4m3fn rows "
+                                                    "are 100 bytes"),
+    (gemm((256, 256, 256), FP8, layout="nt"), {"split_k": 3}, "splits K=256 into 1 to 2 slices"),
     (gemm((256, 256, 100)), {}, "v8 loads A with TMA, which takes rows of whole 16-byte multiples: "
                                 "K=100 float16 rows are 200 bytes"),
     (gemm((64, 100, 64), layout="nn"), {}, "v8 loads B with TMA, which takes rows of whole 16-byte "

@@ -163,10 +163,28 @@ def test_cublas_rows_say_which_call_and_output_dtype_they_timed():
     assert measure.cublas_call(wl("float32", "bfloat16")) == "torch.mm + cast to bfloat16"
     assert measure.cublas_call(Workload("batched_gemv", (2, 8, 8), "float16", "float32")) == \
         "torch.bmm(out_dtype=float32)"
+    assert measure.cublas_call(wl("float8_e4m3fn", None)) == "torch._scaled_mm(out_dtype=bfloat16)"
+    assert measure.cublas_call(wl("float8_e4m3fn", "float32"), fast_accum=True) == \
+        "torch._scaled_mm(out_dtype=float32, use_fast_accum=True)"
     run = seed_run()
     run[5] = {**run[5], "params": {"tf32": False, "call": "torch.mm"}}
     rows = table_rows(run)
     assert rows[5]["schedule"] == "cublas (torch.mm)" and rows[5]["% of cuBLAS"] == "100.0%"
+
+
+def test_fp8_operands_and_reference_carry_the_per_tensor_scales():
+    import torch
+
+    from schedules import Workload
+    from tuning import measure
+
+    wl = Workload("gemm", (3, 2, 4), "float8_e4m3fn")
+    a = torch.tensor([[1.0, -2.0, 0.5, 448.0]] * 3).to(torch.float8_e4m3fn)
+    b = torch.tensor([[1.0, 1.0, 2.0, 0.0], [0.25, 0.0, 0.0, 1.0]]).to(torch.float8_e4m3fn)
+    scale_a, scale_b = torch.tensor([0.5]), torch.tensor([3.0])
+    got = measure.reference(wl, [a, b, scale_a, scale_b])
+    assert got.dtype == torch.float64
+    assert got.tolist() == [[(1.0 - 2.0 + 1.0) * 1.5, (0.25 + 448.0) * 1.5]] * 3
 
 
 @pytest.mark.parametrize("fields, says", [

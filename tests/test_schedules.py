@@ -12,9 +12,12 @@ from tvm.tirx import stmt as S
 
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from schedules.workloads import DTYPE_BYTES
+from schedules.workloads import DTYPE_BYTES, FP8
 from tuning import build, lowering
 
+FP8_GEMMS = [Workload("gemm", (256, 384, 512), FP8),  # whole tiles, bfloat16 C
+             Workload("gemm", (1000, 136, 208), FP8, "float32"),  # ragged M and N
+             Workload("gemm", (17, 250, 100), FP8, "float16")]  # 100-byte rows: no TMA
 WORKLOADS = {
     "gemm": [
         Workload("gemm", (1024, 512, 2048)),
@@ -28,6 +31,7 @@ WORKLOADS = {
         Workload("gemm", (1, 1, 1), "float16"),  # less than one of any tile or vector
         Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"),  # ragged M, whole vectors
         Workload("gemm", (17, 250, 66), "float16"),  # 4-byte rows of A and B
+        *FP8_GEMMS,
     ],
     "gemv": [
         Workload("gemv", (1024, 1024), "float16"),
@@ -65,7 +69,13 @@ FP32_ONLY = "v5t copies A element by element with cp.async, which moves 4 bytes 
 # workloads, with the reason it must give: every pair not named here must build.
 REFUSED = {
     **{(rung, f"gemm {shape} float32 nn"): f"{rung} multiplies float16 or bfloat16 on tensor cores"
-       for rung in ("v6", "v7", "v8") for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
+       for rung in ("v6", "v7") for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
+    **{("v8", f"gemm {shape} float32 nn"): f"v8 multiplies float16, bfloat16 or {FP8} on tensor cores"
+       for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
+    **{(rung, wl.label()): f"{rung} multiplies float16 or bfloat16 on tensor cores, not {FP8}"
+       for rung in ("v6", "v7") for wl in FP8_GEMMS},
+    **{("v5t", wl.label()): FP32_ONLY for wl in FP8_GEMMS},
+    ("v8", FP8_GEMMS[2].label()): f"v8 loads A with TMA, which takes rows of whole 16-byte multiples: K=100 {FP8} rows are 100 bytes",
     **{("v8", f"gemm {shape} {dtypes}"): TMA_ROWS.format(k=k, dtype=dtypes.split("->")[0], b=2 * k)
        for shape, dtypes, k in (("257x129x65", "bfloat16->float32 nt", 65),
                                 ("1x1x1", "float16->float32 nn", 1),
@@ -150,6 +160,7 @@ INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5p"
             for wl in (WORKLOADS["gemm"][0], Workload("gemm", (4096, 4096, 4096)))]
 INTENDED += [(name, Workload("gemm", (4096, 4096, 4096), dt, layout=lay)) for name in ("v6", "v7", "v8")
              for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
+INTENDED += [("v8", Workload("gemm", (4096, 4096, 4096), FP8))]
 INTENDED += [(e.name, wl) for op in ("gemv", "batched_gemv") for e in schedules.entries(op)
              if not e.baseline for wl in (WORKLOADS[op][0], NVFP4[0 if op == "gemv" else 2])
              if (e.name, wl.label()) not in REFUSED

@@ -718,7 +718,7 @@ def test_a_rung_space_the_workload_cannot_take_is_refused_with_the_rungs_reason(
     from tuning import build, rungspace
 
     with pytest.raises(UsageError, match=re.escape(
-            "design space v8: v8 multiplies float16 or bfloat16 on tensor cores, not float32")):
+            "design space v8: v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, not float32")):
         rungspace.Rungs(["v8"], SEED_GEMM, build.cuda_target("sm_90"))
 
 

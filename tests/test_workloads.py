@@ -1,5 +1,7 @@
 """Workload validation and the TE compute definitions."""
 
+import re
+
 import pytest
 
 from schedules import PRESETS, Workload, WorkloadError, parse_shape
@@ -42,6 +44,29 @@ def test_defaults_follow_the_op():
     gemv = Workload("gemv", (8, 8), "float16")
     assert (gemv.out_dtype, gemv.layout, gemv.has_cast) == ("float16", "nt", True)
     assert gemv.reduction_block == "y_acc" and gemv.output == "y"
+
+
+def test_fp8_gemm_takes_b_n_by_k_and_a_scale_per_tensor():
+    wl = Workload("gemm", (64, 32, 48), "float8_e4m3fn")
+    assert (wl.out_dtype, wl.layout, wl.has_cast) == ("bfloat16", "nt", True)
+    assert wl.buffer_shapes() == {"A": (64, 48), "B": (32, 48), "A_scale": (1,), "B_scale": (1,),
+                                  "C": (64, 32)}
+    assert wl.buffer_dtypes() == {"A": "float8_e4m3fn", "B": "float8_e4m3fn", "A_scale": "float32",
+                                  "B_scale": "float32", "C": "bfloat16"}
+    assert _buffer_shapes(wl) == wl.buffer_shapes()  # the compute definition's, in that order
+    assert wl.min_bytes == 64 * 48 + 32 * 48 + 2 * 4 + 2 * 64 * 32
+    # a float32 C still has its epilogue: the scales are applied there
+    assert Workload("gemm", (64, 32, 48), "float8_e4m3fn", "float32").has_cast
+
+
+@pytest.mark.parametrize("op, shape, layout, message", [
+    ("gemm", (64, 32, 48), "nn", "float8_e4m3fn GEMM takes B stored N x K (layout nt)"),
+    ("gemv", (64, 48), None, "float8_e4m3fn inputs are for gemm; gemv takes"),
+    ("batched_gemv", (2, 64, 48), None, "float8_e4m3fn inputs are for gemm; batched_gemv takes"),
+])
+def test_fp8_elsewhere_is_refused_with_the_reason(op, shape, layout, message):
+    with pytest.raises(WorkloadError, match=re.escape(message)):
+        Workload(op, shape, "float8_e4m3fn", layout=layout)
 
 
 def test_accounting():

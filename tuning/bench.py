@@ -78,12 +78,15 @@ def measure_tvm(run: Run, wl: Workload, schedule: str, kind: str, params: dict, 
                       **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl), seed))
 
 
-def measure_cublas(run: Run, wl: Workload, tf32: bool = False, seed: int = 0) -> dict:
+def measure_cublas(run: Run, wl: Workload, tf32: bool = False, fast_accum: bool = False,
+                   seed: int = 0) -> dict:
     """torch (cuBLAS) on the same inputs and harness, writing the workload's output dtype (its
-    params name the call); TF32 is its own row. nvfp4: on B and x dequantized before timing."""
-    runner_of = lambda inputs: measure.cublas_runner(wl, inputs, tf32=tf32)  # noqa: E731
-    name = "cublas-tf32" if tf32 else "cublas"
-    return run.record(wl, name, "baseline", {"tf32": tf32, "call": measure.cublas_call(wl)},
+    params name the call); TF32 and fp8's fast accumulation are rows of their own. nvfp4: on B
+    and x dequantized before timing."""
+    runner_of = lambda inputs: measure.cublas_runner(wl, inputs, tf32, fast_accum)  # noqa: E731
+    name = "cublas-tf32" if tf32 else "cublas-fast-accum" if fast_accum else "cublas"
+    params = {"tf32": tf32, "call": measure.cublas_call(wl, fast_accum)}
+    return run.record(wl, name, "baseline", params,
                       **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl, tf32), seed))
 
 
@@ -110,12 +113,15 @@ def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
 
 
 def measure_baselines(run: Run, wl: Workload) -> list[dict]:
-    """The references measured next to every TVM kernel: cuBLAS (and TF32 for fp32 GEMM), and
-    the seed's Triton GEMV where triton is installed; for nvfp4, cuBLAS on the dequantized
-    operands and the dequantize-then-multiply a user would run (no Triton, no TF32)."""
+    """The references measured next to every TVM kernel: cuBLAS (and TF32 for fp32 GEMM, fast
+    accumulation for fp8), and the seed's Triton GEMV where triton is installed; for nvfp4,
+    cuBLAS on the dequantized operands and the dequantize-then-multiply a user would run (no
+    Triton, no TF32)."""
     measured = [measure_cublas(run, wl)]
     if wl.op == "gemm" and wl.dtype == "float32":
         measured.append(measure_cublas(run, wl, tf32=True))
+    if wl.is_fp8:
+        measured.append(measure_cublas(run, wl, fast_accum=True))
     if wl.is_nvfp4:
         measured.append(measure_dequantizing(run, wl))
     elif wl.op != "gemm":

@@ -195,7 +195,8 @@ def rule(wl: Workload) -> tuple[str, str]:
     """The rung `best` runs where no records say, and the rule in words: a 16-bit GEMM -> v8
     wherever TMA can load its rows (the best rung on 30 of the 32 llm-bf16 shapes and at 4096^3
     and 8192^3, reports/h100-shapes.md and reports/h100-v8.md), else v7 with a float32 C and
-    v5k with a 16-bit one (v6 and v7 write float32 only); a float32 GEMM -> v5t where its
+    v5k with a 16-bit one (v6 and v7 write float32 only); an fp8 GEMM -> v8 likewise, else
+    v5k (v6 and v7 take 16-bit inputs only); a float32 GEMM -> v5t where its
     default tiles give every SM one, else v5k (split K); a GEMV -> blockreduce where K gives
     each of its K threads a 16-byte vector per step, else multirow (whose heuristic fits its K
     threads to K); an nvfp4 GEMV -> bitdecode."""
@@ -207,7 +208,9 @@ def rule(wl: Workload) -> tuple[str, str]:
 
         refusal = tma_refusal(wl)
         if not refusal:
-            return "v8", "16-bit GEMM whose rows TMA can load -> v8"
+            return "v8", f"{'fp8' if wl.is_fp8 else '16-bit'} GEMM whose rows TMA can load -> v8"
+        if wl.is_fp8:
+            return "v5k", f"fp8 GEMM, which only v8 multiplies on tensor cores, and {refusal}"
         if wl.has_cast:
             return "v5k", f"16-bit GEMM writing {wl.out_dtype}, which only v8 writes, and {refusal}"
         return "v7", f"16-bit GEMM with a float32 C, and {refusal} -> v7"

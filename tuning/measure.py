@@ -15,9 +15,14 @@ from typing import Callable
 
 from schedules import fp4
 from schedules.errors import KernelFailed, UsageError
-from schedules.workloads import DTYPE_BYTES, Workload
+from schedules.workloads import DTYPE_BYTES, FP8, Workload
 
-TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2, fp4.NAME: 1e-3}
+# fp8: the tensor cores add e4m3 products in an accumulator of fewer bits than float32's (v8, and
+# torch._scaled_mm with use_fast_accum, which then err alike): 1.3e-3 at K = 4096 and 2e-3 at 8192
+# on an H100 with a 16-bit C (reports/logs/h100-v8-check-fp8-2026-11-24.log), growing about as
+# sqrt(K); the 16-bit inputs' 1e-2 leaves room for K in the hundreds of thousands.
+TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2, FP8: 1e-2,
+             fp4.NAME: 1e-3}
 
 
 def tolerance(wl: Workload, tf32: bool = False) -> float:
@@ -38,11 +43,14 @@ def gpu_present() -> bool:
 
 
 # Dense peak rates at boost clock from NVIDIA's datasheets (TFLOP/s): CUDA-core fp32, tensor-core
-# TF32, and tensor-core fp16/bf16 with fp32 accumulation. Matched by a substring of the GPU name.
+# TF32, tensor-core fp16/bf16 and fp8 with fp32 accumulation. Matched by a substring of the GPU
+# name.
 SPEC_PEAK_TFLOPS = {
-    "H100 80GB HBM3": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4},
-    "H200": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4},
-    "H100 PCIe": {"float32": 51.2, "tf32": 378.0, "float16": 756.5, "bfloat16": 756.5},
+    "H100 80GB HBM3": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4,
+                       FP8: 1978.9},
+    "H200": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, FP8: 1978.9},
+    "H100 PCIe": {"float32": 51.2, "tf32": 378.0, "float16": 756.5, "bfloat16": 756.5,
+                  FP8: 1513.0},
 }
 
 
@@ -201,18 +209,26 @@ def require_memory(wl: Workload) -> None:
                          f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB")
 
 
+FP8_SCALES = (0.5, 2.0)  # fp8's per-tensor scales: float32, uniform in this range
+
+
 def random_inputs(wl: Workload, seed: int = 0) -> list:
-    """Standard-normal inputs (never zeros) on the GPU, in the workload's input dtype; nvfp4's
-    codes and scales as `nvfp4_inputs` draws them."""
+    """Standard-normal inputs (never zeros) on the GPU, in the workload's input dtype (fp8:
+    rounded to e4m3, and its scales as FP8_SCALES draws them); nvfp4's codes and scales as
+    `nvfp4_inputs` draws them."""
     torch = _torch()
     gen = torch.Generator(device="cuda").manual_seed(seed)
     if wl.is_nvfp4:
         return nvfp4_inputs(wl, gen, "cuda")
     shapes = [tuple(int(d) for d in t.shape) for t in wl.tensors()[:-1]]
-    return [
+    dense = [
         torch.randn(s, generator=gen, device="cuda", dtype=torch.float32).to(torch_dtype(wl.dtype))
-        for s in shapes
+        for s in shapes[:2]
     ]
+    low, high = FP8_SCALES
+    scales = [torch.rand(s, generator=gen, device="cuda") * (high - low) + low for s in shapes[2:]]
+    return dense + scales
+
 
 
 SCALE_EXPONENTS = (-3.0, 1.0)  # nvfp4's random scales: 2^u, u uniform in this range
@@ -259,10 +275,13 @@ def dequantize(codes, scales, dtype):
 
 def operands(wl: Workload, inputs: list, dtype) -> list:
     """The op's two dense operands (GEMM: A, B; GEMV: B, x) in torch dtype `dtype`: the inputs
-    converted, or nvfp4's codes dequantized with their scales."""
+    converted (fp8's times their scales), or nvfp4's codes dequantized with their scales."""
     if wl.is_nvfp4:
         codes_b, scales_b, codes_x, scales_x = inputs
         return [dequantize(codes_b, scales_b, dtype), dequantize(codes_x, scales_x, dtype)]
+    if wl.is_fp8:
+        a, b, scale_a, scale_b = inputs
+        return [a.to(dtype) * scale_a.to(dtype), b.to(dtype) * scale_b.to(dtype)]
     return [t.to(dtype) for t in inputs]
 
 
@@ -320,11 +339,16 @@ def dense_dtype(wl: Workload) -> str:
     return DEQUANTIZED if wl.is_nvfp4 else wl.dtype
 
 
-def torch_call(wl: Workload) -> str:
+def torch_call(wl: Workload, fast_accum: bool = False) -> str:
     """The torch call that multiplies `wl`'s dense operands: one that writes the workload's
     output dtype, as the TVM kernels do. 16-bit inputs with a float32 output use cuBLAS's own
-    float32 epilogue (`out_dtype=torch.float32`); any other pair of dtypes has no such call, so
-    the result is cast by a second kernel, and the name says so."""
+    float32 epilogue (`out_dtype=torch.float32`); fp8 takes `torch._scaled_mm`, which scales
+    and writes any of them (with `fast_accum`, adding in the tensor cores' own accumulator, as
+    v8 does, not moved to a float32 sum every few K steps); any other pair of dtypes has no
+    such call, so the result is cast by a second kernel, and the name says so."""
+    if wl.is_fp8:
+        return (f"torch._scaled_mm(out_dtype={wl.out_dtype}"
+                f"{', use_fast_accum=True' if fast_accum else ''})")
     call, dtype = TORCH_CALLS[wl.op], dense_dtype(wl)
     if wl.out_dtype == dtype:
         return f"torch.{call}"
@@ -333,10 +357,10 @@ def torch_call(wl: Workload) -> str:
     return f"torch.{call} + cast to {wl.out_dtype}"
 
 
-def cublas_call(wl: Workload) -> str:
+def cublas_call(wl: Workload, fast_accum: bool = False) -> str:
     """Which torch call times cuBLAS for `wl` (torch_call); nvfp4's multiplies B and x decoded
     before it is timed, and says so."""
-    call = torch_call(wl)
+    call = torch_call(wl, fast_accum)
     return f"{call} on {DEQUANTIZED} B and x (dequantized beforehand)" if wl.is_nvfp4 else call
 
 
@@ -345,12 +369,17 @@ def dequantizing_call(wl: Workload) -> str:
     return f"dequantize B and x to {DEQUANTIZED}, then {torch_call(wl)}"
 
 
-def cublas_runner(wl: Workload, inputs: list, tf32: bool = False) -> Callable[[], object]:
-    """torch's own call for the op (cuBLAS mm / mv / bmm; see cublas_call), on `inputs` (nvfp4's
-    dequantized here, before any launch)."""
+def cublas_runner(wl: Workload, inputs: list, tf32: bool = False,
+                  fast_accum: bool = False) -> Callable[[], object]:
+    """torch's own call for the op (cuBLAS mm / mv / bmm / _scaled_mm; see cublas_call), on
+    `inputs` (nvfp4's dequantized here, before any launch)."""
     torch = _torch()
-    a, b = operands(wl, inputs, torch_dtype(DEQUANTIZED)) if wl.is_nvfp4 else inputs
     out = torch_dtype(wl.out_dtype)
+    if wl.is_fp8:
+        a, b, scale_a, scale_b = inputs
+        return lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out,
+                                        use_fast_accum=fast_accum)
+    a, b = operands(wl, inputs, torch_dtype(DEQUANTIZED)) if wl.is_nvfp4 else inputs
     widen = {"out_dtype": out} if (dense_dtype(wl), wl.out_dtype) in WIDENING else {}
     if wl.op == "gemm":
         rhs = b if wl.layout == "nn" else b.T
