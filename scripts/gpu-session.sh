@@ -39,7 +39,9 @@
 #                                            # ($NVFP4_PRESETS: bgemv-l1 bgemv-l8 bgemv-l4)
 #   bash scripts/gpu-session.sh v8           # v8's GPU tier, then the llm-bf16 suite (every rung)
 #   bash scripts/gpu-session.sh profile-v8   # ncu ($NCU: --set detailed) of v8 and of cuBLAS,
-#                                            # 4096^3 bf16 nt, float32 C
+#                                            # one warm launch each (scripts/profile_launch.py)
+#                                            # per $PROFILE ("shape:dtype:layout:out_dtype ...",
+#                                            # default 4096^3 bf16 nt, float32 C)
 #   bash scripts/gpu-session.sh ms-tensorcore # MetaSchedule, 32 trials, 1024^3 float16 (tensor
 #                                            # cores in the space), into $OUT only
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
@@ -177,11 +179,15 @@ for part in "$@"; do
         | tee "$out/pytest-gpu-v8.log"
       python3 runner.py --suite llm-bf16 --results "$out/shapes.jsonl" 2>&1 | tee -a "$out/shapes.log" ;;
     profile-v8)
-      # the first launch whose name matches: v8's kernel, then cuBLAS's (nvjet or *bf16*)
-      for kernels in main_kernel 'nvjet|bf16'; do
-        timeout 240 ncu --kernel-name-base demangled --kernel-name regex:"$kernels" \
-          --launch-count 1 ${NCU:---set detailed} python3 runner.py --shape 4096x4096x4096 \
-          --dtype bfloat16 --layout nt --schedule v8 --no-ir --results /tmp/profile.jsonl
+      for workload in ${PROFILE:-4096x4096x4096:bfloat16:nt:float32}; do
+        IFS=: read -r shape dtype layout out_dtype <<< "$workload"
+        for schedule in v8 cublas; do
+          echo "=== $schedule $shape $dtype $layout -> $out_dtype"
+          timeout 240 ncu --kernel-name-base demangled --kernel-name regex:'main_kernel|nvjet|xmma' \
+            --launch-skip 2 --launch-count 1 ${NCU:---set detailed} python3 scripts/profile_launch.py \
+            --shape "$shape" --dtype "$dtype" --layout "$layout" --out-dtype "$out_dtype" \
+            --schedule "$schedule"
+        done
       done 2>&1 | tee "$out/profile-v8.log" ;;
     ms-tensorcore)
       python3 runner.py --shape 1024x1024x1024 --dtype float16 --tune metaschedule --trials 32 \

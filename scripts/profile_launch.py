@@ -1,0 +1,59 @@
+"""Launch one GEMM kernel a few times on random inputs, and nothing else that ncu would take for
+it: a rung (with knobs, as `--schedule v8:block_n=128`) or the cuBLAS call the runner times.
+The runner measures ceilings and baselines around a kernel, so an ncu filter on a name can catch
+the wrong launch; here the only GEMM launches are the ones asked for. Under ncu, skip the first
+(cold) launches with --launch-skip:
+
+    ncu --kernel-name regex:'main_kernel|nvjet|xmma' --launch-skip 2 --launch-count 1 \\
+        --set detailed python3 scripts/profile_launch.py --shape 4096x4096x4096 \\
+        --dtype float16 --layout nn --schedule v8
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from schedules import Workload, get
+from schedules.workloads import parse_shape
+from tuning import build, measure
+
+BASELINE = "cublas"
+
+
+def launcher(wl: Workload, schedule: str):
+    """A no-argument launch of `schedule` (a rung, 'rung:knob=value,...', or BASELINE) on
+    random inputs for `wl`, built for this GPU."""
+    inputs = measure.random_inputs(wl, 0)
+    if schedule == BASELINE:
+        return measure.cublas_runner(wl, inputs)
+    name, _, knobs = schedule.partition(":")
+    entry = get(wl.op, name)
+    made = entry.with_knobs(knobs, wl) if knobs else entry.for_workload(wl)
+    target = build.cuda_target(measure.device_facts()["arch"])
+    executable = build.build(made.apply(wl, target), target)
+    return measure.tvm_runner(executable, wl, inputs, measure.poisoned_output(wl))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", required=True, help="MxNxK")
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--out-dtype")
+    parser.add_argument("--layout")
+    parser.add_argument("--schedule", required=True, help=f"a rung, rung:knobs, or {BASELINE}")
+    parser.add_argument("--calls", type=int, default=3)
+    args = parser.parse_args(argv)
+    wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype, args.layout)
+    run = launcher(wl, args.schedule)
+    for _ in range(args.calls):
+        run()
+    torch.cuda.synchronize()
+    print(f"{args.schedule}: {args.calls} launches of {wl.label()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
