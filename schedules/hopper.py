@@ -524,10 +524,11 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
                                     f"wgmmas, or gives both 64 rows: block_m={block_m} is not "
                                     "64, 128 or 256")
     wg_m, wg_n, _ = _consumer_tile(block_m, block_n)
-    if block_n % 64 or block_n > 256 or wg_n % 64:
-        raise ScheduleNotApplicable(f"v8 loads B in 64-column boxes, a consumer's wgmma at most "
-                                    f"256 wide: block_n={block_n} with block_m={block_m} does "
-                                    "not split so")
+    columns = 64 if wl.layout == "nn" else 16
+    if block_n % columns or block_n > 256 or wg_n % columns:
+        raise ScheduleNotApplicable(f"v8 gives each consumer's wgmma a multiple of {columns} "
+                                    f"columns ({'B in 64-column boxes' if columns == 64 else 'C stored 16 at a time'}), at most 256: "
+                                    f"block_n={block_n} with block_m={block_m} does not split so")
     if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
                                     f"{wg_m // 64 * wg_n // 2} accumulators; at most "
@@ -563,7 +564,8 @@ def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: in
                                  stages, group_m, split_k, split_tail, heuristics.H100_SMS)
 
 
-@schedule("gemm", "v8", space={"block_m": [64, 128, 256], "block_n": [64, 128, 192, 256],
+@schedule("gemm", "v8", space={"block_m": [64, 128, 256],
+                               "block_n": [64, 128, 144, 160, 176, 192, 256],
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True]},
           heuristic=heuristics.tma_tiles, compute=v8_kernel)

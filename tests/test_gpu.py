@@ -188,6 +188,11 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (100, 302, 272), FP8, "float16"), {}),  # 16-bit C, N % 4 == 2
     (Workload("gemm", (77, 301, 144), FP8, "float32"), {"block_m": 64, "stages": 2}),  # odd N
     (Workload("gemm", (256, 512, 16384), FP8, "float32"), {}),  # the accumulator's drift over K
+    # nt: block_n in 16-column steps (one wave of 256x144 tiles: the heuristic's)
+    (Workload("gemm", (1000, 4608, 3584), "bfloat16", layout="nt"), {}),
+    (Workload("gemm", (300, 520, 136), "float16", "float16", "nt"), {"block_m": 256, "block_n": 176}),
+    (Workload("gemm", (100, 302, 272), "bfloat16", "bfloat16", "nt"), {"block_m": 128, "block_n": 80}),
+    (Workload("gemm", (77, 301, 144), FP8), {"block_m": 64, "block_n": 96, "split_k": 2}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers

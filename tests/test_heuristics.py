@@ -54,8 +54,14 @@ CHOICES = [
      {"block_m": 64, "block_n": 128, "stages": 6}),
     ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {}),  # 224 tiles of 128x128: no decode
     # 144 tiles of 128x256: a wave, then the last 12 in 8 K slices (96 units), 1.125 waves,
-    # against 288 of 128x128: 2 waves and 24 tiles in 4 slices, 2.25 x 0.57 = 1.28
-    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"), {"split_k": 8, "split_tail": True}),
+    # against 288 of 128x128: 2 waves and 24 tiles in 4 slices, 2.25 x 0.57 = 1.28; nn keeps
+    # that, nt takes one wave of 128 tiles of 256x144 (no more area: 1.125 x 128 = 144 wide)
+    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nn"), {"split_k": 8, "split_tail": True}),
+    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"), {"block_m": 256, "block_n": 144}),
+    # 192 tiles of 128x256: 60 past a wave, in 2 slices (1.5 waves); 128 of 256x192 are one
+    ("v8", gemm((1000, 6144, 4096), "bfloat16", "nt"), {"block_m": 256, "block_n": 192}),
+    # 448 tiles of 128x256 and no 256-row width that makes one wave: as before
+    ("v8", gemm((1000, 14336, 4096), "bfloat16", "nt"), {"split_k": 2, "split_tail": True}),
     ("v8", gemm((1000, 4096, 4096), "float16"), {}),  # 128 tiles of 128x256: one wave
     ("v8", gemm((4096, 3584, 3584), "bfloat16", "nt"),  # 448 tiles: 3 waves, 52 in 2 slices
      {"split_k": 2, "split_tail": True}),

@@ -36,6 +36,7 @@ BUILDS = [
     gemm((4096, 4096, 4096), FP8, layout="nt"),  # fp8, bfloat16 C
     gemm((1000, 1000, 1008), FP8, "float32", "nt"),  # fp8, ragged M and N, split K
     gemm((16, 6144, 4096), FP8, "float16", "nt"),  # fp8 decode batch
+    gemm((1000, 4608, 3584), "bfloat16", layout="nt"),  # one wave of 256x144 tiles
 ]
 
 
@@ -46,6 +47,19 @@ def test_v8_builds_and_nvcc_compiles_it_without_spills(wl, compiled):
     (usage,) = build.nvcc_resources(source, "sm_90").values()
     assert usage["registers"] <= 168 and not usage.get("spill_stores") and not usage.get("stack_bytes")
     assert summary.block == {"threadIdx.x": 384} and summary.kernels == 1
+
+
+@needs_nvcc
+@pytest.mark.parametrize("knobs, wgmma", [({"block_m": 64, "block_n": 64}, "m64n32k16"),
+                                          ({"block_m": 128, "block_n": 80}, "m64n80k16"),
+                                          ({"block_m": 256, "block_n": 176}, "m64n176k16")])
+def test_v8_takes_b_in_widths_of_16_columns_in_nt(knobs, wgmma, compiled):
+    """nt loads B's rows whole, so a consumer's share of block_n need only be whole 16-column
+    pieces of C (how the epilogue stores it), not nn's 64-column boxes."""
+    _, source, _ = compiled("v8", gemm((300, 520, 272), "bfloat16", "bfloat16", "nt"), **knobs)
+    assert f"wgmma.mma_async.sync.aligned.{wgmma}.f32.bf16.bf16" in source
+    (usage,) = build.nvcc_resources(source, "sm_90").values()
+    assert not usage.get("spill_stores")
 
 
 def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
@@ -140,7 +154,7 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled):
     the last 12 tiles come in 8 K slices each (7 K blocks), 96 more units, so the second round
     is an eighth of a tile long. Only those have partials and counters."""
     wl = gemm((1000, 4608, 3584), "bfloat16", layout="nt")
-    _, source, summary = compiled("v8", wl, split_k=8, split_tail=True)
+    _, source, summary = compiled("v8", wl, block_m=128, block_n=256, split_k=8, split_tail=True)
     assert summary.grid == {"blockIdx.x": 132}
     tag = "1000x4608x3584_128x256x8_132"
     assert f"__device__ float4 v8_partials_{tag}[{96 * 32 * 256}];" in source
@@ -192,6 +206,9 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
                                            "multiples: N=100 float16 rows are 200 bytes"),
     (gemm((256, 256, 256)), {"block_m": 96}, "block_m=96 is not 64, 128 or 256"),
     (gemm((256, 256, 256)), {"block_n": 320}, "block_n=320 with block_m=128 does not split so"),
+    (gemm((256, 256, 256)), {"block_n": 144}, "a multiple of 64 columns (B in 64-column boxes)"),
+    (gemm((256, 256, 256), layout="nt"), {"block_n": 136}, "a multiple of 16 columns (C stored 16 "
+                                                            "at a time), at most 256: block_n=136"),
     (gemm((256, 256, 256)), {"block_m": 64, "block_n": 192}, "block_n=192 with block_m=64"),
     (gemm((256, 256, 256)), {"block_m": 256, "block_n": 256}, "each consumer thread 256 accumulators"),
     (gemm((256, 256, 256)), {"block_n": 256, "stages": 5}, "needs 246784 bytes of shared memory"),

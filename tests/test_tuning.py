@@ -252,10 +252,10 @@ def test_xgb_beats_random_on_the_recorded_seed_space():
 
 def test_a_search_measures_the_rungs_own_configuration_for_the_shape_first(tmp_path):
     """Records override a rung's shape heuristic, so a search starts from the heuristic's pick
-    (v8 on 1000x4608x3584: the last wave's 12 tiles in 8 K slices), whatever the tuner would
-    try first."""
+    (v8 on 1000x4608x3584 nn: the last wave's 12 tiles in 8 K slices), whatever the tuner
+    would try first."""
     entry, wl = schedules.get("gemm", "v8"), Workload("gemm", (1000, 4608, 3584), "bfloat16",
-                                                       "float32", "nt")
+                                                       "float32", "nn")
     path = str(tmp_path / "at.jsonl")
     autotvm.search(entry, wl, lambda configs: [Outcome(Status.OK, 1.0) for _ in configs],
                    path=path, device="H100", tuner="random", seed=0, trials=3,
