@@ -144,7 +144,8 @@ def list_suite(suite, names: list[str]) -> None:
 
     print(f"suite {suite.name}: {suite.summary}")
     print(f"schedules: {', '.join(names)}; baselines measured with them: cuBLAS (the workload's "
-          "output dtype), and TF32 for float32 GEMMs, the seed's Triton kernel for GEMVs")
+          "output dtype), and TF32 for float32 GEMMs, fast accumulation for fp8 ones, the seed's "
+          "Triton kernel for GEMVs")
     if suite.left_out:
         print(f"not run: {suite.left_out}")
     rows = [[e.workload.label(), e.tags()["model"], e.layer, e.origin] for e in suite.entries]

@@ -26,7 +26,7 @@ from typing import Callable
 
 from .errors import UsageError
 from . import registry
-from .workloads import Workload
+from .workloads import FP8, Workload
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,8 @@ class Suite:
     op: str
     first_rung: str
     entries: tuple[Entry, ...]
+    why_left_out: str | None = None  # why the rungs before first_rung are left out, where the
+    # op's reason (WHY_LEFT_OUT) is not it
 
     def _ladder(self) -> tuple[list[str], list[str]]:
         """The op's rungs before `first_rung`, and those from it on."""
@@ -158,7 +160,8 @@ class Suite:
     def left_out(self) -> str:
         """Which rungs of the ladder this suite does not run, and why."""
         skipped, _ = self._ladder()
-        return f"{', '.join(skipped)}, because {WHY_LEFT_OUT[self.op]}" if skipped else ""
+        why = self.why_left_out or WHY_LEFT_OUT[self.op]
+        return f"{', '.join(skipped)}, because {why}" if skipped else ""
 
     def schedule_names(self, only: str | None = None) -> list[str]:
         """The schedules run on every shape: the ladder from `first_rung` on, then the baselines
@@ -177,9 +180,11 @@ class Suite:
         return [only] + baselines
 
 
-def _llm_gemms(tokens: tuple[int, ...]) -> tuple[Entry, ...]:
-    """The models' layers as bf16 GEMMs (nt, float32 out) at each number of tokens M."""
-    return tuple(Entry(Workload("gemm", (m, s.n, s.k), "bfloat16", "float32", "nt"), s.models,
+def _llm_gemms(tokens: tuple[int, ...], dtype: str = "bfloat16",
+               out_dtype: str = "float32") -> tuple[Entry, ...]:
+    """The models' layers as GEMMs (nt) of `dtype` writing `out_dtype` at each number of
+    tokens M."""
+    return tuple(Entry(Workload("gemm", (m, s.n, s.k), dtype, out_dtype, "nt"), s.models,
                        s.layer, f"{s.origin}; M = {m} tokens")
                  for s in layer_shapes() for m in tokens)
 
@@ -239,6 +244,11 @@ SUITES = {
     for suite in (
         Suite("llm-bf16", f"{LLM_MODELS} layers as bf16 GEMMs (nt, float32 out) at M = "
               f"{', '.join(map(str, TOKENS))} tokens", "gemm", "v4", _llm_gemms(TOKENS)),
+        Suite("llm-fp8", f"{LLM_MODELS} layers as fp8 e4m3 GEMMs (nt, a scale per tensor, "
+              f"bfloat16 out, as torch._scaled_mm) at M = {', '.join(map(str, TOKENS))} tokens",
+              "gemm", "v8", _llm_gemms(TOKENS, FP8, "bfloat16"),
+              why_left_out="the CUDA-core rungs take seconds per launch on these shapes in fp8, "
+                           "and v5t, v6 and v7 take no fp8"),
         Suite("llm-gemv", f"{LLM_MODELS} layers as decode GEMVs (M = 1) in "
               f"{' and '.join(GEMV_DTYPES)}, with K-1 forms of {' and '.join(RAGGED_K_LAYERS)} "
               "next to their aligned neighbours", "gemv", "splitk_vec", _llm_gemvs(GEMV_DTYPES)),

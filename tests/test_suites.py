@@ -71,6 +71,10 @@ def test_the_llm_suites_are_the_layouts_and_dtypes_the_rungs_write():
     assert {e.workload.dtype for e in suites.SUITES["llm-gemv"].entries} == {"float16", "bfloat16"}
     assert {(e.workload.dtype, e.workload.layout)
             for e in suites.SUITES["fp32-ragged"].entries} == {("float32", "nn")}
+    fp8 = suites.SUITES["llm-fp8"].entries  # the bf16 suite's shapes, as torch._scaled_mm takes them
+    assert {(e.workload.dtype, e.workload.out_dtype, e.workload.layout) for e in fp8} == \
+        {("float8_e4m3fn", "bfloat16", "nt")}
+    assert [e.workload.shape for e in fp8] == [e.workload.shape for e in suites.SUITES["llm-bf16"].entries]
     assert all(e.origin for s in suites.SUITES.values() for e in s.entries)
 
 
@@ -83,6 +87,10 @@ def test_suites_run_their_ladder_from_its_first_rung_and_the_baselines():
     assert gemm.schedule_names("v5k:k_slices=4") == ["v5k:k_slices=4", "dlight"]
     assert gemm.schedule_names("dlight") == ["dlight"]
     assert gemm.left_out.startswith("naive, v1, v2, v3, because ")
+    fp8 = suites.SUITES["llm-fp8"]
+    assert fp8.schedule_names() == ["v8", "dlight"]
+    assert fp8.left_out.endswith("because the CUDA-core rungs take seconds per launch on these "
+                                 "shapes in fp8, and v5t, v6 and v7 take no fp8")
     with pytest.raises(suites.UsageError, match="--schedule v3 is not one of them"):
         gemm.schedule_names("v3")
 
@@ -90,7 +98,7 @@ def test_suites_run_their_ladder_from_its_first_rung_and_the_baselines():
 # -- the command line --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["--suite", "x"], "error: unknown suite 'x'; valid: llm-bf16, llm-gemv, fp32-ragged\n"),
+    (["--suite", "x"], "error: unknown suite 'x'; valid: llm-bf16, llm-fp8, llm-gemv, fp32-ragged\n"),
     (["--suite", "x", "--list"], "error: unknown suite 'x'; valid: "),
     (["--suite", "llm-bf16", "--shape", "16x16x16"],
      "error: --suite runs the suite's own shapes and schedules; it does not take --shape\n"),
