@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from schedules import Workload, get
+from schedules import ExplorerError, UsageError, Workload, get
 from schedules.workloads import parse_shape
 from tuning import build, measure
 
@@ -26,12 +26,15 @@ BASELINE = "cublas"
 def launcher(wl: Workload, schedule: str):
     """A no-argument launch of `schedule` (a rung, 'rung:knob=value,...', or BASELINE) on
     random inputs for `wl`, built for this GPU."""
+    if schedule != BASELINE:
+        name, _, knobs = schedule.partition(":")
+        entry = get(wl.op, name)
+        made = entry.with_knobs(knobs, wl) if knobs else entry.for_workload(wl)
+    if not measure.gpu_present():
+        raise UsageError("no GPU here: this script launches kernels for ncu to profile")
     inputs = measure.random_inputs(wl, 0)
     if schedule == BASELINE:
         return measure.cublas_runner(wl, inputs)
-    name, _, knobs = schedule.partition(":")
-    entry = get(wl.op, name)
-    made = entry.with_knobs(knobs, wl) if knobs else entry.for_workload(wl)
     target = build.cuda_target(measure.device_facts()["arch"])
     executable = build.build(made.apply(wl, target), target)
     return measure.tvm_runner(executable, wl, inputs, measure.poisoned_output(wl))
@@ -46,8 +49,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--schedule", required=True, help=f"a rung, rung:knobs, or {BASELINE}")
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args(argv)
-    wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype, args.layout)
-    run = launcher(wl, args.schedule)
+    try:
+        wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype,
+                      args.layout)
+        run = launcher(wl, args.schedule)
+    except ExplorerError as e:  # a bad shape, dtype, schedule or knob: one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for _ in range(args.calls):
         run()
     torch.cuda.synchronize()
