@@ -230,7 +230,6 @@ def random_inputs(wl: Workload, seed: int = 0) -> list:
     return dense + scales
 
 
-
 SCALE_EXPONENTS = (-3.0, 1.0)  # nvfp4's random scales: 2^u, u uniform in this range
 NVFP4_INPUTS = (f"nvfp4: uniformly random bytes of codes (every code occurs), scales 2^u with u "
                 f"uniform in [{SCALE_EXPONENTS[0]:g}, {SCALE_EXPONENTS[1]:g}) rounded to e4m3")
