@@ -183,8 +183,9 @@ def pad_to_tiles(sch: tvm.s_tir.Schedule, wl: Workload, tile: tuple[int, int, in
     if all(wl.dims[axis] % size == 0 for axis, size in zip("MNK", tile)):
         return False
     sch.pad_einsum(sch.get_sblock(wl.reduction_block), list(tile))
-    if wl.has_cast:  # the cast reads the padded accumulators where they are inside C
-        sch.compute_inline(sch.get_sblock(f"{wl.reduction_block}_pad"))
+    copy_out = padding_block(sch, f"{wl.reduction_block}_pad")  # none where only K was padded
+    if wl.has_cast and copy_out is not None:  # the cast reads the padded accumulators in C
+        sch.compute_inline(copy_out)
     return True
 
 

@@ -10,7 +10,7 @@ import runner
 import schedules
 from schedules import ScheduleNotApplicable, Workload
 from schedules.workloads import FP8
-from tests.test_schedules import FP8_GEMMS, REFUSED
+from tests.test_schedules import FP8_GEMMS, ONLY_K_RAGGED_CAST, REFUSED
 from tuning import build, measure, metaschedule, records
 
 pytestmark = pytest.mark.gpu
@@ -30,6 +30,7 @@ WORKLOADS = [
     Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"),  # ragged M, whole vectors
     Workload("gemm", (17, 250, 66), "float16"),  # a decode-sized M, 4-byte rows
     Workload("gemm", (256, 256, 100), "float16"),  # only K ragged: no padded C to copy out
+    ONLY_K_RAGGED_CAST,  # ... and a cast that reads the accumulators straight
     *FP8_GEMMS,  # scaled per tensor: whole tiles; ragged M and N; rows TMA cannot load
     Workload("gemv", (1024, 1024), "float16"),  # the TileLang seed's problem
     Workload("gemv", (1001, 1000), "float16"),  # ragged rows and K steps

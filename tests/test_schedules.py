@@ -15,6 +15,7 @@ from schedules import ScheduleNotApplicable, Workload
 from schedules.workloads import DTYPE_BYTES, FP8
 from tuning import build, lowering
 
+ONLY_K_RAGGED_CAST = Workload("gemm", (64, 64, 100), "bfloat16", "bfloat16", "nt")  # no padded C
 FP8_GEMMS = [Workload("gemm", (256, 384, 512), FP8),  # whole tiles, bfloat16 C
              Workload("gemm", (1000, 136, 208), FP8, "float32"),  # ragged M and N
              Workload("gemm", (17, 250, 100), FP8, "float16")]  # 100-byte rows: no TMA
@@ -31,6 +32,7 @@ WORKLOADS = {
         Workload("gemm", (1, 1, 1), "float16"),  # less than one of any tile or vector
         Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"),  # ragged M, whole vectors
         Workload("gemm", (17, 250, 66), "float16"),  # 4-byte rows of A and B
+        ONLY_K_RAGGED_CAST,
         *FP8_GEMMS,
     ],
     "gemv": [
@@ -74,7 +76,9 @@ REFUSED = {
        for shape in ("1024x512x2048", "1023x511x2047", "257x129x65")},
     **{(rung, wl.label()): f"{rung} multiplies float16 or bfloat16 on tensor cores, not {FP8}"
        for rung in ("v6", "v7") for wl in FP8_GEMMS},
-    **{("v5t", wl.label()): FP32_ONLY for wl in FP8_GEMMS},
+    **{("v5t", wl.label()): FP32_ONLY for wl in (*FP8_GEMMS, ONLY_K_RAGGED_CAST)},
+    **{(rung, ONLY_K_RAGGED_CAST.label()): f"{rung} writes the float32 accumulators" for rung in ("v6", "v7")},
+    ("v8", ONLY_K_RAGGED_CAST.label()): TMA_ROWS.format(k=100, dtype="bfloat16", b=200),
     ("v8", FP8_GEMMS[2].label()): f"v8 loads A with TMA, which takes rows of whole 16-byte multiples: K=100 {FP8} rows are 100 bytes",
     **{("v8", f"gemm {shape} {dtypes}"): TMA_ROWS.format(k=k, dtype=dtypes.split("->")[0], b=2 * k)
        for shape, dtypes, k in (("257x129x65", "bfloat16->float32 nt", 65),
