@@ -209,8 +209,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                           split_tail: bool, sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
-    warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of 384 threads walk the units of work (a block tile and one
-    of its `split_k` slices of K) in the grouped raster of the tiles.
+    warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
+    384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
+    the grouped raster of the tiles.
 
     Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and one thread loads
     every K block of every unit of the CTA into the ring of `stages` stages with TMA, after
@@ -524,11 +525,12 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
                                     f"wgmmas, or gives both 64 rows: block_m={block_m} is not "
                                     "64, 128 or 256")
     wg_m, wg_n, _ = _consumer_tile(block_m, block_n)
-    columns = 64 if wl.layout == "nn" else 16
+    columns, why = (64, "B in 64-column boxes") if wl.layout == "nn" else \
+        (16, "C stored 16 at a time")
     if block_n % columns or block_n > 256 or wg_n % columns:
         raise ScheduleNotApplicable(f"v8 gives each consumer's wgmma a multiple of {columns} "
-                                    f"columns ({'B in 64-column boxes' if columns == 64 else 'C stored 16 at a time'}), at most 256: "
-                                    f"block_n={block_n} with block_m={block_m} does not split so")
+                                    f"columns ({why}), at most 256: block_n={block_n} with "
+                                    f"block_m={block_m} does not split so")
     if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
                                     f"{wg_m // 64 * wg_n // 2} accumulators; at most "
