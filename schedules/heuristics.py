@@ -29,7 +29,8 @@ MIN_SLICE_TILES = 4  # K tiles each K slice keeps at least: a shorter slice is m
 WARP = 32  # threads of a warp: multirow's most K threads
 TMA_NARROW_COST = 0.57  # v8: a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
 TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
-TALL_M = 256  # v8's rows of a tile where one wave of them replaces a split last wave
+TALL_M = 256  # v8's rows of a tile where they cost no more than 128-row ones (`tma_tiles`)
+TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it loads
 
 # The ladder reports' GEMMs (reports/h100-gemm-ladder.md) besides the seeds' presets.
 MEASURED = ({(wl.op, wl.shape) for wl in PRESETS.values()}
@@ -145,13 +146,18 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       Unsplit, 1000x4608x3584 ran 144 tiles of 128x256 in 2 waves at 60% of cuBLAS, 288 of
       128x128 in 3 at 72%; 1000x4096x4096 128 of 128x256 in one wave at 97%, 256 of 128x128
       at 86%.
-    - one wave of 256-row tiles (nt) where the 128-row tiles take more than a wave: the
-      narrowest block_n from 128 to 192 (a multiple of 16; 192 keeps the accumulators within
-      a thread's registers) whose tiles are at most one per SM, unsplit, where their area is
-      at most the 128-row plan's waves (`plan`, in waves of 128x256 tiles). A split last wave
-      costs more than its share: 1000x4608x3584 took 0.068 ms with 128x256 tiles and the
-      last 12 in 8 K slices (1.125 waves by `plan`), 0.052 ms (96.9% of cuBLAS, which runs
-      256x144 tiles) with 128 tiles of 256x144 (reports/logs/h100-v8-tile-widths-2026-11-24.log);
+    - 256-row tiles (nt) where the 128-row tiles take more than a wave and 256-row ones cost
+      no more (TALL_TIE): block_n from 144 to 192 (a multiple of 16; 192 keeps the
+      accumulators within a thread's registers; 256x128 is no larger than 128x256), unsplit, costed as their rounds of tiles
+      (tiles / sms, rounded up) times their area, against the 128-row plan's waves (`plan`,
+      in waves of 128x256 tiles). A split last wave costs more than its share, and a larger
+      tile does more per byte: 1000x4608x3584 took 0.068 ms with 128x256 tiles and the last
+      12 in 8 K slices (1.125 waves by `plan`), 0.052 ms (96.9% of cuBLAS, which runs 256x144
+      tiles) with one wave of 256x144 (reports/logs/h100-v8-tile-widths-2026-11-24.log);
+      4096x6144x4096 went from 92.0% to 100.6% with 256x192 tiles (4 rounds, against 6 of
+      128x256: the same area), 4096x28672x4096 from 95.5% to 99.6% with 256x160 (1.2% more
+      area by the count), while 4096^3 lost 3 points with 256x192 (12% more area)
+      (reports/logs/h100-v8-tall-tiles-4096-2026-11-24.log);
     - the most stages of the space whose ring fits a Hopper block's shared memory;
     - K split into the most slices of the space that keep the units within one wave of the
       SMs (v8 is persistent: a second wave would walk behind the first): every tile's K where
@@ -187,17 +193,22 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     block_n = 128 if narrow else knobs["block_n"]
     waves, split_k, split_tail = plan(block_n)
 
-    def one_wave_of_tall_tiles() -> int | None:
-        """The narrowest block_n (128 to 192, a multiple of 16) whose TALL_M-row tiles are at
-        most one per SM and no more area than the plan's `waves` of 128x256 tiles."""
+    def tall_tiles() -> int | None:
+        """The block_n (144 to 192, a multiple of 16) whose TALL_M-row tiles, unsplit, cost
+        least: their rounds (tiles / sms, rounded up) times their area, in waves of 128x256
+        tiles; the narrowest of the cheapest, where that is within TALL_TIE of the plan's
+        `waves`."""
         if decode or wl.layout != "nt" or TALL_M not in space["block_m"] \
                 or tile_count(wl, block_m, block_n) <= sms:
             return None
-        return min([n for n in space["block_n"] if n % 16 == 0
-                    and 128 <= n <= MOST_ACCUMULATORS and tile_count(wl, TALL_M, n) <= sms
-                    and TALL_M * n <= waves * 128 * 256], default=None)
+        cost = {n: -(-tile_count(wl, TALL_M, n) // sms) * TALL_M * n / (128 * 256)
+                for n in space["block_n"] if n % 16 == 0 and 128 < n <= MOST_ACCUMULATORS}
+        cheapest = min(cost.values(), default=None)
+        if cheapest is None or cheapest > (1 + TALL_TIE) * waves:
+            return None
+        return min(n for n, c in cost.items() if c == cheapest)
 
-    tall = one_wave_of_tall_tiles()
+    tall = tall_tiles()
     if tall:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
     fitting = [s for s in space["stages"]

@@ -60,8 +60,15 @@ CHOICES = [
     ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"), {"block_m": 256, "block_n": 144}),
     # 192 tiles of 128x256: 60 past a wave, in 2 slices (1.5 waves); 128 of 256x192 are one
     ("v8", gemm((1000, 6144, 4096), "bfloat16", "nt"), {"block_m": 256, "block_n": 192}),
-    # 448 tiles of 128x256 and no 256-row width that makes one wave: as before
+    # 448 tiles of 128x256 in 3.5 waves; 256x160 tiles are 3 rounds of 1.25: 7% more, kept
     ("v8", gemm((1000, 14336, 4096), "bfloat16", "nt"), {"split_k": 2, "split_tail": True}),
+    # 768 tiles of 128x256, 6 rounds; 512 of 256x192, 4 rounds of 1.5: the same, and larger
+    ("v8", gemm((4096, 6144, 4096), "bfloat16", "nt"), {"block_m": 256, "block_n": 192}),
+    # 27 waves of 128x256 and 20 tiles in 6 slices (27.17); 22 rounds of 256x160 (27.5): 1.2%
+    ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"), {"block_m": 256, "block_n": 160}),
+    # 4 waves of 128x256; 256x144 and 256x192 cost 4.5: 12% more, kept (and nn keeps its boxes)
+    ("v8", gemm((4096, 4096, 4096), "bfloat16", "nt"), {}),
+    ("v8", gemm((4096, 6144, 4096), "bfloat16", "nn"), {}),
     ("v8", gemm((1000, 4096, 4096), "float16"), {}),  # 128 tiles of 128x256: one wave
     ("v8", gemm((4096, 3584, 3584), "bfloat16", "nt"),  # 448 tiles: 3 waves, 52 in 2 slices
      {"split_k": 2, "split_tail": True}),
