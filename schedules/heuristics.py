@@ -150,10 +150,11 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       no more (TALL_TIE): block_n from 144 to 192 (a multiple of 16; 192 keeps the
       accumulators within a thread's registers; 256x128 is no larger than 128x256),
       unsplit, costed as their rounds of tiles (tiles / sms, rounded up) times their area,
-      against the 128-row plan's waves (`plan`, in waves of 128x256 tiles). A split last wave costs more than its share, and a larger
-      tile does more per byte: 1000x4608x3584 took 0.068 ms with 128x256 tiles and the last
-      12 in 8 K slices (1.125 waves by `plan`), 0.052 ms (96.9% of cuBLAS, which runs 256x144
-      tiles) with one wave of 256x144 (reports/logs/h100-v8-tile-widths-2026-11-24.log);
+      against the 128-row plan's waves (`plan`, in waves of 128x256 tiles). A split last
+      wave costs more than its share, and a larger tile does more per byte: 1000x4608x3584
+      took 0.068 ms with 128x256 tiles and the last 12 in 8 K slices (1.125 waves by
+      `plan`), 0.052 ms (96.9% of cuBLAS, which runs 256x144 tiles) with one wave of 256x144
+      (reports/logs/h100-v8-tile-widths-2026-11-24.log);
       4096x6144x4096 went from 92.0% to 100.6% with 256x192 tiles (4 rounds, against 6 of
       128x256: the same area), 4096x28672x4096 from 95.5% to 99.6% with 256x160 (1.2% more
       area by the count), while 4096^3 lost 3 points with 256x192 (12% more area)
