@@ -16,24 +16,22 @@ import sys
 
 import torch
 
-from schedules import ExplorerError, UsageError, Workload, get
+from schedules import ExplorerError, UsageError, Workload
 from schedules.workloads import parse_shape
-from tuning import build, measure
+from tuning import build, explore, measure
 
 BASELINE = "cublas"
 
 
 def launcher(wl: Workload, schedule: str):
-    """A no-argument launch of `schedule` (a rung, 'rung:knob=value,...', or BASELINE) on
-    random inputs for `wl`, built for this GPU."""
-    if schedule != BASELINE:
-        name, _, knobs = schedule.partition(":")
-        entry = get(wl.op, name)
-        made = entry.with_knobs(knobs, wl) if knobs else entry.for_workload(wl)
+    """A no-argument launch of `schedule` (a rung, 'rung:knob=value,...' or 'best', as
+    explore.resolve reads --schedule, or BASELINE) on random inputs for `wl`, built for this
+    GPU."""
+    made = None if schedule == BASELINE else explore.resolve(wl, schedule, explore.SearchResults())
     if not measure.gpu_present():
         raise UsageError("no GPU here: this script launches kernels for ncu to profile")
     inputs = measure.random_inputs(wl, 0)
-    if schedule == BASELINE:
+    if made is None:
         return measure.cublas_runner(wl, inputs)
     target = build.cuda_target(measure.device_facts()["arch"])
     executable = build.build(made.apply(wl, target), target)
