@@ -37,7 +37,7 @@ from .common import TIRX_KERNEL, cuda_call, require_sm
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .tensorcore import HOPPER_SHARED_BYTES, SHORT, WARPGROUP
-from .workloads import FP8, Workload
+from .workloads import FP8, FP8_SCALES, Workload
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, FP8: 1}
 PTX_TYPE = {**SHORT, FP8: "e4m3"}
@@ -486,7 +486,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                                     if col + e < N:
                                                         C[row, col + e] = T.Cast(out_dtype, acc[first + e])
 
-    return main if dtype == FP8 else _without_params(main, ("A_scale", "B_scale"))
+    return main if dtype == FP8 else _without_params(main, FP8_SCALES)
 
 
 def _without_params(func, names: tuple[str, ...]):

@@ -55,6 +55,7 @@ DTYPES = (*DENSE_DTYPES, FP8, fp4.NAME)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, FP8: 1, fp4.CODE_BYTES: 1}
 NVFP4_OUT_DTYPE = "float16"  # the seed's C
 FP8_OUT_DTYPE, FP8_LAYOUT = "bfloat16", "nt"  # torch._scaled_mm's usual C, and the B it takes
+FP8_SCALES = ("A_scale", "B_scale")  # fp8's per-tensor scales: float32 buffers of one element
 SHAPE_AXES = {"gemm": ("M", "N", "K"), "gemv": ("N", "K"), "batched_gemv": ("L", "N", "K")}
 LAYOUTS = {"gemm": ("nn", "nt"), "gemv": ("nt",), "batched_gemv": ("nt",)}
 OPS = tuple(SHAPE_AXES)
@@ -144,7 +145,7 @@ class Workload:
         d = self.dims
         if self.op == "gemm":
             b = (d["K"], d["N"]) if self.layout == "nn" else (d["N"], d["K"])
-            scales = {"A_scale": (1,), "B_scale": (1,)} if self.is_fp8 else {}
+            scales = dict.fromkeys(FP8_SCALES, (1,)) if self.is_fp8 else {}
             return {"A": (d["M"], d["K"]), "B": b, **scales, "C": (d["M"], d["N"])}
         batch = (d["L"],) if "L" in d else ()
         N, K = d["N"], d["K"]
@@ -161,7 +162,7 @@ class Workload:
             stored = {"B": fp4.CODE_BYTES, "x": fp4.CODE_BYTES, "B_scale": fp4.SCALE_DTYPE,
                       "x_scale": fp4.SCALE_DTYPE}
             return {name: stored.get(name, self.out_dtype) for name in names}
-        scales = {"A_scale": ACC_DTYPE, "B_scale": ACC_DTYPE} if self.is_fp8 else {}
+        scales = dict.fromkeys(FP8_SCALES, ACC_DTYPE) if self.is_fp8 else {}
         return ({name: self.dtype for name in names[:-1]} | scales
                 | {names[-1]: self.out_dtype})
 
@@ -241,8 +242,8 @@ def _gemm(wl: Workload) -> list[te.Tensor]:
     M, N, K = wl.shape
     A = te.placeholder((M, K), wl.dtype, name="A")
     B = te.placeholder((K, N) if wl.layout == "nn" else (N, K), wl.dtype, name="B")
-    scales = [te.placeholder((1,), ACC_DTYPE, name=name) for name in ("A_scale", "B_scale")] \
-        if wl.is_fp8 else []
+    scales = [te.placeholder((1,), ACC_DTYPE, name=name) for name in FP8_SCALES] if wl.is_fp8 \
+        else []
     k = te.reduce_axis((0, K), name="k")
     b_at = (lambda kk, j: B[kk, j]) if wl.layout == "nn" else (lambda kk, j: B[j, kk])
     C = _with_cast(wl, (M, N), lambda i, j: te.sum(_acc(A[i, k]) * _acc(b_at(k, j)), axis=k),

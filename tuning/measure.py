@@ -209,12 +209,12 @@ def require_memory(wl: Workload) -> None:
                          f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB")
 
 
-FP8_SCALES = (0.5, 2.0)  # fp8's per-tensor scales: float32, uniform in this range
+FP8_SCALE_RANGE = (0.5, 2.0)  # fp8's per-tensor scales: float32, uniform in this range
 
 
 def random_inputs(wl: Workload, seed: int = 0) -> list:
     """Standard-normal inputs (never zeros) on the GPU, in the workload's input dtype (fp8:
-    rounded to e4m3, and its scales as FP8_SCALES draws them); nvfp4's codes and scales as
+    rounded to e4m3, and its scales as FP8_SCALE_RANGE draws them); nvfp4's codes and scales as
     `nvfp4_inputs` draws them."""
     torch = _torch()
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -225,7 +225,7 @@ def random_inputs(wl: Workload, seed: int = 0) -> list:
         torch.randn(s, generator=gen, device="cuda", dtype=torch.float32).to(torch_dtype(wl.dtype))
         for s in shapes[:2]
     ]
-    low, high = FP8_SCALES
+    low, high = FP8_SCALE_RANGE
     scales = [torch.rand(s, generator=gen, device="cuda") * (high - low) + low for s in shapes[2:]]
     return dense + scales
 
