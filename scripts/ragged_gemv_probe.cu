@@ -1,0 +1,472 @@
+// Ragged-K GEMV probe (issue 21): where rowalign's time goes on a K that is not whole 16-byte
+// vectors, and whether other ways of walking a row close the gap to the aligned neighbour.
+// Plain CUDA, fp16, one timing harness for all: an L2 flush (a 256 MB read) before each
+// launch, CUDA events, the median of 200; every kernel checked against a float64 reference.
+//   aligned        blockreduce's walk (128 threads a row) on K+1, K-7 and K+9 (whole vectors)
+//   rowalign       rowalign's walk as the schedule makes it, with its CUDA helpers
+//   +wrap          ceil(K/8) vectors a row: vector 0 also takes the row's last one (their bytes
+//                  do not overlap), so 4095 takes 512 vectors (4 steps of 128), not 513
+//   wrap+hoist     every step's loads first, unconditional, then the arithmetic (+constshift:
+//                  the row's shift a template constant, dispatched once per block)
+//   peel           the helpers only on a row's first and last vectors, the rest plain
+//   ldg32          x's window from five 4-byte loads and funnel shifts instead of word selects
+//   const          the row's shift a template constant (one switch per block)
+//   grouped        2 rows 8 apart per thread (one shift): each x window serves both
+//   bulk           the row's vectors in shared memory by one cp.async.bulk at the block's start
+//   TVM ...        the kernels TVM builds for rowalign and for the aligned neighbour's best rung
+// Written by scripts/ragged_gemv_probe.py, which supplies rowalign_helpers.cuh and tvm_kernels.cuh.
+#include "rowalign_helpers.cuh"
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <algorithm>
+#include <cmath>
+#include <cuda_fp16.h>
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s line %d\n", cudaGetErrorString(e), __LINE__); exit(1);} } while (0)
+
+__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
+  const __half2* ha = reinterpret_cast<const __half2*>(&a);
+  const __half2* hb = reinterpret_cast<const __half2*>(&b);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { float2 fa = __half22float2(ha[i]), fb = __half22float2(hb[i]); s += fa.x * fb.x; s += fa.y * fb.y; }
+  return s;
+}
+__device__ __forceinline__ uint4 or4(uint4 a, uint4 b) { return make_uint4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w); }
+
+// Sum of acc over the TPR threads of a row (threadIdx.x), rows on threadIdx.y; returns in thread x=0.
+template <int TPR, int ROWS>
+__device__ __forceinline__ float row_sum(float acc) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+  if (TPR == 32) return acc;
+  __shared__ float part[ROWS][TPR / 32];
+  if (threadIdx.x % 32 == 0) part[threadIdx.y][threadIdx.x / 32] = acc;
+  __syncthreads();
+  float s = 0.f;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int w = 0; w < TPR / 32; ++w) s += part[threadIdx.y][w];
+  }
+  return s;
+}
+
+// Aligned K: blockreduce / allreduce.
+template <int K, int TPR, int ROWS>
+__global__ void __launch_bounds__(TPR * ROWS) aligned(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y) {
+  constexpr int NV = K / 8, STEPS = (NV + TPR - 1) / TPR;
+  int row = blockIdx.x * ROWS + threadIdx.y;
+  const uint4* b = reinterpret_cast<const uint4*>(B + (size_t)row * K);
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) acc += dot8(xv[v], b[v]);
+  }
+  acc = row_sum<TPR, ROWS>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+// rowalign today: walk ceil((K + 8 - gcd(K, 8)) / 8) vectors from the boundary at or before the row.
+// WRAP: walk ceil(K / 8) vectors; vector 0 also takes the row's last vector (its bytes fall
+// where vector 0's bytes are the previous row's).
+// At most 32 registers (a full SM's blocks): with 39, +wrap's occupancy fell to 75% and it lost.
+template <int K, int TPR, int ROWS, bool WRAP>
+__global__ void __launch_bounds__(TPR * ROWS, 2048 / (TPR * ROWS)) rowalign(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
+  constexpr int NV = WRAP ? (K + 7) / 8 : (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  int row = blockIdx.x * ROWS + threadIdx.y;
+  long first = (long)row * K / 8;
+  int shift = (int)((long)row * K % 8);
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) {
+      uint4 b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      if (WRAP && v == 0) {
+        b = or4(b, rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
+        w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+      }
+      acc += dot8(w, b);
+    }
+  }
+  acc = row_sum<TPR, ROWS>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+
+// WRAP + every step's loads first, unconditional (B clamped into B, x into its whole vectors);
+// the edges (vector 0, a partial last vector) redone by the helpers afterwards.
+template <int K, int TPR, int ROWS, int SHIFT>
+__device__ __forceinline__ float hoisted_row(const half* __restrict__ B, const half* __restrict__ x, long last, int row, int shift_rt) {
+  constexpr int NV = (K + 7) / 8, STEPS = (NV + TPR - 1) / TPR, XV = (2 * K) / 16;  // x's whole vectors
+  const int shift = SHIFT >= 0 ? SHIFT : shift_rt;
+  long first = (long)row * K / 8;
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  uint4 braw[STEPS], xlo[STEPS], xhi[STEPS];
+  int off = shift > 0 ? 1 : 0;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    braw[s] = bv[min(first + v, last)];
+    int u = v - off;
+    xlo[s] = xv[max(0, min(u, XV - 1))];
+    xhi[s] = xv[max(0, min(u + 1, XV - 1))];
+  }
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) {
+      uint4 b, w;
+      if (v == 0 || v >= NV - 1) {
+        b = rowalign_keep(braw[s], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+        w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+        if (v == 0) {
+          b = or4(b, rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
+          w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+        }
+      } else {
+        b = braw[s];
+        if (shift == 0) {
+          w = xlo[s];
+        } else {  // bytes 16 - 2 * shift of lo onwards, then hi
+          unsigned wd[8] = {xlo[s].x, xlo[s].y, xlo[s].z, xlo[s].w, xhi[s].x, xhi[s].y, xhi[s].z, xhi[s].w};
+          int byte = 16 - 2 * shift, first_w = byte / 4, bits = 8 * (byte % 4);
+          unsigned a[6], c[5];
+#pragma unroll
+          for (int i = 0; i < 6; ++i) a[i] = (first_w & 2) ? wd[i + 2] : wd[i];
+#pragma unroll
+          for (int i = 0; i < 5; ++i) c[i] = (first_w & 1) ? a[i + 1] : a[i];
+          w = make_uint4(__funnelshift_r(c[0], c[1], bits), __funnelshift_r(c[1], c[2], bits),
+                         __funnelshift_r(c[2], c[3], bits), __funnelshift_r(c[3], c[4], bits));
+        }
+      }
+      acc += dot8(w, b);
+    }
+  }
+  return acc;
+}
+
+template <int K, int TPR, int ROWS, bool CONST>
+__global__ void __launch_bounds__(TPR * ROWS) hoisted(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  int row = blockIdx.x * ROWS + threadIdx.y;
+  int shift = (int)((long)row * K % 8);
+  float acc;
+  if (!CONST) acc = hoisted_row<K, TPR, ROWS, -1>(B, x, last, row, shift);
+  else switch (shift) {
+    case 0: acc = hoisted_row<K, TPR, ROWS, 0>(B, x, last, row, 0); break;
+    case 1: acc = hoisted_row<K, TPR, ROWS, 1>(B, x, last, row, 1); break;
+    case 2: acc = hoisted_row<K, TPR, ROWS, 2>(B, x, last, row, 2); break;
+    case 3: acc = hoisted_row<K, TPR, ROWS, 3>(B, x, last, row, 3); break;
+    case 4: acc = hoisted_row<K, TPR, ROWS, 4>(B, x, last, row, 4); break;
+    case 5: acc = hoisted_row<K, TPR, ROWS, 5>(B, x, last, row, 5); break;
+    case 6: acc = hoisted_row<K, TPR, ROWS, 6>(B, x, last, row, 6); break;
+    default: acc = hoisted_row<K, TPR, ROWS, 7>(B, x, last, row, 7); break;
+  }
+  acc = row_sum<TPR, ROWS>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+
+// R rows 8 apart per thread (one shift for all of them): each x window serves R rows.
+template <int K, int TPR, int R, bool WRAP>
+__global__ void __launch_bounds__(TPR) grouped(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
+  constexpr int NV = WRAP ? (K + 7) / 8 : (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  int row0 = (blockIdx.x / 8) * 8 * R + blockIdx.x % 8;  // rows row0 + 8 j
+  int shift = (int)((long)row0 * K % 8);
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  float acc[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) acc[j] = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) {
+      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      if (WRAP && v == 0) w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        long first = (long)(row0 + 8 * j) * K / 8;
+        uint4 b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+        if (WRAP && v == 0) b = or4(b, rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
+        acc[j] += dot8(w, b);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    float t = row_sum<TPR, 1>(acc[j]);
+    if (threadIdx.x == 0) y[row0 + 8 * j] = __float2half(t);
+    if (TPR > 32) __syncthreads();
+  }
+}
+
+
+// x's 16 bytes from byte pos (even, inside x): XMODE 0: two aligned vectors and word selects;
+// XMODE 1: five 4-byte loads and funnel shifts. B (byte offset of pos in its vector) is
+// compile-time when CB >= 0.
+template <int XMODE, int CB>
+__device__ __forceinline__ uint4 window_fast(const half* __restrict__ x, int pos) {
+  if (XMODE == 0) {
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    int u = pos >> 4, b = CB >= 0 ? CB : (pos & 15);
+    uint4 lo = xv[u];
+    if (b == 0) return lo;
+    uint4 hi = xv[u + 1];
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    int fw = b / 4, bits = 8 * (b % 4);
+    unsigned a[6], c[5];
+#pragma unroll
+    for (int i = 0; i < 6; ++i) a[i] = (fw & 2) ? w[i + 2] : w[i];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) c[i] = (fw & 1) ? a[i + 1] : a[i];
+    return make_uint4(__funnelshift_r(c[0], c[1], bits), __funnelshift_r(c[1], c[2], bits),
+                      __funnelshift_r(c[2], c[3], bits), __funnelshift_r(c[3], c[4], bits));
+  } else {
+    const unsigned* xw = reinterpret_cast<const unsigned*>(x) + (pos >> 2);
+    int bits = 8 * (CB >= 0 ? (CB & 3) : (pos & 3));
+    unsigned w0 = xw[0], w1 = xw[1], w2 = xw[2], w3 = xw[3];
+    if (bits == 0) return make_uint4(w0, w1, w2, w3);
+    unsigned w4 = xw[4];
+    return make_uint4(__funnelshift_r(w0, w1, bits), __funnelshift_r(w1, w2, bits),
+                      __funnelshift_r(w2, w3, bits), __funnelshift_r(w3, w4, bits));
+  }
+}
+
+template <int K, int TPR, int SHIFT, int XMODE, bool PEEL>
+__device__ __forceinline__ float walk(const half* __restrict__ B, const half* __restrict__ x, long last, int row, int shift_rt) {
+  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
+  constexpr int NV = (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  constexpr int CB = SHIFT >= 0 ? (16 - 2 * SHIFT) & 15 : -1;
+  const int shift = SHIFT >= 0 ? SHIFT : shift_rt;
+  long first = (long)row * K / 8;
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) {
+      uint4 b, w;
+      bool edge = !PEEL || ((s == 0 || s >= STEPS - 2) && (v == 0 || v >= NV - 1));
+      if (edge) {
+        b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+        w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      } else {
+        b = bv[first + v];
+        w = window_fast<XMODE, CB>(x, 16 * v - 2 * shift);
+      }
+      acc += dot8(w, b);
+    }
+  }
+  return acc;
+}
+
+template <int K, int TPR, bool CONST, int XMODE, bool PEEL>
+__global__ void __launch_bounds__(TPR) walker(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  int row = blockIdx.x;
+  int shift = (int)((long)row * K % 8);
+  float acc;
+  if (!CONST) acc = walk<K, TPR, -1, XMODE, PEEL>(B, x, last, row, shift);
+  else switch (shift) {
+    case 0: acc = walk<K, TPR, 0, XMODE, PEEL>(B, x, last, row, 0); break;
+    case 1: acc = walk<K, TPR, 1, XMODE, PEEL>(B, x, last, row, 1); break;
+    case 2: acc = walk<K, TPR, 2, XMODE, PEEL>(B, x, last, row, 2); break;
+    case 3: acc = walk<K, TPR, 3, XMODE, PEEL>(B, x, last, row, 3); break;
+    case 4: acc = walk<K, TPR, 4, XMODE, PEEL>(B, x, last, row, 4); break;
+    case 5: acc = walk<K, TPR, 5, XMODE, PEEL>(B, x, last, row, 5); break;
+    case 6: acc = walk<K, TPR, 6, XMODE, PEEL>(B, x, last, row, 6); break;
+    default: acc = walk<K, TPR, 7, XMODE, PEEL>(B, x, last, row, 7); break;
+  }
+  acc = row_sum<TPR, 1>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+
+// The row's 16-byte vectors (from the boundary at or before it) in shared memory by one bulk copy
+// (cp.async.bulk, an mbarrier counting its bytes), issued by one thread at the block's start:
+// all of a block's DRAM requests leave at once, whatever the arithmetic costs. x as rowalign.
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+template <int K, int TPR>
+__global__ void __launch_bounds__(TPR) bulk(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
+  constexpr int NV = (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  extern __shared__ uint4 row_vectors[];
+  __shared__ alignas(8) unsigned long long bar;
+  int row = blockIdx.x;
+  long first = (long)row * K / 8;
+  int shift = (int)((long)row * K % 8);
+  int count = (int)(min(first + NV - 1, last) - first + 1);  // the vectors that hold the row
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(&bar)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(&bar)), "r"(count * 16) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(row_vectors)), "l"(reinterpret_cast<const uint4*>(B) + first), "r"(count * 16), "r"(smem_addr(&bar)) : "memory");
+  }
+  __syncthreads();  // the barrier's init before anyone waits on it
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(smem_addr(&bar)) : "memory");
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if ((NV % TPR == 0 || v < NV) && v < count) {
+      uint4 b = rowalign_keep(row_vectors[v], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      acc += dot8(w, b);
+    }
+  }
+  acc = row_sum<TPR, 1>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+__global__ void flush_read(const float4* p, size_t n, float* sink) {
+  float s = 0.f;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) { float4 v = p[i]; s += v.x + v.y + v.z + v.w; }
+  if (s == 12345.f) *sink = s;
+}
+
+struct Ctx { float4* flush; size_t nflush; float* sink; };
+static bool g_profile = false;
+
+template <typename F>
+float time_us(Ctx& c, F launch) {
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  if (g_profile) { flush_read<<<264, 1024>>>(c.flush, c.nflush, c.sink); launch(); CK(cudaDeviceSynchronize()); return 0.f; }
+  for (int i = 0; i < 5; ++i) launch();
+  std::vector<float> t;
+  for (int i = 0; i < 200; ++i) {
+    flush_read<<<264, 1024>>>(c.flush, c.nflush, c.sink);
+    CK(cudaEventRecord(a)); launch(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms * 1e3f);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+template <int N, int K>
+struct Problem {
+  half *B, *x, *y; std::vector<double> ref; std::vector<half> hy;
+  Problem() {
+    size_t nb = (size_t)N * K;
+    std::vector<half> hB(nb), hx(K);
+    std::vector<float> fB(nb), fx(K);
+    srand(1);
+    for (size_t i = 0; i < nb; ++i) { hB[i] = __float2half((rand() / (float)RAND_MAX - 0.5f) * 2.f); fB[i] = __half2float(hB[i]); }
+    for (int i = 0; i < K; ++i) { hx[i] = __float2half((rand() / (float)RAND_MAX - 0.5f) * 2.f); fx[i] = __half2float(hx[i]); }
+    ref.assign(N, 0.0);
+    for (int n = 0; n < N; ++n) { double s = 0; for (int k = 0; k < K; ++k) s += (double)fB[(size_t)n * K + k] * fx[k]; ref[n] = s; }
+    CK(cudaMalloc(&B, nb * 2)); CK(cudaMalloc(&x, K * 2)); CK(cudaMalloc(&y, N * 2));
+    CK(cudaMemcpy(B, hB.data(), nb * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(x, hx.data(), K * 2, cudaMemcpyHostToDevice));
+    hy.resize(N);
+  }
+  double error() {
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(hy.data(), y, N * 2, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (int n = 0; n < N; ++n) { double d = __half2float(hy[n]) - ref[n]; num += d * d; den += ref[n] * ref[n]; }
+    return std::sqrt(num / den);
+  }
+  long last() const { return ((long)N * K - 1) / 8; }
+};
+
+template <int N, int K, int TPR, int ROWS>
+void run_aligned(Ctx& c, const char* tag) {
+  Problem<N, K> p;
+  dim3 grid(N / ROWS), block(TPR, ROWS);
+  CK(cudaMemset(p.y, 0xff, N * 2));
+  aligned<K, TPR, ROWS><<<grid, block>>>(p.B, p.x, p.y);
+  double e = p.error();
+  float us = time_us(c, [&] { aligned<K, TPR, ROWS><<<grid, block>>>(p.B, p.x, p.y); });
+  printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K, tag, TPR, ROWS, us, e);
+}
+
+template <int N, int K, int TPR, int ROWS>
+void run_ragged(Ctx& c) {
+  Problem<N, K> p;
+  dim3 grid(N / ROWS), block(TPR, ROWS);
+  long last = p.last();
+#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); double e = p.error(); \
+    float us = time_us(c, [&] { __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); }); \
+    printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K, tag, TPR, ROWS, us, e); }
+  ONE("rowalign", rowalign<K, TPR, ROWS, false>)
+  ONE("rowalign+wrap", rowalign<K, TPR, ROWS, true>)
+  { constexpr int NVB = (K + 7) / 8 + 1; CK(cudaFuncSetAttribute(bulk<K, TPR>, cudaFuncAttributeMaxDynamicSharedMemorySize, NVB * 16));
+    auto launch = [&] { bulk<K, TPR><<<grid, block, NVB * 16>>>(p.B, p.x, p.y, last); };
+    CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+    printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K, "bulk", TPR, ROWS, us, e); }
+  ONE("wrap+hoist", hoisted<K, TPR, ROWS, false>)
+  ONE("wrap+hoist+constshift", hoisted<K, TPR, ROWS, true>)
+  ONE("peel", walker<K, TPR, false, 0, true>)
+  ONE("peel+ldg32", walker<K, TPR, false, 1, true>)
+  ONE("const", walker<K, TPR, true, 0, false>)
+  ONE("const+peel", walker<K, TPR, true, 0, true>)
+  ONE("const+peel+ldg32", walker<K, TPR, true, 1, true>)
+#undef ONE
+}
+
+template <int N, int K, int TPR, int R>
+void run_grouped(Ctx& c) {
+  Problem<N, K> p;
+  dim3 grid(N / R), block(TPR);
+  long last = p.last();
+#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); double e = p.error(); \
+    float us = time_us(c, [&] { __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); }); \
+    printf("%dx%d %-22s tpr=%3d R=%d     %7.2f us  err %.1e\n", N, K, tag, TPR, R, us, e); }
+  ONE("grouped", grouped<K, TPR, R, false>)
+  ONE("grouped+wrap", grouped<K, TPR, R, true>)
+#undef ONE
+}
+
+template <int N, int K>
+void shape_pair(Ctx& c) {
+  run_aligned<N, K + 1, 128, 1>(c, "aligned(blockreduce)");
+  { Problem<N, K + 1> p; long last = p.last(); constexpr int NVB = (K + 1) / 8 + 1;
+    CK(cudaFuncSetAttribute(bulk<K + 1, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize, NVB * 16));
+    auto launch = [&] { bulk<K + 1, 128><<<N, 128, NVB * 16>>>(p.B, p.x, p.y, last); };
+    CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+    printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K + 1, "aligned, bulk", 128, 1, us, e); }
+  run_aligned<N, K - 7, 128, 1>(c, "aligned K-7");
+  run_aligned<N, K + 9, 128, 1>(c, "aligned K+9");
+  run_ragged<N, K, 128, 1>(c);
+  run_grouped<N, K, 128, 2>(c);
+
+}
+
+template <int N, int K>
+void run_tvm(Ctx& c, void (*kern)(half*, half*, half*), dim3 grid, dim3 block, const char* tag) {
+  Problem<N, K> p;
+  CK(cudaMemset(p.y, 0xff, N * 2));
+  kern<<<grid, block>>>(p.B, p.x, p.y);
+  double e = p.error();
+  float us = time_us(c, [&] { kern<<<grid, block>>>(p.B, p.x, p.y); });
+  printf("%dx%d %-22s               %7.2f us  err %.1e\n", N, K, tag, us, e);
+}
+
+#include "tvm_kernels.cuh"  // the kernels and run_tvm_kernels(Ctx&, n, k)
+
+int main(int argc, char** argv) {
+  g_profile = argc > 1;  // any argument: one launch of each kernel (for ncu), first shape only
+  Ctx c; c.nflush = (256u << 20) / 16;
+  CK(cudaMalloc(&c.flush, c.nflush * 16)); CK(cudaMemset(c.flush, 0, c.nflush * 16)); CK(cudaMalloc(&c.sink, 4));
+  shape_pair<4096, 4095>(c);
+  run_tvm_kernels(c, 4096, 4095);
+  if (g_profile) return 0;
+  shape_pair<3584, 3583>(c);
+  run_tvm_kernels(c, 3584, 3583);
+  shape_pair<4096, 14335>(c);
+  run_tvm_kernels(c, 4096, 14335);
+  shape_pair<3584, 18943>(c);
+  run_tvm_kernels(c, 3584, 18943);
+  return 0;
+}
