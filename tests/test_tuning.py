@@ -442,6 +442,28 @@ def test_each_candidate_is_said_once_as_it_lands_with_the_best_and_the_rate():
     assert state["clock"].landed is not None  # the batch's measuring ends at the last one
 
 
+def test_a_search_that_does_not_tensorize_skips_the_intrinsics(monkeypatch):
+    """Without tensor cores, TuneContext's import of the intrinsics finds a stand-in (nothing
+    parsed, nothing said), which is gone after the search; with them, they are loaded."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    said, imported = [], []
+    monkeypatch.setattr(metaschedule.importlib, "import_module", imported.append)
+    monkeypatch.delitem(sys.modules, metaschedule.TENSOR_INTRINSICS, raising=False)
+    mod = tvm.IRModule({"main": Workload("gemm", (32, 32, 32)).prim_func()})
+    with metaschedule._tensor_intrinsics(False, said.append):
+        stand_in = sys.modules[metaschedule.TENSOR_INTRINSICS]
+        context = ms.TuneContext(mod=mod, target=tvm.target.Target({"kind": "llvm", "num-cores": 2}),
+                                 space_generator="post-order-apply", search_strategy="replay-trace")
+        assert context.generate_design_space()
+        assert sys.modules[metaschedule.TENSOR_INTRINSICS] is stand_in  # TuneContext's import
+        assert not hasattr(stand_in, "cuda")  # parsed nothing
+    assert metaschedule.TENSOR_INTRINSICS not in sys.modules and not said and not imported
+    with metaschedule._tensor_intrinsics(True, said.append):
+        assert imported == [metaschedule.TENSOR_INTRINSICS] and len(said) == 2
+
+
 def test_loading_the_tensor_intrinsics_is_said_once(monkeypatch):
     said, imported = [], []
     monkeypatch.setattr(metaschedule.importlib, "import_module", imported.append)

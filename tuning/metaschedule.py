@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import types
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Callable
@@ -362,6 +363,23 @@ def _load_tensor_intrinsics(say: Callable[[str], None]) -> None:
 
 
 @contextlib.contextmanager
+def _tensor_intrinsics(needed: bool, say: Callable[[str], None]):
+    """TVM's tensor intrinsics for the length of a search: imported, saying so, where the space
+    tensorizes (`needed`). Otherwise MetaSchedule's TuneContext, which imports them all whatever
+    the space, finds an empty stand-in, taken away afterwards: a search over CUDA-core or CPU
+    rules starts without their 20-35 s parse."""
+    if needed or TENSOR_INTRINSICS in sys.modules:
+        _load_tensor_intrinsics(say)
+        yield
+        return
+    sys.modules[TENSOR_INTRINSICS] = types.ModuleType(TENSOR_INTRINSICS)
+    try:
+        yield
+    finally:
+        del sys.modules[TENSOR_INTRINSICS]
+
+
+@contextlib.contextmanager
 def _interruptible(state: dict, say: Callable[[str], None]):
     """Ctrl-C stops the search after the batch in flight, whose results are kept. (A Python
     exception raised at a random point of TVM's C++ search can crash it, so the first Ctrl-C
@@ -417,11 +435,11 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
         f"({state['trials']} there already)")
     runner = ReportingRunner(runner, _candidate_reporter(state, trials, say))
     builder = TimedBuilder(builder, state["clock"])
-    _load_tensor_intrinsics(say)  # before the tensor-core rules, which name the intrinsics
-    state["clock"].since = time.time()
-    generator = (design_space(mod, target, space, tensor_cores) if space in SPACES
-                 else rungs.design_space())
-    with _interruptible(state, say):
+    # the intrinsics before the tensor-core rules and the rungs' tensorizing, which name them
+    with _tensor_intrinsics(tensor_cores or space not in SPACES, say), _interruptible(state, say):
+        state["clock"].since = time.time()
+        generator = (design_space(mod, target, space, tensor_cores) if space in SPACES
+                     else rungs.design_space())
         ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=BATCH,
                     builder=builder, runner=runner, database=database, cost_model=cost_model,
                     strategy=strategy,
