@@ -212,8 +212,6 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     tall = tall_tiles()
     if tall:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
-    if knobs["stream_k"]:  # stream K deals the last wave's K blocks itself
-        split_k, split_tail = 1, False
     fitting = [s for s in space["stages"]
                if arena_bytes(block_m, block_n, s) <= HOPPER_SHARED_BYTES]
     return {"block_m": block_m, "block_n": block_n,

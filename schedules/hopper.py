@@ -27,8 +27,6 @@ product just before C is stored (after split K's sum).
 
 from __future__ import annotations
 
-from math import gcd
-
 from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.script.ir_builder import IRBuilder
@@ -121,116 +119,15 @@ def quad_store(out_dtype: str) -> tuple[str, str]:
                   f"{QUAD_STORE.format(convert=TO_PAIR[out_dtype])}\n}}\n")
 
 
-def _least(a, b):
-    """min(a, b), of python ints or of PrimExprs."""
-    return min(a, b) if isinstance(a, int) and isinstance(b, int) else T.min(a, b)
+def split_tiles(tiles: int, split_tail: bool, sms: int) -> int:
+    """How many of the tiles are split in K: all, or with split_tail those of the last, partial
+    wave (the rest are multiplied whole, first)."""
+    return tiles % sms if split_tail else tiles
 
 
-def _most(a, b):
-    """max(a, b), of python ints or of PrimExprs."""
-    return max(a, b) if isinstance(a, int) and isinstance(b, int) else T.max(a, b)
-
-
-def _choose(condition, a, b):
-    """a where `condition` holds, else b: a python bool's, or a PrimExpr's T.Select."""
-    return (a if condition else b) if isinstance(condition, bool) else T.Select(condition, a, b)
-
-
-class WorkPlan:
-    """How the units of work of a persistent v8 kernel divide C's tiles and their K blocks.
-
-    The first `whole` units are whole tiles. The `split` tiles after them are dealt in `pieces`
-    units: their K blocks laid end to end, tile after tile (split * k_blocks of them), piece p
-    taking blocks [p * run // pieces, (p + 1) * run // pieces) of that run. Split K gives each
-    tile split_k pieces (its slices); stream K gives each SM one piece, so a piece may end in
-    one tile and go on into the next (`spans`: the most tiles one piece touches). A piece keeps
-    a partial tile in the workspace for each tile it touches (`slot`); a tile's pieces count in
-    at its counter, and the last to arrive adds the others' partials.
-
-    Units and tiles are python ints or PrimExprs: the same arithmetic writes the kernel and,
-    on ints, lets a test walk the plan."""
-
-    def __init__(self, tiles: int, k_blocks: int, split: int, pieces: int):
-        self.whole, self.split, self.k_blocks = tiles - split, split, k_blocks
-        self.pieces = pieces if split else 0
-        self.units = self.whole + self.pieces
-        common = gcd(split * k_blocks, self.pieces) or 1
-        self._run, self._per = split * k_blocks // common, self.pieces // common  # reduced
-        self.spans = max((len(self.tiles_touched(unit)) for unit in range(self.whole, self.units)),
-                         default=1)
-        counts = {self._pieces_of(tile) for tile in range(split)}
-        self._uniform = counts.pop() if len(counts) == 1 else None  # as split K's: split_k
-
-    def start(self, unit):
-        """A piece's first K block in the run (its end: the next piece's start)."""
-        return (unit - self.whole) * self._run // self._per
-
-    def owner(self, block):
-        """The piece (unit) whose K blocks hold the run's K block `block`."""
-        return self.whole + ((block + 1) * self._per + self._run - 1) // self._run - 1
-
-    def tiles_touched(self, unit: int) -> range:
-        """The split tiles (0 = the first split one) that piece `unit` (an int) multiplies."""
-        return range(self.start(unit) // self.k_blocks,
-                     (self.start(unit + 1) - 1) // self.k_blocks + 1)
-
-    def span(self, unit, q):
-        """(tile, first K block, K blocks) of the q-th tile that `unit` multiplies: a whole
-        tile's are (unit, 0, k_blocks) for q = 0; K blocks are 0 or fewer where the unit
-        touches fewer than q + 1 tiles."""
-        if not self.pieces:
-            return unit, 0, self.k_blocks
-        begin, end = self.start(unit), self.start(unit + 1)
-        tile = begin // self.k_blocks + q
-        if self.spans == 1:  # each piece within its tile
-            piece = (self.whole + tile, begin - tile * self.k_blocks, end - begin)
-        else:
-            first = _most(begin, tile * self.k_blocks)
-            piece = (self.whole + tile, first - tile * self.k_blocks,
-                     _least(end, (tile + 1) * self.k_blocks) - first)
-        if not self.whole:
-            return piece
-        whole = (unit, 0, _choose(q == 0, self.k_blocks, 0))  # a whole tile: one span
-        return tuple(_choose(unit < self.whole, w, p) for w, p in zip(whole, piece))
-
-    def touches(self, blocks):
-        """Whether a span of `blocks` K blocks is there to multiply (python True where every
-        piece touches `spans` tiles: each span of split K, and a whole tile)."""
-        return True if self.spans == 1 else blocks > 0
-
-    def _pieces_of(self, tile):
-        return self.owner((tile + 1) * self.k_blocks - 1) - self.owner(tile * self.k_blocks) + 1
-
-    def pieces_of(self, tile):
-        """How many pieces multiply split tile `tile` (a python int where all have as many)."""
-        return self._pieces_of(tile) if self._uniform is None else self._uniform
-
-    def first_piece(self, tile):
-        """The first unit that multiplies part of split tile `tile`."""
-        return self.owner(tile * self.k_blocks)
-
-    def slot(self, unit, tile):
-        """The workspace slot of piece `unit`'s partial of split tile `tile`."""
-        slot = (unit - self.whole) * self.spans
-        return slot if self.spans == 1 else slot + tile - self.start(unit) // self.k_blocks
-
-
-def work_plan(tiles: int, k_blocks: int, split_k: int, split_tail: bool, stream_k: bool,
-              sms: int) -> WorkPlan:
-    """The knobs' WorkPlan: split K's split_k slices of every tile, or with split_tail of the
-    tiles of the last, partial wave (the rest whole, first); stream K's one piece per SM of the
-    last, partial wave's K blocks (all tiles' where they are fewer than the SMs); else every
-    tile whole."""
-    split = 0
-    if stream_k or split_k > 1:
-        split = tiles % sms if stream_k or split_tail else tiles
-    pieces = _least(sms, split * k_blocks) if stream_k else split * split_k
-    return WorkPlan(tiles, k_blocks, split, pieces)
-
-
-def partial_bytes(plan: WorkPlan, block_m: int, block_n: int) -> int:
-    """Bytes of the workspace: one float32 partial tile per piece and tile it touches."""
-    return plan.pieces * plan.spans * block_m * block_n * 4
+def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
+    """Bytes of split K's workspace: one float32 partial tile per (tile, K slice)."""
+    return tiles * split_k * block_m * block_n * 4
 
 
 def _split_k_helpers(tag: str, float4s: int, tiles: int) -> dict:
@@ -259,11 +156,10 @@ def _split_k_helpers(tag: str, float4s: int, tiles: int) -> dict:
             for role, (returns, body) in bodies.items()}
 
 
-def _arrival_word(pieces: int):
-    """The shared word `arrived` of split and stream K (how many pieces of the tile arrived
-    before this CTA's), allocated only where tiles come in pieces: called inside the kernel's
-    script."""
-    if not pieces:
+def _arrival_word(split_k: int):
+    """Split K's shared word `arrived` (how many slices of the tile arrived before this CTA's),
+    allocated only where K is split: called inside the kernel's script."""
+    if split_k == 1:
         return None
     return IRBuilder.name("arrived", T.alloc_buffer((1,), "uint32", scope="shared"))
 
@@ -310,12 +206,12 @@ def _consumer_tile(block_m: int, block_n: int) -> tuple[int, int, bool]:
 
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
-                          split_tail: bool, stream_k: bool, sms: int):
+                          split_tail: bool, sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
-    384 threads walk the units of work (`work_plan`: a block tile, or a piece of the K blocks
-    of one or two tiles) in the grouped raster of the tiles.
+    384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
+    the grouped raster of the tiles.
 
     Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and one thread loads
     every K block of every unit of the CTA into the ring of `stages` stages with TMA, after
@@ -326,13 +222,11 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     from unit to unit, so the producer loads the next unit while the consumers store this one
     straight from their accumulators, guarded at C's edges.
 
-    Split K (split_k > 1) and stream K: each piece's consumers put their partial tile in the
-    workspace (`_split_k_helpers`) and count themselves in at the tile's arrival counter; the
-    piece that arrives last adds the others' partials to its own and stores C. With
-    split_tail, only the tiles of the last, partial wave are split (the units after the
-    `whole` tiles): the SMs that wave would leave idle take slices of its tiles. Stream K
-    deals that wave's K blocks evenly to all the SMs, one run of them each, which may end one
-    tile and begin the next: a CTA then walks both, one after the other."""
+    Split K (split_k > 1): each slice's consumers put their partial tile in the workspace
+    (`_split_k_helpers`) and count themselves in at the tile's arrival counter; the slice that
+    arrives last adds the others' partials to its own and stores C. With split_tail, only the
+    tiles of the last, partial wave are split (the units after the `whole` tiles): the SMs
+    that wave would leave idle take slices of its tiles."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
@@ -347,8 +241,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
     k_blocks = k_block_count(K, element_bytes)
     tiles = tiles_m * tiles_n
-    plan = work_plan(tiles, k_blocks, split_k, split_tail, stream_k, sms)
-    whole, units = plan.whole, plan.units
+    whole = tiles - split_tiles(tiles, split_tail, sms)  # tiles multiplied whole, first
+    if whole == tiles:
+        whole, split_k = 0, 1  # no partial last wave: nothing to split
+    units = whole + (tiles - whole) * split_k
     grid = min(sms, units)
     units_per_cta = -(-units // grid)
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
@@ -362,7 +258,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     b_shape = (N, K) if nt else (K, N)
     quads = accumulators // 4  # float4s of one consumer thread's partial tile
     helpers = _split_k_helpers(f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}",
-                               plan.pieces * plan.spans * quads * CONSUMER_THREADS, plan.split)
+                               (units - whole) * quads * CONSUMER_THREADS, tiles - whole)
 
     def a_offset(consumer, mi, ks):
         """Bytes from a stage's start to consumer's A rows of wgmma mi at k step ks."""
@@ -379,21 +275,36 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     def origin(tile):
         return _tile_origin(tile, tiles_m, tiles_n, group_m, block_m, block_n)
 
+    def tile_of(unit):
+        """The output tile of a unit: the first `whole` units are whole tiles, then each tile
+        comes in split_k slices."""
+        if not whole:
+            return unit // split_k
+        return T.Select(unit < whole, unit, whole + (unit - whole) // split_k)
+
     def is_split(unit):
-        """Whether the unit is a piece (python True where every unit is)."""
+        """Whether the unit is a slice of its tile (python True where every unit is)."""
         return True if not whole else unit >= whole
 
-    def stores_c(unit, split_tile, arrived):
-        """Whether this CTA stores the tile: a whole tile's, or the last piece's to arrive."""
-        pieces = plan.pieces_of(split_tile)
-        last = arrived[0] == (pieces - 1 if isinstance(pieces, int)
-                              else T.Cast("uint32", pieces - 1))
+    def k_range(unit):
+        """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly."""
+        piece = (unit - whole) % split_k
+        first = piece * k_blocks // split_k
+        count = (piece + 1) * k_blocks // split_k - first
+        if not whole:
+            return first, count
+        return (T.Select(unit < whole, 0, first),
+                T.Select(unit < whole, k_blocks, count))
+
+    def stores_c(unit, arrived):
+        """Whether this CTA stores the unit's tile: a whole tile's, or the last slice's."""
+        last = arrived[0] == split_k - 1
         return last if not whole else T.Or(unit < whole, last)
 
-    def partial(slot, quad, thread):
-        """Index of a consumer thread's float4 `quad` of the partial tile in workspace `slot`:
-        the threads' float4s side by side, so that a warp's stores are contiguous."""
-        return (slot * quads + quad) * CONSUMER_THREADS + thread
+    def partial(unit, quad, thread):
+        """Index of a consumer thread's float4 `quad` of the (split) unit's partial tile: the
+        threads' float4s side by side, so that a warp's stores are contiguous."""
+        return ((unit - whole) * quads + quad) * CONSUMER_THREADS + thread
 
     @T.prim_func
     def main(A_handle: T.handle, B_handle: T.handle, A_scale_handle: T.handle,
@@ -415,7 +326,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         arena = T.alloc_buffer((ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
         full = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
-        arrived = T.meta_var(_arrival_word(plan.pieces))
+        arrived = T.meta_var(_arrival_word(split_k))
         ring: T.let[T.uint32] = T.bitwise_and(
             T.cuda.cvta_generic_to_shared(arena.data) + T.uint32(ATOM - 1),
             T.uint32(~(ATOM - 1) & 0xFFFFFFFF))
@@ -437,32 +348,29 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                 loaded[0] = 0
                 for j in range(units_per_cta):
                     if cta + j * grid < units:
-                        for q in range(plan.spans):
-                            tile: T.let[T.int32] = plan.span(cta + j * grid, q)[0]
-                            first: T.let[T.int32] = plan.span(cta + j * grid, q)[1]
-                            count: T.let[T.int32] = plan.span(cta + j * grid, q)[2]
-                            if plan.touches(count):
-                                m0, n0 = T.meta_var(origin(tile))
-                                for kt in range(count):
-                                    s: T.let[T.int32] = (loaded[0] + kt) % stages
-                                    # the stage's previous K block freed (on a fresh barrier, parity 1
-                                    # counts as the phase before the first: it returns at once)
-                                    T.cuda.mbarrier_wait(empty.ptr_to([s]),
-                                                         ((loaded[0] + kt) // stages + 1) % 2)
-                                    stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
-                                    T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([s]),
-                                                                             T.uint32(stage_bytes))
-                                    k0: T.let[T.int32] = (first + kt) * block_k
-                                    TMA_LOAD(stage, T.address_of(A_map), k0, m0, full.ptr_to([s]))
-                                    if nt:
-                                        TMA_LOAD(stage + T.uint32(a_bytes), T.address_of(B_map),
-                                                 k0, n0, full.ptr_to([s]))
-                                    else:
-                                        for box in T.unroll(block_n // 64):
-                                            TMA_LOAD(stage + T.uint32(a_bytes + box * block_k * ROW_BYTES),
-                                                     T.address_of(B_map), n0 + box * 64, k0,
-                                                     full.ptr_to([s]))
-                                loaded[0] = loaded[0] + count
+                        tile: T.let[T.int32] = tile_of(cta + j * grid)
+                        m0, n0 = T.meta_var(origin(tile))
+                        first, count = T.meta_var(k_range(cta + j * grid))
+                        for kt in range(count):
+                            s: T.let[T.int32] = (loaded[0] + kt) % stages
+                            # the stage's previous K block freed (on a fresh barrier, parity 1
+                            # counts as the phase before the first: it returns at once)
+                            T.cuda.mbarrier_wait(empty.ptr_to([s]),
+                                                 ((loaded[0] + kt) // stages + 1) % 2)
+                            stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
+                            T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([s]),
+                                                                     T.uint32(stage_bytes))
+                            k0: T.let[T.int32] = (first + kt) * block_k
+                            TMA_LOAD(stage, T.address_of(A_map), k0, m0, full.ptr_to([s]))
+                            if nt:
+                                TMA_LOAD(stage + T.uint32(a_bytes), T.address_of(B_map),
+                                         k0, n0, full.ptr_to([s]))
+                            else:
+                                for box in T.unroll(block_n // 64):
+                                    TMA_LOAD(stage + T.uint32(a_bytes + box * block_k * ROW_BYTES),
+                                             T.address_of(B_map), n0 + box * 64, k0,
+                                             full.ptr_to([s]))
+                        loaded[0] = loaded[0] + count
         else:
             # consumers: warpgroups 1 and 2, each wg_m x wg_n of every tile
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
@@ -476,111 +384,107 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
             for j in range(units_per_cta):
                 if cta + j * grid < units:
                     unit: T.let[T.int32] = cta + j * grid
-                    for q in range(plan.spans):
-                        tile: T.let[T.int32] = plan.span(unit, q)[0]
-                        count: T.let[T.int32] = plan.span(unit, q)[2]
-                        if plan.touches(count):
-                            m0, n0 = T.meta_var(origin(tile))
-                            for i in T.unroll(accumulators):
-                                acc[i] = T.float32(0)
-                            for kt in range(count):
-                                s: T.let[T.int32] = (used[0] + kt) % stages
-                                T.cuda.mbarrier_wait(full.ptr_to([s]), (used[0] + kt) // stages % 2)
-                                stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
-                                for i in T.unroll(accumulators):
-                                    cuda_call(FENCE_OPERAND, acc[i])
-                                T.ptx.wgmma.fence.sync.aligned()
-                                for ks in T.unroll(block_k // k_step):
-                                    for mi in T.unroll(m_wgmmas):
-                                        wgmma(*[acc[mi * per_wgmma + r] for r in range(per_wgmma)],
-                                              _descriptor(stage + T.Cast("uint32", a_offset(consumer, mi, ks)),
-                                                          16, ATOM),
-                                              _descriptor(stage + T.Cast("uint32", b_offset(consumer, ks)),
-                                                          b_leading, ATOM),
-                                              T.bool(True), 1, 1, *transpose)
-                                T.ptx.wgmma.commit_group.sync.aligned()
-                                T.ptx.wgmma.wait_group.sync.aligned(1)
-                                for i in T.unroll(accumulators):
-                                    cuda_call(FENCE_OPERAND, acc[i])
-                                if kt > 0:  # the K block before's wgmmas are done: free its stage
-                                    T.ptx.mbarrier.arrive.shared.b64(
-                                        empty.ptr_to([(used[0] + kt + stages - 1) % stages]), T.uint32(1))
-                            T.ptx.wgmma.wait_group.sync.aligned(0)
-                            for i in T.unroll(accumulators):
-                                cuda_call(SETTLE, acc[i])
+                    tile: T.let[T.int32] = tile_of(unit)
+                    m0, n0 = T.meta_var(origin(tile))
+                    _, count = T.meta_var(k_range(unit))
+                    for i in T.unroll(accumulators):
+                        acc[i] = T.float32(0)
+                    for kt in range(count):
+                        s: T.let[T.int32] = (used[0] + kt) % stages
+                        T.cuda.mbarrier_wait(full.ptr_to([s]), (used[0] + kt) // stages % 2)
+                        stage: T.let[T.uint32] = ring + T.Cast("uint32", s * stage_bytes)
+                        for i in T.unroll(accumulators):
+                            cuda_call(FENCE_OPERAND, acc[i])
+                        T.ptx.wgmma.fence.sync.aligned()
+                        for ks in T.unroll(block_k // k_step):
+                            for mi in T.unroll(m_wgmmas):
+                                wgmma(*[acc[mi * per_wgmma + r] for r in range(per_wgmma)],
+                                      _descriptor(stage + T.Cast("uint32", a_offset(consumer, mi, ks)),
+                                                  16, ATOM),
+                                      _descriptor(stage + T.Cast("uint32", b_offset(consumer, ks)),
+                                                  b_leading, ATOM),
+                                      T.bool(True), 1, 1, *transpose)
+                        T.ptx.wgmma.commit_group.sync.aligned()
+                        T.ptx.wgmma.wait_group.sync.aligned(1)
+                        for i in T.unroll(accumulators):
+                            cuda_call(FENCE_OPERAND, acc[i])
+                        if kt > 0:  # the K block before's wgmmas are done: free its stage
                             T.ptx.mbarrier.arrive.shared.b64(
-                                empty.ptr_to([(used[0] + count - 1) % stages]), T.uint32(1))
-                            used[0] = used[0] + count
-                            # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
-                            # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
-                            first_row: T.let[T.int32] = m0 + (consumer * wg_m if split_m else 0) \
-                                + warp * 16 + lane // 4
-                            first_col: T.let[T.int32] = n0 + (0 if split_m else consumer * wg_n) + lane % 4 * 2
-                            if plan.pieces > 0:
-                                if is_split(unit):
-                                    # this piece's partial tile out (rows past C's edge left out), then
-                                    # counted in at the tile's counter; the last piece adds the others'
-                                    for mi in T.unroll(m_wgmmas):
-                                        if first_row + mi * 64 < M:
-                                            for n8 in T.unroll(wg_n // 8):
-                                                cuda_call(helpers["stash"],
-                                                          partial(plan.slot(unit, tile - whole),
-                                                                  mi * wg_n // 8 + n8, thread),
-                                                          *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
-                                    T.cuda.thread_fence()  # the partials visible on the GPU before the count
-                                    T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
-                                    if thread == 0:
-                                        arrived[0] = cuda_call(helpers["arrive"], tile - whole,
-                                                               return_type="uint32")
-                                    T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
-                            if plan.pieces == 0 or stores_c(unit, tile - whole, arrived):
-                                if plan.pieces > 0:
-                                    if is_split(unit):
-                                        T.cuda.thread_fence()
-                                        first_piece: T.let[T.int32] = plan.first_piece(tile - whole)
-                                        for other in range(plan.pieces_of(tile - whole)):
-                                            if first_piece + other != unit:
-                                                for mi in T.unroll(m_wgmmas):
-                                                    if first_row + mi * 64 < M:
-                                                        for n8 in T.unroll(wg_n // 8):
-                                                            cuda_call(
-                                                                helpers["gather"],
-                                                                partial(plan.slot(first_piece + other,
-                                                                                  tile - whole),
-                                                                        mi * wg_n // 8 + n8, thread),
-                                                                *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
-                                        if thread == 0:
-                                            cuda_call(helpers["rearm"], tile - whole)
-                                if dtype == FP8:
-                                    scale: T.let[T.float32] = A_scale[0] * B_scale[0]
-                                    for i in T.unroll(accumulators):
-                                        acc[i] = acc[i] * scale
-                                if out_dtype != "float32" and N % 4 == 0:
-                                    for mi in T.unroll(m_wgmmas):
-                                        for n16 in T.unroll(wg_n // 16):
-                                            for h in T.unroll(2):
-                                                row: T.let[T.int32] = first_row + mi * 64 + h * 8
-                                                start: T.let[T.int32] = first_col + n16 * 16 + lane % 2 * 6
-                                                low: T.let[T.int32] = mi * per_wgmma + n16 * 8 + h * 2
-                                                cuda_call(quad_store(out_dtype), T.address_of(C[row, start]),
-                                                          lane % 2, acc[low], acc[low + 1], acc[low + 4],
-                                                          acc[low + 5], T.bool(row < M) and T.bool(start < N))
-                                else:
-                                    for mi in T.unroll(m_wgmmas):
-                                        for n8 in T.unroll(wg_n // 8):
-                                            for h in T.unroll(2):
-                                                row: T.let[T.int32] = first_row + mi * 64 + h * 8
-                                                col: T.let[T.int32] = first_col + n8 * 8
-                                                first: T.let[T.int32] = mi * per_wgmma + n8 * 4 + h * 2
-                                                if row < M:
-                                                    if out_dtype == "float32" and N % 2 == 0:
-                                                        if col < N:  # col is even: so is &C[row, col]
-                                                            cuda_call(PAIR_STORE, T.address_of(C[row, col]),
-                                                                      acc[first], acc[first + 1])
-                                                    else:
-                                                        for e in T.unroll(2):
-                                                            if col + e < N:
-                                                                C[row, col + e] = T.Cast(out_dtype, acc[first + e])
+                                empty.ptr_to([(used[0] + kt + stages - 1) % stages]), T.uint32(1))
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    for i in T.unroll(accumulators):
+                        cuda_call(SETTLE, acc[i])
+                    T.ptx.mbarrier.arrive.shared.b64(
+                        empty.ptr_to([(used[0] + count - 1) % stages]), T.uint32(1))
+                    used[0] = used[0] + count
+                    # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
+                    # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
+                    first_row: T.let[T.int32] = m0 + (consumer * wg_m if split_m else 0) \
+                        + warp * 16 + lane // 4
+                    first_col: T.let[T.int32] = n0 + (0 if split_m else consumer * wg_n) + lane % 4 * 2
+                    if split_k > 1:
+                        if is_split(unit):
+                            # this slice's partial tile out (rows past C's edge left out), then
+                            # counted in at the tile's counter; the last slice adds the others'
+                            for mi in T.unroll(m_wgmmas):
+                                if first_row + mi * 64 < M:
+                                    for n8 in T.unroll(wg_n // 8):
+                                        cuda_call(helpers["stash"],
+                                                  partial(unit, mi * wg_n // 8 + n8, thread),
+                                                  *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                            T.cuda.thread_fence()  # the partials visible on the GPU before the count
+                            T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
+                            if thread == 0:
+                                arrived[0] = cuda_call(helpers["arrive"], tile - whole,
+                                                       return_type="uint32")
+                            T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
+                    if split_k == 1 or stores_c(unit, arrived):
+                        if split_k > 1:
+                            if is_split(unit):
+                                T.cuda.thread_fence()
+                                piece: T.let[T.int32] = (unit - whole) % split_k
+                                for other in range(split_k):
+                                    if other != piece:
+                                        for mi in T.unroll(m_wgmmas):
+                                            if first_row + mi * 64 < M:
+                                                for n8 in T.unroll(wg_n // 8):
+                                                    cuda_call(
+                                                        helpers["gather"],
+                                                        partial(unit - piece + other,
+                                                                mi * wg_n // 8 + n8, thread),
+                                                        *[acc[mi * per_wgmma + n8 * 4 + r] for r in range(4)])
+                                if thread == 0:
+                                    cuda_call(helpers["rearm"], tile - whole)
+                        if dtype == FP8:
+                            scale: T.let[T.float32] = A_scale[0] * B_scale[0]
+                            for i in T.unroll(accumulators):
+                                acc[i] = acc[i] * scale
+                        if out_dtype != "float32" and N % 4 == 0:
+                            for mi in T.unroll(m_wgmmas):
+                                for n16 in T.unroll(wg_n // 16):
+                                    for h in T.unroll(2):
+                                        row: T.let[T.int32] = first_row + mi * 64 + h * 8
+                                        start: T.let[T.int32] = first_col + n16 * 16 + lane % 2 * 6
+                                        low: T.let[T.int32] = mi * per_wgmma + n16 * 8 + h * 2
+                                        cuda_call(quad_store(out_dtype), T.address_of(C[row, start]),
+                                                  lane % 2, acc[low], acc[low + 1], acc[low + 4],
+                                                  acc[low + 5], T.bool(row < M) and T.bool(start < N))
+                        else:
+                            for mi in T.unroll(m_wgmmas):
+                                for n8 in T.unroll(wg_n // 8):
+                                    for h in T.unroll(2):
+                                        row: T.let[T.int32] = first_row + mi * 64 + h * 8
+                                        col: T.let[T.int32] = first_col + n8 * 8
+                                        first: T.let[T.int32] = mi * per_wgmma + n8 * 4 + h * 2
+                                        if row < M:
+                                            if out_dtype == "float32" and N % 2 == 0:
+                                                if col < N:  # col is even: so is &C[row, col]
+                                                    cuda_call(PAIR_STORE, T.address_of(C[row, col]),
+                                                              acc[first], acc[first + 1])
+                                            else:
+                                                for e in T.unroll(2):
+                                                    if col + e < N:
+                                                        C[row, col + e] = T.Cast(out_dtype, acc[first + e])
 
     return main if dtype == FP8 else _without_params(main, FP8_SCALES)
 
@@ -610,9 +514,9 @@ def tma_refusal(wl: Workload) -> str | None:
 
 
 def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int,
-                                split_k: int, split_tail: bool, stream_k: bool) -> None:
+                                split_k: int, split_tail: bool) -> None:
     """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
-    tile shapes, registers, shared memory or the workspace of split and stream K."""
+    tile shapes, registers, shared memory or split K's workspace."""
     refusal = tma_refusal(wl)
     if refusal:
         raise ScheduleNotApplicable(refusal)
@@ -644,37 +548,31 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
     if split_tail and split_k == 1:
         raise ScheduleNotApplicable("v8's split_tail splits the last wave's tiles into split_k "
                                     "slices: it needs split_k > 1")
-    if stream_k and split_k > 1:
-        raise ScheduleNotApplicable("v8's stream_k deals the last wave's K blocks to all the SMs "
-                                    f"in even runs: it takes split_k=1, not split_k={split_k}")
-    plan = work_plan(heuristics.tile_count(wl, block_m, block_n), k_blocks, split_k, split_tail,
-                     stream_k, heuristics.H100_SMS)
-    workspace = partial_bytes(plan, block_m, block_n)
+    tiles = split_tiles(heuristics.tile_count(wl, block_m, block_n), split_tail,
+                        heuristics.H100_SMS)
+    workspace = partial_bytes(tiles, split_k, block_m, block_n) if split_k > 1 else 0
     if workspace > MOST_PARTIAL_BYTES:
-        raise ScheduleNotApplicable(f"v8 with split_k={split_k} over {plan.split} tiles of "
+        raise ScheduleNotApplicable(f"v8 with split_k={split_k} over {tiles} tiles of "
                                     f"{block_m}x{block_n} keeps {workspace >> 20} MB of partials; "
                                     f"at most {MOST_PARTIAL_BYTES >> 20} MB")
 
 
 def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
-              split_k: int, split_tail: bool, stream_k: bool):
+              split_k: int, split_tail: bool):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
-    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail, stream_k)
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail)
     M, N, K = wl.shape
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
-                                 stages, group_m, split_k, split_tail, stream_k,
-                                 heuristics.H100_SMS)
+                                 stages, group_m, split_k, split_tail, heuristics.H100_SMS)
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256],
                                "block_n": [64, 128, 144, 160, 176, 192, 256],
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
-                               "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
-                               "stream_k": [False, True]},
+                               "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True]},
           heuristic=heuristics.tma_tiles, compute=v8_kernel)
 def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
-       group_m: int = 8, split_k: int = 1, split_tail: bool = False,
-       stream_k: bool = False) -> None:
+       group_m: int = 8, split_k: int = 1, split_tail: bool = False) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -684,9 +582,7 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
     their float32 partials through a workspace (the last to finish stores C), so that few tiles
     (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
-    partial wave are split, so that the SMs it would leave idle share its work; stream_k
-    instead deals that wave's K blocks (every tile's where they are fewer than the SMs) to all
-    the SMs in runs of one length, which may cross from one tile into the next. Ragged M, N,
+    partial wave are split, so that the SMs it would leave idle share its work. Ragged M, N,
     K: TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in
     nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied
     to the accumulators before C is stored. A TIRx kernel (schedules/hopper.py), sm_90a only.

@@ -5,7 +5,7 @@ the GPU's heat are shared: the project's harness (each kernel checked against fl
 timed with the L2 flushed before each launch), records appended to a JSONL like the runner's.
 
     python3 scripts/ab_knobs.py --shape 4096x4096x4096 --dtype bfloat16 --layout nt \\
-        --schedules v8 v8:stream_k=true --rounds 3 --results ab.jsonl
+        --schedules v8 v8:block_m=256,block_n=192 --rounds 3 --results ab.jsonl
 
 Prints, per round, each setting's median and its % of that round's cuBLAS, then per setting
 the median of its rounds' ratios.

@@ -194,22 +194,13 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (300, 520, 136), "float16", "float16", "nt"), {"block_m": 256, "block_n": 176}),
     (Workload("gemm", (100, 302, 272), "bfloat16", "bfloat16", "nt"), {"block_m": 128, "block_n": 80}),
     (Workload("gemm", (77, 301, 144), FP8), {"block_m": 64, "block_n": 96, "split_k": 2}),
-    # stream K: 160 tiles = 132 whole + 28 whose 252 K blocks go 1 or 2 to each of 132 pieces;
-    # fewer tiles than SMs (all streamed: 64 tiles in runs of 31 K blocks, 16-bit C); pieces of
-    # one K block; the large shapes' 116 tiles in runs that cross tiles; fp8
-    (Workload("gemm", (1000, 2560, 520), "bfloat16", layout="nt"), {"block_n": 128, "stream_k": True}),
-    (Workload("gemm", (128, 4096, 4096), "bfloat16", "bfloat16", "nt"),
-     {"block_m": 64, "block_n": 128, "stream_k": True}),
-    (Workload("gemm", (300, 520, 136), "float16", "float16"), {"stream_k": True}),
-    (Workload("gemm", (4096, 4096, 4096), "bfloat16", "bfloat16"), {"stream_k": True}),
-    (Workload("gemm", (1100, 4608, 1024), FP8), {"stream_k": True}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
     splitting the tile along M (block_m 128, 256) and along N (block_m 64), several tiles per
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
-    only the last wave's tiles, split_tail), stream K, fp8 with its scales, and
+    only the last wave's tiles, split_tail), fp8 with its scales, and
     a second call into the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 

@@ -12,7 +12,7 @@ import pytest
 
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from schedules.hopper import SETTLE, work_plan
+from schedules.hopper import SETTLE
 from schedules.workloads import FP8
 from tuning import build
 
@@ -37,15 +37,13 @@ BUILDS = [
     gemm((1000, 1000, 1008), FP8, "float32", "nt"),  # fp8, ragged M and N, split K
     gemm((16, 6144, 4096), FP8, "float16", "nt"),  # fp8 decode batch
     gemm((1000, 4608, 3584), "bfloat16", layout="nt"),  # one wave of 256x144 tiles
-    gemm((4096, 4096, 4096), "bfloat16", "bfloat16", "nn"),  # stream K (below)
 ]
-STREAMED = {BUILDS[-1]: {"stream_k": True}}
 
 
 @needs_nvcc
 @pytest.mark.parametrize("wl", BUILDS, ids=Workload.label)
 def test_v8_builds_and_nvcc_compiles_it_without_spills(wl, compiled):
-    _, source, summary = compiled("v8", wl, **STREAMED.get(wl, {}))
+    _, source, summary = compiled("v8", wl)
     (usage,) = build.nvcc_resources(source, "sm_90").values()
     assert usage["registers"] <= 168 and not usage.get("spill_stores") and not usage.get("stack_bytes")
     assert summary.block == {"threadIdx.x": 384} and summary.kernels == 1
@@ -163,81 +161,14 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled):
     assert f"__device__ unsigned v8_arrivals_{tag}[12];" in source
     body = source[source.index("__global__ void"):]
     assert "for (int j = 0; j < 2; ++j)" in body  # 228 units: two rounds
-    # a unit past the whole tiles is a slice: its 7 K blocks start 7 x (unit - 132) blocks into
-    # the run of the last 12 tiles' K blocks (56 each), so it is of tile 132 + that / 56; a
-    # whole tile's K blocks are all 56
-    assert "int tile = ((j < 1) ? ((j * 132) + ((int)blockIdx.x)) : " \
-        "(((((j * 924) + (((int)blockIdx.x) * 7)) - 924) / 56) + 132));" in body
+    # a unit past the whole tiles is a slice: tile 132 + (unit - 132) / 8, 7 K blocks from
+    # 7 x ((unit - 132) mod 8); a whole tile's K blocks are all 56
+    assert "(((((j * 132) + ((int)blockIdx.x)) - 132) >> 3) + 132)" in body
     assert "((j < 1) ? 56 : 7)" in body.replace("((j_1 < 1) ? 56 : 7)", "((j < 1) ? 56 : 7)")
     assert "if ((j_1 < 1) || (arrived_ptr[0] == (uint)7))" in body
     # 132 tiles exactly: no partial wave, so split_tail leaves the kernel as it was
     whole_waves = gemm((1536, 2816, 512), "bfloat16", layout="nt")
     assert compiled("v8", whole_waves, split_k=2, split_tail=True)[1] == compiled("v8", whole_waves)[1]
-
-
-@pytest.mark.parametrize("tiles, k_blocks, split_k, split_tail, stream_k", [
-    (512, 64, 1, False, True),  # 4096^3 in 128x256 tiles: 3 whole waves, 116 tiles streamed
-    (2048, 64, 1, False, True),  # 8192^3: 15 waves, 68 tiles
-    (64, 32, 1, False, True),  # fewer tiles than SMs: all streamed
-    (9, 3, 1, False, True),  # fewer K blocks than SMs: one each
-    (200, 7, 1, False, True),  # pieces shorter than a tile's K, crossing tiles unevenly
-    (144, 28, 8, True, False),  # split_tail: 12 tiles in 8 slices
-    (32, 33, 4, False, False),  # split K, uneven slices
-    (300, 10, 1, False, False),  # whole tiles only
-    (264, 10, 1, False, True),  # whole waves only: nothing to stream
-])
-def test_a_work_plan_multiplies_every_k_block_of_every_tile_once(tiles, k_blocks, split_k,
-                                                                 split_tail, stream_k):
-    """Walk the plan on ints, as each CTA walks its units: every K block of every tile comes
-    once; each tile's pieces are the ones the plan counts, from its first_piece on, with slots
-    of their own; and stream K gives every SM the same K blocks to within one."""
-    sms = 132
-    plan = work_plan(tiles, k_blocks, split_k, split_tail, stream_k, sms)
-    seen, pieces, slots = {}, {}, set()
-    for unit in range(plan.units):
-        for q in range(plan.spans):
-            tile, first, count = (int(x) for x in plan.span(unit, q))
-            if count <= 0:
-                continue
-            for block in range(first, first + count):
-                assert (tile, block) not in seen
-                seen[tile, block] = unit
-            if unit >= plan.whole:
-                pieces.setdefault(tile - plan.whole, []).append(unit)
-                slots.add(int(plan.slot(unit, tile - plan.whole)))
-    assert sorted(seen) == [(t, b) for t in range(tiles) for b in range(k_blocks)]
-    for split_tile, units in pieces.items():
-        assert int(plan.pieces_of(split_tile)) == len(units)
-        assert int(plan.first_piece(split_tile)) == units[0] == min(units)
-        assert units == list(range(units[0], units[0] + len(units)))  # pieces in a row
-    assert len(slots) == sum(map(len, pieces.values())) <= plan.pieces * plan.spans
-    assert all(0 <= slot < plan.pieces * plan.spans for slot in slots)
-    if stream_k:
-        blocks = [0] * sms
-        for (tile, block), unit in seen.items():
-            blocks[unit % sms] += 1
-        assert max(blocks) - min(b for b in blocks if b) <= 1
-    if stream_k and tiles % sms and tiles > sms:
-        assert plan.whole == tiles - tiles % sms and plan.pieces == sms
-
-
-def test_v8_streams_the_last_waves_k_blocks_over_every_sm(compiled):
-    """4096^3 with stream_k: 512 tiles of 128x256, 3 whole waves (396 tiles), then the other
-    116 tiles' 7424 K blocks in 132 runs of 56 or 57, each ending in one tile and going on into
-    the next (2 spans): 264 partial slots, 116 counters; the last of a tile's pieces to arrive
-    (how many there are, a tile's own count) adds the others' partials."""
-    wl = gemm((4096, 4096, 4096), "bfloat16", layout="nt")
-    _, source, summary = compiled("v8", wl, stream_k=True)
-    assert summary.grid == {"blockIdx.x": 132}
-    tag = "4096x4096x4096_128x256x1_396"
-    assert f"__device__ float4 v8_partials_{tag}[{132 * 2 * 32 * 256}];" in source
-    assert f"__device__ unsigned v8_arrivals_{tag}[116];" in source
-    body = source[source.index("__global__ void"):]
-    assert "for (int j = 0; j < 4; ++j)" in body and "for (int q = 0; q < 2; ++q)" in body
-    assert "if ((j_1 < 3) || (arrived_ptr[0] == ((uint)" in body  # a count per tile
-    assert re.search(r"for \(int other = 0; other < \(\(", body)  # as many as the tile's pieces
-    unstreamed = compiled("v8", wl)[1]
-    assert "v8_partials" not in unstreamed and "int q" not in unstreamed
 
 
 NVDISASM = shutil.which("nvdisasm")
@@ -287,9 +218,6 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
                                                "2048 MB of partials; at most 256 MB"),
     (gemm((256, 256, 256)), {"split_tail": True}, "split_tail splits the last wave's tiles into "
                                                   "split_k slices: it needs split_k > 1"),
-    (gemm((256, 256, 256)), {"stream_k": True, "split_k": 2}, "stream_k deals the last wave's K "
-                                                              "blocks to all the SMs in even runs: "
-                                                              "it takes split_k=1, not split_k=2"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
