@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from schedules import Workload, parse_shape  # noqa: E402
+from schedules import ExplorerError, Workload, parse_shape  # noqa: E402
 from tuning import bench, build, measure, records  # noqa: E402
 from tuning.explore import SearchResults, build_schedule, resolve  # noqa: E402
 
@@ -36,10 +36,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--results", default="ab.jsonl")
     args = parser.parse_args()
+    wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype, args.layout)
     if not measure.gpu_present():
         print("ab_knobs.py times kernels: it needs a CUDA GPU, and there is none here")
         return 1
-    wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype, args.layout)
     run = bench.Run()
     target = build.cuda_target(run.facts["arch"])
     built = {}
@@ -75,4 +75,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ExplorerError as e:  # a bad shape, dtype or knob: one line
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

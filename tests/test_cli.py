@@ -2,13 +2,17 @@
 good input lowers, builds, prints, and says plainly that it skipped the run."""
 
 import json
+import os
 import re
+import sys
 
 import pytest
 
 import runner
 from schedules import Workload
 from tuning import measure
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
@@ -298,3 +302,18 @@ def test_a_shape_that_would_not_fit_the_gpu_is_refused_before_anything_is_alloca
                    "80.0 GiB\n")
     # a shape that fits is not refused by the check
     assert measure.bytes_needed(Workload("gemm", (1024, 512, 2048))) < free
+
+
+@pytest.mark.parametrize("argv, code, said", [
+    (["--shape", "0x64x64"], 2, "error: dimensions must be positive, got M=0\n"),
+    (["--shape", "64x64x64", "--dtype", "float33"], 2, "error: unknown dtype 'float33'"),
+    (["--shape", "64x64x64"], 1, "ab_knobs.py times kernels: it needs a CUDA GPU"),
+])
+def test_the_knob_ab_script_refuses_bad_input_and_a_machine_without_a_gpu_in_one_line(
+        argv, code, said):
+    import subprocess
+
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_knobs.py"), *argv,
+                           "--schedules", "v8"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == code
+    assert (done.stderr + done.stdout).startswith(said) and "Traceback" not in done.stderr
