@@ -31,6 +31,8 @@ TMA_NARROW_COST = 0.57  # v8: a wave of 128-wide tiles against one of 256-wide (
 TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
 TALL_M = 256  # v8's rows of a tile where they cost no more than 128-row ones (`tma_tiles`)
 TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it loads
+FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
+DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
 
 # The ladder reports' GEMMs (reports/h100-gemm-ladder.md) besides the seeds' presets.
 MEASURED = ({(wl.op, wl.shape) for wl in PRESETS.values()}
@@ -146,6 +148,14 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       Unsplit, 1000x4608x3584 ran 144 tiles of 128x256 in 2 waves at 60% of cuBLAS, 288 of
       128x128 in 3 at 72%; 1000x4096x4096 128 of 128x256 in one wave at 97%, 256 of 128x128
       at 86%.
+    - 16-bit inputs, nt: 64-row tiles wider than 128 columns where 128-wide ones, split as
+      below, give fewer than FEW_UNITS of the SMs a unit: the width of DECODE_WIDTHS whose
+      tiles, split so, give the most SMs one (the narrowest of equals). 128x4608x3584
+      bf16 ran 72 tiles of 64x128 unsplit at 80.8% of cuBLAS, 58 of 64x160 in 2 K slices
+      (116 units) at 84.0%; where 128-wide tiles already fill 96 SMs or more, wider ones in
+      more slices were no faster (128x6144x4096: 93.7% against 90.5% with 64x192 in 2 slices),
+      and fp8 lost (128x4608x3584: 89.4% -> 82.2%)
+      (reports/logs/h100-v8-decode-widths-2026-11-24.log);
     - 256-row tiles (nt) where the 128-row tiles take more than a wave and 256-row ones cost
       no more (TALL_TIE): block_n from 144 to 192 (a multiple of 16; 192 keeps the
       accumulators within a thread's registers; 256x128 is no larger than 128x256),
@@ -192,6 +202,17 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     narrow = 128 in space["block_n"] and (
         block_m == wgmma_m or plan(128)[0] < (1 - TMA_TIE) * plan(knobs["block_n"])[0])
     block_n = 128 if narrow else knobs["block_n"]
+
+    def units(n: int) -> int:
+        """The plan's units of work with block_n n: its tiles, times its K slices where the
+        tiles fit a wave."""
+        tiles = tile_count(wl, block_m, n)
+        return tiles if tiles > sms else tiles * plan(n)[1]
+
+    if block_m == wgmma_m and wl.layout == "nt" and DTYPE_BYTES[wl.dtype] == 2 \
+            and units(block_n) < FEW_UNITS * sms:
+        widths = [n for n in DECODE_WIDTHS if n in space["block_n"]] or [block_n]
+        block_n = max(widths, key=lambda n: (min(units(n), sms), -n))
     waves, split_k, split_tail = plan(block_n)
 
     def tall_tiles() -> int | None:

@@ -10,6 +10,7 @@ import tvm
 import schedules
 from schedules import Workload, heuristics
 from schedules.errors import RecordsError
+from schedules.workloads import FP8
 from tuning import explore, measure
 from tuning.explore import SearchResults, resolve, selection
 
@@ -53,6 +54,14 @@ CHOICES = [
     ("v8", gemm((16, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
      {"block_m": 64, "block_n": 128, "stages": 6}),
     ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {}),  # 224 tiles of 128x128: no decode
+    # 72 tiles of 64x128, too many to split in 2: 55% of the SMs; 58 of 64x160 in 2 slices give
+    # 116 a unit. Not for fp8 (slower so), nor nn (64-column boxes), nor where 128-wide tiles
+    # already reach 2/3 of the SMs (96 tiles of 64x128 at 128x6144x4096)
+    ("v8", gemm((128, 4608, 3584), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 160, "stages": 6, "split_k": 2}),
+    ("v8", gemm((128, 4608, 3584), FP8, "nt"), {"block_m": 64, "block_n": 128, "stages": 6}),
+    ("v8", gemm((128, 4608, 3584), "bfloat16", "nn"), {"block_m": 64, "block_n": 128, "stages": 6}),
+    ("v8", gemm((128, 6144, 4096), "float16", "nt"), {"block_m": 64, "block_n": 128, "stages": 6}),
     # 144 tiles of 128x256: a wave, then the last 12 in 8 K slices (96 units), 1.125 waves,
     # against 288 of 128x128: 2 waves and 24 tiles in 4 slices, 2.25 x 0.57 = 1.28; nn keeps
     # that, nt takes one wave of 128 tiles of 256x144 (no more area: 1.125 x 128 = 144 wide)
