@@ -33,6 +33,8 @@ TALL_M = 256  # v8's rows of a tile where they cost no more than 128-row ones (`
 TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it loads
 FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
 DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
+TMA_STORE_STAGES = {2: 3, 1: 4}  # v8's tma_store: where its boxes leave room for so many
+# stages, by the bytes of an input element (fp8 lost a stage's worth: see `tma_tiles`)
 
 # The ladder reports' GEMMs (reports/h100-gemm-ladder.md) besides the seeds' presets.
 MEASURED = ({(wl.op, wl.shape) for wl in PRESETS.values()}
@@ -169,13 +171,28 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       128x256: the same area), 4096x28672x4096 from 95.5% to 99.6% with 256x160 (1.2% more
       area by the count), while 4096^3 lost 3 points with 256x192 (12% more area)
       (reports/logs/h100-v8-tall-tiles-4096-2026-11-24.log);
-    - the most stages of the space whose ring fits a Hopper block's shared memory;
+    - tma_store (C out through shared boxes by TMA, overlapped with the next tile) where a
+      CTA walks more than one unit, C's rows are whole 16-byte multiples, the boxes' rows
+      are 128 bytes and the boxes fit beside TMA_STORE_STAGES stages (else the register
+      stores: a CTA's one unit leaves nothing to overlap, narrower boxes take more barriers
+      and stores per tile). Measured in interleaved rounds against cuBLAS
+      (reports/logs/h100-v8-tma-store-2026-11-24.log): 4096^3 with float32 C 94-96% -> 97-98%,
+      8192^3 fp16 nn 95.7% -> 97.8%, fp8 4096^3 102.2% -> 105.5%; 16-bit C at 4096^3 level;
+      16-bit 256-row tiles whose boxes leave 3 stages of 4: 128-byte boxes level or better
+      (4096x6144x4096 256x192 99.2% -> 101.3%, 4096x28672x4096 256x160 97.2% -> 99.3%),
+      256x144's 64- and 32-byte ones lost (4096x4608x3584 94.6% -> 90.8% with float32 C,
+      98.6% -> 92.1% with bf16 C; 8192^3 level); fp8 lost a stage's worth (8192^3 256x144
+      104.4% -> 101.4%); decode batches, one unit per SM, lost 1.5-3 points
+      (128x4096x4096 89.0% -> 87.5%);
+    - the most stages of the space whose ring (and tma_store's boxes) fits a Hopper block's
+      shared memory;
     - K split into the most slices of the space that keep the units within one wave of the
       SMs (v8 is persistent: a second wave would walk behind the first): every tile's K where
       the tiles fit one wave, else (split_tail) the K of the tiles of the last, partial wave,
       so the SMs it would leave idle share them.
     Each knob only where the space holds the value."""
-    from .hopper import MOST_ACCUMULATORS, arena_bytes, k_block_count  # v8's: loaded by now
+    from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, TMA_STRIDE_BYTES,  # v8's: loaded by now
+                         arena_bytes, box_bytes, k_block_count)
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     wgmma_m = WARPGROUP * MMA
@@ -233,10 +250,19 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     tall = tall_tiles()
     if tall:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
-    fitting = [s for s in space["stages"]
-               if arena_bytes(block_m, block_n, s) <= HOPPER_SHARED_BYTES]
+
+    def fitting(boxes: bool) -> list[int]:
+        return [s for s in space["stages"]
+                if arena_bytes(block_m, block_n, s, boxes) <= HOPPER_SHARED_BYTES]
+
+    tma_store = (True in space["tma_store"] and tile_count(wl, block_m, block_n) > sms
+                 and wl.dims["N"] * DTYPE_BYTES[wl.out_dtype] % TMA_STRIDE_BYTES == 0
+                 and box_bytes(block_m, block_n, wl.out_dtype) == ROW_BYTES
+                 and max(fitting(True), default=0) >= TMA_STORE_STAGES[DTYPE_BYTES[wl.dtype]]) \
+        or False not in space["tma_store"]
     return {"block_m": block_m, "block_n": block_n,
-            "stages": max(fitting, default=knobs["stages"]),
+            "stages": max(fitting(tma_store), default=knobs["stages"]),
+            "tma_store": tma_store,
             "split_k": split_k if split_k in space["split_k"] else knobs["split_k"],
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"]}
 

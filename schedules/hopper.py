@@ -16,8 +16,9 @@ boxes of 64 N x 64 K in nn (MN-major, read with wgmma's transpose bit).
 
 Ragged M, N and K: TMA fills the parts of a box past the tensor's edge with zeros (and still
 counts the whole box's bytes), so the main loop has no predicates; the epilogue guards its
-stores. What TMA cannot take is a row stride that is not a whole number of 16 bytes: such
-workloads are refused (v7 takes them).
+stores, or (tma_store) sends C out in boxes that TMA clips at C's edges. What TMA cannot take
+is a row stride that is not a whole number of 16 bytes: such workloads are refused (v7 takes
+them).
 
 fp8 (e4m3) inputs (workloads.FP8, layout nt only: fp8 wgmma has no transposed operands): k32
 wgmmas on 128-element K blocks (the same 128-byte rows), loaded by TMA as bytes; the kernel
@@ -37,7 +38,7 @@ from .common import TIRX_KERNEL, cuda_call, require_sm
 from .errors import ScheduleNotApplicable
 from .registry import schedule
 from .tensorcore import HOPPER_SHARED_BYTES, SHORT, WARPGROUP
-from .workloads import FP8, FP8_SCALES, Workload
+from .workloads import DTYPE_BYTES, FP8, FP8_SCALES, Workload
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, FP8: 1}
 PTX_TYPE = {**SHORT, FP8: "e4m3"}
@@ -48,8 +49,9 @@ CONSUMER_THREADS = 2 * WARPGROUP * 32
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg: 128*40 + 256*232 <= 65536
 MOST_ACCUMULATORS = 192  # fp32 accumulators a consumer thread keeps within its 232 registers
 TMA_STRIDE_BYTES = 16  # TMA takes global row strides in whole multiples of this
-SWIZZLE_128B, L2_PROMOTION_256B = 3, 3  # CUtensorMapSwizzle, CUtensorMapL2promotion
+L2_PROMOTION_256B = 3  # CUtensorMapL2promotion
 TMA_LOAD = T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"]
+TMA_STORE = T.ptx["cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"]
 
 # -- accumulator fences ------------------------------------------------------------------------
 # TVM 0.27's T.cuda.wgmma.noop_barrier cannot fence a local buffer's element: its codegen
@@ -77,6 +79,7 @@ SETTLE = register_helper("v8_settle",
 
 MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its workspace may hold
 SPLIT_BARRIER = 1  # named barrier of the 256 consumer threads (0 is __syncthreads')
+BOX_BARRIER = 2  # and 3: named barriers of consumer warpgroup 1 and 2 alone (tma_store)
 
 
 def k_block_count(K: int, element_bytes: int) -> int:
@@ -84,10 +87,30 @@ def k_block_count(K: int, element_bytes: int) -> int:
     return -(-K * element_bytes // ROW_BYTES)
 
 
-def arena_bytes(block_m: int, block_n: int, stages: int) -> int:
+def arena_bytes(block_m: int, block_n: int, stages: int, tma_store: bool = False) -> int:
     """Dynamic shared memory of the ring: `stages` stages of A's and B's 128-byte rows, plus
-    one swizzle atom of room to round the ring's start up to an atom."""
-    return stages * (block_m + block_n) * ROW_BYTES + ATOM
+    one swizzle atom of room to round the ring's start up to an atom; with tma_store, then
+    the boxes of C on their way out (STORE_BOXES of at most BOX_ROWS x ROW_BYTES)."""
+    boxes = STORE_BOXES * BOX_ROWS * ROW_BYTES if tma_store else 0
+    return stages * (block_m + block_n) * ROW_BYTES + ATOM + boxes
+
+
+# The TMA-store epilogue (tma_store): each consumer warpgroup writes its part of C into
+# shared boxes of BOX_ROWS rows (one m64 wgmma's) and box_bytes(...) bytes per row, two boxes
+# in turn, and one of its threads sends each box to C with a TMA store that runs on while
+# the consumers go on to the next tile. A box's rows are swizzled as TMA swizzles them
+# (SWIZZLE: its span is the row's bytes), so the stores of a warp spread over the banks.
+BOX_ROWS = 64
+STORE_BOXES = 4  # two per consumer warpgroup
+SWIZZLE = {128: 3, 64: 2, 32: 1}  # CUtensorMapSwizzle of rows of so many bytes
+
+
+def box_bytes(block_m: int, block_n: int, out_dtype: str) -> int:
+    """Bytes per row of the boxes in which a consumer's columns of C go out: the widest
+    swizzle span that divides them (they are a multiple of 16 columns, so 32 bytes always
+    does)."""
+    columns = _consumer_tile(block_m, block_n)[1] * DTYPE_BYTES[out_dtype]
+    return next(span for span in sorted(SWIZZLE, reverse=True) if columns % span == 0)
 
 
 # The epilogue stores whole 32-byte sectors of C per row and warp store, where C's rows allow:
@@ -117,6 +140,30 @@ def quad_store(out_dtype: str) -> tuple[str, str]:
     return name, (f"\n__forceinline__ __device__ void {name}(void* p, int odd, float a0, float a1, "
                   f"float b0, float b1, bool ok) {{\n"
                   f"{QUAD_STORE.format(convert=TO_PAIR[out_dtype])}\n}}\n")
+
+
+def stage_pair(out_dtype: str) -> tuple[str, str]:
+    """A CUDA helper (name, source) that writes a thread's two neighbouring columns of C,
+    converted to out_dtype, at 32-bit shared address `addr`: 8 bytes of float32, or a 4-byte
+    16-bit pair (converted as a scalar cast would)."""
+    name = f"v8_stage_pair_{out_dtype}"
+    header = {"float16": "#include <cuda_fp16.h>\n", "bfloat16": "#include <cuda_bf16.h>\n"}
+    if out_dtype == "float32":
+        body = 'asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(a), "f"(b) : "memory");'
+    else:  # the kernel itself may name no 16-bit type, so the helper brings its header
+        body = (f"auto pair = {TO_PAIR[out_dtype]}(a, b);\n  unsigned bits = *reinterpret_cast"
+                '<unsigned*>(&pair);\n  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), '
+                '"r"(bits) : "memory");')
+    return name, (f"\n{header.get(out_dtype, '')}__forceinline__ __device__ void {name}("
+                  f"unsigned addr, float a, float b) {{\n  {body}\n}}\n")
+
+
+def _swizzled(offset, span: int):
+    """Where byte `offset` of a box with rows of `span` bytes lands in shared memory under
+    TMA's swizzle of that span: its 16-byte chunk number xor-ed with bits 7 and up of the
+    offset (as many bits as the span has chunks, less one: 3 for 128 bytes)."""
+    return T.bitwise_xor(offset, T.shift_left(
+        T.bitwise_and(T.shift_right(offset, 7), span // 16 - 1), 4))
 
 
 def split_tiles(tiles: int, split_tail: bool, sms: int) -> int:
@@ -177,11 +224,11 @@ def _descriptor(address, leading_bytes: int, stride_bytes: int):
 
 def _tensor_map(rows: int, cols: int, box_rows: int, box_cols: int, element_bytes: int) -> list:
     """runtime.cuTensorMapEncodeTiled's arguments after the pointer for a row-major
-    [rows, cols] tensor read in boxes of box_rows x box_cols (cols innermost) with the 128-byte
-    swizzle: global dims, row stride in bytes, box dims, element strides, interleave none,
-    swizzle, L2 promotion, out-of-bounds fill none (zeros)."""
+    [rows, cols] tensor in boxes of box_rows x box_cols (cols innermost), swizzled over the
+    box's row bytes (128, 64 or 32): global dims, row stride in bytes, box dims, element
+    strides, interleave none, swizzle, L2 promotion, out-of-bounds fill none (zeros)."""
     return [cols, rows, cols * element_bytes, box_cols, box_rows, 1, 1,
-            0, SWIZZLE_128B, L2_PROMOTION_256B, 0]
+            0, SWIZZLE[box_cols * element_bytes], L2_PROMOTION_256B, 0]
 
 
 def _tile_origin(tile, tiles_m: int, tiles_n: int, group_m: int, block_m: int, block_n: int):
@@ -206,7 +253,7 @@ def _consumer_tile(block_m: int, block_n: int) -> tuple[int, int, bool]:
 
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
-                          split_tail: bool, sms: int):
+                          split_tail: bool, tma_store: bool, sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
@@ -219,8 +266,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     consumers (setmaxnreg.inc): per K block each waits for the stage's bytes (`full` mbarrier,
     which TMA completes), multiplies its part of the tile with wgmma, and frees the stage of the
     K block before (whose wgmmas wait_group 1 has seen finish). The ring's position runs on
-    from unit to unit, so the producer loads the next unit while the consumers store this one
-    straight from their accumulators, guarded at C's edges.
+    from unit to unit, so the producer loads the next unit while the consumers store this one:
+    straight from their accumulators, guarded at C's edges, or with tma_store through two
+    shared boxes per consumer that TMA stores (clipped at C's edges) while the consumers go on
+    to the next unit.
 
     Split K (split_k > 1): each slice's consumers put their partial tile in the workspace
     (`_split_k_helpers`) and count themselves in at the tile's arrival counter; the slice that
@@ -249,13 +298,18 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     units_per_cta = -(-units // grid)
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
     stage_bytes = a_bytes + b_bytes
-    ring_bytes = arena_bytes(block_m, block_n, stages)
+    ring_bytes = arena_bytes(block_m, block_n, stages, tma_store)
+    out_bytes = DTYPE_BYTES[out_dtype]
+    span = box_bytes(block_m, block_n, out_dtype)  # tma_store: a box row's bytes, and columns
+    box_cols = span // out_bytes
+    first_box = stages * stage_bytes  # from the ring's start: the boxes after the stages
     tma_dtype = "uint8" if dtype == FP8 else dtype
     a_map = _tensor_map(M, K, block_m, block_k, element_bytes)
     b_map = _tensor_map(N, K, block_n, block_k, element_bytes) if nt \
         else _tensor_map(K, N, block_k, 64, element_bytes)
     b_leading = 16 if nt else block_k * ROW_BYTES  # nn: bytes between 64-column boxes
     b_shape = (N, K) if nt else (K, N)
+    c_map = _tensor_map(M, N, BOX_ROWS, box_cols, out_bytes)
     quads = accumulators // 4  # float4s of one consumer thread's partial tile
     helpers = _split_k_helpers(f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}",
                                (units - whole) * quads * CONSUMER_THREADS, tiles - whole)
@@ -319,6 +373,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, tma_dtype, 2, A.data, *a_map)
         B_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, tma_dtype, 2, B.data, *b_map)
+        C_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)  # encoded for tma_store
+        if tma_store:
+            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data, *c_map)
 
         T.device_entry()
         cta = T.cta_id([grid])
@@ -338,6 +395,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
             T.ptx.fence.proxy.async_.shared__cta()
             T.ptx.prefetch.tensormap(T.address_of(A_map))
             T.ptx.prefetch.tensormap(T.address_of(B_map))
+            if tma_store:
+                T.ptx.prefetch.tensormap(T.address_of(C_map))
         T.cuda.cta_sync()
 
         if tx < WARPGROUP * 32:
@@ -377,6 +436,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
             acc = T.alloc_local((accumulators,), "float32")
             used = T.alloc_local((1,), "int32")  # K blocks multiplied: the ring's position
             used[0] = 0
+            sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
+            sent[0] = 0
             consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
             thread: T.let[T.int32] = tx - WARPGROUP * 32
             warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
@@ -459,7 +520,39 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                             scale: T.let[T.float32] = A_scale[0] * B_scale[0]
                             for i in T.unroll(accumulators):
                                 acc[i] = acc[i] * scale
-                        if out_dtype != "float32" and N % 4 == 0:
+                        if tma_store:
+                            # box by box: wait until the box whose turn it is has gone out,
+                            # fill it, and send it (the warpgroup's first thread)
+                            for mi in T.unroll(m_wgmmas):
+                                for box in T.unroll(wg_n // box_cols):
+                                    slot: T.let[T.uint32] = ring + T.Cast(
+                                        "uint32", first_box + (consumer * 2 + sent[0] % 2)
+                                        * BOX_ROWS * ROW_BYTES)
+                                    if thread % (WARPGROUP * 32) == 0:
+                                        T.ptx["cp.async.bulk.wait_group.read"](1)
+                                    T.ptx.bar.sync(T.uint32(BOX_BARRIER + consumer),
+                                                   T.uint32(WARPGROUP * 32))
+                                    for n8 in T.unroll(box_cols // 8):
+                                        for h in T.unroll(2):
+                                            offset: T.let[T.int32] = \
+                                                (warp * 16 + lane // 4 + h * 8) * span \
+                                                + (n8 * 8 + lane % 4 * 2) * out_bytes
+                                            first: T.let[T.int32] = mi * per_wgmma \
+                                                + (box * box_cols // 8 + n8) * 4 + h * 2
+                                            cuda_call(stage_pair(out_dtype),
+                                                      slot + T.Cast("uint32", _swizzled(offset, span)),
+                                                      acc[first], acc[first + 1])
+                                    T.ptx.fence.proxy.async_.shared__cta()
+                                    T.ptx.bar.sync(T.uint32(BOX_BARRIER + consumer),
+                                                   T.uint32(WARPGROUP * 32))
+                                    if thread % (WARPGROUP * 32) == 0:
+                                        TMA_STORE(T.address_of(C_map),
+                                                  n0 + (0 if split_m else consumer * wg_n) + box * box_cols,
+                                                  m0 + (consumer * wg_m if split_m else 0) + mi * 64,
+                                                  slot)
+                                        T.ptx["cp.async.bulk.commit_group"]()
+                                    sent[0] = sent[0] + 1
+                        elif out_dtype != "float32" and N % 4 == 0:
                             for mi in T.unroll(m_wgmmas):
                                 for n16 in T.unroll(wg_n // 16):
                                     for h in T.unroll(2):
@@ -485,6 +578,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                                 for e in T.unroll(2):
                                                     if col + e < N:
                                                         C[row, col + e] = T.Cast(out_dtype, acc[first + e])
+            if tma_store:
+                if thread % (WARPGROUP * 32) == 0:  # the boxes read out before shared memory goes
+                    T.ptx["cp.async.bulk.wait_group"](0)
 
     return main if dtype == FP8 else _without_params(main, FP8_SCALES)
 
@@ -514,9 +610,9 @@ def tma_refusal(wl: Workload) -> str | None:
 
 
 def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int,
-                                split_k: int, split_tail: bool) -> None:
+                                split_k: int, split_tail: bool, tma_store: bool) -> None:
     """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
-    tile shapes, registers, shared memory or split K's workspace."""
+    tile shapes, registers, shared memory, split K's workspace or TMA's rows of C."""
     refusal = tma_refusal(wl)
     if refusal:
         raise ScheduleNotApplicable(refusal)
@@ -535,11 +631,18 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
                                     f"{wg_m // 64 * wg_n // 2} accumulators; at most "
                                     f"{MOST_ACCUMULATORS} fit")
-    shared_bytes = arena_bytes(block_m, block_n, stages)
+    shared_bytes = arena_bytes(block_m, block_n, stages, tma_store)
     if stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
-        raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles needs "
-                                    f"{shared_bytes} bytes of shared memory (at least 2 stages, at "
-                                    f"most {HOPPER_SHARED_BYTES} bytes)")
+        boxes = " and the boxes of tma_store" if tma_store else ""
+        raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles{boxes} "
+                                    f"needs {shared_bytes} bytes of shared memory (at least 2 "
+                                    f"stages, at most {HOPPER_SHARED_BYTES} bytes)")
+    c_row_bytes = wl.dims["N"] * DTYPE_BYTES[wl.out_dtype]
+    if tma_store and c_row_bytes % TMA_STRIDE_BYTES:
+        raise ScheduleNotApplicable(f"v8's tma_store stores C with TMA, which takes rows of whole "
+                                    f"16-byte multiples: N={wl.dims['N']} {wl.out_dtype} rows are "
+                                    f"{c_row_bytes} bytes (tma_store=False stores them from "
+                                    "registers)")
     K = wl.dims["K"]
     k_blocks = k_block_count(K, ELEMENT_BYTES[wl.dtype])
     if not 1 <= split_k <= k_blocks:
@@ -558,21 +661,24 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
 
 
 def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
-              split_k: int, split_tail: bool):
+              split_k: int, split_tail: bool, tma_store: bool):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
-    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail)
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail, tma_store)
     M, N, K = wl.shape
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
-                                 stages, group_m, split_k, split_tail, heuristics.H100_SMS)
+                                 stages, group_m, split_k, split_tail, tma_store,
+                                 heuristics.H100_SMS)
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256],
                                "block_n": [64, 128, 144, 160, 176, 192, 256],
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
-                               "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True]},
+                               "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
+                               "tma_store": [False, True]},
           heuristic=heuristics.tma_tiles, compute=v8_kernel)
 def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
-       group_m: int = 8, split_k: int = 1, split_tail: bool = False) -> None:
+       group_m: int = 8, split_k: int = 1, split_tail: bool = False,
+       tma_store: bool = True) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -582,7 +688,10 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
     their float32 partials through a workspace (the last to finish stores C), so that few tiles
     (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
-    partial wave are split, so that the SMs it would leave idle share its work. Ragged M, N,
+    partial wave are split, so that the SMs it would leave idle share its work. tma_store:
+    each consumer writes C into shared boxes of 64 rows, two in turn, that one of its threads
+    sends by TMA (cp.async.bulk.tensor, global <- shared), so the global writes of a tile run
+    on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. Ragged M, N,
     K: TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in
     nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied
     to the accumulators before C is stored. A TIRx kernel (schedules/hopper.py), sm_90a only.

@@ -7,6 +7,7 @@ workloads run v8 only (v7 takes 16-bit inputs).
     python3 scripts/v8-check.py                 # every workload below, v8 then v7
     python3 scripts/v8-check.py --only 4096     # the workloads whose label contains 4096
     python3 scripts/v8-check.py --only float8   # the fp8 ones
+    python3 scripts/v8-check.py --schedules v8  # v8 alone
     OUT=/some/dir python3 scripts/v8-check.py   # results and log there (default ./gpu-out)
 
 Each call runs under a time limit (a wrong mbarrier phase hangs rather than failing); a line
@@ -58,6 +59,9 @@ def label(shape, dtype, layout, out_dtype) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="run the workloads whose label contains this")
+    parser.add_argument("--schedules", nargs="+", default=None,
+                        help="run these schedules on every workload (default: v8, and v7 on "
+                             "16-bit inputs)")
     args = parser.parse_args()
     out = os.environ.get("OUT", "gpu-out")
     os.makedirs(out, exist_ok=True)
@@ -68,7 +72,7 @@ def main() -> int:
             if args.only not in label(*workload):
                 continue
             shape, dtype, layout, out_dtype = workload
-            for name in SCHEDULES.get(dtype, DEFAULT_SCHEDULES):
+            for name in args.schedules or SCHEDULES.get(dtype, DEFAULT_SCHEDULES):
                 command = [sys.executable, "runner.py", "--shape", shape, "--dtype", dtype,
                            "--layout", layout, "--out-dtype", out_dtype, "--schedule", name,
                            "--no-ir", "--results", results]

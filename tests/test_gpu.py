@@ -194,14 +194,29 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (300, 520, 136), "float16", "float16", "nt"), {"block_m": 256, "block_n": 176}),
     (Workload("gemm", (100, 302, 272), "bfloat16", "bfloat16", "nt"), {"block_m": 128, "block_n": 80}),
     (Workload("gemm", (77, 301, 144), FP8), {"block_m": 64, "block_n": 96, "split_k": 2}),
+    # tma_store: C through shared boxes by TMA, clipped at C's edges; boxes of 128-, 64- and
+    # 32-byte rows; one box per tile (the two boxes' turns run on from tile to tile)
+    (Workload("gemm", (1000, 1000, 1000), "bfloat16", layout="nt"), {"tma_store": True}),
+    (Workload("gemm", (2000, 2000, 520), "float16", "float16"), {"block_n": 128, "tma_store": True}),
+    (Workload("gemm", (300, 520, 136), "bfloat16", "bfloat16", "nt"),
+     {"block_m": 128, "block_n": 80, "tma_store": True}),
+    (Workload("gemm", (300, 520, 136), "float16", layout="nt"),
+     {"block_m": 128, "block_n": 80, "tma_store": True}),
+    (Workload("gemm", (300, 1000, 136), "bfloat16", "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 64, "tma_store": True}),
+    (Workload("gemm", (1000, 520, 272), "float16", layout="nt"),
+     {"block_m": 256, "block_n": 176, "stages": 2, "tma_store": True}),
+    (Workload("gemm", (1000, 2560, 520), "bfloat16", layout="nt"),
+     {"block_n": 128, "split_k": 4, "split_tail": True, "tma_store": True}),
+    (Workload("gemm", (16, 6144, 4096), FP8, "float16"), {"split_k": 8, "tma_store": True}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
     splitting the tile along M (block_m 128, 256) and along N (block_m 64), several tiles per
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
-    only the last wave's tiles, split_tail), fp8 with its scales, and
-    a second call into the same output (split K's arrival counters rearmed by the first)."""
+    only the last wave's tiles, split_tail), fp8 with its scales, C stored by TMA (tma_store),
+    and a second call into the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 
 

@@ -46,42 +46,60 @@ CHOICES = [
     ("v7", gemm((8192, 8192, 1024), "float16"), {}),
     # v8: 64-row tiles split along N for decode (M <= 64, or M <= 128 with few 128-row tiles),
     # 128 columns where their waves take less time, then as many stages as fit (6 of 128x128
-    # or 64x128; 4 of 128x256, the default), then K split while the units stay within one wave
+    # or 64x128; 4 of 128x256, the default), then K split while the units stay within one wave;
+    # tma_store (the default) only where a CTA walks more than one unit
     ("v8", gemm((16, 6144, 4096), "bfloat16", "nt"),  # 48 tiles x 2
-     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2}),
+     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"),  # 64 tiles x 2 (not 4: 256 units)
-     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2}),
+     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((16, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
-     {"block_m": 64, "block_n": 128, "stages": 6}),
-    ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {}),  # 224 tiles of 128x128: no decode
+     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
+    # 112 tiles of 128x256: not decode, but one unit per CTA
+    ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {"tma_store": False}),
     # 72 tiles of 64x128, too many to split in 2: 55% of the SMs; 58 of 64x160 in 2 slices give
     # 116 a unit. Not for fp8 (slower so), nor nn (64-column boxes), nor where 128-wide tiles
     # already reach 2/3 of the SMs (96 tiles of 64x128 at 128x6144x4096)
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nt"),
-     {"block_m": 64, "block_n": 160, "stages": 6, "split_k": 2}),
-    ("v8", gemm((128, 4608, 3584), FP8, "nt"), {"block_m": 64, "block_n": 128, "stages": 6}),
-    ("v8", gemm((128, 4608, 3584), "bfloat16", "nn"), {"block_m": 64, "block_n": 128, "stages": 6}),
-    ("v8", gemm((128, 6144, 4096), "float16", "nt"), {"block_m": 64, "block_n": 128, "stages": 6}),
+     {"block_m": 64, "block_n": 160, "stages": 6, "split_k": 2, "tma_store": False}),
+    ("v8", gemm((128, 4608, 3584), FP8, "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
+    ("v8", gemm((128, 4608, 3584), "bfloat16", "nn"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
+    ("v8", gemm((128, 6144, 4096), "float16", "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
     # 144 tiles of 128x256: a wave, then the last 12 in 8 K slices (96 units), 1.125 waves,
     # against 288 of 128x128: 2 waves and 24 tiles in 4 slices, 2.25 x 0.57 = 1.28; nn keeps
     # that, nt takes one wave of 128 tiles of 256x144 (no more area: 1.125 x 128 = 144 wide)
     ("v8", gemm((1000, 4608, 3584), "bfloat16", "nn"), {"split_k": 8, "split_tail": True}),
-    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"), {"block_m": 256, "block_n": 144}),
+    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"),
+     {"block_m": 256, "block_n": 144, "tma_store": False}),
     # 192 tiles of 128x256: 60 past a wave, in 2 slices (1.5 waves); 128 of 256x192 are one
-    ("v8", gemm((1000, 6144, 4096), "bfloat16", "nt"), {"block_m": 256, "block_n": 192}),
+    ("v8", gemm((1000, 6144, 4096), "bfloat16", "nt"),
+     {"block_m": 256, "block_n": 192, "tma_store": False}),
     # 448 tiles of 128x256 in 3.5 waves; 256x160 tiles are 3 rounds of 1.25: 7% more, kept
     ("v8", gemm((1000, 14336, 4096), "bfloat16", "nt"), {"split_k": 2, "split_tail": True}),
-    # 768 tiles of 128x256, 6 rounds; 512 of 256x192, 4 rounds of 1.5: the same, and larger
-    ("v8", gemm((4096, 6144, 4096), "bfloat16", "nt"), {"block_m": 256, "block_n": 192}),
+    # 768 tiles of 128x256, 6 rounds; 512 of 256x192, 4 rounds of 1.5: the same, and larger;
+    # tma_store's boxes (128-byte rows of float32 C) leave room for 3 stages
+    ("v8", gemm((4096, 6144, 4096), "bfloat16", "nt"),
+     {"block_m": 256, "block_n": 192, "stages": 3}),
     # 27 waves of 128x256 and 20 tiles in 6 slices (27.17); 22 rounds of 256x160 (27.5): 1.2%
-    ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"), {"block_m": 256, "block_n": 160}),
+    ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"),
+     {"block_m": 256, "block_n": 160, "stages": 3}),
+    # the register stores where a stage would go for fp8, where boxes of 144 float32 columns
+    # would have 64-byte rows, and where C's rows are not whole 16-byte multiples
+    ("v8", gemm((4096, 28672, 4096), FP8, "nt"),
+     {"block_m": 256, "block_n": 160, "tma_store": False}),
+    ("v8", gemm((4096, 4608, 3584), "bfloat16", "nt"),
+     {"block_m": 256, "block_n": 144, "tma_store": False}),
+    ("v8", gemm((4096, 4094, 4096), "float16", "nt"), {"tma_store": False}),
     # 4 waves of 128x256; 256x144 and 256x192 cost 4.5: 12% more, kept (and nn keeps its boxes)
     ("v8", gemm((4096, 4096, 4096), "bfloat16", "nt"), {}),
     ("v8", gemm((4096, 6144, 4096), "bfloat16", "nn"), {}),
-    ("v8", gemm((1000, 4096, 4096), "float16"), {}),  # 128 tiles of 128x256: one wave
+    ("v8", gemm((1000, 4096, 4096), "float16"), {"tma_store": False}),  # 128 tiles: one wave
     ("v8", gemm((4096, 3584, 3584), "bfloat16", "nt"),  # 448 tiles: 3 waves, 52 in 2 slices
      {"split_k": 2, "split_tail": True}),
-    ("v8", gemm((1000, 3584, 18944), "bfloat16", "nt"), {}),  # 112 tiles: no split fills more
+    ("v8", gemm((1000, 3584, 18944), "bfloat16", "nt"),  # 112 tiles: no split fills more
+     {"tma_store": False}),
     ("v8", gemm((128, 37888, 3584), "bfloat16", "nt"),  # 148 tiles of 128x256: 132 + 16 in 8
      {"split_k": 8, "split_tail": True}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {}),

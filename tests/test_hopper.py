@@ -12,7 +12,7 @@ import pytest
 
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from schedules.hopper import SETTLE
+from schedules.hopper import SETTLE, box_bytes
 from schedules.workloads import FP8
 from tuning import build
 
@@ -68,8 +68,10 @@ def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
     assert summary.grid == {"blockIdx.x": 132}  # one CTA per SM ...
     assert "for (int j = 0; j < 4; ++j)" in source  # ... each walking 4 of the 512 tiles
     assert "((j * 132) + ((int)blockIdx.x)) < 512" in source
-    assert summary.shared_bytes == 4 * (128 + 256) * 128 + 1024 + 2 * 4 * 8  # ring, barriers
-    assert "(const __grid_constant__ CUtensorMap A_map, const __grid_constant__ CUtensorMap B_map" in source
+    # the ring, tma_store's four boxes of 64 rows of 128 bytes, the barriers
+    assert summary.shared_bytes == 4 * (128 + 256) * 128 + 1024 + 4 * 64 * 128 + 2 * 4 * 8
+    assert ("(const __grid_constant__ CUtensorMap A_map, const __grid_constant__ CUtensorMap B_map, "
+            "const __grid_constant__ CUtensorMap C_map)") in source
     for instruction in ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
                         "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx", "mbarrier.init",
                         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
@@ -79,7 +81,7 @@ def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
     # the accumulators pass through SETTLE after the last wait, and C is converted from them
     body = source[source.index("__global__ void"):]
     assert body.index(f"{SETTLE[0]}(acc_ptr[0])") > body.index("wait_group_sync_aligned_0()")
-    assert body.index("v8_store_quad_float16(") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
+    assert body.index("v8_stage_pair_float16(") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
 
 
 def test_v8_on_fp8_takes_the_scales_and_multiplies_by_their_product_before_storing_c(compiled):
@@ -93,7 +95,7 @@ def test_v8_on_fp8_takes_the_scales_and_multiplies_by_their_product_before_stori
     assert body.count("float scale = (A_scale_ptr[0] * B_scale_ptr[0]);") == 1
     assert body.count("* scale);") == 128  # each of a consumer thread's accumulators
     assert body.index(f"{SETTLE[0]}(acc_ptr[127])") < body.index("* scale);") \
-        < body.index("v8_store_quad_bfloat16(")
+        < body.index("v8_stage_pair_bfloat16(")
 
 
 def test_v8_takes_no_scales_where_the_inputs_are_16_bit(compiled):
@@ -124,6 +126,45 @@ def test_v8_stores_whole_sectors_of_c_where_its_rows_allow(compiled):
                    gemm((64, 254, 64), "float16", "float16", "nt")):
         scalar = body(ragged)
         assert "v8_store" not in scalar and "acc_ptr[1])" in scalar
+
+
+def test_v8_stores_c_through_shared_boxes_by_tma_with_tma_store(compiled):
+    """4096^3, float32 C: each consumer fills its 8 boxes of 64 rows x 32 columns in turn, two
+    boxes taking turns: the first thread waits until at most one store still reads shared
+    memory, the warpgroup meets at its own barrier (2 or 3), fills the box, fences it for the
+    async proxy, meets again, and the first thread sends it by TMA. C is not written by any
+    thread; before the kernel ends the first thread waits for every store. tma_store=False
+    stores from the registers."""
+    wl = gemm((4096, 4096, 4096), "bfloat16", "float32", "nt")
+    body = compiled("v8", wl)[1].split("__global__")[-1]
+    assert "C_ptr" not in body
+    sends = body.count("cp_async_bulk_tensor_s2g_async_bulk_tensor_2d_global_shared__cta_bulk_group(")
+    assert sends == 8 and body.count("cp_async_bulk_commit_group_async_bulk_commit_group()") == 8
+    assert body.count("cp_async_bulk_wait_group_async_bulk_wait_group_read_1()") == 8
+    assert body.count("v8_stage_pair_float32(") == 8 * 8  # a thread's 4 x 2 pairs per box
+    barrier = "tvm_builtin_ptx_bar_sync_count_sync(((uint)((((int)threadIdx.x) >> 7) + 1)), (uint)128)"
+    assert body.count(barrier) == 16
+    at = 0
+    for step in ("wait_group_read_1()", barrier, "v8_stage_pair_float32(",
+                 "fence_proxy_proxy_async_shared__cta()", barrier, "_s2g_", "commit_group()"):
+        at = body.index(step, at)  # each after the one before
+    assert body.rindex("cp_async_bulk_wait_group_async_bulk_wait_group_0()") > body.rindex("_s2g_")
+    plain = compiled("v8", wl, tma_store=False)[1].split("__global__")[-1]
+    assert "_s2g_" not in plain and "v8_store_pair((&(C_ptr[" in plain
+
+
+@pytest.mark.parametrize("block_m, block_n, out_dtype, span", [
+    (128, 256, "float32", 128), (128, 256, "bfloat16", 128), (128, 80, "float32", 64),
+    (128, 80, "bfloat16", 32), (64, 64, "bfloat16", 64), (256, 144, "float32", 64)])
+def test_tma_store_boxes_have_the_widest_swizzle_that_divides_a_consumers_columns(
+        block_m, block_n, out_dtype, span, compiled):
+    """A consumer's columns (block_n, or half of it with 64-row tiles) go out in boxes whose
+    rows are the widest swizzle span that divides their bytes; the kernel writes a box as
+    TMA swizzles that span (16-byte chunk number xor bits 7 and up of the offset)."""
+    assert box_bytes(block_m, block_n, out_dtype) == span
+    wl = gemm((1000, 1000, 1000), "bfloat16", out_dtype, "nt")
+    source = compiled("v8", wl, block_m=block_m, block_n=block_n, tma_store=True)[1]
+    assert f") >> 7) & {span // 16 - 1}) << 4)" in source
 
 
 def test_v8_splits_k_over_ctas_that_add_their_partials_through_a_workspace(compiled):
@@ -212,6 +253,11 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
     (gemm((256, 256, 256)), {"block_m": 64, "block_n": 192}, "block_n=192 with block_m=64"),
     (gemm((256, 256, 256)), {"block_m": 256, "block_n": 256}, "each consumer thread 256 accumulators"),
     (gemm((256, 256, 256)), {"block_n": 256, "stages": 5}, "needs 246784 bytes of shared memory"),
+    (gemm((256, 256, 256), layout="nt"), {"block_m": 256, "block_n": 192, "stages": 4, "tma_store": True},
+     "v8 with 4 stages of 256x192 tiles and the boxes of tma_store needs 263168 bytes"),
+    (gemm((256, 250, 256), "float16", "float32", "nt"), {"tma_store": True},
+     "v8's tma_store stores C with TMA, which takes rows of whole 16-byte multiples: N=250 "
+     "float32 rows are 1000 bytes (tma_store=False stores them from registers)"),
     (gemm((256, 256, 256)), {"split_k": 5}, "splits K=256 into 1 to 4 slices of whole 128-byte "
                                             "K blocks, not split_k=5"),
     (gemm((8192, 8192, 8192)), {"split_k": 8}, "split_k=8 over 2048 tiles of 128x256 keeps "
