@@ -191,8 +191,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       the tiles fit one wave, else (split_tail) the K of the tiles of the last, partial wave,
       so the SMs it would leave idle share them.
     Each knob only where the space holds the value."""
-    from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, TMA_STRIDE_BYTES,  # v8's: loaded by now
-                         arena_bytes, box_bytes, k_block_count)
+    from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes,  # v8's: loaded by now
+                         box_bytes, c_rows_take_tma, k_block_count)
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     wgmma_m = WARPGROUP * MMA
@@ -256,7 +256,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
                 if arena_bytes(block_m, block_n, s, boxes) <= HOPPER_SHARED_BYTES]
 
     tma_store = (True in space["tma_store"] and tile_count(wl, block_m, block_n) > sms
-                 and wl.dims["N"] * DTYPE_BYTES[wl.out_dtype] % TMA_STRIDE_BYTES == 0
+                 and c_rows_take_tma(wl)
                  and box_bytes(block_m, block_n, wl.out_dtype) == ROW_BYTES
                  and max(fitting(True), default=0) >= TMA_STORE_STAGES[DTYPE_BYTES[wl.dtype]]) \
         or False not in space["tma_store"]

@@ -609,6 +609,11 @@ def tma_refusal(wl: Workload) -> str | None:
     return None
 
 
+def c_rows_take_tma(wl: Workload) -> bool:
+    """Whether TMA can store C (tma_store): its rows whole multiples of TMA_STRIDE_BYTES."""
+    return wl.dims["N"] * DTYPE_BYTES[wl.out_dtype] % TMA_STRIDE_BYTES == 0
+
+
 def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int,
                                 split_k: int, split_tail: bool, tma_store: bool) -> None:
     """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
@@ -637,12 +642,11 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8 with {stages} stages of {block_m}x{block_n} tiles{boxes} "
                                     f"needs {shared_bytes} bytes of shared memory (at least 2 "
                                     f"stages, at most {HOPPER_SHARED_BYTES} bytes)")
-    c_row_bytes = wl.dims["N"] * DTYPE_BYTES[wl.out_dtype]
-    if tma_store and c_row_bytes % TMA_STRIDE_BYTES:
+    if tma_store and not c_rows_take_tma(wl):
         raise ScheduleNotApplicable(f"v8's tma_store stores C with TMA, which takes rows of whole "
                                     f"16-byte multiples: N={wl.dims['N']} {wl.out_dtype} rows are "
-                                    f"{c_row_bytes} bytes (tma_store=False stores them from "
-                                    "registers)")
+                                    f"{wl.dims['N'] * DTYPE_BYTES[wl.out_dtype]} bytes "
+                                    "(tma_store=False stores them from registers)")
     K = wl.dims["K"]
     k_blocks = k_block_count(K, ELEMENT_BYTES[wl.dtype])
     if not 1 <= split_k <= k_blocks:
