@@ -304,17 +304,21 @@ def test_a_shape_that_would_not_fit_the_gpu_is_refused_before_anything_is_alloca
     assert measure.bytes_needed(Workload("gemm", (1024, 512, 2048))) < free
 
 
-@pytest.mark.parametrize("argv, code, said", [
-    (["--shape", "0x64x64"], 2, "error: dimensions must be positive, got M=0\n"),
-    (["--shape", "64x64x64", "--dtype", "float33"], 2, "error: unknown dtype 'float33'"),
-    pytest.param(["--shape", "64x64x64"], 1, "ab_knobs.py times kernels: it needs a CUDA GPU",
+@pytest.mark.parametrize("script, argv, code, said", [
+    ("ab_knobs.py", ["--shape", "0x64x64"], 2, "error: dimensions must be positive, got M=0\n"),
+    ("ab_knobs.py", ["--shape", "64x64x64", "--dtype", "float33"], 2, "error: unknown dtype 'float33'"),
+    pytest.param("ab_knobs.py", ["--shape", "64x64x64"], 1,
+                 "ab_knobs.py times kernels: it needs a CUDA GPU",
+                 marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
+    ("clock_probe.py", ["--shape", "0x64x64"], 2, "error: dimensions must be positive, got M=0\n"),
+    pytest.param("clock_probe.py", ["--shape", "64x64x64"], 2, "error: no GPU here",
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
 ])
-def test_the_knob_ab_script_refuses_bad_input_and_a_machine_without_a_gpu_in_one_line(
-        argv, code, said):
+def test_the_knob_ab_and_clock_scripts_refuse_bad_input_and_a_machine_without_a_gpu_in_one_line(
+        script, argv, code, said):
     import subprocess
 
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_knobs.py"), *argv,
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *argv,
                            "--schedules", "v8"], capture_output=True, text=True, timeout=300)
     assert done.returncode == code
     assert (done.stderr + done.stdout).startswith(said) and "Traceback" not in done.stderr
