@@ -13,6 +13,8 @@
 //   const          the row's shift a template constant (one switch per block)
 //   grouped        2 rows 8 apart per thread (one shift): each x window serves both
 //   bulk           the row's vectors in shared memory by one cp.async.bulk at the block's start
+//   xstage         R rows of one shift per block, x's window at that shift staged in shared memory
+//                  once (zeros outside x, the last vector folded into vector 0); run by `x` alone
 //   TVM ...        the kernels TVM builds for rowalign and for the aligned neighbour's best rung
 // Written by scripts/ragged_gemv_probe.py, which supplies rowalign_helpers.cuh and tvm_kernels.cuh.
 #include "rowalign_helpers.cuh"
@@ -208,6 +210,54 @@ __global__ void __launch_bounds__(TPR) grouped(const half* __restrict__ B, const
   }
 }
 
+
+// R rows 8 apart (one shift) per block: x's window at that shift staged once in shared memory,
+// zeros outside x, and the row's last vector folded into vector 0 where the row spans one more
+// vector than ceil(K / 8), so every row walks ceil(K / 8) vectors. The walk itself is aligned's:
+// B's vector and a shared vector, masks only on a row's first and last vectors.
+template <int K, int TPR, int R, int UNROLL>
+__global__ void __launch_bounds__(TPR) xstage(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int NV = (K + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  extern __shared__ uint4 xs[];
+  int row0 = (blockIdx.x / 8) * 8 * R + blockIdx.x % 8;  // rows row0 + 8 j
+  int shift = (int)((long)row0 * K % 8);
+  bool wrap = shift + K > 8 * NV;  // the row's bytes reach vector NV
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  for (int v = threadIdx.x; v < NV; v += TPR) {
+    uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+    if (v == 0 && wrap) w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+    xs[v] = w;
+  }
+  __syncthreads();
+  float acc[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) acc[j] = 0.f;
+#pragma unroll UNROLL
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) {
+      uint4 w = xs[v];
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        long first = (long)(row0 + 8 * j) * K / 8;
+        uint4 b = bv[first + v];
+        if (v == 0) {
+          b = rowalign_keep(b, 2 * shift, 16);
+          if (wrap) b = or4(b, rowalign_keep(bv[min(first + NV, last)], 0, 2 * (shift + K - 8 * NV)));
+        } else if (v == NV - 1 && !wrap) {
+          b = rowalign_keep(b, 0, 2 * (shift + K - 8 * v));
+        }
+        acc[j] += dot8(w, b);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    float t = row_sum<TPR, 1>(acc[j]);
+    if (threadIdx.x == 0) y[row0 + 8 * j] = __float2half(t);
+    if (TPR > 32) __syncthreads();
+  }
+}
 
 // x's 16 bytes from byte pos (even, inside x): XMODE 0: two aligned vectors and word selects;
 // XMODE 1: five 4-byte loads and funnel shifts. B (byte offset of pos in its vector) is
@@ -443,6 +493,34 @@ void shape_pair(Ctx& c) {
 
 }
 
+template <int N, int K, int TPR, int R, int UNROLL>
+void run_xstage(Ctx& c, const char* tag) {
+  Problem<N, K> p;
+  long last = p.last();
+  constexpr int bytes = (K + 7) / 8 * 16;
+  auto kern = xstage<K, TPR, R, UNROLL>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  auto launch = [&] { kern<<<N / R, TPR, bytes>>>(p.B, p.x, p.y, last); };
+  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  printf("%dx%d %-24s tpr=%3d R=%d u=%d %7.2f us  err %.1e\n", N, K, tag, TPR, R, UNROLL, us, e);
+}
+
+template <int N, int K>
+void xstage_pair(Ctx& c) {
+  run_aligned<N, K + 1, 128, 1>(c, "aligned(blockreduce)");
+  run_xstage<N, K + 1, 128, 1, 1>(c, "xstage aligned");
+  run_xstage<N, K + 1, 128, 4, 1>(c, "xstage aligned");
+  run_xstage<N, K, 128, 1, 1>(c, "xstage");
+  run_xstage<N, K, 128, 1, 4>(c, "xstage");
+  run_xstage<N, K, 128, 2, 1>(c, "xstage");
+  run_xstage<N, K, 128, 2, 4>(c, "xstage");
+  run_xstage<N, K, 128, 4, 1>(c, "xstage");
+  run_xstage<N, K, 128, 4, 4>(c, "xstage");
+  run_xstage<N, K, 256, 4, 1>(c, "xstage");
+  run_xstage<N, K, 64, 2, 4>(c, "xstage");
+  run_xstage<N, K, 128, 8, 1>(c, "xstage");
+}
+
 template <int N, int K>
 void run_tvm(Ctx& c, void (*kern)(half*, half*, half*), dim3 grid, dim3 block, const char* tag) {
   Problem<N, K> p;
@@ -456,9 +534,17 @@ void run_tvm(Ctx& c, void (*kern)(half*, half*, half*), dim3 grid, dim3 block, c
 #include "tvm_kernels.cuh"  // the kernels and run_tvm_kernels(Ctx&, n, k)
 
 int main(int argc, char** argv) {
-  g_profile = argc > 1;  // any argument: one launch of each kernel (for ncu), first shape only
+  g_profile = argc > 1 && argv[1][0] == 'p';  // "p": one launch of each kernel (for ncu), first shape only
+  bool only_xstage = argc > 1 && argv[1][0] == 'x';  // "x": the xstage kernels beside TVM's only
   Ctx c; c.nflush = (256u << 20) / 16;
   CK(cudaMalloc(&c.flush, c.nflush * 16)); CK(cudaMemset(c.flush, 0, c.nflush * 16)); CK(cudaMalloc(&c.sink, 4));
+  if (only_xstage) {
+    xstage_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
+    xstage_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
+    xstage_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
+    xstage_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
+    return 0;
+  }
   shape_pair<4096, 4095>(c);
   run_tvm_kernels(c, 4096, 4095);
   if (g_profile) return 0;

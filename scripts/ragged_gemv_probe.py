@@ -4,7 +4,8 @@ helpers and the kernels TVM builds for rowalign and for the aligned neighbours' 
 Usage (no GPU needed): python scripts/ragged_gemv_probe.py DIR
   writes DIR/rowalign_helpers.cuh and DIR/tvm_kernels.cuh, copies the .cu, and compiles
   DIR/ragged_gemv_probe for sm_90 with nvcc. On the GPU machine: DIR/ragged_gemv_probe
-  (any argument: one launch of each kernel of the first shape, for ncu).
+  (`p`: one launch of each kernel of the first shape, for ncu; `x`: the xstage kernels beside
+  TVM's only).
 """
 
 import re
