@@ -314,14 +314,25 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     helpers = _split_k_helpers(f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}",
                                (units - whole) * quads * CONSUMER_THREADS, tiles - whole)
 
+    def consumer_rows(consumer):
+        """The first row of the tile that the consumer multiplies."""
+        return consumer * wg_m if split_m else 0
+
+    def consumer_cols(consumer):
+        """The first column of the tile that the consumer multiplies."""
+        return 0 if split_m else consumer * wg_n
+
+    def leads(thread):
+        """Whether a consumer thread is its warpgroup's first, which sends its boxes of C."""
+        return thread % (WARPGROUP * 32) == 0
+
     def a_offset(consumer, mi, ks):
         """Bytes from a stage's start to consumer's A rows of wgmma mi at k step ks."""
-        rows = consumer * wg_m if split_m else 0
-        return (rows + mi * 64) * ROW_BYTES + ks * k_step * element_bytes
+        return (consumer_rows(consumer) + mi * 64) * ROW_BYTES + ks * k_step * element_bytes
 
     def b_offset(consumer, ks):
         """Bytes from a stage's start to consumer's B columns at k step ks."""
-        cols = 0 if split_m else consumer * wg_n
+        cols = consumer_cols(consumer)
         if nt:
             return a_bytes + cols * ROW_BYTES + ks * k_step * element_bytes
         return a_bytes + cols // 64 * block_k * ROW_BYTES + ks * k_step * ROW_BYTES
@@ -480,9 +491,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                     used[0] = used[0] + count
                     # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
                     # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
-                    first_row: T.let[T.int32] = m0 + (consumer * wg_m if split_m else 0) \
-                        + warp * 16 + lane // 4
-                    first_col: T.let[T.int32] = n0 + (0 if split_m else consumer * wg_n) + lane % 4 * 2
+                    first_row: T.let[T.int32] = m0 + consumer_rows(consumer) + warp * 16 + lane // 4
+                    first_col: T.let[T.int32] = n0 + consumer_cols(consumer) + lane % 4 * 2
                     if split_k > 1:
                         if is_split(unit):
                             # this slice's partial tile out (rows past C's edge left out), then
@@ -528,7 +538,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                     slot: T.let[T.uint32] = ring + T.Cast(
                                         "uint32", first_box + (consumer * 2 + sent[0] % 2)
                                         * BOX_ROWS * ROW_BYTES)
-                                    if thread % (WARPGROUP * 32) == 0:
+                                    if leads(thread):
                                         T.ptx["cp.async.bulk.wait_group.read"](1)
                                     T.ptx.bar.sync(T.uint32(BOX_BARRIER + consumer),
                                                    T.uint32(WARPGROUP * 32))
@@ -545,10 +555,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                     T.ptx.fence.proxy.async_.shared__cta()
                                     T.ptx.bar.sync(T.uint32(BOX_BARRIER + consumer),
                                                    T.uint32(WARPGROUP * 32))
-                                    if thread % (WARPGROUP * 32) == 0:
+                                    if leads(thread):
                                         TMA_STORE(T.address_of(C_map),
-                                                  n0 + (0 if split_m else consumer * wg_n) + box * box_cols,
-                                                  m0 + (consumer * wg_m if split_m else 0) + mi * 64,
+                                                  n0 + consumer_cols(consumer) + box * box_cols,
+                                                  m0 + consumer_rows(consumer) + mi * 64,
                                                   slot)
                                         T.ptx["cp.async.bulk.commit_group"]()
                                     sent[0] = sent[0] + 1
@@ -579,7 +589,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                                     if col + e < N:
                                                         C[row, col + e] = T.Cast(out_dtype, acc[first + e])
             if tma_store:
-                if thread % (WARPGROUP * 32) == 0:  # the boxes read out before shared memory goes
+                if leads(thread):  # the boxes read out before shared memory goes
                     T.ptx["cp.async.bulk.wait_group"](0)
 
     return main if dtype == FP8 else _without_params(main, FP8_SCALES)
