@@ -190,11 +190,16 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       SMs (v8 is persistent: a second wave would walk behind the first): every tile's K where
       the tiles fit one wave, else (split_tail) the K of the tiles of the last, partial wave,
       so the SMs it would leave idle share them.
+    - no clusters (cluster_m, cluster_n): clusters of 2 were not faster in interleaved rounds
+      (reports/h100-v8.md, "Clusters of two CTAs"); where the user asks for one, K is not
+      split (clusters take whole tiles).
     Each knob only where the space holds the value."""
     from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes,  # v8's: loaded by now
                          box_bytes, c_rows_take_tma, k_block_count)
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
+    if 1 not in space["cluster_m"] or 1 not in space["cluster_n"]:  # clusters: whole tiles
+        space = {**space, "split_k": [1], "split_tail": [False]}
     wgmma_m = WARPGROUP * MMA
     decode = wl.dims["M"] <= wgmma_m or (wl.dims["M"] <= 2 * wgmma_m
                                          and tile_count(wl, 2 * wgmma_m, 128) < sms)

@@ -44,8 +44,9 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, FP8: 1}
 PTX_TYPE = {**SHORT, FP8: "e4m3"}
 ROW_BYTES = 128  # one swizzled row: a box's inner extent, and the K of a stage
 ATOM = 1024  # bytes of one swizzle atom: 8 rows of 128 bytes
-THREADS = 3 * WARPGROUP * 32  # a producer warpgroup and two consumer warpgroups
-CONSUMER_THREADS = 2 * WARPGROUP * 32
+CONSUMERS = 2  # consumer warpgroups
+THREADS = (1 + CONSUMERS) * WARPGROUP * 32  # a producer warpgroup and the consumers
+CONSUMER_THREADS = CONSUMERS * WARPGROUP * 32
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232  # setmaxnreg: 128*40 + 256*232 <= 65536
 MOST_ACCUMULATORS = 192  # fp32 accumulators a consumer thread keeps within its 232 registers
 TMA_STRIDE_BYTES = 16  # TMA takes global row strides in whole multiples of this
@@ -75,6 +76,44 @@ def register_helper(name: str, body: str) -> tuple[str, str]:
 FENCE_OPERAND = register_helper("v8_fence_operand", 'asm volatile("" : "+f"(reg) :: "memory");')
 SETTLE = register_helper("v8_settle",
                          'asm volatile("add.f32 %0, %0, 0f00000000;" : "+f"(reg) :: "memory");')
+
+
+# Clusters (cluster_n = 2 or cluster_m = 2): the two CTAs of a cluster take two tiles side by
+# side along N (they share A's box) or along M (they share B's). Each loads half of the shared
+# box (nn's B: every other 64-column box), and TMA multicasts it into the same stage of both
+# CTAs (the same shared offset), completing its bytes on the `full` barrier at that offset in
+# each: cuBLAS's clusters of 2, which read the shared operand from L2 half as often. A stage is
+# then free only when both CTAs' consumers are done with it: one thread per consumer warpgroup
+# and CTA of the cluster arrives at that CTA's `empty` barrier (FREE_STAGE, CUTLASS's
+# predicated ClusterBarrier::arrive; mapa: the barrier at the same offset in CTA `rank`; a
+# predicate, not a branch: a branch in the K loop cost 30% of v8's speed), and before a CTA
+# ends its producer waits until every stage is freed, so that no arrival comes to a CTA that
+# has gone. Without clusters the same helper frees the stage, one thread per warpgroup.
+TMA_LOAD_MULTICAST = ("v8_tma_load_multicast", """
+__forceinline__ __device__ void v8_tma_load_multicast(unsigned dst, unsigned long long map,
+                                                      int c0, int c1,
+                                                      void* bar, unsigned short ctas) {
+  unsigned barrier = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(barrier), "h"(ctas) : "memory");
+}
+""")
+FREE_STAGE = ("v8_free_stage", """
+__forceinline__ __device__ void v8_free_stage(void* bar, unsigned rank, bool signals) {
+  unsigned local = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("{ .reg .pred p; .reg .b32 remote; setp.ne.b32 p, %2, 0; "
+               "@p mapa.shared::cluster.u32 remote, %0, %1; "
+               "@p mbarrier.arrive.shared::cluster.b64 _, [remote]; }"
+               :: "r"(local), "r"(rank), "r"((unsigned)signals) : "memory");
+}
+""")
+CLUSTER_SYNC = ("v8_cluster_sync", """
+__forceinline__ __device__ void v8_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+""")
 
 
 MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its workspace may hold
@@ -253,7 +292,8 @@ def _consumer_tile(block_m: int, block_n: int) -> tuple[int, int, bool]:
 
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
-                          split_tail: bool, tma_store: bool, sms: int):
+                          split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int,
+                          sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
@@ -275,7 +315,11 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     (`_split_k_helpers`) and count themselves in at the tile's arrival counter; the slice that
     arrives last adds the others' partials to its own and stores C. With split_tail, only the
     tiles of the last, partial wave are split (the units after the `whole` tiles): the SMs
-    that wave would leave idle take slices of its tiles."""
+    that wave would leave idle take slices of its tiles.
+
+    Clusters (cluster_m or cluster_n = 2): a unit is a cluster's pair of tiles, side by side
+    along M or N; the pair shares B's or A's loads by multicast (TMA_LOAD_MULTICAST), and a
+    stage is free once both CTAs' consumers have freed it (FREE_STAGE)."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
@@ -287,15 +331,18 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     transpose = () if dtype == FP8 else (0, 0 if nt else 1)  # fp8 wgmma has no transpose operands
     per_wgmma = wg_n // 2  # accumulators of one m64 wgmma per thread
     accumulators = m_wgmmas * per_wgmma
-    tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
+    cluster = cluster_m * cluster_n  # CTAs of a cluster, whose tiles are one tile of the schedule
+    every_cta = T.uint16((1 << cluster) - 1)  # a multicast's CTA mask: the whole cluster
+    tiles_m, tiles_n = -(-M // (block_m * cluster_m)), -(-N // (block_n * cluster_n))
     k_blocks = k_block_count(K, element_bytes)
     tiles = tiles_m * tiles_n
     whole = tiles - split_tiles(tiles, split_tail, sms)  # tiles multiplied whole, first
     if whole == tiles:
         whole, split_k = 0, 1  # no partial last wave: nothing to split
     units = whole + (tiles - whole) * split_k
-    grid = min(sms, units)
-    units_per_cta = -(-units // grid)
+    clusters = min(sms // cluster, units)
+    grid = clusters * cluster
+    units_per_cta = -(-units // clusters)
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
     stage_bytes = a_bytes + b_bytes
     ring_bytes = arena_bytes(block_m, block_n, stages, tma_store)
@@ -304,8 +351,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     box_cols = span // out_bytes
     first_box = stages * stage_bytes  # from the ring's start: the boxes after the stages
     tma_dtype = "uint8" if dtype == FP8 else dtype
-    a_map = _tensor_map(M, K, block_m, block_k, element_bytes)
-    b_map = _tensor_map(N, K, block_n, block_k, element_bytes) if nt \
+    a_rows = block_m // cluster_n  # the rows of A's box that each CTA of a cluster loads
+    b_rows = block_n // cluster_m  # and of B's (nt)
+    a_map = _tensor_map(M, K, a_rows, block_k, element_bytes)
+    b_map = _tensor_map(N, K, b_rows, block_k, element_bytes) if nt \
         else _tensor_map(K, N, block_k, 64, element_bytes)
     b_leading = 16 if nt else block_k * ROW_BYTES  # nn: bytes between 64-column boxes
     b_shape = (N, K) if nt else (K, N)
@@ -322,6 +371,11 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         """The first column of the tile that the consumer multiplies."""
         return 0 if split_m else consumer * wg_n
 
+    def frees(thread):
+        """Whether a consumer thread frees a stage: its warpgroup's thread r, in the CTA of rank
+        r (FREE_STAGE's predicate, so the K loop does not branch around wgmma)."""
+        return thread % (WARPGROUP * 32) < cluster
+
     def leads(thread):
         """Whether a consumer thread is its warpgroup's first, which sends its boxes of C."""
         return thread % (WARPGROUP * 32) == 0
@@ -337,8 +391,20 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
             return a_bytes + cols * ROW_BYTES + ks * k_step * element_bytes
         return a_bytes + cols // 64 * block_k * ROW_BYTES + ks * k_step * ROW_BYTES
 
-    def origin(tile):
-        return _tile_origin(tile, tiles_m, tiles_n, group_m, block_m, block_n)
+    def origin(tile, rank):
+        """(first row, first column) of the CTA's tile: CTA `rank` of its cluster's tiles."""
+        m0, n0 = _tile_origin(tile, tiles_m, tiles_n, group_m, block_m * cluster_m,
+                              block_n * cluster_n)
+        return (m0 + (rank * block_m if cluster_m > 1 else 0),
+                n0 + (rank * block_n if cluster_n > 1 else 0))
+
+    def cluster_rank():
+        """The CTA's rank in its cluster (a cluster launch where it has more than one)."""
+        return T.cta_id_in_cluster([cluster]) if cluster > 1 else 0
+
+    def unit_of(cta, j):
+        """The CTA's j-th unit: its cluster's (a cluster's CTAs are `cluster` in a row)."""
+        return (cta // cluster if cluster > 1 else cta) + j * clusters
 
     def tile_of(unit):
         """The output tile of a unit: the first `whole` units are whole tiles, then each tile
@@ -390,6 +456,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
 
         T.device_entry()
         cta = T.cta_id([grid])
+        rank = T.meta_var(cluster_rank())
         tx = T.thread_id([THREADS])
         arena = T.alloc_buffer((ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
         full = T.alloc_buffer((stages,), "uint64", scope="shared", align=8)
@@ -401,14 +468,17 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         if tx == 0:
             for s in T.unroll(stages):
                 T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(CONSUMER_THREADS))
+                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(CONSUMERS * cluster))
             T.ptx.fence.mbarrier_init.release.cluster()
             T.ptx.fence.proxy.async_.shared__cta()
             T.ptx.prefetch.tensormap(T.address_of(A_map))
             T.ptx.prefetch.tensormap(T.address_of(B_map))
             if tma_store:
                 T.ptx.prefetch.tensormap(T.address_of(C_map))
-        T.cuda.cta_sync()
+        if cluster > 1:  # the barriers of both CTAs initialised before either signals them
+            cuda_call(CLUSTER_SYNC)
+        else:
+            T.cuda.cta_sync()
 
         if tx < WARPGROUP * 32:
             # producer: one thread loads every K block of the CTA's units
@@ -417,10 +487,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                 loaded = T.alloc_local((1,), "int32")  # K blocks loaded: the ring's position
                 loaded[0] = 0
                 for j in range(units_per_cta):
-                    if cta + j * grid < units:
-                        tile: T.let[T.int32] = tile_of(cta + j * grid)
-                        m0, n0 = T.meta_var(origin(tile))
-                        first, count = T.meta_var(k_range(cta + j * grid))
+                    if unit_of(cta, j) < units:
+                        tile: T.let[T.int32] = tile_of(unit_of(cta, j))
+                        m0, n0 = T.meta_var(origin(tile, rank))
+                        first, count = T.meta_var(k_range(unit_of(cta, j)))
                         for kt in range(count):
                             s: T.let[T.int32] = (loaded[0] + kt) % stages
                             # the stage's previous K block freed (on a fresh barrier, parity 1
@@ -431,8 +501,26 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                             T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([s]),
                                                                      T.uint32(stage_bytes))
                             k0: T.let[T.int32] = (first + kt) * block_k
-                            TMA_LOAD(stage, T.address_of(A_map), k0, m0, full.ptr_to([s]))
-                            if nt:
+                            if cluster_n > 1:  # this CTA's half of A, into both CTAs
+                                cuda_call(TMA_LOAD_MULTICAST,
+                                          stage + T.Cast("uint32", rank * (a_rows * ROW_BYTES)),
+                                          T.address_of(A_map), k0, m0 + rank * a_rows,
+                                          full.ptr_to([s]), every_cta)
+                            else:
+                                TMA_LOAD(stage, T.address_of(A_map), k0, m0, full.ptr_to([s]))
+                            if cluster_m > 1 and nt:  # this CTA's half of B, into both CTAs
+                                cuda_call(TMA_LOAD_MULTICAST, stage + T.Cast(
+                                              "uint32", a_bytes + rank * (b_rows * ROW_BYTES)),
+                                          T.address_of(B_map), k0, n0 + rank * b_rows,
+                                          full.ptr_to([s]), every_cta)
+                            elif cluster_m > 1:  # every other 64-column box of B, into both
+                                for box in T.unroll(block_n // 64 // cluster):
+                                    cuda_call(TMA_LOAD_MULTICAST, stage + T.Cast(
+                                                  "uint32", a_bytes + (box * cluster + rank)
+                                                  * (block_k * ROW_BYTES)),
+                                              T.address_of(B_map), n0 + (box * cluster + rank) * 64,
+                                              k0, full.ptr_to([s]), every_cta)
+                            elif nt:
                                 TMA_LOAD(stage + T.uint32(a_bytes), T.address_of(B_map),
                                          k0, n0, full.ptr_to([s]))
                             else:
@@ -441,6 +529,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                                              T.address_of(B_map), n0 + box * 64, k0,
                                              full.ptr_to([s]))
                         loaded[0] = loaded[0] + count
+                if cluster > 1:  # every stage freed by both CTAs' consumers before this ends
+                    for i in range(stages):
+                        T.cuda.mbarrier_wait(empty.ptr_to([(loaded[0] + i) % stages]),
+                                             ((loaded[0] + i) // stages + 1) % 2)
         else:
             # consumers: warpgroups 1 and 2, each wg_m x wg_n of every tile
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
@@ -454,10 +546,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
             warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
             lane: T.let[T.int32] = tx % 32
             for j in range(units_per_cta):
-                if cta + j * grid < units:
-                    unit: T.let[T.int32] = cta + j * grid
+                if unit_of(cta, j) < units:
+                    unit: T.let[T.int32] = unit_of(cta, j)
                     tile: T.let[T.int32] = tile_of(unit)
-                    m0, n0 = T.meta_var(origin(tile))
+                    m0, n0 = T.meta_var(origin(tile, rank))
                     _, count = T.meta_var(k_range(unit))
                     for i in T.unroll(accumulators):
                         acc[i] = T.float32(0)
@@ -481,13 +573,14 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                         for i in T.unroll(accumulators):
                             cuda_call(FENCE_OPERAND, acc[i])
                         if kt > 0:  # the K block before's wgmmas are done: free its stage
-                            T.ptx.mbarrier.arrive.shared.b64(
-                                empty.ptr_to([(used[0] + kt + stages - 1) % stages]), T.uint32(1))
+                            cuda_call(FREE_STAGE,
+                                      empty.ptr_to([(used[0] + kt + stages - 1) % stages]),
+                                      thread % (WARPGROUP * 32), frees(thread))
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     for i in T.unroll(accumulators):
                         cuda_call(SETTLE, acc[i])
-                    T.ptx.mbarrier.arrive.shared.b64(
-                        empty.ptr_to([(used[0] + count - 1) % stages]), T.uint32(1))
+                    cuda_call(FREE_STAGE, empty.ptr_to([(used[0] + count - 1) % stages]),
+                              thread % (WARPGROUP * 32), frees(thread))
                     used[0] = used[0] + count
                     # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
                     # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
@@ -625,7 +718,8 @@ def c_rows_take_tma(wl: Workload) -> bool:
 
 
 def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int,
-                                split_k: int, split_tail: bool, tma_store: bool) -> None:
+                                split_k: int, split_tail: bool, tma_store: bool,
+                                cluster_m: int, cluster_n: int) -> None:
     """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
     tile shapes, registers, shared memory, split K's workspace or TMA's rows of C."""
     refusal = tma_refusal(wl)
@@ -662,6 +756,14 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
     if not 1 <= split_k <= k_blocks:
         raise ScheduleNotApplicable(f"v8 splits K={K} into 1 to {k_blocks} slices of whole "
                                     f"{ROW_BYTES}-byte K blocks, not split_k={split_k}")
+    if {cluster_m, cluster_n} - {1, 2} or cluster_m * cluster_n > 2 or \
+            (cluster_m * cluster_n > 1 and split_k > 1) or \
+            (cluster_m > 1 and wl.layout == "nn" and block_n // 64 % cluster_m):
+        raise ScheduleNotApplicable(f"v8's clusters are 2 CTAs whose whole tiles lie side by side "
+                                    f"along N (cluster_n, sharing A) or M (cluster_m, sharing B in "
+                                    f"halves; nn: 64-column boxes), or 1 CTA: not cluster_m="
+                                    f"{cluster_m}, cluster_n={cluster_n} with split_k={split_k}, "
+                                    f"block_n={block_n}")
     if split_tail and split_k == 1:
         raise ScheduleNotApplicable("v8's split_tail splits the last wave's tiles into split_k "
                                     "slices: it needs split_k > 1")
@@ -675,12 +777,14 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
 
 
 def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
-              split_k: int, split_tail: bool, tma_store: bool):
+              split_k: int, split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
-    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail, tma_store)
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail, tma_store,
+                                cluster_m, cluster_n)
     M, N, K = wl.shape
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
-                                 stages, group_m, split_k, split_tail, tma_store,
+                                 stages, group_m, split_k, split_tail, tma_store, cluster_m,
+                                 cluster_n,
                                  heuristics.H100_SMS)
 
 
@@ -688,11 +792,11 @@ def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: in
                                "block_n": [64, 128, 144, 160, 176, 192, 256],
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
-                               "tma_store": [False, True]},
+                               "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2]},
           heuristic=heuristics.tma_tiles, compute=v8_kernel)
 def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
        group_m: int = 8, split_k: int = 1, split_tail: bool = False,
-       tma_store: bool = True) -> None:
+       tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -705,7 +809,10 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     partial wave are split, so that the SMs it would leave idle share its work. tma_store:
     each consumer writes C into shared boxes of 64 rows, two in turn, that one of its threads
     sends by TMA (cp.async.bulk.tensor, global <- shared), so the global writes of a tile run
-    on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. Ragged M, N,
+    on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. cluster_m or
+    cluster_n = 2: clusters of 2 CTAs on tiles side by side along M (sharing B) or N (sharing A),
+    each loading half of the shared operand by a multicast TMA into both (whole tiles only: no
+    split K). Ragged M, N,
     K: TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in
     nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied
     to the accumulators before C is stored. A TIRx kernel (schedules/hopper.py), sm_90a only.

@@ -209,6 +209,24 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (1000, 2560, 520), "bfloat16", layout="nt"),
      {"block_n": 128, "split_k": 4, "split_tail": True, "tma_store": True}),
     (Workload("gemm", (16, 6144, 4096), FP8, "float16"), {"split_k": 8, "tma_store": True}),
+    # clusters of 2 CTAs sharing A by multicast: ragged M and N, a CTA whose tile lies wholly
+    # past N (its B zero-filled), 64-, 128- and 256-row tiles, nn, several tiles per CTA, fp8
+    (Workload("gemm", (1000, 1000, 1000), "bfloat16", layout="nt"), {"cluster_n": 2}),
+    (Workload("gemm", (300, 768, 136), "bfloat16", "bfloat16", "nt"), {"cluster_n": 2}),
+    (Workload("gemm", (100, 1000, 272), "float16", "float16", "nt"),
+     {"block_m": 64, "block_n": 128, "cluster_n": 2}),
+    (Workload("gemm", (1000, 1000, 520), "float16", layout="nt"),
+     {"block_m": 256, "block_n": 128, "cluster_n": 2}),
+    (Workload("gemm", (2048, 2048, 520), "float16", "float16"),
+     {"block_n": 128, "cluster_n": 2, "tma_store": True}),
+    (Workload("gemm", (1000, 1024, 1008), FP8), {"split_k": 1, "cluster_n": 2, "tma_store": True}),
+    # or stacked along M, sharing B in halves (nt) or in every other 64-column box (nn)
+    (Workload("gemm", (1000, 1000, 1000), "float16", "float16", "nt"), {"cluster_m": 2}),
+    (Workload("gemm", (300, 520, 136), "bfloat16", "bfloat16", "nt"), {"block_n": 128, "cluster_m": 2}),
+    (Workload("gemm", (100, 1000, 272), "float16", "float16", "nt"),
+     {"block_m": 64, "block_n": 128, "cluster_m": 2}),
+    (Workload("gemm", (2048, 2048, 520), "float16"), {"cluster_m": 2, "tma_store": True}),
+    (Workload("gemm", (1000, 1024, 1008), FP8, "float16"), {"split_k": 1, "cluster_m": 2}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
@@ -216,7 +234,7 @@ def test_v8_is_correct(wl, knobs, target):
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
     only the last wave's tiles, split_tail), fp8 with its scales, C stored by TMA (tma_store),
-    and a second call into the same output (split K's arrival counters rearmed by the first)."""
+    clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), and a second call into the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 
 

@@ -235,6 +235,33 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
     assert conversions and min(conversions) > final_wait
 
 
+@needs_nvcc
+def test_v8_clusters_of_two_ctas_share_a_by_multicast(compiled):
+    """cluster_n=2: CTAs in pairs (a cluster launch, cluster_ctarank), each loading its half of
+    A's box (64 of 128 rows) by one multicast TMA into both CTAs' stage; the empty barriers
+    count one thread per consumer warpgroup and CTA (4), each freeing the stage in the CTA of
+    its rank (mapa), predicated in its asm, not behind a branch in the K loop; the pair meets at
+    a cluster barrier after the barriers' init, and each producer waits until every stage is
+    freed before its CTA ends. cluster_n=1 has none of it, and frees stages with one thread per
+    warpgroup (2). nvcc compiles both."""
+    wl = gemm((4096, 4096, 4096), "bfloat16", "float32", "nt")
+    clustered, plain = compiled("v8", wl, cluster_n=2)[1], compiled("v8", wl)[1]
+    body = clustered.split("__global__")[-1]
+    assert body.count("v8_tma_load_multicast(") == 1 and "(ushort)3)" in body
+    assert "tvm_builtin_cluster_ctaid_x()) * 8192)" in body  # the rank's 64 rows of A
+    assert body.count("(&(empty_ptr[0]))), (uint)4);") == 1 and body.count("v8_free_stage(") == 2
+    assert "& 127) < 2))" in body and "& 127) < 2) {" not in body  # a predicate, not a branch
+    assert body.index("v8_cluster_sync();") < body.index("setmaxnreg")
+    tail = body[body.rindex("v8_tma_load_multicast("):body.index("setmaxnreg_inc")]
+    assert "for (int i = 0; i < 4; ++i)" in tail and "mbarrier_wait((&(empty_ptr[" in tail
+    kernel = plain.split("__global__")[-1]
+    assert "multicast" not in kernel and "cluster_sync" not in kernel and "cluster_ctaid" not in kernel
+    assert kernel.count("(&(empty_ptr[0]))), (uint)2);") == 1
+    for source in (clustered, plain):
+        (usage,) = build.nvcc_resources(source, "sm_90").values()
+        assert usage["registers"] <= 168 and not usage.get("spill_stores")
+
+
 @pytest.mark.parametrize("wl, knobs, reason", [
     (gemm((256, 256, 256), "float32"), {}, "v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, not float32"),
     (gemm((256, 256, 100), FP8, layout="nt"), {}, "v8 loads A with TMA, which takes rows of whole "
@@ -264,6 +291,12 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
                                                "2048 MB of partials; at most 256 MB"),
     (gemm((256, 256, 256)), {"split_tail": True}, "split_tail splits the last wave's tiles into "
                                                   "split_k slices: it needs split_k > 1"),
+    (gemm((256, 256, 256)), {"cluster_n": 2, "split_k": 2}, "v8's clusters are 2 CTAs whose whole "
+                                                             "tiles lie side by side along N"),
+    (gemm((256, 256, 256)), {"cluster_n": 4}, "not cluster_m=1, cluster_n=4"),
+    (gemm((256, 256, 256)), {"cluster_m": 2, "cluster_n": 2}, "not cluster_m=2, cluster_n=2"),
+    (gemm((256, 256, 256)), {"cluster_m": 2, "block_n": 64},
+     "not cluster_m=2, cluster_n=1 with split_k=1, block_n=64"),  # nn: one 64-column box
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
