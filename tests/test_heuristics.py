@@ -184,6 +184,13 @@ def test_knobs_set_by_the_user_win_and_the_heuristic_fills_the_rest():
     # four stages of 128 K: 64x128 tiles fit a Hopper block's shared memory, 128x256 do not
     assert v7.defaults_for(gemm((16, 4096, 4096), "float16"), {"chunk_k": 128})["stages"] == 4
     assert v7.defaults_for(gemm((8192, 8192, 4096), "float16"), {"chunk_k": 128})["stages"] == 3
+    # v8's clusters take whole tiles: asked for one, the decode batch is not split in K
+    v8 = schedules.get("gemm", "v8")
+    decode = gemm((128, 4096, 4096), "bfloat16", "nt")
+    assert changed(v8, decode)["split_k"] == 2
+    for cluster in ({"cluster_m": 2}, {"cluster_n": 2}):
+        assert changed(v8, decode, cluster) == {"block_m": 64, "block_n": 128, "stages": 6,
+                                                "tma_store": False, **cluster}
 
 
 GRID = [(1, 1, 1), (16, 6144, 4096), (1000, 4096, 4096), (3000, 1000, 2000), (257, 129, 65)]
