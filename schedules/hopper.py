@@ -398,6 +398,17 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         return (m0 + (rank * block_m if cluster_m > 1 else 0),
                 n0 + (rank * block_n if cluster_n > 1 else 0))
 
+    def part(rank, shares):
+        """Which part of a box shared by `shares` CTAs (1: not shared) this CTA loads."""
+        return rank if shares > 1 else 0
+
+    def tma_load(shares, dst, tensor_map, c0, c1, barrier):
+        """A TMA load into this CTA's stage, or, where `shares` CTAs of the cluster share the box
+        (more than 1), a multicast into the stages of all of them."""
+        if shares > 1:
+            return cuda_call(TMA_LOAD_MULTICAST, dst, tensor_map, c0, c1, barrier, every_cta)
+        return TMA_LOAD(dst, tensor_map, c0, c1, barrier)
+
     def cluster_rank():
         """The CTA's rank in its cluster (a cluster launch where it has more than one)."""
         return T.cta_id_in_cluster([cluster]) if cluster > 1 else 0
@@ -501,32 +512,25 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                             T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([s]),
                                                                      T.uint32(stage_bytes))
                             k0: T.let[T.int32] = (first + kt) * block_k
-                            if cluster_n > 1:  # this CTA's half of A, into both CTAs
-                                cuda_call(TMA_LOAD_MULTICAST,
-                                          stage + T.Cast("uint32", rank * (a_rows * ROW_BYTES)),
-                                          T.address_of(A_map), k0, m0 + rank * a_rows,
-                                          full.ptr_to([s]), every_cta)
-                            else:
-                                TMA_LOAD(stage, T.address_of(A_map), k0, m0, full.ptr_to([s]))
-                            if cluster_m > 1 and nt:  # this CTA's half of B, into both CTAs
-                                cuda_call(TMA_LOAD_MULTICAST, stage + T.Cast(
-                                              "uint32", a_bytes + rank * (b_rows * ROW_BYTES)),
-                                          T.address_of(B_map), k0, n0 + rank * b_rows,
-                                          full.ptr_to([s]), every_cta)
-                            elif cluster_m > 1:  # every other 64-column box of B, into both
-                                for box in T.unroll(block_n // 64 // cluster):
-                                    cuda_call(TMA_LOAD_MULTICAST, stage + T.Cast(
-                                                  "uint32", a_bytes + (box * cluster + rank)
-                                                  * (block_k * ROW_BYTES)),
-                                              T.address_of(B_map), n0 + (box * cluster + rank) * 64,
-                                              k0, full.ptr_to([s]), every_cta)
-                            elif nt:
-                                TMA_LOAD(stage + T.uint32(a_bytes), T.address_of(B_map),
-                                         k0, n0, full.ptr_to([s]))
-                            else:
-                                for box in T.unroll(block_n // 64):
-                                    TMA_LOAD(stage + T.uint32(a_bytes + box * block_k * ROW_BYTES),
-                                             T.address_of(B_map), n0 + box * 64, k0,
+                            # A's rows (this CTA's part of them where the cluster shares A)
+                            a_part = T.meta_var(part(rank, cluster_n))
+                            tma_load(cluster_n,
+                                     stage + T.Cast("uint32", a_part * (a_rows * ROW_BYTES)),
+                                     T.address_of(A_map), k0, m0 + a_part * a_rows,
+                                     full.ptr_to([s]))
+                            b_part = T.meta_var(part(rank, cluster_m))
+                            if nt:  # B's rows (or this CTA's part), as A's
+                                tma_load(cluster_m, stage + T.Cast(
+                                             "uint32", a_bytes + b_part * (b_rows * ROW_BYTES)),
+                                         T.address_of(B_map), k0, n0 + b_part * b_rows,
+                                         full.ptr_to([s]))
+                            else:  # B's 64-column boxes (or every other one, from b_part on)
+                                for box in T.unroll(block_n // 64 // cluster_m):
+                                    tma_load(cluster_m, stage + T.Cast(
+                                                 "uint32", a_bytes + (box * cluster_m + b_part)
+                                                 * (block_k * ROW_BYTES)),
+                                             T.address_of(B_map),
+                                             n0 + (box * cluster_m + b_part) * 64, k0,
                                              full.ptr_to([s]))
                         loaded[0] = loaded[0] + count
                 if cluster > 1:  # every stage freed by both CTAs' consumers before this ends
