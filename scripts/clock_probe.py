@@ -11,7 +11,6 @@ mean time per launch.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import subprocess
@@ -20,9 +19,8 @@ import time
 
 import torch
 
-from profile_launch import launcher
-from schedules import ExplorerError, Workload
-from schedules.workloads import parse_shape
+from profile_launch import gemm_of, gemm_parser, launcher
+from schedules import ExplorerError
 
 SAMPLE_MS = 50
 
@@ -52,24 +50,20 @@ def sampled(run, seconds: float) -> tuple[float, float, float]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", required=True, help="MxNxK")
-    parser.add_argument("--dtype", default="float16")
-    parser.add_argument("--out-dtype")
-    parser.add_argument("--layout")
+    parser = gemm_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--schedules", nargs="+", required=True, help="rungs with knobs, or cublas")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     try:
-        wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype,
-                      args.layout)
+        wl = gemm_of(args)
         runs = {name: launcher(wl, name) for name in args.schedules}
     except ExplorerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if shutil.which("nvidia-smi") is None:
-        print("error: nvidia-smi is not on PATH: it samples the clock and the power", file=sys.stderr)
+        print("error: nvidia-smi is not on PATH: it samples the clock and the power",
+              file=sys.stderr)
         return 2
     for round_ in range(args.rounds):
         for name, run in runs.items():

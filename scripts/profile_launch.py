@@ -38,18 +38,30 @@ def launcher(wl: Workload, schedule: str):
     return measure.tvm_runner(executable, wl, inputs, measure.poisoned_output(wl))
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def gemm_parser(description: str) -> argparse.ArgumentParser:
+    """A parser of the GEMM's options (--shape, --dtype, --out-dtype, --layout); `gemm_of`
+    makes the workload of what it parsed."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--shape", required=True, help="MxNxK")
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--out-dtype")
     parser.add_argument("--layout")
+    return parser
+
+
+def gemm_of(args: argparse.Namespace) -> Workload:
+    """The GEMM of gemm_parser's options (an ExplorerError where they name none)."""
+    return Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype,
+                    args.layout)
+
+
+def main(argv: list[str]) -> int:
+    parser = gemm_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--schedule", required=True, help=f"a rung, rung:knobs, or {BASELINE}")
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args(argv)
     try:
-        wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype,
-                      args.layout)
+        wl = gemm_of(args)
         run = launcher(wl, args.schedule)
     except ExplorerError as e:  # a bad shape, dtype, schedule or knob: one line
         print(f"error: {e}", file=sys.stderr)

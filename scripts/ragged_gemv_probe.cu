@@ -53,6 +53,17 @@ __device__ __forceinline__ float row_sum(float acc) {
   return s;
 }
 
+// y of the R rows row0 + 8 j from their threads' partial sums acc[j] (one block of TPR threads).
+template <int TPR, int R>
+__device__ __forceinline__ void store_rows_8_apart(float (&acc)[R], half* __restrict__ y, int row0) {
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    float t = row_sum<TPR, 1>(acc[j]);
+    if (threadIdx.x == 0) y[row0 + 8 * j] = __float2half(t);
+    if (TPR > 32) __syncthreads();
+  }
+}
+
 // Aligned K: blockreduce / allreduce.
 template <int K, int TPR, int ROWS>
 __global__ void __launch_bounds__(TPR * ROWS) aligned(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y) {
@@ -202,12 +213,7 @@ __global__ void __launch_bounds__(TPR) grouped(const half* __restrict__ B, const
       }
     }
   }
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    float t = row_sum<TPR, 1>(acc[j]);
-    if (threadIdx.x == 0) y[row0 + 8 * j] = __float2half(t);
-    if (TPR > 32) __syncthreads();
-  }
+  store_rows_8_apart<TPR, R>(acc, y, row0);
 }
 
 
@@ -251,12 +257,7 @@ __global__ void __launch_bounds__(TPR) xstage(const half* __restrict__ B, const 
       }
     }
   }
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    float t = row_sum<TPR, 1>(acc[j]);
-    if (threadIdx.x == 0) y[row0 + 8 * j] = __float2half(t);
-    if (TPR > 32) __syncthreads();
-  }
+  store_rows_8_apart<TPR, R>(acc, y, row0);
 }
 
 // x's 16 bytes from byte pos (even, inside x): XMODE 0: two aligned vectors and word selects;
