@@ -33,6 +33,7 @@ TALL_M = 256  # v8's rows of a tile where they cost no more than 128-row ones (`
 TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it loads
 FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
 DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
+CLUSTER_WAVES = 8  # v8: 128x256 tiles in clusters of 2 where they take this many waves or more
 TMA_STORE_STAGES = {2: 3, 1: 4}  # v8's tma_store: where its boxes leave room for so many
 # stages, by the bytes of an input element (fp8 lost a stage's worth: see `tma_tiles`)
 
@@ -190,9 +191,15 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       SMs (v8 is persistent: a second wave would walk behind the first): every tile's K where
       the tiles fit one wave, else (split_tail) the K of the tiles of the last, partial wave,
       so the SMs it would leave idle share them.
-    - no clusters (cluster_m, cluster_n): clusters of 2 were not faster in interleaved rounds
-      (reports/h100-v8.md, "Clusters of two CTAs"); where the user asks for one, K is not
-      split (clusters take whole tiles).
+    - 128x256 tiles in clusters of 2 along M (cluster_m: B's box shared by TMA multicast,
+      cuBLAS's clusters) where those tiles take CLUSTER_WAVES waves of the SMs or more, in
+      place of the 256-row ones: in interleaved rounds against cuBLAS
+      (reports/logs/h100-v8-cluster-m-many-waves-2026-11-24.log) 8192^3 fp16 nn 97.8% ->
+      100.9%, bf16 nt 98.1% -> 101.3%, fp16 nt with fp16 C 99.3% -> 100.3%, 4096x37888x3584
+      bf16 96.9% -> 101.3%, 4096x28672x4096 98.7% -> 99.4%, fp8 8192^3 104.7% -> 105.2%; at
+      4096^3 (3.9 waves) clusters were level, 2 points either way (reports/h100-v8.md,
+      "Clusters of two CTAs"), and cluster_n lost everywhere: no clusters there. Where the
+      user asks for a cluster, K is not split (clusters take whole tiles).
     Each knob only where the space holds the value."""
     from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes,  # v8's: loaded by now
                          box_bytes, c_rows_take_tma, k_block_count)
@@ -252,8 +259,13 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
             return None
         return min(n for n, c in cost.items() if c == cheapest)
 
-    tall = tall_tiles()
-    if tall:
+    clustered = (not decode and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
+                 and 2 in space["cluster_m"] and 128 in space["block_m"]
+                 and 256 in space["block_n"] and 1 in space["split_k"])
+    tall = None if clustered else tall_tiles()
+    if clustered:
+        block_m, block_n, split_k, split_tail = 128, 256, 1, False
+    elif tall:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
 
     def fitting(boxes: bool) -> list[int]:
@@ -269,7 +281,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
             "stages": max(fitting(tma_store), default=knobs["stages"]),
             "tma_store": tma_store,
             "split_k": split_k if split_k in space["split_k"] else knobs["split_k"],
-            "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"]}
+            "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
+            **({"cluster_m": 2} if clustered else {})}
 
 
 def b_outgrows_l2(wl: Workload) -> bool:

@@ -82,13 +82,17 @@ CHOICES = [
     # tma_store's boxes (128-byte rows of float32 C) leave room for 3 stages
     ("v8", gemm((4096, 6144, 4096), "bfloat16", "nt"),
      {"block_m": 256, "block_n": 192, "stages": 3}),
-    # 27 waves of 128x256 and 20 tiles in 6 slices (27.17); 22 rounds of 256x160 (27.5): 1.2%
-    ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"),
-     {"block_m": 256, "block_n": 160, "stages": 3}),
+    # 27 waves of 128x256 tiles (8 or more): those, in clusters of 2 along M, in place of the
+    # 256x160 ones that cost no more; fp8 and nn too; 6.8 waves (1000 x 28672) are not enough
+    ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"), {"cluster_m": 2}),
+    ("v8", gemm((4096, 28672, 4096), FP8, "nt"), {"cluster_m": 2}),
+    ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
+    ("v8", gemm((1000, 28672, 4096), "bfloat16", "nt"),
+     {"block_m": 256, "block_n": 176, "tma_store": False}),
     # the register stores where a stage would go for fp8, where boxes of 144 float32 columns
     # would have 64-byte rows, and where C's rows are not whole 16-byte multiples
-    ("v8", gemm((4096, 28672, 4096), FP8, "nt"),
-     {"block_m": 256, "block_n": 160, "tma_store": False}),
+    ("v8", gemm((4096, 6144, 4096), FP8, "nt"),
+     {"block_m": 256, "block_n": 192, "tma_store": False}),
     ("v8", gemm((4096, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 256, "block_n": 144, "tma_store": False}),
     ("v8", gemm((4096, 4094, 4096), "float16", "nt"), {"tma_store": False}),
@@ -102,7 +106,6 @@ CHOICES = [
      {"tma_store": False}),
     ("v8", gemm((128, 37888, 3584), "bfloat16", "nt"),  # 148 tiles of 128x256: 132 + 16 in 8
      {"split_k": 8, "split_tail": True}),
-    ("v8", gemm((8192, 8192, 1024), "float16"), {}),
     ("multirow", Workload("gemv", (4096, 64), "float16"), {"reduce_threads": 8}),
     ("multirow", Workload("gemv", (4096, 65), "float16"), {"reduce_threads": 16}),
     ("multirow", Workload("gemv", (300, 7), "float32"), {"reduce_threads": 2}),
@@ -184,8 +187,12 @@ def test_knobs_set_by_the_user_win_and_the_heuristic_fills_the_rest():
     # four stages of 128 K: 64x128 tiles fit a Hopper block's shared memory, 128x256 do not
     assert v7.defaults_for(gemm((16, 4096, 4096), "float16"), {"chunk_k": 128})["stages"] == 4
     assert v7.defaults_for(gemm((8192, 8192, 4096), "float16"), {"chunk_k": 128})["stages"] == 3
+    # v8 takes clusters on many waves of tiles only where the user left it the knobs they need
+    v8, many_waves = schedules.get("gemm", "v8"), gemm((8192, 8192, 1024), "float16")
+    assert changed(v8, many_waves) == {"cluster_m": 2}
+    for knobs in ({"cluster_m": 1}, {"block_m": 256, "block_n": 128}, {"split_k": 2}):
+        assert "cluster_m" not in changed(v8, many_waves, knobs)
     # v8's clusters take whole tiles: asked for one, the decode batch is not split in K
-    v8 = schedules.get("gemm", "v8")
     decode = gemm((128, 4096, 4096), "bfloat16", "nt")
     assert changed(v8, decode)["split_k"] == 2
     for cluster in ({"cluster_m": 2}, {"cluster_n": 2}):
