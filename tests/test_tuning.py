@@ -290,6 +290,8 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
             raise RuntimeError("CUDA error: misaligned address")
         if path == "hang":
             time.sleep(60)
+        if path == "slow":
+            time.sleep(1)
         return 2e-3
 
     def inputs(*paths):
@@ -312,6 +314,12 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
         timed, failed = futures[0].result(), futures[1].result()
         assert runner.pool is worker  # each candidate is run when asked about, the crash not yet
         assert futures[2].done() and runner.pool is not worker
+        # a candidate queued as it is built is measured meanwhile, its Outcome kept until asked
+        runner.measure_soon("slow")
+        queued = runner.soon["slow"]
+        assert not queued.done()  # measure_soon came back at once
+        (slow,) = runner.outcomes(inputs("slow"))
+        assert queued.done() and "slow" not in runner.soon
     finally:
         candidates.shut_down(runner)
     assert ok == Outcome(Status.OK, pytest.approx(2.0))
@@ -319,6 +327,7 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
                             error="tuning.measure.WrongResult: relative error 0.5 > 1e-05")
     assert crash == Outcome(Status.RUN_FAILED, error="RuntimeError: CUDA error: misaligned address")
     assert hang == Outcome(Status.TIMEOUT, error="run timed out after 10 s")
+    assert slow == Outcome(Status.OK, pytest.approx(2.0))
     assert float(timed.run_secs[0]) == pytest.approx(2e-3) and timed.error_msg is None
     assert failed.run_secs is None and failed.error_msg == wrong.error
 
@@ -865,9 +874,13 @@ def test_the_builder_builds_tensor_core_candidates():
     cuda_cores = schedules.get("gemm", "v5").apply(Workload("gemm", (256, 256, 256)), target)
     tensor_cores = schedules.get("gemm", "v6").apply(Workload("gemm", (256, 256, 256), "float16"),
                                                      target)
-    builder = candidates.WarmBuilder(max_workers=1)
+    handed = []
+    builder = candidates.WarmBuilder(max_workers=1, on_built=handed.append)
+    builder.start(target)  # the worker starts now, with a first build of its own
+    started = builder.pool
     try:
         results = builder.build([ms.builder.BuilderInput(cuda_cores, target)])
+        assert builder.pool is started
         assert not builder.tensor_intrinsics
         results += builder.build([ms.builder.BuilderInput(tensor_cores, target)])
         assert builder.tensor_intrinsics
@@ -878,6 +891,7 @@ def test_the_builder_builds_tensor_core_candidates():
         candidates.shut_down(builder)
     for result in results:
         assert result.error_msg is None and os.path.getsize(result.artifact_path) > 0
+    assert handed == [r.artifact_path for r in results]  # each as it was built, not the failed
     # a CUDA schedule built for the CPU: build_failed, with TVM's reason
     assert failed.status is Status.BUILD_FAILED
     assert failed.error.startswith("tvm.error.InternalError: Check failed: (device_id_) is false")

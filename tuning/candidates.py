@@ -22,6 +22,7 @@ wrong result). TVM's local runner (CPU searches) reports a failure as text only,
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import importlib
 import os
@@ -33,6 +34,7 @@ import struct
 import time
 from dataclasses import dataclass
 from enum import Enum
+from typing import Callable
 
 import tvm
 from tvm.ir.utils import derived_object
@@ -69,20 +71,53 @@ def _timed_build(job: tuple[tvm.IRModule, tvm.target.Target]) -> tuple[str, floa
     return path, time.perf_counter() - start
 
 
+def _first_build(target: tvm.target.Target) -> None:
+    """A builder worker's first build, for a CUDA `target`, before the search's first batch: a
+    32x32 GEMV by the naive rung, so that the CUDA compiler's libraries load then (on a GPU
+    machine), not in a candidate's build."""
+    import schedules
+
+    if target.kind.name == "cuda":
+        wl = Workload("gemv", (32, 32), "float32")
+        build.build(schedules.get("gemv", "naive").apply(wl, target), target)
+
+
 @derived_object
 class WarmBuilder(ms.builder.PyBuilder):
     """Builds candidates in parallel worker processes that stay up for the whole search. The
-    workers start at the first batch; the first batch with tensor-core candidates restarts
-    them with the tensor intrinsics imported. A search without such candidates never pays
-    for that import, though MetaSchedule's CUDA rules import it in this process."""
+    workers start at `start` (while the search chooses its first batch) or at the first batch;
+    the first batch with tensor-core candidates restarts them with the tensor intrinsics
+    imported. A search without such candidates never pays for that import, though
+    MetaSchedule's CUDA rules import it in this process. `on_built`, where given, is handed
+    each candidate's artifact as soon as it is built, in the order the builds end (a
+    CheckingRunner's measure_soon: measuring overlaps the batch's slower builds)."""
 
-    def __init__(self, max_workers: int | None = None, timeout_sec: float = BUILD_TIMEOUT_S):
+    def __init__(self, max_workers: int | None = None, timeout_sec: float = BUILD_TIMEOUT_S,
+                 on_built: Callable[[str], None] | None = None):
         super().__init__()
         self.timeout_sec = timeout_sec
         self.max_workers = max_workers or os.cpu_count()
+        self.on_built = on_built
         self.pool = None
         self.tensor_intrinsics = False  # whether the workers have imported them
         self.seconds: list[float] = []  # each built candidate's build time, the last batch
+
+    def start(self, target: tvm.target.Target) -> None:
+        """Start every worker now, each with a first build for `target` (_first_build), and
+        return at once: the workers get ready while the search chooses its first batch."""
+        self._pool(tensor_intrinsics=False)
+        for _ in range(self.max_workers):  # each job waits seconds for its worker to start,
+            self.pool.submit(_first_build, target)  # so each gets a thread and a worker
+
+    def _pool(self, tensor_intrinsics: bool) -> PopenPoolExecutor:
+        """The workers, started (again, with the tensor intrinsics) where they are not yet."""
+        if self.pool is None or tensor_intrinsics and not self.tensor_intrinsics:
+            if self.pool is not None:
+                self.pool.shutdown()
+            self.tensor_intrinsics = tensor_intrinsics
+            self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
+                                          initializer=_warm_up, initargs=(tensor_intrinsics,))
+        return self.pool
 
     def build(self, build_inputs):
         """MetaSchedule's interface: each candidate's artifact, or why it has none."""
@@ -93,27 +128,27 @@ class WarmBuilder(ms.builder.PyBuilder):
     def artifacts(self, build_inputs) -> list[str | Outcome]:
         """Build each candidate in the workers: its artifact's path, or the Outcome of a build
         that timed out or failed."""
-        needed = any(build.has_warp_fragments(b.mod) for b in build_inputs)
-        if self.pool is None or needed and not self.tensor_intrinsics:
-            if self.pool is not None:
-                self.pool.shutdown()
-            self.tensor_intrinsics = needed
-            self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
-                                          initializer=_warm_up, initargs=(needed,))
-        jobs = [(b.mod, b.target) for b in build_inputs]
-        results, self.seconds = [], []
-        for done in self.pool.map_with_error_catching(_timed_build, jobs):
-            if done.status == StatusKind.COMPLETE:
-                path, seconds = done.value
-                results.append(path)
-                self.seconds.append(seconds)
-            elif done.status == StatusKind.TIMEOUT:
-                results.append(Outcome(Status.TIMEOUT,
-                                       error=f"build timed out after {self.timeout_sec:.0f} s"))
-            else:
-                results.append(Outcome(Status.BUILD_FAILED,
-                                       error=error_summary(f"build failed: {done.value}")))
+        pool = self._pool(any(build.has_warp_fragments(b.mod) for b in build_inputs))
+        futures = {pool.submit(_timed_build, (b.mod, b.target)): n
+                   for n, b in enumerate(build_inputs)}
+        results: list[str | Outcome | None] = [None] * len(build_inputs)
+        self.seconds = []
+        for future in concurrent.futures.as_completed(futures):
+            built = results[futures[future]] = self._artifact(future)
+            if isinstance(built, str) and self.on_built:
+                self.on_built(built)
         return results
+
+    def _artifact(self, future: concurrent.futures.Future) -> str | Outcome:
+        """A finished build's artifact path (its build time kept), or why it has none."""
+        try:
+            path, seconds = future.result()
+        except TimeoutError:
+            return Outcome(Status.TIMEOUT, error=f"build timed out after {self.timeout_sec:.0f} s")
+        except Exception as e:  # noqa: BLE001  whatever the build raised, in the worker
+            return Outcome(Status.BUILD_FAILED, error=error_summary(f"build failed: {e}"))
+        self.seconds.append(seconds)
+        return path
 
 
 def _warm_up_runner() -> None:
@@ -152,7 +187,9 @@ class CheckingRunner(ms.runner.PyRunner):
     after any failure other than a wrong result the worker is replaced: by a standby that has
     started meanwhile (its imports take 7-9 s on the H100 host, which every failure cost).
     Each candidate is told the best time so far (measure.evaluate_artifact: a much slower one
-    gets a short timing)."""
+    gets a short timing). Candidates are measured one at a time, in the order they reach the
+    measuring thread: from `measure_soon` as each is built (a WarmBuilder's on_built), or when
+    asked for."""
 
     def __init__(self, wl: Workload, flush: str = "read", timeout_sec: float = RUN_TIMEOUT_S):
         super().__init__()
@@ -160,6 +197,8 @@ class CheckingRunner(ms.runner.PyRunner):
         self.timeout_sec = timeout_sec
         self.best_ms: float | None = None
         self.pool, self.standby = self._new_pool(), self._new_pool()
+        self.measurer = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.soon: dict[str, concurrent.futures.Future] = {}  # artifact: its measurement
 
     def _new_pool(self) -> PopenPoolExecutor:
         """A worker, started now (its warm-up runs while others measure)."""
@@ -179,22 +218,30 @@ class CheckingRunner(ms.runner.PyRunner):
         asks about it (it asks in turn), so that each result lands as it is measured."""
         return [_CheckedFuture(self, i) for i in runner_inputs]
 
+    def measure_soon(self, artifact_path: str) -> None:
+        """Queue a built candidate for measuring now, while the rest of its batch builds; its
+        Outcome waits for `outcomes` to ask for it."""
+        self.soon[artifact_path] = self.measurer.submit(self._measure, artifact_path)
+
     def outcomes(self, runner_inputs) -> list[Outcome]:
-        """Check and time each built candidate (a MetaSchedule RunnerInput) in turn; after a
-        failure other than a wrong result, the worker is replaced (it may hold a broken CUDA
-        context)."""
-        outcomes = []
-        for runner_input in runner_inputs:
-            evaluate = functools.partial(self.evaluate, best_ms=self.best_ms)
-            outcome = self._outcome(next(iter(self.pool.map_with_error_catching(
-                evaluate, [runner_input.artifact_path]))))
-            if outcome.status is Status.OK:
-                self.best_ms = min(self.best_ms or outcome.time_ms, outcome.time_ms)
-            elif outcome.status is not Status.WRONG:
-                self.pool.shutdown()
-                self.pool, self.standby = self.standby, self._new_pool()
-            outcomes.append(outcome)
-        return outcomes
+        """Each built candidate's (a MetaSchedule RunnerInput's) Outcome: measured already
+        (measure_soon), or measured now."""
+        return [(self.soon.pop(i.artifact_path, None)
+                 or self.measurer.submit(self._measure, i.artifact_path)).result()
+                for i in runner_inputs]
+
+    def _measure(self, artifact_path: str) -> Outcome:
+        """Check and time one built candidate in the worker; after a failure other than a wrong
+        result, the worker is replaced (it may hold a broken CUDA context)."""
+        evaluate = functools.partial(self.evaluate, best_ms=self.best_ms)
+        outcome = self._outcome(next(iter(self.pool.map_with_error_catching(
+            evaluate, [artifact_path]))))
+        if outcome.status is Status.OK:
+            self.best_ms = min(self.best_ms or outcome.time_ms, outcome.time_ms)
+        elif outcome.status is not Status.WRONG:
+            self.pool.shutdown()
+            self.pool, self.standby = self.standby, self._new_pool()
+        return outcome
 
     def _outcome(self, done) -> Outcome:
         """A run's Outcome, from how its worker ended: completed (the time), timed out, raised
@@ -361,6 +408,9 @@ def shut_down(*workers) -> None:
     """Stop the worker processes of builders and runners now, from this thread (left to the
     garbage collector after a Ctrl-C, TVM's pools fail to stop from their own threads)."""
     for worker in workers:
+        measurer = getattr(worker, "measurer", None)  # CheckingRunner's: nothing more queued
+        if measurer is not None:
+            measurer.shutdown(wait=False, cancel_futures=True)
         for pool in (getattr(worker, "pool", None), getattr(worker, "standby", None)):
             if pool is not None:
                 pool.shutdown()

@@ -258,8 +258,9 @@ def _progress_callback(work_dir: str, session: str, say: Callable[[str], None], 
 
 class _BatchClock:
     """Where a batch's time went: choosing its candidates (MetaSchedule's search and cost
-    model), building them, measuring them, and MetaSchedule's own callbacks after the last
-    result (the database, the cost model's update). With `builder` (a WarmBuilder), also the
+    model), building them, measuring what is left to measure after the last build (the rest
+    is measured while the slower ones build: CheckingRunner.measure_soon), and MetaSchedule's
+    own callbacks after the last result (the database, the cost model's update). With `builder` (a WarmBuilder), also the
     slowest candidate's build: a batch waits for it."""
 
     def __init__(self, builder=None):

@@ -58,7 +58,8 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = print,
     target = _target(request)
     runner = candidates.make_runner(target, wl, request.flush, request.rpc_tracker,
                                     request.rpc_key)
-    builder = candidates.WarmBuilder()
+    builder = candidates.WarmBuilder(on_built=getattr(runner, "measure_soon", None))
+    builder.start(target)
     try:
         found = search(target, builder, runner)
     except Exception:
