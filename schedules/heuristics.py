@@ -262,10 +262,9 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     clustered = (not decode and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
                  and 2 in space["cluster_m"] and 128 in space["block_m"]
                  and 256 in space["block_n"] and 1 in space["split_k"])
-    tall = None if clustered else tall_tiles()
     if clustered:
         block_m, block_n, split_k, split_tail = 128, 256, 1, False
-    elif tall:
+    elif tall := tall_tiles():
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
 
     def fitting(boxes: bool) -> list[int]:

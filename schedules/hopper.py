@@ -788,8 +788,7 @@ def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: in
     M, N, K = wl.shape
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
                                  stages, group_m, split_k, split_tail, tma_store, cluster_m,
-                                 cluster_n,
-                                 heuristics.H100_SMS)
+                                 cluster_n, heuristics.H100_SMS)
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256],
@@ -816,10 +815,10 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. cluster_m or
     cluster_n = 2: clusters of 2 CTAs on tiles side by side along M (sharing B) or N (sharing A),
     each loading half of the shared operand by a multicast TMA into both (whole tiles only: no
-    split K). Ragged M, N,
-    K: TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in
-    nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied
-    to the accumulators before C is stored. A TIRx kernel (schedules/hopper.py), sm_90a only.
+    split K). Ragged M, N, K: TMA zero-fills past the edges; rows must be whole 16-byte
+    multiples (K, and N for B in nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their
+    per-tensor scales applied to the accumulators before C is stored. A TIRx kernel
+    (schedules/hopper.py), sm_90a only.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /

@@ -234,7 +234,8 @@ def test_v8_is_correct(wl, knobs, target):
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
     only the last wave's tiles, split_tail), fp8 with its scales, C stored by TMA (tma_store),
-    clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), and a second call into the same output (split K's arrival counters rearmed by the first)."""
+    clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), and a second call into
+    the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 
 

@@ -105,9 +105,9 @@ class WarmBuilder(ms.builder.PyBuilder):
     def start(self, target: tvm.target.Target) -> None:
         """Start every worker now, each with a first build for `target` (_first_build), and
         return at once: the workers get ready while the search chooses its first batch."""
-        self._pool(tensor_intrinsics=False)
+        pool = self._pool(tensor_intrinsics=False)
         for _ in range(self.max_workers):  # each job waits seconds for its worker to start,
-            self.pool.submit(_first_build, target)  # so each gets a thread and a worker
+            pool.submit(_first_build, target)  # so each gets a thread and a worker
 
     def _pool(self, tensor_intrinsics: bool) -> PopenPoolExecutor:
         """The workers, started (again, with the tensor intrinsics) where they are not yet."""
