@@ -69,8 +69,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--results", default=DEFAULT_RESULTS, help=f"JSONL results (default {DEFAULT_RESULTS})")
     p.add_argument("--trials", type=int, default=64, help="new trials to measure (default 64)")
     p.add_argument("--work-dir", help="MetaSchedule work dir (database, progress, best schedule)")
-    p.add_argument("--ms-space", help="MetaSchedule's design space: 'tvm' (TVM's rules) or "
-                   "'split-k' (those plus splitting K across blocks; the default on CUDA)")
+    p.add_argument("--ms-space", help="MetaSchedule's design space: 'tvm' (TVM's rules), "
+                   "'split-k' (those plus splitting K across blocks; the default on CUDA), or "
+                   "rungs' knob spaces (e.g. v5k or v7,v8; their own choices measured first)")
     p.add_argument("--records", help="template-search records (JSONL), read to resume or apply")
     p.add_argument("--tuner", help="template tuner: grid, random or xgb (default xgb)")
     p.add_argument("--seed", type=int, default=0,

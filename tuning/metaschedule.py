@@ -423,17 +423,22 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     callback, state = _progress_callback(work_dir, session, say, builder)
     mod = tvm.IRModule({"main": wl.prim_func()})
     tensor_cores = uses_tensor_cores(wl, target)
-    cost_model, strategy = "xgb", "evolutionary"
+    cost_model, strategy, first = "xgb", "evolutionary", []
     if space in SPACES:
         rules = SPACES[space] + (" + tensor cores" if tensor_cores else "")
     else:
         rungs = rungspace.Rungs(space.split(","), wl, target)
         rules = f"knob space of {space.replace(',', ', ')}"
         builder, cost_model = rungspace.RungBuilder(builder, rungs), rungs.cost_model(BATCH)
-        strategy = ms.search_strategy.EvolutionarySearch(population_size=RUNG_POPULATION)
+        first = [] if state["trials"] else rungs.own_choices(mod)
+        strategy = rungspace.OwnChoiceFirst(
+            ms.search_strategy.EvolutionarySearch(population_size=RUNG_POPULATION), first)
     say(f"MetaSchedule ({rules}): {wl.label()} for {target.kind.name} "
         f"{target.attrs.get('arch', '')}, {trials} new trials into {work_dir} "
         f"({state['trials']} there already)")
+    if first:
+        say("its first batch measures the own choice of "
+            + ", ".join(rungspace.knobs_of(c.sch.mod)[0] for c in first))
     runner = ReportingRunner(runner, _candidate_reporter(state, trials, say))
     builder = TimedBuilder(builder, state["clock"])
     # the intrinsics before the tensor-core rules and the rungs' tensorizing, which name them

@@ -50,12 +50,15 @@ def spaced(op: str) -> list[str]:
     return [e.name for e in schedules.entries(op, templates=True) if e.space]
 
 
-def sample_knobs(sch: tvm.s_tir.Schedule, entry: ScheduleEntry) -> None:
-    """Draw each knob of `entry` uniformly from its space and annotate the root block with it."""
+def sample_knobs(sch: tvm.s_tir.Schedule, entry: ScheduleEntry, chosen: dict | None = None) -> None:
+    """Draw each knob of `entry` uniformly from its space (or, with `chosen`, decide it as
+    `chosen` says) and annotate the root block with it."""
     root = sch.get_sblock("root")
     sch.annotate(root, RUNG, entry.name)
     for knob, values in entry.space.items():
-        drawn = sch.sample_categorical([encode(v) for v in values], [1 / len(values)] * len(values))
+        decision = None if chosen is None else values.index(chosen[knob])
+        drawn = sch.sample_categorical([encode(v) for v in values],
+                                       [1 / len(values)] * len(values), decision=decision)
         sch.annotate(root, KNOB + knob, drawn)
 
 
@@ -126,6 +129,20 @@ class Rungs:
         return ms.space_generator.ScheduleFn(spaces, sch_rules=[], postprocs=[RungApplies(self)],
                                              mutator_probs={ChangeKnob(): 1.0})
 
+    def own_choices(self, mod: tvm.IRModule) -> list[ms.MeasureCandidate]:
+        """Each rung's own choice for the workload `mod` (its knobs as its shape heuristic
+        picks them) as a candidate, where the rung's space holds it and the rung takes it."""
+        chosen = []
+        for entry in self.entries.values():
+            own = entry.defaults_for(self.wl)
+            if any(own[knob] not in values for knob, values in entry.space.items()):
+                continue
+            sch = tvm.s_tir.Schedule(mod)
+            sample_knobs(sch, entry, own)
+            if not isinstance(self.apply(*knobs_of(sch.mod)), ScheduleNotApplicable):
+                chosen.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod)))
+        return chosen
+
     def cost_model(self, warmup: int) -> ms.cost_model.XGBModel:
         """MetaSchedule's XGBoost model on knob features, trained from the first `warmup`
         measured candidates on (random picks before that)."""
@@ -161,6 +178,54 @@ class RungApplies(ms.postproc.PyPostproc):
 
     def clone(self):
         return RungApplies(self.rungs)
+
+
+def _setting(candidate: ms.MeasureCandidate) -> tuple:
+    rung, codes = knobs_of(candidate.sch.mod)
+    return rung, tuple(sorted(codes.items()))
+
+
+@derived_object
+class OwnChoiceFirst(ms.search_strategy.PySearchStrategy):
+    """MetaSchedule's search (`search`) after a first batch of the candidates `first` (the
+    rungs' own choices: Rungs.own_choices), which count among the trials and are not measured
+    again: as the template tuner does, so that a search's best is never slower than the rungs
+    without one."""
+
+    def __init__(self, search, first: list[ms.MeasureCandidate]):
+        super().__init__()
+        self.search, self.first = search, first
+        self.settings = {_setting(c) for c in first}
+        self.pending = []
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.search._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
+                   cost_model=None) -> None:
+        self.pending = self.first[:max_trials]
+        self.search.pre_tuning(max_trials - len(self.pending), num_trials_per_iter,
+                               design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.search.post_tuning()
+
+    def generate_measure_candidates(self):
+        if self.pending:
+            return self.pending
+        batch = self.search.generate_measure_candidates()
+        return None if batch is None else [c for c in batch if _setting(c) not in self.settings]
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        """The search hears of its own candidates only: it counts its trials by their
+        results, so a candidate of `first` that it drew again is drawn anew."""
+        if self.pending:
+            self.pending = []
+        else:
+            self.search.notify_runner_results(measure_candidates, results)
+
+    def clone(self):
+        return OwnChoiceFirst(self.search.clone(), self.first)
 
 
 @derived_object
