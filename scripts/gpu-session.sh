@@ -132,7 +132,7 @@ for part in "$@"; do
           --records reports/tuning/autotvm-h100.jsonl --results "$results"
       done 2>&1 | tee -a "$out/$part.log" ;;
     tuning-final)
-      for preset_dir in gemm-seed:ms-gemm-seed-split-k gemv-7168x16384:ms-gemv-7168x16384; do
+      for preset_dir in gemm-seed:ms-gemm-seed-v5k gemv-7168x16384:ms-gemv-7168x16384; do
         [ -z "${PRESETS:-}" ] || [[ " $PRESETS " == *" ${preset_dir%%:*} "* ]] || continue
         python3 runner.py --preset "${preset_dir%%:*}" --schedule all --no-ir --results "$results" \
           --work-dir "reports/tuning/${preset_dir#*:}" --records reports/tuning/autotvm-h100.jsonl
