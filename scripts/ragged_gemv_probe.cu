@@ -15,6 +15,8 @@
 //   bulk           the row's vectors in shared memory by one cp.async.bulk at the block's start
 //   xstage         R rows of one shift per block, x's window at that shift staged in shared memory
 //                  once (zeros outside x, the last vector folded into vector 0); run by `x` alone
+//   hoistb         rowalign (+wrap) with every step's vector of B loaded first, unconditionally,
+//                  then the masks, x's windows and sums; run by `h` alone, with 128 and 256 threads
 //   TVM ...        the kernels TVM builds for rowalign and for the aligned neighbour's best rung
 // Written by scripts/ragged_gemv_probe.py, which supplies rowalign_helpers.cuh and tvm_kernels.cuh.
 #include "rowalign_helpers.cuh"
@@ -109,6 +111,115 @@ __global__ void __launch_bounds__(TPR * ROWS, 2048 / (TPR * ROWS)) rowalign(cons
   }
   acc = row_sum<TPR, ROWS>(acc);
   if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+// rowalign (WRAP: +wrap) with every step's vector of B loaded first, unconditionally (clamped
+// into B), and only then the masks, x's windows and the sums: a thread's loads of B all in flight
+// at once, where a load under `v < NV` waits for the steps before it.
+template <int K, int TPR, bool WRAP>
+__global__ void __launch_bounds__(TPR) hoistb(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
+  constexpr int NV = WRAP ? (K + 7) / 8 : (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  int row = blockIdx.x;
+  long first = (long)row * K / 8;
+  int shift = (int)((long)row * K % 8);
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  uint4 braw[STEPS];
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) braw[s] = bv[min(first + s * TPR + threadIdx.x, last)];
+  uint4 tail = WRAP ? bv[min(first + NV, last)] : make_uint4(0, 0, 0, 0);
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) {
+      uint4 b = rowalign_keep(braw[s], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      if (WRAP && v == 0) {
+        b = or4(b, rowalign_keep(tail, (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
+        w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+      }
+      acc += dot8(w, b);
+    }
+  }
+  acc = row_sum<TPR, 1>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+// rowalign+wrap with the row's last vector of B and its x window loaded by every thread at the
+// start (one address for the whole row), where +wrap loads them in thread 0 after its step 0:
+// a load that only one warp waits for, at the end of its walk.
+template <int K, int TPR>
+__global__ void __launch_bounds__(TPR, 2048 / TPR) wrapfirst(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int NV = (K + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  int row = blockIdx.x;
+  long first = (long)row * K / 8;
+  int shift = (int)((long)row * K % 8);
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  uint4 tail_b = rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2);
+  uint4 tail_w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift);
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    if (NV % TPR == 0 || v < NV) {
+      uint4 b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      acc += dot8(w, b);
+    }
+  }
+  if (threadIdx.x == 0) acc += dot8(tail_w, tail_b);
+  acc = row_sum<TPR, 1>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+
+// xstage with the loads of B first: R rows 8 apart (one shift) per block, every step's vector of
+// each row loaded unconditionally (clamped into B) before x's window at the rows' shift is staged
+// in shared memory, so the staging and its barrier run while B's loads are in flight. Every row
+// walks ceil(K / 8) vectors (the last one folded into vector 0, as in xstage).
+template <int K, int TPR, int R>
+__global__ void __launch_bounds__(TPR) xhoist(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int NV = (K + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  extern __shared__ uint4 xs[];
+  int row0 = (blockIdx.x / 8) * 8 * R + blockIdx.x % 8;  // rows row0 + 8 j
+  int shift = (int)((long)row0 * K % 8);
+  bool wrap = shift + K > 8 * NV;  // the row's bytes reach vector NV
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  uint4 braw[R][STEPS], tail[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    long first = (long)(row0 + 8 * j) * K / 8;
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) braw[j][s] = bv[min(first + s * TPR + threadIdx.x, last)];
+    tail[j] = bv[min(first + NV, last)];
+  }
+  for (int v = threadIdx.x; v < NV; v += TPR) {
+    uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+    if (v == 0 && wrap) w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+    xs[v] = w;
+  }
+  __syncthreads();
+  float acc[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) acc[j] = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    uint4 w = xs[min(v, NV - 1)];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      uint4 b = braw[j][s];
+      if (v == 0) {
+        b = rowalign_keep(b, 2 * shift, 16);
+        if (wrap) b = or4(b, rowalign_keep(tail[j], 0, 2 * (shift + K - 8 * NV)));
+      } else if (v == NV - 1 && !wrap) {
+        b = rowalign_keep(b, 0, 2 * (shift + K - 8 * v));
+      }
+      float d = dot8(w, b);
+      acc[j] += (NV % TPR == 0 || v < NV) ? d : 0.f;
+    }
+  }
+  store_rows_8_apart<TPR, R>(acc, y, row0);
 }
 
 
@@ -452,6 +563,8 @@ void run_ragged(Ctx& c) {
     printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K, tag, TPR, ROWS, us, e); }
   ONE("rowalign", rowalign<K, TPR, ROWS, false>)
   ONE("rowalign+wrap", rowalign<K, TPR, ROWS, true>)
+  ONE("hoistb", hoistb<K, TPR, false>)
+  ONE("hoistb+wrap", hoistb<K, TPR, true>)
   { constexpr int NVB = (K + 7) / 8 + 1; CK(cudaFuncSetAttribute(bulk<K, TPR>, cudaFuncAttributeMaxDynamicSharedMemorySize, NVB * 16));
     auto launch = [&] { bulk<K, TPR><<<grid, block, NVB * 16>>>(p.B, p.x, p.y, last); };
     CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
@@ -492,6 +605,49 @@ void shape_pair(Ctx& c) {
   run_ragged<N, K, 128, 1>(c);
   run_grouped<N, K, 128, 2>(c);
 
+}
+
+template <int N, int K, int TPR, int R>
+void run_xhoist(Ctx& c, const char* tag) {
+  Problem<N, K> p;
+  long last = p.last();
+  constexpr int bytes = (K + 7) / 8 * 16;
+  auto kern = xhoist<K, TPR, R>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  auto launch = [&] { kern<<<N / R, TPR, bytes>>>(p.B, p.x, p.y, last); };
+  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  printf("%dx%d %-24s tpr=%3d R=%d     %7.2f us  err %.1e\n", N, K, tag, TPR, R, us, e);
+}
+
+template <int N, int K>
+void hoistb_pair(Ctx& c) {
+  run_aligned<N, K + 1, 128, 1>(c, "aligned(blockreduce)");
+  run_aligned<N, K - 7, 128, 1>(c, "aligned K-7");
+  Problem<N, K> p;
+  long last = p.last();
+#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); double e = p.error(); \
+    float us = time_us(c, [&] { __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); }); \
+    printf("%dx%d %-24s tpr=%3d        %7.2f us  err %.1e\n", N, K, tag, TPR, us, e); }
+  { constexpr int TPR = 128; ONE("rowalign", rowalign<K, TPR, 1, false>) ONE("rowalign+wrap", rowalign<K, TPR, 1, true>)
+    ONE("hoistb", hoistb<K, TPR, false>) ONE("hoistb+wrap", hoistb<K, TPR, true>) }
+  { constexpr int TPR = 256; ONE("hoistb", hoistb<K, TPR, false>) ONE("hoistb+wrap", hoistb<K, TPR, true>) }
+#undef ONE
+  { Problem<N, K> p; long last = p.last();
+#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); double e = p.error(); \
+    float us = time_us(c, [&] { __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); }); \
+    printf("%dx%d %-24s tpr=%3d        %7.2f us  err %.1e\n", N, K, tag, TPR, us, e); }
+    { constexpr int TPR = 128; ONE("wrapfirst", wrapfirst<K, TPR>) }
+    { constexpr int TPR = 256; ONE("wrapfirst", wrapfirst<K, TPR>) ONE("rowalign", rowalign<K, TPR, 1, false>) ONE("rowalign+wrap", rowalign<K, TPR, 1, true>) }
+#undef ONE
+  }
+  run_xhoist<N, K + 1, 128, 1>(c, "xhoist aligned");
+  run_xhoist<N, K + 1, 128, 2>(c, "xhoist aligned");
+  run_xhoist<N, K, 128, 1>(c, "xhoist");
+  run_xhoist<N, K, 128, 2>(c, "xhoist");
+  run_xhoist<N, K, 128, 4>(c, "xhoist");
+  run_xhoist<N, K, 256, 1>(c, "xhoist");
+  run_xhoist<N, K, 256, 2>(c, "xhoist");
+  run_xhoist<N, K, 64, 2>(c, "xhoist");
 }
 
 template <int N, int K, int TPR, int R, int UNROLL>
@@ -537,6 +693,7 @@ void run_tvm(Ctx& c, void (*kern)(half*, half*, half*), dim3 grid, dim3 block, c
 int main(int argc, char** argv) {
   g_profile = argc > 1 && argv[1][0] == 'p';  // "p": one launch of each kernel (for ncu), first shape only
   bool only_xstage = argc > 1 && argv[1][0] == 'x';  // "x": the xstage kernels beside TVM's only
+  bool only_hoistb = argc > 1 && argv[1][0] == 'h';  // "h": the hoistb kernels beside TVM's only
   Ctx c; c.nflush = (256u << 20) / 16;
   CK(cudaMalloc(&c.flush, c.nflush * 16)); CK(cudaMemset(c.flush, 0, c.nflush * 16)); CK(cudaMalloc(&c.sink, 4));
   if (only_xstage) {
@@ -544,6 +701,13 @@ int main(int argc, char** argv) {
     xstage_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
     xstage_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
     xstage_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
+    return 0;
+  }
+  if (only_hoistb) {
+    hoistb_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
+    hoistb_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
+    hoistb_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
+    hoistb_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
     return 0;
   }
   shape_pair<4096, 4095>(c);
