@@ -18,6 +18,16 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   for (int i = 0; i < 4; ++i) { float2 fa = __half22float2(ha[i]), fb = __half22float2(hb[i]); s += fa.x * fb.x; s += fa.y * fb.y; }
   return s;
 }
+// y[row] = the sum of acc over the block's TPR threads
+template <int TPR>
+__device__ __forceinline__ void store_row_sum(float acc, half* __restrict__ y, int row) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+  __shared__ float part[TPR / 32];
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) { float s = 0; for (int w = 0; w < TPR / 32; ++w) s += part[w]; y[row] = __float2half(s); }
+}
 // rows of K elements, STRIDE elements apart (STRIDE >= K, a multiple of 8)
 template <int K, int STRIDE, int TPR>
 __global__ void __launch_bounds__(TPR) walk(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y) {
@@ -28,12 +38,7 @@ __global__ void __launch_bounds__(TPR) walk(const half* __restrict__ B, const ha
   float acc = 0.f;
 #pragma unroll
   for (int s = 0; s < STEPS; ++s) { int v = s * TPR + threadIdx.x; if (NV % TPR == 0 || v < NV) acc += dot8(xv[v], b[v]); }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
-  __shared__ float part[TPR / 32];
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) { float s = 0; for (int w = 0; w < TPR / 32; ++w) s += part[w]; y[row] = __float2half(s); }
+  store_row_sum<TPR>(acc, y, row);
 }
 // walk with every load unconditional (clamped), the predicate applied to the product
 template <int K, int TPR>
@@ -48,12 +53,7 @@ __global__ void __launch_bounds__(TPR) walk_uncond(const half* __restrict__ B, c
   float acc = 0.f;
 #pragma unroll
   for (int s = 0; s < STEPS; ++s) { float d = dot8(xs[s], bs[s]); acc += (s * TPR + (int)threadIdx.x < NV) ? d : 0.f; }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
-  __shared__ float part[TPR / 32];
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) { float s = 0; for (int w = 0; w < TPR / 32; ++w) s += part[w]; y[row] = __float2half(s); }
+  store_row_sum<TPR>(acc, y, row);
 }
 __global__ void flush_read(const float4* p, size_t n, float* sink) {
   float s = 0.f;

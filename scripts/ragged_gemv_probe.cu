@@ -66,6 +66,30 @@ __device__ __forceinline__ void store_rows_8_apart(float (&acc)[R], half* __rest
   }
 }
 
+// Vector v of the row that starts `shift` elements into B's vector `first`, its neighbours'
+// bytes zeroed (clamped into B: `last` is B's last vector).
+template <int K>
+__device__ __forceinline__ uint4 row_vector(const uint4* __restrict__ bv, long first, long last, int shift, int v) {
+  return rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+}
+// x's 16 bytes under vector v of such a row (zeros outside x).
+template <int K>
+__device__ __forceinline__ uint4 x_window(const half* __restrict__ x, int shift, int v) {
+  return rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+}
+
+// x's window at the rows' shift for each of their NV vectors, into shared memory (xs), zeros
+// outside x, with the window of vector NV folded into vector 0 where `wrap`: xstage's staging.
+template <int K, int TPR>
+__device__ __forceinline__ void stage_x_windows(uint4* xs, const half* __restrict__ x, int shift, bool wrap) {
+  constexpr int NV = (K + 7) / 8;
+  for (int v = threadIdx.x; v < NV; v += TPR) {
+    uint4 w = x_window<K>(x, shift, v);
+    if (v == 0 && wrap) w = or4(w, x_window<K>(x, shift, NV));
+    xs[v] = w;
+  }
+}
+
 // Aligned K: blockreduce / allreduce.
 template <int K, int TPR, int ROWS>
 __global__ void __launch_bounds__(TPR * ROWS) aligned(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y) {
@@ -100,11 +124,11 @@ __global__ void __launch_bounds__(TPR * ROWS, 2048 / (TPR * ROWS)) rowalign(cons
   for (int s = 0; s < STEPS; ++s) {
     int v = s * TPR + threadIdx.x;
     if (NV % TPR == 0 || v < NV) {
-      uint4 b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
-      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      uint4 b = row_vector<K>(bv, first, last, shift, v);
+      uint4 w = x_window<K>(x, shift, v);
       if (WRAP && v == 0) {
-        b = or4(b, rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
-        w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+        b = or4(b, row_vector<K>(bv, first, last, shift, NV));
+        w = or4(w, x_window<K>(x, shift, NV));
       }
       acc += dot8(w, b);
     }
@@ -134,10 +158,10 @@ __global__ void __launch_bounds__(TPR) hoistb(const half* __restrict__ B, const 
     int v = s * TPR + threadIdx.x;
     if (NV % TPR == 0 || v < NV) {
       uint4 b = rowalign_keep(braw[s], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
-      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      uint4 w = x_window<K>(x, shift, v);
       if (WRAP && v == 0) {
         b = or4(b, rowalign_keep(tail, (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
-        w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+        w = or4(w, x_window<K>(x, shift, NV));
       }
       acc += dot8(w, b);
     }
@@ -155,15 +179,15 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) wrapfirst(const half* __restr
   long first = (long)row * K / 8;
   int shift = (int)((long)row * K % 8);
   const uint4* bv = reinterpret_cast<const uint4*>(B);
-  uint4 tail_b = rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2);
-  uint4 tail_w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift);
+  uint4 tail_b = row_vector<K>(bv, first, last, shift, NV);
+  uint4 tail_w = x_window<K>(x, shift, NV);
   float acc = 0.f;
 #pragma unroll
   for (int s = 0; s < STEPS; ++s) {
     int v = s * TPR + threadIdx.x;
     if (NV % TPR == 0 || v < NV) {
-      uint4 b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
-      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      uint4 b = row_vector<K>(bv, first, last, shift, v);
+      uint4 w = x_window<K>(x, shift, v);
       acc += dot8(w, b);
     }
   }
@@ -193,11 +217,7 @@ __global__ void __launch_bounds__(TPR) xhoist(const half* __restrict__ B, const 
     for (int s = 0; s < STEPS; ++s) braw[j][s] = bv[min(first + s * TPR + threadIdx.x, last)];
     tail[j] = bv[min(first + NV, last)];
   }
-  for (int v = threadIdx.x; v < NV; v += TPR) {
-    uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
-    if (v == 0 && wrap) w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
-    xs[v] = w;
-  }
+  stage_x_windows<K, TPR>(xs, x, shift, wrap);
   __syncthreads();
   float acc[R];
 #pragma unroll
@@ -250,10 +270,10 @@ __device__ __forceinline__ float hoisted_row(const half* __restrict__ B, const h
       uint4 b, w;
       if (v == 0 || v >= NV - 1) {
         b = rowalign_keep(braw[s], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
-        w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+        w = x_window<K>(x, shift, v);
         if (v == 0) {
-          b = or4(b, rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
-          w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+          b = or4(b, row_vector<K>(bv, first, last, shift, NV));
+          w = or4(w, x_window<K>(x, shift, NV));
         }
       } else {
         b = braw[s];
@@ -313,13 +333,13 @@ __global__ void __launch_bounds__(TPR) grouped(const half* __restrict__ B, const
   for (int s = 0; s < STEPS; ++s) {
     int v = s * TPR + threadIdx.x;
     if (NV % TPR == 0 || v < NV) {
-      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
-      if (WRAP && v == 0) w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
+      uint4 w = x_window<K>(x, shift, v);
+      if (WRAP && v == 0) w = or4(w, x_window<K>(x, shift, NV));
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         long first = (long)(row0 + 8 * j) * K / 8;
-        uint4 b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
-        if (WRAP && v == 0) b = or4(b, rowalign_keep(bv[min(first + NV, last)], (shift - 8 * NV) * 2, (shift + K - 8 * NV) * 2));
+        uint4 b = row_vector<K>(bv, first, last, shift, v);
+        if (WRAP && v == 0) b = or4(b, row_vector<K>(bv, first, last, shift, NV));
         acc[j] += dot8(w, b);
       }
     }
@@ -340,11 +360,7 @@ __global__ void __launch_bounds__(TPR) xstage(const half* __restrict__ B, const 
   int shift = (int)((long)row0 * K % 8);
   bool wrap = shift + K > 8 * NV;  // the row's bytes reach vector NV
   const uint4* bv = reinterpret_cast<const uint4*>(B);
-  for (int v = threadIdx.x; v < NV; v += TPR) {
-    uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
-    if (v == 0 && wrap) w = or4(w, rowalign_x_window<uint4>(x, 0, 2 * K, 16 * NV - 2 * shift));
-    xs[v] = w;
-  }
+  stage_x_windows<K, TPR>(xs, x, shift, wrap);
   __syncthreads();
   float acc[R];
 #pragma unroll
@@ -418,8 +434,8 @@ __device__ __forceinline__ float walk(const half* __restrict__ B, const half* __
       uint4 b, w;
       bool edge = !PEEL || ((s == 0 || s >= STEPS - 2) && (v == 0 || v >= NV - 1));
       if (edge) {
-        b = rowalign_keep(bv[min(first + v, last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
-        w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+        b = row_vector<K>(bv, first, last, shift, v);
+        w = x_window<K>(x, shift, v);
       } else {
         b = bv[first + v];
         w = window_fast<XMODE, CB>(x, 16 * v - 2 * shift);
@@ -484,7 +500,7 @@ __global__ void __launch_bounds__(TPR) bulk(const half* __restrict__ B, const ha
     int v = s * TPR + threadIdx.x;
     if ((NV % TPR == 0 || v < NV) && v < count) {
       uint4 b = rowalign_keep(row_vectors[v], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
-      uint4 w = rowalign_x_window<uint4>(x, 0, 2 * K, 16 * v - 2 * shift);
+      uint4 w = x_window<K>(x, shift, v);
       acc += dot8(w, b);
     }
   }
