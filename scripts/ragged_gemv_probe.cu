@@ -16,7 +16,10 @@
 //   xstage         R rows of one shift per block, x's window at that shift staged in shared memory
 //                  once (zeros outside x, the last vector folded into vector 0); run by `x` alone
 //   hoistb         rowalign (+wrap) with every step's vector of B loaded first, unconditionally,
-//                  then the masks, x's windows and sums; run by `h` alone, with 128 and 256 threads
+//                  then the masks, x's windows and sums; run by `h` alone, with 128 and 256 threads,
+//                  beside unpredicated (no `v < NV`: steps past the row reload its last vector,
+//                  masked to zero), wrapfirst (+wrap's tail loaded first by every thread) and
+//                  xhoist (xstage with B's loads issued before x is staged)
 //   TVM ...        the kernels TVM builds for rowalign and for the aligned neighbour's best rung
 // Written by scripts/ragged_gemv_probe.py, which supplies rowalign_helpers.cuh and tvm_kernels.cuh.
 #include "rowalign_helpers.cuh"
@@ -169,6 +172,28 @@ __global__ void __launch_bounds__(TPR) hoistb(const half* __restrict__ B, const 
   acc = row_sum<TPR, 1>(acc);
   if (threadIdx.x == 0) y[row] = __float2half(acc);
 }
+// rowalign with no predicate: a step past the row's last vector loads that vector again (one
+// address for the warp) and x's window under it, and its bytes, all past the row, are masked to
+// zero; so the last, partial step's loads wait for nothing.
+template <int K, int TPR>
+__global__ void __launch_bounds__(TPR, 2048 / TPR) unpredicated(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
+  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
+  constexpr int NV = (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  int row = blockIdx.x;
+  long first = (long)row * K / 8;
+  int shift = (int)((long)row * K % 8);
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int v = s * TPR + threadIdx.x;
+    uint4 b = rowalign_keep(bv[min(first + min(v, NV - 1), last)], (shift - 8 * v) * 2, (shift + K - 8 * v) * 2);
+    acc += dot8(x_window<K>(x, shift, min(v, NV - 1)), b);
+  }
+  acc = row_sum<TPR, 1>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
 // rowalign+wrap with the row's last vector of B and its x window loaded by every thread at the
 // start (one address for the whole row), where +wrap loads them in thread 0 after its step 0:
 // a load that only one warp waits for, at the end of its walk.
@@ -652,7 +677,7 @@ void hoistb_pair(Ctx& c) {
 #define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); double e = p.error(); \
     float us = time_us(c, [&] { __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); }); \
     printf("%dx%d %-24s tpr=%3d        %7.2f us  err %.1e\n", N, K, tag, TPR, us, e); }
-    { constexpr int TPR = 128; ONE("wrapfirst", wrapfirst<K, TPR>) }
+    { constexpr int TPR = 128; ONE("unpredicated", unpredicated<K, TPR>) ONE("wrapfirst", wrapfirst<K, TPR>) }
     { constexpr int TPR = 256; ONE("wrapfirst", wrapfirst<K, TPR>) ONE("rowalign", rowalign<K, TPR, 1, false>) ONE("rowalign+wrap", rowalign<K, TPR, 1, true>) }
 #undef ONE
   }
