@@ -780,6 +780,12 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
                                     f"at most {MOST_PARTIAL_BYTES >> 20} MB")
 
 
+def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
+    """What v8_kernel refuses, without building the kernel (group_m, the order of the tiles,
+    takes any value)."""
+    _refuse_unless_tma_can_take(wl, **knobs)
+
+
 def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
               split_k: int, split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
@@ -796,7 +802,7 @@ def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: in
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2]},
-          heuristic=heuristics.tma_tiles, compute=v8_kernel)
+          heuristic=heuristics.tma_tiles, compute=v8_kernel, refuse=v8_refusals)
 def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
        group_m: int = 8, split_k: int = 1, split_tail: bool = False,
        tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1) -> None:

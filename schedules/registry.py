@@ -38,6 +38,9 @@ class ScheduleEntry:
     heuristic: Callable | None = None  # (wl, sms, knobs, space) -> the knobs it picks for wl
     compute: Callable | None = None  # (wl, **knobs) -> the PrimFunc it schedules (wl.prim_func())
     dtypes: tuple | None = None  # the input dtypes it takes (None: any)
+    # (wl, **knobs) -> None, raising ScheduleNotApplicable: what `compute` refuses, without
+    # building it (for a compute that builds a whole kernel), so a search drops those cheaply
+    refuse: Callable | None = None
 
     def takes(self, wl: Workload) -> bool:
         """Whether this schedule is made for the workload's input dtype."""
@@ -213,16 +216,19 @@ _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 
 def schedule(op: str, name: str, baseline: bool = False, template: bool = False,
              space: dict | None = None, heuristic: Callable | None = None,
-             compute: Callable | None = None, dtypes: tuple | None = None):
+             compute: Callable | None = None, dtypes: tuple | None = None,
+             refuse: Callable | None = None):
     """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
     the knob space a template search explores, the heuristic that picks knobs per shape, where
     it schedules another definition of the workload, the function that builds it, and where it
-    is made for some input dtypes only, those."""
+    is made for some input dtypes only, those; where that function refuses knobs cheaply
+    before it builds, the check alone (`refuse`)."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
-        entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute, dtypes)
+        entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute, dtypes,
+                              refuse)
         unknown = set(space or {}) - set(entry.defaults)
         if unknown:
             raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")

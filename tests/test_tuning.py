@@ -738,6 +738,67 @@ def test_a_metaschedule_search_of_a_rung_space_ends_when_the_space_does(tmp_path
     assert len(measured) == len(set(measured)) == 108
 
 
+def _v8_rungs():
+    from tuning import build, rungspace
+
+    return rungspace.Rungs(["v8"], Workload("gemm", (4096, 4096, 4096), "float16"),
+                           build.cuda_target("sm_90"))
+
+
+def _v8_codes(**knobs) -> dict:
+    from tuning import rungspace
+
+    v8 = schedules.get("gemm", "v8")
+    return {k: rungspace.encode(v) for k, v in {**v8.defaults, **knobs}.items()}
+
+
+def test_a_search_asks_v8_whether_it_takes_knobs_without_building_it():
+    """v8 builds a whole kernel to apply (0.1 s); MetaSchedule's postprocessing asks hundreds
+    of settings a batch, so its refusals are checked alone (`refuse`) and nothing is built."""
+    rungs = _v8_rungs()
+    rungs.applied.clear()
+    assert rungs.takes("v8", _v8_codes(block_n=192, stages=4))
+    assert not rungs.takes("v8", _v8_codes(block_m=256, block_n=256))  # too many accumulators
+    assert not rungs.takes("v8", _v8_codes(split_k=1, split_tail=True))
+    assert rungs.applied == {}
+
+
+def test_a_setting_that_passes_the_check_but_not_the_rung_fails_to_build_alone(tmp_path):
+    """Where a rung's `refuse` lets through knobs that the rung then refuses, that candidate
+    fails to build with the rung's reason, and the rest of its batch is built."""
+    import dataclasses
+
+    import tvm
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning import rungspace
+
+    rungs = _v8_rungs()
+    rungs.entries["v8"] = dataclasses.replace(rungs.entries["v8"], refuse=lambda wl, **k: None)
+    built = []
+
+    @derived_object
+    class Recording(ms.builder.PyBuilder):
+        def build(self, inputs):
+            built.extend(inputs)
+            return [ms.builder.BuilderResult(str(tmp_path / str(i)), None)
+                    for i, _ in enumerate(inputs)]
+
+    def candidate(**knobs):
+        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": rungs.wl.prim_func()}))
+        rungspace.sample_knobs(sch, rungs.entries["v8"], schedules.get("gemm", "v8").defaults_for(
+            rungs.wl, knobs))
+        return ms.builder.BuilderInput(sch.mod, rungs.target)
+
+    good, refused = candidate(block_n=192), candidate(block_m=256, block_n=256)
+    assert rungs.takes(*rungspace.knobs_of(refused.mod))  # the check lets it through
+    results = rungspace.RungBuilder(Recording(), rungs).build([refused, good])
+    assert len(built) == 1 and results[1].error_msg is None
+    assert results[0].artifact_path is None
+    assert results[0].error_msg.startswith("ScheduleNotApplicable: v8's 256x256 tile gives")
+
+
 def test_knob_values_and_rung_survive_the_trace():
     from tuning import rungspace
 

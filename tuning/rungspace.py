@@ -6,9 +6,11 @@ annotation of the root block. So a candidate's trace is the knob values as MetaS
 decisions: the evolutionary search mutates them (ChangeKnob), TVM's database keeps them, and a
 record replayed gives the same knobs back. What a candidate stands for is the rung applied with
 those knobs (`Rungs.realize`, cached per setting): postprocessing drops the settings the rung
-refuses (RungApplies), the builder builds the rung's module (RungBuilder), and the XGBoost cost
-model reads the knobs (KnobFeatures: log2 of sizes, as the template tuner's xgb does, since the
-annotated workload's IR is the same for every candidate).
+refuses (RungApplies; by the rung's `refuse` check where it has one, without building), the
+builder builds the rung's module (RungBuilder), and the XGBoost cost model reads the knobs
+(KnobFeatures: log2 of sizes, as the template tuner's xgb does, since the annotated workload's
+IR is the same for every candidate). The rungs' own choices for the shape are measured first
+(OwnChoiceFirst).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def spaced(op: str) -> list[str]:
     return [e.name for e in schedules.entries(op, templates=True) if e.space]
 
 
-def sample_knobs(sch: tvm.s_tir.Schedule, entry: ScheduleEntry, chosen: dict | None = None) -> None:
+def sample_knobs(sch: tvm.s_tir.Schedule, entry: ScheduleEntry,
+                 chosen: dict | None = None) -> None:
     """Draw each knob of `entry` uniformly from its space (or, with `chosen`, decide it as
     `chosen` says) and annotate the root block with it."""
     root = sch.get_sblock("root")
@@ -99,13 +102,29 @@ class Rungs:
         key = (name, tuple(sorted(codes.items())))
         with self.lock:
             if key not in self.applied:
-                entry = self.entries[name]
-                knobs = {k: decode(entry, k, code) for k, code in codes.items()}
                 try:
-                    self.applied[key] = entry.apply(self.wl, self.target, **knobs)
+                    self.applied[key] = self.entries[name].apply(self.wl, self.target,
+                                                                 **self._decoded(name, codes))
                 except ScheduleNotApplicable as refused:
                     self.applied[key] = refused
             return self.applied[key]
+
+    def takes(self, name: str, codes: dict) -> bool:
+        """Whether the rung takes the knobs `codes` stand for: by its `refuse` check where it
+        has one (v8 builds a whole kernel to apply: 0.1 s, and a search's population asks
+        hundreds of settings a batch), else by applying it."""
+        entry = self.entries[name]
+        if entry.refuse is None:
+            return not isinstance(self.apply(name, codes), ScheduleNotApplicable)
+        try:
+            entry.refuse(self.wl, **entry.defaults_for(self.wl, self._decoded(name, codes)))
+        except ScheduleNotApplicable:
+            return False
+        return True
+
+    def _decoded(self, name: str, codes: dict) -> dict:
+        entry = self.entries[name]
+        return {k: decode(entry, k, code) for k, code in codes.items()}
 
     def realize(self, mod: tvm.IRModule) -> tvm.IRModule:
         """What a candidate stands for: its rung with its knobs applied to the workload."""
@@ -139,8 +158,9 @@ class Rungs:
                 continue
             sch = tvm.s_tir.Schedule(mod)
             sample_knobs(sch, entry, own)
-            if not isinstance(self.apply(*knobs_of(sch.mod)), ScheduleNotApplicable):
-                chosen.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod)))
+            if self.takes(*knobs_of(sch.mod)):
+                args = ms.arg_info.ArgInfo.from_entry_func(sch.mod)
+                chosen.append(ms.MeasureCandidate(sch, args))
         return chosen
 
     def cost_model(self, warmup: int) -> ms.cost_model.XGBModel:
@@ -173,8 +193,7 @@ class RungApplies(ms.postproc.PyPostproc):
 
     def apply(self, sch: tvm.s_tir.Schedule) -> bool:
         found = knobs_of(sch.mod)
-        return found is not None and not isinstance(self.rungs.apply(*found),
-                                                    ScheduleNotApplicable)
+        return found is not None and self.rungs.takes(*found)
 
     def clone(self):
         return RungApplies(self.rungs)
@@ -289,5 +308,12 @@ class RungBuilder(ms.builder.PyBuilder):
         self.builder, self.rungs = builder, rungs
 
     def build(self, build_inputs):
-        return self.builder.build([ms.builder.BuilderInput(self.rungs.realize(b.mod), b.target,
-                                                           b.params) for b in build_inputs])
+        """Each candidate built, or failed with the rung's reason where it refuses knobs that
+        its `refuse` check let through."""
+        applied = [self.rungs.apply(*knobs_of(b.mod)) for b in build_inputs]
+        built = iter(self.builder.build([
+            ms.builder.BuilderInput(mod, b.target, b.params)
+            for mod, b in zip(applied, build_inputs)
+            if not isinstance(mod, ScheduleNotApplicable)]))
+        return [ms.builder.BuilderResult(None, f"ScheduleNotApplicable: {mod}")
+                if isinstance(mod, ScheduleNotApplicable) else next(built) for mod in applied]
