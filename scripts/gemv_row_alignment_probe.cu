@@ -5,28 +5,13 @@
 // Plain CUDA, the runner's method: a 256 MB read before each launch, CUDA events, the median of
 // 200. Timing only (B and x hold one repeated value). On the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o probe scripts/gemv_row_alignment_probe.cu && ./probe
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-#include <algorithm>
-#include <cuda_fp16.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s line %d\n", cudaGetErrorString(e), __LINE__); exit(1);} } while (0)
-__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
-  const __half2* ha = reinterpret_cast<const __half2*>(&a); const __half2* hb = reinterpret_cast<const __half2*>(&b);
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) { float2 fa = __half22float2(ha[i]), fb = __half22float2(hb[i]); s += fa.x * fb.x; s += fa.y * fb.y; }
-  return s;
-}
+// (the harness: gemv_probe_harness.cuh, beside it)
+#include "gemv_probe_harness.cuh"
 // y[row] = the sum of acc over the block's TPR threads
 template <int TPR>
 __device__ __forceinline__ void store_row_sum(float acc, half* __restrict__ y, int row) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
-  __shared__ float part[TPR / 32];
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) { float s = 0; for (int w = 0; w < TPR / 32; ++w) s += part[w]; y[row] = __float2half(s); }
+  acc = row_sum<TPR, 1>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
 }
 // rows of K elements, STRIDE elements apart (STRIDE >= K, a multiple of 8)
 template <int K, int STRIDE, int TPR>
@@ -55,30 +40,14 @@ __global__ void __launch_bounds__(TPR) walk_uncond(const half* __restrict__ B, c
   for (int s = 0; s < STEPS; ++s) { float d = dot8(xs[s], bs[s]); acc += (s * TPR + (int)threadIdx.x < NV) ? d : 0.f; }
   store_row_sum<TPR>(acc, y, row);
 }
-__global__ void flush_read(const float4* p, size_t n, float* sink) {
-  float s = 0.f;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) { float4 v = p[i]; s += v.x + v.y + v.z + v.w; }
-  if (s == 12345.f) *sink = s;
-}
-float4* g_flush; size_t g_nflush; float* g_sink;
-template <typename F> float time_us(F launch) {
-  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  for (int i = 0; i < 5; ++i) launch();
-  std::vector<float> t;
-  for (int i = 0; i < 200; ++i) {
-    flush_read<<<264, 1024>>>(g_flush, g_nflush, g_sink);
-    CK(cudaEventRecord(a)); launch(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms * 1e3f);
-  }
-  std::sort(t.begin(), t.end()); return t[t.size() / 2];
-}
+Ctx g_ctx;
 half *B, *X, *Y;
 template <int K, int STRIDE> void run(int N, int off, const char* what) {
-  float us = time_us([&] { walk<K, STRIDE, 128><<<N, 128>>>(B + off, X, Y); });
+  float us = time_us(g_ctx, [&] { walk<K, STRIDE, 128><<<N, 128>>>(B + off, X, Y); });
   printf("N=%d K=%d stride=%d off=%2d halves (%3d B): %-34s %7.2f us\n", N, K, STRIDE, off, off * 2, what, us);
 }
 int main() {
-  g_nflush = (256u << 20) / 16; CK(cudaMalloc(&g_flush, g_nflush * 16)); CK(cudaMemset(g_flush, 0, g_nflush * 16)); CK(cudaMalloc(&g_sink, 4));
+  g_ctx = make_ctx();
   size_t nb = (size_t)4096 * 4200 + 256;
   CK(cudaMalloc(&B, nb * 2)); CK(cudaMemset(B, 0x11, nb * 2)); CK(cudaMalloc(&X, 8192 * 2)); CK(cudaMemset(X, 0x11, 8192 * 2)); CK(cudaMalloc(&Y, 8192 * 2));
   for (int round = 0; round < 2; ++round) {
@@ -91,9 +60,9 @@ int main() {
     run<4096, 4104>(4096, 0, "stride +16 B: every other row off");
     run<4096, 4112>(4096, 0, "stride +32 B: rows on sectors");
     run<4096, 4160>(4096, 0, "stride +128 B: rows on lines");
-    { float us = time_us([&] { walk_uncond<4088, 128><<<4096, 128>>>(B, X, Y); });
+    { float us = time_us(g_ctx, [&] { walk_uncond<4088, 128><<<4096, 128>>>(B, X, Y); });
       printf("N=4096 K=4088 unconditional loads, predicate on the product:     %7.2f us\n", us); }
-    { float us = time_us([&] { walk_uncond<4104, 128><<<4096, 128>>>(B, X, Y); });
+    { float us = time_us(g_ctx, [&] { walk_uncond<4104, 128><<<4096, 128>>>(B, X, Y); });
       printf("N=4096 K=4104 unconditional loads, predicate on the product:     %7.2f us\n", us); }
     run<4104, 4104>(4096, 0, "K+9 (5 steps)");
   }

@@ -2,8 +2,8 @@
 helpers and the kernels TVM builds for rowalign and for the aligned neighbours' best rungs.
 
 Usage (no GPU needed): python scripts/ragged_gemv_probe.py DIR
-  writes DIR/rowalign_helpers.cuh and DIR/tvm_kernels.cuh, copies the .cu, and compiles
-  DIR/ragged_gemv_probe for sm_90 with nvcc. On the GPU machine: DIR/ragged_gemv_probe
+  writes DIR/rowalign_helpers.cuh and DIR/tvm_kernels.cuh, copies the .cu and its harness, and
+  compiles DIR/ragged_gemv_probe for sm_90 with nvcc. On the GPU machine: DIR/ragged_gemv_probe
   (`p`: one launch of each kernel of the first shape, for ncu; `x`: the xstage kernels beside
   TVM's only; `h`: the hoistb kernels beside TVM's only).
 """
@@ -56,7 +56,8 @@ def main(out_dir: str) -> None:
     (out / "tvm_kernels.cuh").write_text(
         "\n".join(sources) + "\nvoid run_tvm_kernels(Ctx& c, int n, int k) {\n" + "\n".join(calls)
         + "\n}\n")
-    shutil.copy(HERE / "ragged_gemv_probe.cu", out / "ragged_gemv_probe.cu")
+    for source in ("ragged_gemv_probe.cu", "gemv_probe_harness.cuh"):
+        shutil.copy(HERE / source, out / source)
     subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-lineinfo", "-o",
                     str(out / "ragged_gemv_probe"), str(out / "ragged_gemv_probe.cu")], check=True)
     print(f"built {out / 'ragged_gemv_probe'}")
