@@ -73,6 +73,12 @@ class ScheduleEntry:
             knobs.update({k: v for k, v in picked.items() if k not in chosen})
         return knobs
 
+    def own_choice(self, wl: Workload) -> dict | None:
+        """The knobs of its space as it runs `wl` (defaults_for: its heuristic's picks), or None
+        where its space does not hold one of them: what a search of the space measures first."""
+        own = {knob: value for knob, value in self.defaults_for(wl).items() if knob in self.space}
+        return own if all(own[knob] in values for knob, values in self.space.items()) else None
+
     @property
     def knob_types(self) -> dict[str, tuple[type, bool]]:
         """Each knob's declared type, and whether it may be None: (int, False), (int, True)

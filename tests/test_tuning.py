@@ -696,6 +696,18 @@ def _recorded_metaschedule_search(tmp_path, trials: int, seed: int):
     return work_dir, target, measured
 
 
+def test_a_schedules_own_choice_is_its_spaces_knobs_for_the_shape_or_none():
+    """What both searches measure first: the knobs of the space as the schedule runs the
+    shape; none where the space does not hold one (multirow's tile_k None: a whole vector)."""
+    assert schedules.get("gemm", "seed_template").own_choice(SEED_GEMM) == {
+        "tile_x": 16, "tile_y": 16, "tile_k": 8, "vectorize": False, "local_accumulator": False,
+        "shared_tiles": True}
+    v8, big = schedules.get("gemm", "v8"), Workload("gemm", (8192, 8192, 1024), "float16")
+    assert v8.own_choice(big) == v8.defaults_for(big)  # every knob of v8 is in its space
+    assert schedules.get("gemv", "multirow").own_choice(
+        Workload("gemv", (4096, 4096), "float16")) is None
+
+
 def _seed_template_own_choice() -> str:
     """The config key of seed_template's knobs as its heuristic picks them for the seed GEMM."""
     own = schedules.get("gemm", "seed_template").defaults_for(SEED_GEMM)

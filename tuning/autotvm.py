@@ -317,10 +317,9 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
             f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {elapsed:.0f} s, "
             f"{60 * (trial[0] - before) / max(elapsed, 1e-9):.1f} trials/min")
 
-    own = {knob: value for knob, value in entry.defaults_for(wl).items() if knob in space.knobs}
-    in_space = all(own[knob] in values for knob, values in space.knobs.items())
+    own = entry.own_choice(wl)
     new = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured,
-               first=(own,) if in_space else ())
+               first=() if own is None else (own,))
     if new < trials:
         say(f"the space is exhausted: {new} new configurations measured")
     found = best(history)

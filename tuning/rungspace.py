@@ -153,8 +153,8 @@ class Rungs:
         picks them) as a candidate, where the rung's space holds it and the rung takes it."""
         chosen = []
         for entry in self.entries.values():
-            own = entry.defaults_for(self.wl)
-            if any(own[knob] not in values for knob, values in entry.space.items()):
+            own = entry.own_choice(self.wl)
+            if own is None:
                 continue
             sch = tvm.s_tir.Schedule(mod)
             sample_knobs(sch, entry, own)
