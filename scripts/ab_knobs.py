@@ -27,6 +27,7 @@ from tuning.explore import SearchResults, build_schedule, resolve  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", default="gemm")
     parser.add_argument("--shape", required=True)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--layout", default="nt")
@@ -36,7 +37,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--results", default="ab.jsonl")
     args = parser.parse_args()
-    wl = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype, args.layout)
+    wl = Workload(args.op, parse_shape(args.shape, args.op), args.dtype, args.out_dtype, args.layout)
     if not measure.gpu_present():
         print("ab_knobs.py times kernels: it needs a CUDA GPU, and there is none here")
         return 1
