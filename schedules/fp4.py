@@ -103,3 +103,53 @@ def e4m3_value(byte: int) -> float:
     if exponent == 0:
         return sign * mantissa / 8 * 2.0 ** -6
     return sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+
+
+# -- the integer decode: a byte table looked up by `prmt`, products summed by `dp4a` -------------
+# Twice each code's value is a small integer (0, 1, 2, 3, 4, 6, 8, 12 and their negatives), so a
+# 16-element block's sum of products, times 4, is an exact int32. `prmt.b32 d, lo, hi, sel` makes
+# each byte i of d from nibble i of sel: its bits 2-0 pick one of the 8 bytes of (hi:lo), its
+# bit 3 replaces the picked byte by copies of that byte's sign bit. With the eight doubled
+# magnitudes as the table (all below 128, so their sign bit is 0), the codes themselves as the
+# selector give four bytes: the doubled magnitude of each positive code and 0 for each negative
+# one; the codes with their signs flipped give the negative codes' magnitudes and 0 elsewhere.
+# A word of B's codes is then four `prmt` (two halves, each plain and flipped) and two `dp4a`
+# sums, the positive codes' and the negative codes', whose difference is the block's sum.
+MAGNITUDE_TABLE = (0x03020100, 0x0C080604)  # twice 0, 0.5, 1, 1.5 | 2, 3, 4, 6: bytes 0-7
+CODE_SIGNS = 0x88888888
+BYTE_BIAS = 0x80808080
+
+
+def prmt(lo: int, hi: int, selector: int) -> int:
+    """PTX's `prmt.b32` in its default mode: byte i of the result from nibble i of `selector`."""
+    table = (hi << 32 | lo).to_bytes(8, "little")
+    out = 0
+    for i in range(4):
+        nibble = selector >> (4 * i) & 15
+        byte = table[nibble & 7]
+        if nibble & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * i)
+    return out
+
+
+def magnitude_bytes(word: int, half: int, negative: bool) -> int:
+    """The doubled magnitudes of codes 4 * half to 4 * half + 3 of a word, one per byte, of the
+    positive codes (0 for the negative ones) or, with `negative`, of the negative codes, as the
+    `prmt` of `magnitude_bytes_expr` makes them."""
+    codes = word >> (16 * half) & 0xFFFF
+    return prmt(*MAGNITUDE_TABLE, codes ^ (CODE_SIGNS & 0xFFFF) if negative else codes)
+
+
+def signed_bytes(word: int, half: int) -> int:
+    """Twice the values of codes 4 * half to 4 * half + 3 of a word as four int8 bytes, made as
+    `signed_bytes_expr` makes them: the positive codes' bytes, or-ed with the negative codes'
+    negated a byte at a time ((128 - m) ^ 128 is -m in 8 bits for m < 128, with no borrow out of
+    the byte)."""
+    negated = ((BYTE_BIAS - magnitude_bytes(word, half, True)) ^ BYTE_BIAS) & 0xFFFFFFFF
+    return magnitude_bytes(word, half, False) | negated
+
+
+def int8s(word: int) -> list[int]:
+    """The four signed bytes of a 32-bit word, byte 0 first."""
+    return [(b ^ 0x80) - 0x80 for b in word.to_bytes(4, "little")]

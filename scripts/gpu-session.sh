@@ -33,8 +33,9 @@
 #   bash scripts/gpu-session.sh export       # the export tests (pytest -m gpu tests/test_export.py)
 #                                            # and the README's nn.Linear example, measured into
 #                                            # $out/h100-export.md and .json
-#   bash scripts/gpu-session.sh nvfp4        # the nvfp4 GPU tier, bitdecode's grid search (resumed
-#                                            # from reports/tuning/) and the ladder + baselines on
+#   bash scripts/gpu-session.sh nvfp4        # the nvfp4 GPU tier, bitdecode's and dp4a's grid
+#                                            # searches (resumed from reports/tuning/) and the
+#                                            # ladder + baselines on
 #                                            # the batched seed's shapes
 #                                            # ($NVFP4_PRESETS: bgemv-l1 bgemv-l8 bgemv-l4)
 #   bash scripts/gpu-session.sh v8           # v8's GPU tier, then the llm-bf16 suite (every rung)
@@ -61,8 +62,11 @@ for part in "$@"; do
       python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k nvfp4 2>&1 \
         | tee "$out/pytest-gpu-nvfp4.log"
       for preset in ${NVFP4_PRESETS:-bgemv-l1 bgemv-l8 bgemv-l4}; do
-        python3 runner.py --preset "$preset" --dtype nvfp4 --tune autotvm:bitdecode --tuner grid \
-          --trials 72 --no-ir --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4-search.jsonl"
+        for grid in bitdecode:72 dp4a:108; do  # each template's whole space
+          python3 runner.py --preset "$preset" --dtype nvfp4 --tune "autotvm:${grid%:*}" --tuner grid \
+            --trials "${grid#*:}" --no-ir --records reports/tuning/autotvm-h100.jsonl \
+            --results "$out/nvfp4-search.jsonl"
+        done
         python3 runner.py --preset "$preset" --dtype nvfp4 --schedule all --no-ir \
           --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4.jsonl"
       done 2>&1 | tee "$out/nvfp4.log" ;;

@@ -242,17 +242,19 @@ def test_v8_is_correct(wl, knobs, target):
 @pytest.mark.parametrize("name, knobs", [("bitdecode", {"warps": 2, "rows": 1}), ("bitdecode", {"warps": 8, "rows": 8}),
                                          ("bitdecode", {"warps": 4, "rows": 4, "depth": 2}),
                                          ("bitdecode", {"warps": 8, "rows": 2, "splits": 4}),
-                                         ("bitdecode", {"warps": 4, "depth": 1, "splits": 2}), ("pipelined", {"stages": 3})],
-                         ids=lambda x: x if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()))
+                                         ("bitdecode", {"warps": 4, "depth": 1, "splits": 2}), ("pipelined", {"stages": 3}),
+                                         ("dp4a", {}), ("dp4a", {"warps": 4, "rows": 4, "depth": 4}),
+                                         ("dp4a", {"warps": 8, "rows": 2, "depth": 1, "splits": 4})],
+                         ids=lambda x: x if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 @pytest.mark.parametrize("wl", [Workload("batched_gemv", (3, 1001, 1008), "nvfp4"),
                                 Workload("batched_gemv", (2, 9, 4144), "nvfp4"),
                                 Workload("gemv", (37, 17664), "nvfp4"), Workload("gemv", (5, 8784), "nvfp4")],
                          ids=lambda wl: wl.label())
 def test_nvfp4_knobs_are_correct(wl, name, knobs, target):
-    """bitdecode's warps, rows, depth and splits and pipelined's deeper ring, away from their
-    defaults: rows
-    that overhang M, K that is not whole 16-byte words per lane, x in two slabs of shared memory
-    (the second one short; 16- and 8-byte chunks), two calls into one output."""
+    """bitdecode's and dp4a's warps, rows, depth and splits and pipelined's deeper ring, away
+    from their defaults (and dp4a at its own): rows that overhang M, K that is not whole 16-byte
+    words per lane, x in two slabs of shared memory (the second one short; 16- and 8-byte
+    chunks), two calls into one output."""
     check_module(wl, schedules.get(wl.op, name).apply(wl, target, **knobs), target, 11, calls=2)
 
 

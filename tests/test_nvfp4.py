@@ -74,6 +74,43 @@ def test_block_products_and_sums_are_exact_in_fp16():
     assert np.array_equal(combined.astype(np.float64), exact)
 
 
+@pytest.mark.parametrize("position", range(8))
+def test_integer_decode_is_exact_for_every_code_in_every_place_of_a_word(position):
+    """dp4a's decode: for every code in each nibble next to every other code, the positive and
+    negative codes' doubled magnitudes (two `prmt` lookups) differ by twice the code's value,
+    and x's signed bytes are twice its value."""
+    for code in ALL_CODES:
+        for other in ALL_CODES:
+            word = sum(other << (4 * i) for i in range(8) if i != position) | code << (4 * position)
+            for half in range(2):
+                positive = fp4.int8s(fp4.magnitude_bytes(word, half, False))
+                negative = fp4.int8s(fp4.magnitude_bytes(word, half, True))
+                signed = fp4.int8s(fp4.signed_bytes(word, half))
+                for i in range(4):
+                    doubled = 2 * fp4.VALUES[(word >> (4 * (4 * half + i))) & 15]
+                    assert positive[i] - negative[i] == doubled and signed[i] == doubled
+                    assert min(positive[i], negative[i]) == 0  # one of the two sums has it
+
+
+def test_prmt_model_replicates_the_sign_and_its_check_can_fail():
+    """The model of `prmt` copies a byte for a selector nibble below 8 and spreads the byte's
+    top bit for one of 8 or more; a table with one wrong byte no longer decodes."""
+    assert fp4.prmt(0x80FF0100, 0x0C080604, 0x9B32) == 0x00FF80FF  # bytes 2, 3, 3 and 1
+    assert fp4.prmt(0x80FF0100, 0x0C080604, 0x7654) == 0x0C080604
+    wrong = (fp4.MAGNITUDE_TABLE[0], 0x0C080504)  # 3 doubled as 5
+    assert fp4.prmt(*wrong, 0x5) != 2 * fp4.VALUES[5]
+
+
+def test_integer_block_sums_scale_exactly_in_float32():
+    """What dp4a computes in float32: a block's integer sum (up to 16 * 12 * 12) times B's
+    scale times x's scale / 4, for every pair of finite e4m3 scales, equals the exact value."""
+    scales = np.array([fp4.e4m3_value(s) for s in FINITE_SCALE_BYTES], dtype=np.float32)
+    for total in (16 * 144, 16 * 144 - 1, -(16 * 144 - 3)):
+        got = np.float32(total) * np.multiply.outer(scales, scales * np.float32(0.25))
+        exact = total * np.multiply.outer(scales.astype(np.float64), scales.astype(np.float64)) / 4
+        assert np.array_equal(got.astype(np.float64), exact)
+
+
 @pytest.mark.parametrize("wl", [Workload("batched_gemv", (3, 5, 48), "nvfp4"),
                                 Workload("gemv", (7, 32), "nvfp4", "float32")],
                          ids=lambda wl: wl.label())
@@ -155,13 +192,29 @@ def test_bitdecode_is_shifts_masks_and_f16x2_fmas(compiled):
     assert summary.block == {"threadIdx.x": 8 * 32}  # the default 8 warps
     assert summary.shared_bytes == K * 2 + K // 16 * 4 and summary.syncthreads == 1  # x decoded, once
     assert source.count("fp4_hfma2(") >= 2 * 8 * 2 and "fma.rn.f16x2" in source  # 2 rows, 2 blocks
-    assert "*(uint4*)(bw_ptr" in source and "*(uint4*)(xh_ptr + 0) = *(uint4*)(x_pairs" in source
+    assert "*(uint4*)(bw_ptr" in source and "*(uint4*)(xh_ptr + 0) = *(uint4*)(x_decoded" in source
     assert str(fp4.HALF_MAGNITUDES) in source and str(fp4.HALF_SIGNS) in source
     assert "__nv_cvt_fp4" not in source and "cuda_fp4" not in source  # no conversion library
     assert "tvm_builtin_cuda_warp_reduce_sum_32" in source
     kernel = source.split("main_kernel(")[-1]
     assert kernel.rindex("*(uint4*)(bw_ptr") < kernel.index("fp4_hfma2(")  # every load, then math
     assert "cvt.rn.f16x2.e4m3x2" in source and "ushort* __restrict__ B_scales" in source  # in pairs
+
+
+def test_dp4a_is_prmt_lookups_and_int8_dot_products(compiled):
+    """dp4a at its defaults on K = 2048, one step per lane: 2 chunks of 2 blocks of 2 words,
+    each half word a `prmt` and a `dp4a` for its positive codes and again for its negative
+    ones (32 of each), and x's word per thread takes 4 `prmt` more; no f16x2 FMA. x sits in
+    shared memory as int8s: half of bitdecode's f16x2."""
+    _, source, summary = compiled("dp4a", SEED)
+    _, _, bitdecode = compiled("bitdecode", SEED)
+    K = SEED.dims["K"]
+    assert summary.shared_bytes == K + K // 16 * 4 and summary.syncthreads == 1
+    assert bitdecode.shared_bytes == 2 * K + K // 16 * 4
+    kernel = source.split("main_kernel(")[-1]
+    assert kernel.count("fp4_dp4a(") == 2 * 2 * 2 * 2 * 2 and kernel.count("fp4_prmt(") == 32 + 4
+    assert "prmt.b32" in source and "__dp4a(" in source and "fp4_hfma2(" not in kernel
+    assert str(fp4.CODE_SIGNS) in source and "cvt.rn.f16x2.e4m3x2" in source
 
 
 def test_bitdecode_loads_the_next_step_before_this_ones_arithmetic(compiled):
@@ -244,8 +297,8 @@ def test_pipelined_double_buffers_the_copies_with_cp_async(compiled):
     assert summary.shared_bytes > one_stage.shared_bytes  # two buffers of codes and scales
 
 
-def test_best_runs_bitdecode_on_nvfp4():
+def test_best_runs_dp4a_on_nvfp4():
     from tuning.explore import rule
 
-    assert rule(SEED)[0] == "bitdecode" and rule(Workload("gemv", (64, 32), "nvfp4"))[0] == "bitdecode"
-    assert rule(Workload("batched_gemv", (4, 7168, 2048), "float16"))[0] != "bitdecode"
+    assert rule(SEED)[0] == "dp4a" and rule(Workload("gemv", (64, 32), "nvfp4"))[0] == "dp4a"
+    assert rule(Workload("batched_gemv", (4, 7168, 2048), "float16"))[0] != "dp4a"

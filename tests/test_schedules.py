@@ -88,7 +88,7 @@ REFUSED = {
                                 ("256x256x100", "float16->float32 nn", 100))},
     **{("v5t", label): FP32_ONLY for label in ODD[1:]},
     **{(name, wl.label()): NOT_NVFP4.format(name=name, dtype=wl.dtype)
-       for name in ("staged", "pipelined", "bitdecode") for op in ("gemv", "batched_gemv")
+       for name in ("staged", "pipelined", "bitdecode", "dp4a") for op in ("gemv", "batched_gemv")
        for wl in WORKLOADS[op] if not wl.is_nvfp4},
     **{("rowalign", wl.label()): "rowalign takes float32 or float16 or bfloat16 inputs, not nvfp4"
        for wl in NVFP4},
@@ -425,7 +425,7 @@ def test_gemv_loads_of_b_and_x_stay_in_bounds(name, wl, target):
     lowered = build.lower(schedules.get(wl.op, name).apply(wl, target), target)
     for _, kernel in lowered.functions_items():
         assert not _loads_not_proven_in_bounds(kernel, ("B", "x"), batches=wl.dims.get("L", 1))
-        if name == "bitdecode":  # its words and scales, read through aliases of B and x
+        if name in ("bitdecode", "dp4a"):  # words and scales, read through aliases of B and x
             assert not _loads_not_proven_in_bounds(kernel, ("B_words", "x_words", "B_scales",
                                                             "x_scales"))
         if name == "rowalign":
