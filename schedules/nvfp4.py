@@ -121,7 +121,6 @@ class Decode:
     """How a kernel turns words of codes into a block's sum of products: x's words decoded
     once per CTA (`x_per_word` uint32 per word of 8 codes, its block scales stored times
     `x_unit`), B's in the loop by `add_block` with `scratch` registers."""
-    name: str
     x_per_word: int
     x_word: Callable  # (x's word, which of its x_per_word) -> that decoded uint32
     x_unit: float
@@ -130,11 +129,10 @@ class Decode:
 
 
 # f16x2: x's pairs times 2^14 undone; B's products in units of 2^-14, which x's scale undoes
-F16X2 = Decode("f16x2", PAIRS,
-               lambda xw, p: _call(HMUL2, fp4.pair_expr(xw, p), u32(fp4.UNIT_HALF2)),
+F16X2 = Decode(PAIRS, lambda xw, p: _call(HMUL2, fp4.pair_expr(xw, p), u32(fp4.UNIT_HALF2)),
                1 / fp4.UNIT, add_f16x2_block, (1, "uint32"))
 # dp4a: both sides doubled, so a block's integer sum is 4 times its value
-DP4A_DECODE = Decode("dp4a", 2, signed_bytes_expr, 1 / 4, add_dp4a_block, (2, "int32"))
+DP4A_DECODE = Decode(2, signed_bytes_expr, 1 / 4, add_dp4a_block, (2, "int32"))
 
 
 def chunk_words(K: int) -> int:
@@ -320,13 +318,18 @@ def _refuse_bad_warps(warps: int, splits: int) -> None:
                                     f"must divide warps={warps}")
 
 
-def paired_kernel(decode: Decode):
-    """A rung's PrimFunc maker: `paired_gemv` with `decode`, for the workload and knobs, the
-    warps checked first."""
+def paired_rung(name: str, space: dict, decode: Decode):
+    """Register the decorated function as rung `name` of the GEMV and the batched GEMV on
+    nvfp4, built by `paired_gemv` with `decode` (the warps checked first), over `space`."""
     def kernel(wl: Workload, warps: int, rows: int, depth: int, splits: int = 1):
         _refuse_bad_warps(warps, splits)
         return paired_gemv(wl, warps, rows, depth, splits, decode)
-    return kernel
+
+    def register(fn):
+        for op in ("gemv", "batched_gemv"):
+            fn = schedule(op, name, space=space, compute=kernel, dtypes=(fp4.NAME,))(fn)
+        return fn
+    return register
 
 
 BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8], "depth": [1, 2], "splits": [1, 2, 4]}
@@ -334,10 +337,7 @@ BITDECODE_SPACE = {"warps": [2, 4, 8], "rows": [1, 2, 4, 8], "depth": [1, 2], "s
 DP4A_SPACE = BITDECODE_SPACE | {"depth": [1, 2, 4]}
 
 
-@schedule("gemv", "bitdecode", space=BITDECODE_SPACE, compute=paired_kernel(F16X2),
-          dtypes=(fp4.NAME,))
-@schedule("batched_gemv", "bitdecode", space=BITDECODE_SPACE, compute=paired_kernel(F16X2),
-          dtypes=(fp4.NAME,))
+@paired_rung("bitdecode", BITDECODE_SPACE, F16X2)
 def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth: int = 2,
               splits: int = 1) -> None:
     """The batched seed's final kernel on Hopper: nvfp4 decoded with bit operations, two values
@@ -357,13 +357,10 @@ def bitdecode(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth:
     before this one's arithmetic; shift/and/or on uint32, fp4_hfma2 and fp4_hmul2 (inline
     `fma.rn.f16x2` / `mul.rn.f16x2`), 16-bit scale loads converted by `cvt.rn.f16x2.e4m3x2`;
     x's pairs in shared memory behind one __syncthreads per slab; a warp all-reduce per row."""
-    require_sm("bitdecode", 89, "cvt.rn.f16x2.e4m3x2")  # the knobs: paired_kernel
+    require_sm("bitdecode", 89, "cvt.rn.f16x2.e4m3x2")  # the knobs: paired_rung
 
 
-@schedule("gemv", "dp4a", space=DP4A_SPACE, compute=paired_kernel(DP4A_DECODE),
-          dtypes=(fp4.NAME,))
-@schedule("batched_gemv", "dp4a", space=DP4A_SPACE, compute=paired_kernel(DP4A_DECODE),
-          dtypes=(fp4.NAME,))
+@paired_rung("dp4a", DP4A_SPACE, DP4A_DECODE)
 def dp4a(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth: int = 2,
          splits: int = 1) -> None:
     """Past the seed: bitdecode's kernel with an integer decode. Twice an e2m1 value is an
@@ -379,4 +376,4 @@ def dp4a(sch: Schedule, wl: Workload, warps: int = 8, rows: int = 1, depth: int 
 
     IR: as bitdecode's, with fp4_prmt (inline `prmt.b32`) and fp4_dp4a (`__dp4a`) in place of
     the shifts, masks and fp4_hfma2, and one int32-to-float conversion per block."""
-    require_sm("dp4a", 89, "cvt.rn.f16x2.e4m3x2")  # the knobs: paired_kernel
+    require_sm("dp4a", 89, "cvt.rn.f16x2.e4m3x2")  # the knobs: paired_rung
