@@ -35,8 +35,7 @@
 #                                            # $out/h100-export.md and .json
 #   bash scripts/gpu-session.sh nvfp4        # the nvfp4 GPU tier, bitdecode's and dp4a's grid
 #                                            # searches (resumed from reports/tuning/) and the
-#                                            # ladder + baselines on
-#                                            # the batched seed's shapes
+#                                            # ladder + baselines on the batched seed's shapes
 #                                            # ($NVFP4_PRESETS: bgemv-l1 bgemv-l8 bgemv-l4)
 #   bash scripts/gpu-session.sh v8           # v8's GPU tier, then the llm-bf16 suite (every rung)
 #   bash scripts/gpu-session.sh profile-v8   # ncu ($NCU: --set detailed) of v8 and of cuBLAS,
