@@ -39,6 +39,13 @@ __device__ __forceinline__ void store_rows_8_apart(float (&acc)[R], half* __rest
   }
 }
 
+// The vectors a row of K halves walks from the 16-byte boundary at or before its start: rowalign's
+// ceil((K + 8 - gcd(K, 8)) / 8), or with `wrap`, ceil(K / 8) (the row's last vector folded into
+// vector 0).
+__host__ __device__ constexpr int walk_vectors(int K, bool wrap) {
+  return wrap ? (K + 7) / 8 : (K + 8 - (K % 8 == 0 ? 8 : K % 4 == 0 ? 4 : K % 2 == 0 ? 2 : 1) + 7) / 8;
+}
+
 // Vector v of the row that starts `shift` elements into B's vector `first`, its neighbours'
 // bytes zeroed (clamped into B: `last` is B's last vector).
 template <int K>
@@ -86,8 +93,7 @@ __global__ void __launch_bounds__(TPR * ROWS) aligned(const half* __restrict__ B
 // At most 32 registers (a full SM's blocks): with 39, +wrap's occupancy fell to 75% and it lost.
 template <int K, int TPR, int ROWS, bool WRAP>
 __global__ void __launch_bounds__(TPR * ROWS, 2048 / (TPR * ROWS)) rowalign(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
-  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
-  constexpr int NV = WRAP ? (K + 7) / 8 : (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  constexpr int NV = walk_vectors(K, WRAP), STEPS = (NV + TPR - 1) / TPR;
   int row = blockIdx.x * ROWS + threadIdx.y;
   long first = (long)row * K / 8;
   int shift = (int)((long)row * K % 8);
@@ -115,8 +121,7 @@ __global__ void __launch_bounds__(TPR * ROWS, 2048 / (TPR * ROWS)) rowalign(cons
 // at once, where a load under `v < NV` waits for the steps before it.
 template <int K, int TPR, bool WRAP>
 __global__ void __launch_bounds__(TPR) hoistb(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
-  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
-  constexpr int NV = WRAP ? (K + 7) / 8 : (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  constexpr int NV = walk_vectors(K, WRAP), STEPS = (NV + TPR - 1) / TPR;
   int row = blockIdx.x;
   long first = (long)row * K / 8;
   int shift = (int)((long)row * K % 8);
@@ -147,8 +152,7 @@ __global__ void __launch_bounds__(TPR) hoistb(const half* __restrict__ B, const 
 // zero; so the last, partial step's loads wait for nothing.
 template <int K, int TPR>
 __global__ void __launch_bounds__(TPR, 2048 / TPR) unpredicated(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
-  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
-  constexpr int NV = (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  constexpr int NV = walk_vectors(K, false), STEPS = (NV + TPR - 1) / TPR;
   int row = blockIdx.x;
   long first = (long)row * K / 8;
   int shift = (int)((long)row * K % 8);
@@ -316,8 +320,7 @@ __global__ void __launch_bounds__(TPR * ROWS) hoisted(const half* __restrict__ B
 // R rows 8 apart per thread (one shift for all of them): each x window serves R rows.
 template <int K, int TPR, int R, bool WRAP>
 __global__ void __launch_bounds__(TPR) grouped(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
-  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
-  constexpr int NV = WRAP ? (K + 7) / 8 : (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  constexpr int NV = walk_vectors(K, WRAP), STEPS = (NV + TPR - 1) / TPR;
   int row0 = (blockIdx.x / 8) * 8 * R + blockIdx.x % 8;  // rows row0 + 8 j
   int shift = (int)((long)row0 * K % 8);
   const uint4* bv = reinterpret_cast<const uint4*>(B);
@@ -415,8 +418,7 @@ __device__ __forceinline__ uint4 window_fast(const half* __restrict__ x, int pos
 
 template <int K, int TPR, int SHIFT, int XMODE, bool PEEL>
 __device__ __forceinline__ float walk(const half* __restrict__ B, const half* __restrict__ x, long last, int row, int shift_rt) {
-  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
-  constexpr int NV = (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  constexpr int NV = walk_vectors(K, false), STEPS = (NV + TPR - 1) / TPR;
   constexpr int CB = SHIFT >= 0 ? (16 - 2 * SHIFT) & 15 : -1;
   const int shift = SHIFT >= 0 ? SHIFT : shift_rt;
   long first = (long)row * K / 8;
@@ -469,8 +471,7 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)
 
 template <int K, int TPR>
 __global__ void __launch_bounds__(TPR) bulk(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last) {
-  constexpr int G = (K % 8 == 0) ? 8 : (K % 4 == 0) ? 4 : (K % 2 == 0) ? 2 : 1;
-  constexpr int NV = (K + 8 - G + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  constexpr int NV = walk_vectors(K, false), STEPS = (NV + TPR - 1) / TPR;
   extern __shared__ uint4 row_vectors[];
   __shared__ alignas(8) unsigned long long bar;
   int row = blockIdx.x;
