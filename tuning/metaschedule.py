@@ -260,8 +260,8 @@ class _BatchClock:
     """Where a batch's time went: choosing its candidates (MetaSchedule's search and cost
     model), building them, measuring what is left to measure after the last build (the rest
     is measured while the slower ones build: CheckingRunner.measure_soon), and MetaSchedule's
-    own callbacks after the last result (the database, the cost model's update). With `builder` (a WarmBuilder), also the
-    slowest candidate's build: a batch waits for it."""
+    own callbacks after the last result (the database, the cost model's update). With
+    `builder` (a WarmBuilder), also the slowest candidate's build: a batch waits for it."""
 
     def __init__(self, builder=None):
         self.since = time.time()  # the end of the last batch (or the search's start)

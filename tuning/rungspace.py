@@ -301,7 +301,7 @@ class KnobFeatures(ms.feature_extractor.PyFeatureExtractor):
 
 @derived_object
 class RungBuilder(ms.builder.PyBuilder):
-    """`builder` building what each candidate stands for (Rungs.realize)."""
+    """`builder` building what each candidate stands for (its rung applied: Rungs.apply)."""
 
     def __init__(self, builder, rungs: Rungs):
         super().__init__()
