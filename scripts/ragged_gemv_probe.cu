@@ -20,6 +20,12 @@
 //                  beside unpredicated (no `v < NV`: steps past the row reload its last vector,
 //                  masked to zero), wrapfirst (+wrap's tail loaded first by every thread) and
 //                  xhoist (xstage with B's loads issued before x is staged)
+//   shflb          B shifted to x's alignment by warp shuffles, x read in aligned vectors; run by
+//                  `s` alone, beside the plain walk (blockreduce's loop on a ragged row's vectors,
+//                  no shift, no masks: the memory pattern alone, its sums wrong) and constshift (the
+//                  row's shift a template constant, dispatched once per block)
+//   pxstage        xstage made persistent: each block stages x at its rows' shift once, then
+//                  walks many rows of that shift; run by `P` alone
 //   TVM ...        the kernels TVM builds for rowalign and for the aligned neighbour's best rung
 // Written by scripts/ragged_gemv_probe.py, which supplies rowalign_helpers.cuh and tvm_kernels.cuh
 // and copies gemv_probe_harness.cuh beside it.
@@ -42,9 +48,8 @@ __device__ __forceinline__ void store_rows_8_apart(float (&acc)[R], half* __rest
 // The vectors a row of K halves walks from the 16-byte boundary at or before its start: rowalign's
 // ceil((K + 8 - gcd(K, 8)) / 8), or with `wrap`, ceil(K / 8) (the row's last vector folded into
 // vector 0).
-__host__ __device__ constexpr int walk_vectors(int K, bool wrap) {
-  return wrap ? (K + 7) / 8 : (K + 8 - (K % 8 == 0 ? 8 : K % 4 == 0 ? 4 : K % 2 == 0 ? 2 : 1) + 7) / 8;
-}
+__host__ __device__ constexpr int gcd8(int K) { return K % 8 == 0 ? 8 : K % 4 == 0 ? 4 : K % 2 == 0 ? 2 : 1; }
+__host__ __device__ constexpr int walk_vectors(int K, bool wrap) { return wrap ? (K + 7) / 8 : (K + 8 - gcd8(K) + 7) / 8; }
 
 // Vector v of the row that starts `shift` elements into B's vector `first`, its neighbours'
 // bytes zeroed (clamped into B: `last` is B's last vector).
@@ -316,6 +321,132 @@ __global__ void __launch_bounds__(TPR * ROWS) hoisted(const half* __restrict__ B
   if (threadIdx.x == 0) y[row] = __float2half(acc);
 }
 
+
+
+// B shifted to x's alignment (probe `s`): thread u of a row takes x's aligned vector u (its
+// columns 8u..8u+7) and the row's B elements under it, which straddle B's aligned vectors
+// first + u and first + u + 1 at the row's shift. A thread loads vector first + u; the next one
+// comes from lane + 1 by shuffle, lane 31's by one broadcast load of the next warp's first
+// vector. So B and x are read in aligned 16-byte vectors, ceil(K / 8) of them a row (no fifth
+// step), every load unconditional and issued before any arithmetic; only a partial last x vector
+// is fixed up (its columns past K zeroed), in one lane.
+// MODE 1: no fix-ups, 2: shift 0 at compile time (both wrong sums, for timing); SHIFT >= 0: the
+// row's shift as a compile-time constant (MODE 3 dispatches to it once per block).
+template <int K, int TPR, int CH, int MODE, int SHIFT>
+__device__ __forceinline__ float shflb_row(const half* __restrict__ B, const half* __restrict__ x, int row, int shift_rt) {
+  constexpr int NX = (K + 7) / 8, XV = K / 8, STEPS = (NX + TPR - 1) / TPR;
+  int lane = threadIdx.x % 32;
+  long first = (long)row * K / 8;
+  int shift = MODE == 2 ? 0 : SHIFT >= 0 ? SHIFT : shift_rt;
+  int nb = (shift + K + 7) / 8;  // B vectors the row touches
+  const uint4* bv = reinterpret_cast<const uint4*>(B) + first;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  int q = shift >> 1, bits = 16 * (shift & 1);
+  float acc = 0.f;
+#pragma unroll
+  for (int s0 = 0; s0 < STEPS; s0 += CH) {  // CH steps' loads at a time (registers)
+    uint4 b[CH], bn[CH], xw[CH];
+#pragma unroll
+    for (int s = 0; s < CH && s0 + s < STEPS; ++s) {
+      int u = (s0 + s) * TPR + threadIdx.x;
+      b[s] = bv[min(u, nb - 1)];
+      bn[s] = bv[min(u - lane + 32, nb - 1)];  // the next warp's first vector: lane 31's neighbour
+      xw[s] = xv[min(u, XV - 1)];
+      if (MODE != 1 && K % 8 != 0 && u == NX - 1) {  // x's partial last vector, element by element, zeros past K
+        half h[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) h[j] = j < K % 8 ? x[8 * XV + j] : __float2half(0.f);
+        xw[s] = *reinterpret_cast<uint4*>(h);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < CH && s0 + s < STEPS; ++s) {
+      int u = (s0 + s) * TPR + threadIdx.x;
+      unsigned w[8] = {b[s].x, b[s].y, b[s].z, b[s].w};
+      w[4] = __shfl_down_sync(0xffffffffu, b[s].x, 1); w[5] = __shfl_down_sync(0xffffffffu, b[s].y, 1);
+      w[6] = __shfl_down_sync(0xffffffffu, b[s].z, 1); w[7] = __shfl_down_sync(0xffffffffu, b[s].w, 1);
+      if (lane == 31) { w[4] = bn[s].x; w[5] = bn[s].y; w[6] = bn[s].z; w[7] = bn[s].w; }
+      unsigned a[6], c[5];
+#pragma unroll
+      for (int i = 0; i < 6; ++i) a[i] = (q & 2) ? w[i + 2] : w[i];
+#pragma unroll
+      for (int i = 0; i < 5; ++i) c[i] = (q & 1) ? a[i + 1] : a[i];
+      uint4 bw = make_uint4(__funnelshift_r(c[0], c[1], bits), __funnelshift_r(c[1], c[2], bits),
+                            __funnelshift_r(c[2], c[3], bits), __funnelshift_r(c[3], c[4], bits));
+      uint4 xs = xw[s];
+      if (MODE != 1 && K % 8 != 0 && u == NX - 1) bw = rowalign_keep(bw, 0, 2 * (K % 8));  // B past K zeroed
+      float d = dot8(xs, bw);
+      acc += (NX % TPR == 0 || u < NX) ? d : 0.f;
+    }
+  }
+  return acc;
+}
+
+template <int K, int TPR, int CH, int MODE = 0, int ROWS = 1>
+__global__ void __launch_bounds__(TPR * ROWS) shflb(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y) {
+  int row = blockIdx.x * ROWS + threadIdx.y;
+  int shift = (int)((long)row * K % 8);
+  float acc;
+  if (MODE != 3) acc = shflb_row<K, TPR, CH, MODE, -1>(B, x, row, shift);
+  else switch (shift) {
+    case 0: acc = shflb_row<K, TPR, CH, 0, 0>(B, x, row, 0); break;
+    case 1: acc = shflb_row<K, TPR, CH, 0, 1>(B, x, row, 1); break;
+    case 2: acc = shflb_row<K, TPR, CH, 0, 2>(B, x, row, 2); break;
+    case 3: acc = shflb_row<K, TPR, CH, 0, 3>(B, x, row, 3); break;
+    case 4: acc = shflb_row<K, TPR, CH, 0, 4>(B, x, row, 4); break;
+    case 5: acc = shflb_row<K, TPR, CH, 0, 5>(B, x, row, 5); break;
+    case 6: acc = shflb_row<K, TPR, CH, 0, 6>(B, x, row, 6); break;
+    default: acc = shflb_row<K, TPR, CH, 0, 7>(B, x, row, 7); break;
+  }
+  acc = row_sum<TPR, ROWS>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+
+// xstage made persistent (probe `s`): the rows of one shift (row mod P, P = 8 / gcd(K, 8)) go to
+// bpc blocks, each of which stages x's window at that shift in shared memory once and then walks
+// its rows (every P * bpc-th) with blockreduce's loop: B's vectors, CH steps' loads first and
+// unconditional, against the staged vectors. The row's last vector is folded into vector 0 as in
+// xstage, so a row walks ceil(K / 8) vectors.
+template <int K, int TPR, int CH>
+__global__ void __launch_bounds__(TPR) pxstage(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y, long last, int n, int bpc) {
+  constexpr int P = 8 / gcd8(K);  // rows of one shift: row mod P
+  constexpr int NV = (K + 7) / 8, STEPS = (NV + TPR - 1) / TPR;
+  extern __shared__ uint4 xs[];
+  int cls = blockIdx.x % P;
+  int shift = cls * K % 8;
+  bool wrap = shift + K > 8 * NV;  // the row's bytes reach vector NV
+  const uint4* bv = reinterpret_cast<const uint4*>(B);
+  stage_x_windows<K, TPR>(xs, x, shift, wrap);
+  __syncthreads();
+  for (int row = cls + P * (blockIdx.x / P); row < n; row += P * bpc) {
+    long first = (long)row * K / 8;
+    float acc = 0.f;
+#pragma unroll
+    for (int s0 = 0; s0 < STEPS; s0 += CH) {
+      uint4 b[CH];
+#pragma unroll
+      for (int s = 0; s < CH && s0 + s < STEPS; ++s) b[s] = bv[min(first + (s0 + s) * TPR + threadIdx.x, last)];
+      uint4 tail = (s0 == 0 && wrap) ? bv[min(first + NV, last)] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int s = 0; s < CH && s0 + s < STEPS; ++s) {
+        int v = (s0 + s) * TPR + threadIdx.x;
+        uint4 bb = b[s];
+        if (s0 + s == 0 && v == 0) {
+          bb = rowalign_keep(bb, 2 * shift, 16);
+          if (wrap) bb = or4(bb, rowalign_keep(tail, 0, 2 * (shift + K - 8 * NV)));
+        } else if (v == NV - 1 && !wrap) {
+          bb = rowalign_keep(bb, 0, 2 * (shift + K - 8 * v));
+        }
+        float d = dot8(xs[min(v, NV - 1)], bb);
+        acc += (NV % TPR == 0 || v < NV) ? d : 0.f;
+      }
+    }
+    acc = row_sum<TPR, 1>(acc);
+    if (threadIdx.x == 0) y[row] = __float2half(acc);
+    __syncthreads();  // row_sum's shared partials are reused by the next row
+  }
+}
 
 // R rows 8 apart per thread (one shift for all of them): each x window serves R rows.
 template <int K, int TPR, int R, bool WRAP>
@@ -639,6 +770,83 @@ void hoistb_pair(Ctx& c) {
   run_xhoist<N, K, 64, 2>(c, "xhoist");
 }
 
+
+// blockreduce's walk on the ragged rows' aligned vectors (first = floor(row K / 8), ceil(K / 8) of
+// them, no shift, no masks): the memory pattern alone; its sums are wrong.
+template <int K, int TPR, int ROWS = 1>
+__global__ void __launch_bounds__(TPR * ROWS) ragged_rows_plain(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y) {
+  constexpr int NX = (K + 7) / 8, XV = K / 8, STEPS = (NX + TPR - 1) / TPR;
+  int row = blockIdx.x * ROWS + threadIdx.y;
+  const uint4* bv = reinterpret_cast<const uint4*>(B) + (long)row * K / 8;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  float acc = 0.f;
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    int u = s * TPR + threadIdx.x;
+    if (NX % TPR == 0 || u < NX) acc += dot8(xv[min(u, XV - 1)], bv[u]);
+  }
+  acc = row_sum<TPR, ROWS>(acc);
+  if (threadIdx.x == 0) y[row] = __float2half(acc);
+}
+
+template <int N, int K, int TPR, int CH, int MODE = 0, int ROWS = 1>
+void run_shflb(Ctx& c, const char* tag) {
+  Problem<N, K> p;
+  auto launch = [&] { shflb<K, TPR, CH, MODE, ROWS><<<N / ROWS, dim3(TPR, ROWS)>>>(p.B, p.x, p.y); };
+  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  printf("%dx%d %-24s tpr=%3d ch=%d r=%d %7.2f us  err %.1e\n", N, K, tag, TPR, CH, ROWS, us, e);
+}
+
+template <int N, int K, int TPR, int ROWS>
+void run_plain(Ctx& c) {
+  Problem<N, K> p;
+  auto launch = [&] { ragged_rows_plain<K, TPR, ROWS><<<N / ROWS, dim3(TPR, ROWS)>>>(p.B, p.x, p.y); };
+  launch(); float us = time_us(c, launch);
+  printf("%dx%d %-24s tpr=%3d r=%d        %7.2f us  (sums wrong when ragged)\n", N, K, "plain walk", TPR, ROWS, us);
+}
+
+template <int N, int K>
+void shflb_pair(Ctx& c) {
+  run_aligned<N, K + 1, 128, 1>(c, "aligned(blockreduce)");
+  run_aligned<N, K + 1, 32, 4>(c, "aligned(allreduce)");
+  run_plain<N, K, 128, 1>(c);
+  run_plain<N, K, 32, 4>(c);
+  run_shflb<N, K + 1, 128, 4>(c, "shflb aligned");
+  run_shflb<N, K, 128, 1, 1>(c, "shflb no fixups (wrong)");
+  run_shflb<N, K, 128, 1, 2>(c, "shflb shift 0 (wrong)");
+  run_shflb<N, K, 128, 1>(c, "shflb");
+  run_shflb<N, K, 128, 2>(c, "shflb");
+  run_shflb<N, K, 256, 2>(c, "shflb");
+  run_shflb<N, K, 32, 4, 0, 4>(c, "shflb");
+  run_shflb<N, K, 128, 1, 3>(c, "shflb constshift");
+  run_shflb<N, K, 128, 2, 3>(c, "shflb constshift");
+  run_shflb<N, K, 256, 1, 3>(c, "shflb constshift");
+  run_shflb<N, K, 32, 2, 3, 4>(c, "shflb constshift");
+}
+
+template <int N, int K, int TPR, int CH>
+void run_pxstage(Ctx& c, int bpc, const char* tag) {
+  Problem<N, K> p;
+  long last = p.last();
+  constexpr int P = 8 / gcd8(K);  // rows of one shift: row mod P
+  constexpr int bytes = (K + 7) / 8 * 16;
+  auto kern = pxstage<K, TPR, CH>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  auto launch = [&] { kern<<<P * bpc, TPR, bytes>>>(p.B, p.x, p.y, last, N, bpc); };
+  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  printf("%dx%d %-24s tpr=%3d ch=%d bpc=%4d %7.2f us  err %.1e\n", N, K, tag, TPR, CH, bpc, us, e);
+}
+
+template <int N, int K>
+void pxstage_pair(Ctx& c) {
+  run_aligned<N, K + 1, 128, 1>(c, "aligned(blockreduce)");
+  for (int bpc : {132 * 8, 132 * 16}) run_pxstage<N, K + 1, 128, 4>(c, bpc, "pxstage aligned");
+  for (int bpc : {66, 132, 264}) run_pxstage<N, K, 128, 4>(c, bpc, "pxstage");
+  for (int bpc : {132, 264}) run_pxstage<N, K, 128, 2>(c, bpc, "pxstage");
+  for (int bpc : {132, 264}) run_pxstage<N, K, 256, 2>(c, bpc, "pxstage");
+  run_shflb<N, K, 128, 1, 3>(c, "shflb constshift");
+}
+
 template <int N, int K, int TPR, int R, int UNROLL>
 void run_xstage(Ctx& c, const char* tag) {
   Problem<N, K> p;
@@ -689,6 +897,20 @@ int main(int argc, char** argv) {
     xstage_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
     xstage_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
     xstage_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
+    return 0;
+  }
+  if (argc > 1 && argv[1][0] == 'P') {  // "P": the pxstage kernels beside TVM's only
+    pxstage_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
+    pxstage_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
+    pxstage_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
+    pxstage_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
+    return 0;
+  }
+  if (argc > 1 && argv[1][0] == 's') {  // "s": the shflb kernels beside TVM's only
+    shflb_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
+    shflb_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
+    shflb_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
+    shflb_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
     return 0;
   }
   if (only_hoistb) {

@@ -5,7 +5,8 @@ Usage (no GPU needed): python scripts/ragged_gemv_probe.py DIR
   writes DIR/rowalign_helpers.cuh and DIR/tvm_kernels.cuh, copies the .cu and its harness, and
   compiles DIR/ragged_gemv_probe for sm_90 with nvcc. On the GPU machine: DIR/ragged_gemv_probe
   (`p`: one launch of each kernel of the first shape, for ncu; `x`: the xstage kernels beside
-  TVM's only; `h`: the hoistb kernels beside TVM's only).
+  TVM's only; `h`: the hoistb kernels beside TVM's only; `s`: the shflb kernels and the plain
+  walk beside TVM's only; `P`: the pxstage kernels beside TVM's only).
 """
 
 import re
