@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(TPR * ROWS) shflb(const half* __restrict__ B, 
 }
 
 
-// xstage made persistent (probe `s`): the rows of one shift (row mod P, P = 8 / gcd(K, 8)) go to
+// xstage made persistent (probe `P`): the rows of one shift (row mod P, P = 8 / gcd(K, 8)) go to
 // bpc blocks, each of which stages x's window at that shift in shared memory once and then walks
 // its rows (every P * bpc-th) with blockreduce's loop: B's vectors, CH steps' loads first and
 // unconditional, against the staged vectors. The row's last vector is folded into vector 0 as in
@@ -887,39 +887,20 @@ void run_tvm(Ctx& c, void (*kern)(half*, half*, half*), dim3 grid, dim3 block, c
 
 #include "tvm_kernels.cuh"  // the kernels and run_tvm_kernels(Ctx&, n, k)
 
+// The four ragged shapes, each through PAIR's kernels and then TVM's.
+#define EACH_SHAPE(PAIR) { \
+    PAIR<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095); PAIR<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583); \
+    PAIR<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335); PAIR<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943); }
+
 int main(int argc, char** argv) {
-  g_profile = argc > 1 && argv[1][0] == 'p';  // "p": one launch of each kernel (for ncu), first shape only
-  bool only_xstage = argc > 1 && argv[1][0] == 'x';  // "x": the xstage kernels beside TVM's only
-  bool only_hoistb = argc > 1 && argv[1][0] == 'h';  // "h": the hoistb kernels beside TVM's only
+  char mode = argc > 1 ? argv[1][0] : 0;
+  g_profile = mode == 'p';  // "p": one launch of each kernel (for ncu), first shape only
   Ctx c = make_ctx();
-  if (only_xstage) {
-    xstage_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
-    xstage_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
-    xstage_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
-    xstage_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
-    return 0;
-  }
-  if (argc > 1 && argv[1][0] == 'P') {  // "P": the pxstage kernels beside TVM's only
-    pxstage_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
-    pxstage_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
-    pxstage_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
-    pxstage_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
-    return 0;
-  }
-  if (argc > 1 && argv[1][0] == 's') {  // "s": the shflb kernels beside TVM's only
-    shflb_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
-    shflb_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
-    shflb_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
-    shflb_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
-    return 0;
-  }
-  if (only_hoistb) {
-    hoistb_pair<4096, 4095>(c); run_tvm_kernels(c, 4096, 4095);
-    hoistb_pair<3584, 3583>(c); run_tvm_kernels(c, 3584, 3583);
-    hoistb_pair<4096, 14335>(c); run_tvm_kernels(c, 4096, 14335);
-    hoistb_pair<3584, 18943>(c); run_tvm_kernels(c, 3584, 18943);
-    return 0;
-  }
+  // One family of walks beside TVM's kernels only: "x" xstage, "h" hoistb, "s" shflb, "P" pxstage.
+  if (mode == 'x') { EACH_SHAPE(xstage_pair) return 0; }
+  if (mode == 'h') { EACH_SHAPE(hoistb_pair) return 0; }
+  if (mode == 's') { EACH_SHAPE(shflb_pair) return 0; }
+  if (mode == 'P') { EACH_SHAPE(pxstage_pair) return 0; }
   shape_pair<4096, 4095>(c);
   run_tvm_kernels(c, 4096, 4095);
   if (g_profile) return 0;
