@@ -31,6 +31,7 @@
 // and copies gemv_probe_harness.cuh beside it.
 #include "rowalign_helpers.cuh"
 #include "gemv_probe_harness.cuh"
+#include <utility>
 __device__ __forceinline__ uint4 or4(uint4 a, uint4 b) { return make_uint4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w); }
 
 
@@ -330,14 +331,16 @@ __global__ void __launch_bounds__(TPR * ROWS) hoisted(const half* __restrict__ B
 // vector. So B and x are read in aligned 16-byte vectors, ceil(K / 8) of them a row (no fifth
 // step), every load unconditional and issued before any arithmetic; only a partial last x vector
 // is fixed up (its columns past K zeroed), in one lane.
-// MODE 1: no fix-ups, 2: shift 0 at compile time (both wrong sums, for timing); SHIFT >= 0: the
-// row's shift as a compile-time constant (MODE 3 dispatches to it once per block).
-template <int K, int TPR, int CH, int MODE, int SHIFT>
+// What a shflb kernel leaves out, for timing: NO_FIXUPS and SHIFT_ZERO (the shift 0 at compile
+// time) give wrong sums; CONST_SHIFT dispatches once per block to the row's shift as a
+// compile-time constant (shflb_row's SHIFT >= 0).
+enum ShflbMode { FULL, NO_FIXUPS, SHIFT_ZERO, CONST_SHIFT };
+template <int K, int TPR, int CH, ShflbMode MODE, int SHIFT>
 __device__ __forceinline__ float shflb_row(const half* __restrict__ B, const half* __restrict__ x, int row, int shift_rt) {
   constexpr int NX = (K + 7) / 8, XV = K / 8, STEPS = (NX + TPR - 1) / TPR;
   int lane = threadIdx.x % 32;
   long first = (long)row * K / 8;
-  int shift = MODE == 2 ? 0 : SHIFT >= 0 ? SHIFT : shift_rt;
+  int shift = MODE == SHIFT_ZERO ? 0 : SHIFT >= 0 ? SHIFT : shift_rt;
   int nb = (shift + K + 7) / 8;  // B vectors the row touches
   const uint4* bv = reinterpret_cast<const uint4*>(B) + first;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
@@ -352,7 +355,7 @@ __device__ __forceinline__ float shflb_row(const half* __restrict__ B, const hal
       b[s] = bv[min(u, nb - 1)];
       bn[s] = bv[min(u - lane + 32, nb - 1)];  // the next warp's first vector: lane 31's neighbour
       xw[s] = xv[min(u, XV - 1)];
-      if (MODE != 1 && K % 8 != 0 && u == NX - 1) {  // x's partial last vector, element by element, zeros past K
+      if (MODE != NO_FIXUPS && K % 8 != 0 && u == NX - 1) {  // x's partial last vector, element by element, zeros past K
         half h[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) h[j] = j < K % 8 ? x[8 * XV + j] : __float2half(0.f);
@@ -374,7 +377,7 @@ __device__ __forceinline__ float shflb_row(const half* __restrict__ B, const hal
       uint4 bw = make_uint4(__funnelshift_r(c[0], c[1], bits), __funnelshift_r(c[1], c[2], bits),
                             __funnelshift_r(c[2], c[3], bits), __funnelshift_r(c[3], c[4], bits));
       uint4 xs = xw[s];
-      if (MODE != 1 && K % 8 != 0 && u == NX - 1) bw = rowalign_keep(bw, 0, 2 * (K % 8));  // B past K zeroed
+      if (MODE != NO_FIXUPS && K % 8 != 0 && u == NX - 1) bw = rowalign_keep(bw, 0, 2 * (K % 8));  // B past K zeroed
       float d = dot8(xs, bw);
       acc += (NX % TPR == 0 || u < NX) ? d : 0.f;
     }
@@ -382,21 +385,21 @@ __device__ __forceinline__ float shflb_row(const half* __restrict__ B, const hal
   return acc;
 }
 
-template <int K, int TPR, int CH, int MODE = 0, int ROWS = 1>
+template <int K, int TPR, int CH, ShflbMode MODE = FULL, int ROWS = 1>
 __global__ void __launch_bounds__(TPR * ROWS) shflb(const half* __restrict__ B, const half* __restrict__ x, half* __restrict__ y) {
   int row = blockIdx.x * ROWS + threadIdx.y;
   int shift = (int)((long)row * K % 8);
   float acc;
-  if (MODE != 3) acc = shflb_row<K, TPR, CH, MODE, -1>(B, x, row, shift);
+  if (MODE != CONST_SHIFT) acc = shflb_row<K, TPR, CH, MODE, -1>(B, x, row, shift);
   else switch (shift) {
-    case 0: acc = shflb_row<K, TPR, CH, 0, 0>(B, x, row, 0); break;
-    case 1: acc = shflb_row<K, TPR, CH, 0, 1>(B, x, row, 1); break;
-    case 2: acc = shflb_row<K, TPR, CH, 0, 2>(B, x, row, 2); break;
-    case 3: acc = shflb_row<K, TPR, CH, 0, 3>(B, x, row, 3); break;
-    case 4: acc = shflb_row<K, TPR, CH, 0, 4>(B, x, row, 4); break;
-    case 5: acc = shflb_row<K, TPR, CH, 0, 5>(B, x, row, 5); break;
-    case 6: acc = shflb_row<K, TPR, CH, 0, 6>(B, x, row, 6); break;
-    default: acc = shflb_row<K, TPR, CH, 0, 7>(B, x, row, 7); break;
+    case 0: acc = shflb_row<K, TPR, CH, FULL, 0>(B, x, row, 0); break;
+    case 1: acc = shflb_row<K, TPR, CH, FULL, 1>(B, x, row, 1); break;
+    case 2: acc = shflb_row<K, TPR, CH, FULL, 2>(B, x, row, 2); break;
+    case 3: acc = shflb_row<K, TPR, CH, FULL, 3>(B, x, row, 3); break;
+    case 4: acc = shflb_row<K, TPR, CH, FULL, 4>(B, x, row, 4); break;
+    case 5: acc = shflb_row<K, TPR, CH, FULL, 5>(B, x, row, 5); break;
+    case 6: acc = shflb_row<K, TPR, CH, FULL, 6>(B, x, row, 6); break;
+    default: acc = shflb_row<K, TPR, CH, FULL, 7>(B, x, row, 7); break;
   }
   acc = row_sum<TPR, ROWS>(acc);
   if (threadIdx.x == 0) y[row] = __float2half(acc);
@@ -660,16 +663,19 @@ struct Problem {
     return std::sqrt(num / den);
   }
   long last() const { return ((long)N * K - 1) / 8; }
+  // y poisoned, one launch checked against the float64 reference, then timed: (us, error).
+  template <typename F>
+  std::pair<float, double> measure(Ctx& c, F launch) {
+    CK(cudaMemset(y, 0xff, N * 2)); launch(); double e = error();
+    return {time_us(c, launch), e};
+  }
 };
 
 template <int N, int K, int TPR, int ROWS>
 void run_aligned(Ctx& c, const char* tag) {
   Problem<N, K> p;
   dim3 grid(N / ROWS), block(TPR, ROWS);
-  CK(cudaMemset(p.y, 0xff, N * 2));
-  aligned<K, TPR, ROWS><<<grid, block>>>(p.B, p.x, p.y);
-  double e = p.error();
-  float us = time_us(c, [&] { aligned<K, TPR, ROWS><<<grid, block>>>(p.B, p.x, p.y); });
+  auto [us, e] = p.measure(c, [&] { aligned<K, TPR, ROWS><<<grid, block>>>(p.B, p.x, p.y); });
   printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K, tag, TPR, ROWS, us, e);
 }
 
@@ -678,8 +684,7 @@ void run_ragged(Ctx& c) {
   Problem<N, K> p;
   dim3 grid(N / ROWS), block(TPR, ROWS);
   long last = p.last();
-#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); double e = p.error(); \
-    float us = time_us(c, [&] { __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); }); \
+#define ONE(tag, ...) { auto [us, e] = p.measure(c, [&] { __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); }); \
     printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K, tag, TPR, ROWS, us, e); }
   ONE("rowalign", rowalign<K, TPR, ROWS, false>)
   ONE("rowalign+wrap", rowalign<K, TPR, ROWS, true>)
@@ -687,7 +692,7 @@ void run_ragged(Ctx& c) {
   ONE("hoistb+wrap", hoistb<K, TPR, true>)
   { constexpr int NVB = (K + 7) / 8 + 1; CK(cudaFuncSetAttribute(bulk<K, TPR>, cudaFuncAttributeMaxDynamicSharedMemorySize, NVB * 16));
     auto launch = [&] { bulk<K, TPR><<<grid, block, NVB * 16>>>(p.B, p.x, p.y, last); };
-    CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+    auto [us, e] = p.measure(c, launch);
     printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K, "bulk", TPR, ROWS, us, e); }
   ONE("wrap+hoist", hoisted<K, TPR, ROWS, false>)
   ONE("wrap+hoist+constshift", hoisted<K, TPR, ROWS, true>)
@@ -704,8 +709,7 @@ void run_grouped(Ctx& c) {
   Problem<N, K> p;
   dim3 grid(N / R), block(TPR);
   long last = p.last();
-#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); double e = p.error(); \
-    float us = time_us(c, [&] { __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); }); \
+#define ONE(tag, ...) { auto [us, e] = p.measure(c, [&] { __VA_ARGS__<<<grid, block>>>(p.B, p.x, p.y, last); }); \
     printf("%dx%d %-22s tpr=%3d R=%d     %7.2f us  err %.1e\n", N, K, tag, TPR, R, us, e); }
   ONE("grouped", grouped<K, TPR, R, false>)
   ONE("grouped+wrap", grouped<K, TPR, R, true>)
@@ -718,7 +722,7 @@ void shape_pair(Ctx& c) {
   { Problem<N, K + 1> p; long last = p.last(); constexpr int NVB = (K + 1) / 8 + 1;
     CK(cudaFuncSetAttribute(bulk<K + 1, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize, NVB * 16));
     auto launch = [&] { bulk<K + 1, 128><<<N, 128, NVB * 16>>>(p.B, p.x, p.y, last); };
-    CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+    auto [us, e] = p.measure(c, launch);
     printf("%dx%d %-24s tpr=%3d rows=%d  %7.2f us  err %.1e\n", N, K + 1, "aligned, bulk", 128, 1, us, e); }
   run_aligned<N, K - 7, 128, 1>(c, "aligned K-7");
   run_aligned<N, K + 9, 128, 1>(c, "aligned K+9");
@@ -735,7 +739,7 @@ void run_xhoist(Ctx& c, const char* tag) {
   auto kern = xhoist<K, TPR, R>;
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   auto launch = [&] { kern<<<N / R, TPR, bytes>>>(p.B, p.x, p.y, last); };
-  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  auto [us, e] = p.measure(c, launch);
   printf("%dx%d %-24s tpr=%3d R=%d     %7.2f us  err %.1e\n", N, K, tag, TPR, R, us, e);
 }
 
@@ -745,16 +749,14 @@ void hoistb_pair(Ctx& c) {
   run_aligned<N, K - 7, 128, 1>(c, "aligned K-7");
   Problem<N, K> p;
   long last = p.last();
-#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); double e = p.error(); \
-    float us = time_us(c, [&] { __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); }); \
+#define ONE(tag, ...) { auto [us, e] = p.measure(c, [&] { __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); }); \
     printf("%dx%d %-24s tpr=%3d        %7.2f us  err %.1e\n", N, K, tag, TPR, us, e); }
   { constexpr int TPR = 128; ONE("rowalign", rowalign<K, TPR, 1, false>) ONE("rowalign+wrap", rowalign<K, TPR, 1, true>)
     ONE("hoistb", hoistb<K, TPR, false>) ONE("hoistb+wrap", hoistb<K, TPR, true>) }
   { constexpr int TPR = 256; ONE("hoistb", hoistb<K, TPR, false>) ONE("hoistb+wrap", hoistb<K, TPR, true>) }
 #undef ONE
   { Problem<N, K> p; long last = p.last();
-#define ONE(tag, ...) { CK(cudaMemset(p.y, 0xff, N * 2)); __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); double e = p.error(); \
-    float us = time_us(c, [&] { __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); }); \
+#define ONE(tag, ...) { auto [us, e] = p.measure(c, [&] { __VA_ARGS__<<<N, TPR>>>(p.B, p.x, p.y, last); }); \
     printf("%dx%d %-24s tpr=%3d        %7.2f us  err %.1e\n", N, K, tag, TPR, us, e); }
     { constexpr int TPR = 128; ONE("unpredicated", unpredicated<K, TPR>) ONE("wrapfirst", wrapfirst<K, TPR>) }
     { constexpr int TPR = 256; ONE("wrapfirst", wrapfirst<K, TPR>) ONE("rowalign", rowalign<K, TPR, 1, false>) ONE("rowalign+wrap", rowalign<K, TPR, 1, true>) }
@@ -789,11 +791,11 @@ __global__ void __launch_bounds__(TPR * ROWS) ragged_rows_plain(const half* __re
   if (threadIdx.x == 0) y[row] = __float2half(acc);
 }
 
-template <int N, int K, int TPR, int CH, int MODE = 0, int ROWS = 1>
+template <int N, int K, int TPR, int CH, ShflbMode MODE = FULL, int ROWS = 1>
 void run_shflb(Ctx& c, const char* tag) {
   Problem<N, K> p;
   auto launch = [&] { shflb<K, TPR, CH, MODE, ROWS><<<N / ROWS, dim3(TPR, ROWS)>>>(p.B, p.x, p.y); };
-  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  auto [us, e] = p.measure(c, launch);
   printf("%dx%d %-24s tpr=%3d ch=%d r=%d %7.2f us  err %.1e\n", N, K, tag, TPR, CH, ROWS, us, e);
 }
 
@@ -812,16 +814,16 @@ void shflb_pair(Ctx& c) {
   run_plain<N, K, 128, 1>(c);
   run_plain<N, K, 32, 4>(c);
   run_shflb<N, K + 1, 128, 4>(c, "shflb aligned");
-  run_shflb<N, K, 128, 1, 1>(c, "shflb no fixups (wrong)");
-  run_shflb<N, K, 128, 1, 2>(c, "shflb shift 0 (wrong)");
+  run_shflb<N, K, 128, 1, NO_FIXUPS>(c, "shflb no fixups (wrong)");
+  run_shflb<N, K, 128, 1, SHIFT_ZERO>(c, "shflb shift 0 (wrong)");
   run_shflb<N, K, 128, 1>(c, "shflb");
   run_shflb<N, K, 128, 2>(c, "shflb");
   run_shflb<N, K, 256, 2>(c, "shflb");
-  run_shflb<N, K, 32, 4, 0, 4>(c, "shflb");
-  run_shflb<N, K, 128, 1, 3>(c, "shflb constshift");
-  run_shflb<N, K, 128, 2, 3>(c, "shflb constshift");
-  run_shflb<N, K, 256, 1, 3>(c, "shflb constshift");
-  run_shflb<N, K, 32, 2, 3, 4>(c, "shflb constshift");
+  run_shflb<N, K, 32, 4, FULL, 4>(c, "shflb");
+  run_shflb<N, K, 128, 1, CONST_SHIFT>(c, "shflb constshift");
+  run_shflb<N, K, 128, 2, CONST_SHIFT>(c, "shflb constshift");
+  run_shflb<N, K, 256, 1, CONST_SHIFT>(c, "shflb constshift");
+  run_shflb<N, K, 32, 2, CONST_SHIFT, 4>(c, "shflb constshift");
 }
 
 template <int N, int K, int TPR, int CH>
@@ -833,7 +835,7 @@ void run_pxstage(Ctx& c, int bpc, const char* tag) {
   auto kern = pxstage<K, TPR, CH>;
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   auto launch = [&] { kern<<<P * bpc, TPR, bytes>>>(p.B, p.x, p.y, last, N, bpc); };
-  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  auto [us, e] = p.measure(c, launch);
   printf("%dx%d %-24s tpr=%3d ch=%d bpc=%4d %7.2f us  err %.1e\n", N, K, tag, TPR, CH, bpc, us, e);
 }
 
@@ -844,7 +846,7 @@ void pxstage_pair(Ctx& c) {
   for (int bpc : {66, 132, 264}) run_pxstage<N, K, 128, 4>(c, bpc, "pxstage");
   for (int bpc : {132, 264}) run_pxstage<N, K, 128, 2>(c, bpc, "pxstage");
   for (int bpc : {132, 264}) run_pxstage<N, K, 256, 2>(c, bpc, "pxstage");
-  run_shflb<N, K, 128, 1, 3>(c, "shflb constshift");
+  run_shflb<N, K, 128, 1, CONST_SHIFT>(c, "shflb constshift");
 }
 
 template <int N, int K, int TPR, int R, int UNROLL>
@@ -855,7 +857,7 @@ void run_xstage(Ctx& c, const char* tag) {
   auto kern = xstage<K, TPR, R, UNROLL>;
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   auto launch = [&] { kern<<<N / R, TPR, bytes>>>(p.B, p.x, p.y, last); };
-  CK(cudaMemset(p.y, 0xff, N * 2)); launch(); double e = p.error(); float us = time_us(c, launch);
+  auto [us, e] = p.measure(c, launch);
   printf("%dx%d %-24s tpr=%3d R=%d u=%d %7.2f us  err %.1e\n", N, K, tag, TPR, R, UNROLL, us, e);
 }
 
@@ -878,10 +880,7 @@ void xstage_pair(Ctx& c) {
 template <int N, int K>
 void run_tvm(Ctx& c, void (*kern)(half*, half*, half*), dim3 grid, dim3 block, const char* tag) {
   Problem<N, K> p;
-  CK(cudaMemset(p.y, 0xff, N * 2));
-  kern<<<grid, block>>>(p.B, p.x, p.y);
-  double e = p.error();
-  float us = time_us(c, [&] { kern<<<grid, block>>>(p.B, p.x, p.y); });
+  auto [us, e] = p.measure(c, [&] { kern<<<grid, block>>>(p.B, p.x, p.y); });
   printf("%dx%d %-22s               %7.2f us  err %.1e\n", N, K, tag, us, e);
 }
 
