@@ -200,12 +200,20 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       4096^3 (3.9 waves) clusters were level, 2 points either way (reports/h100-v8.md,
       "Clusters of two CTAs"), and cluster_n lost everywhere: no clusters there. Where the
       user asks for a cluster, K is not split (clusters take whole tiles).
+    - pingpong (each consumer a whole tile, in turns) only where the user or a search asks for
+      it, and then whole tiles (no split K), neither clusters nor tall tiles of its own, the widest
+      block_n whose tile fits one consumer's accumulators: 128x192 ran at 91-105% of cuBLAS
+      where 128x128 ran at 78-95%, and neither beat the default two consumers on one tile on
+      any of seven workloads (reports/logs/h100-v8-pingpong-2026-11-25.log).
     Each knob only where the space holds the value."""
     from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes,  # v8's: loaded by now
                          box_bytes, c_rows_take_tma, k_block_count)
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     if 1 not in space["cluster_m"] or 1 not in space["cluster_n"]:  # clusters: whole tiles
+        space = {**space, "split_k": [1], "split_tail": [False]}
+    pingpong = False not in space["pingpong"]  # only where asked for: it measured slower
+    if pingpong:  # whole tiles
         space = {**space, "split_k": [1], "split_tail": [False]}
     wgmma_m = WARPGROUP * MMA
     decode = wl.dims["M"] <= wgmma_m or (wl.dims["M"] <= 2 * wgmma_m
@@ -259,11 +267,21 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
             return None
         return min(n for n, c in cost.items() if c == cheapest)
 
-    clustered = (not decode and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
+    def whole_tile_width() -> int:
+        """pingpong's block_n: the widest of the space whose block_m-row tile fits one
+        consumer's accumulators (nn: in whole 64-column boxes)."""
+        columns = 64 if wl.layout == "nn" else 16
+        return max((n for n in space["block_n"] if n % columns == 0
+                    and block_m // wgmma_m * n // 2 <= MOST_ACCUMULATORS),
+                   default=knobs["block_n"])
+
+    clustered = (not decode and not pingpong and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
                  and 2 in space["cluster_m"] and 128 in space["block_m"]
                  and 256 in space["block_n"] and 1 in space["split_k"])
     if clustered:
         block_m, block_n, split_k, split_tail = 128, 256, 1, False
+    elif pingpong:
+        block_n = whole_tile_width()
     elif tall := tall_tiles():
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
 
@@ -273,7 +291,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
 
     tma_store = (True in space["tma_store"] and tile_count(wl, block_m, block_n) > sms
                  and c_rows_take_tma(wl)
-                 and box_bytes(block_m, block_n, wl.out_dtype) == ROW_BYTES
+                 and box_bytes(block_m, block_n, wl.out_dtype, pingpong) == ROW_BYTES
                  and max(fitting(True), default=0) >= TMA_STORE_STAGES[DTYPE_BYTES[wl.dtype]]) \
         or False not in space["tma_store"]
     return {"block_m": block_m, "block_n": block_n,

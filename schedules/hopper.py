@@ -119,6 +119,7 @@ __forceinline__ __device__ void v8_cluster_sync() {
 MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its workspace may hold
 SPLIT_BARRIER = 1  # named barrier of the 256 consumer threads (0 is __syncthreads')
 BOX_BARRIER = 2  # and 3: named barriers of consumer warpgroup 1 and 2 alone (tma_store)
+TURN_BARRIER = 4  # and 5: pingpong's turns of consumer warpgroup 1 and 2 (both count)
 
 
 def k_block_count(K: int, element_bytes: int) -> int:
@@ -144,11 +145,11 @@ STORE_BOXES = 4  # two per consumer warpgroup
 SWIZZLE = {128: 3, 64: 2, 32: 1}  # CUtensorMapSwizzle of rows of so many bytes
 
 
-def box_bytes(block_m: int, block_n: int, out_dtype: str) -> int:
+def box_bytes(block_m: int, block_n: int, out_dtype: str, pingpong: bool = False) -> int:
     """Bytes per row of the boxes in which a consumer's columns of C go out: the widest
     swizzle span that divides them (they are a multiple of 16 columns, so 32 bytes always
     does)."""
-    columns = _consumer_tile(block_m, block_n)[1] * DTYPE_BYTES[out_dtype]
+    columns = _consumer_tile(block_m, block_n, pingpong)[1] * DTYPE_BYTES[out_dtype]
     return next(span for span in sorted(SWIZZLE, reverse=True) if columns % span == 0)
 
 
@@ -281,19 +282,22 @@ def _tile_origin(tile, tiles_m: int, tiles_n: int, group_m: int, block_m: int, b
     return (first_m + within % rows) * block_m, within // rows * block_n
 
 
-def _consumer_tile(block_m: int, block_n: int) -> tuple[int, int, bool]:
-    """(rows, columns) of the block tile that each consumer warpgroup multiplies, and whether
-    the two split it along M: halves of block_m when it holds two wgmma heights (64 rows
-    each), else (block_m 64) halves of block_n."""
+def _consumer_tile(block_m: int, block_n: int, pingpong: bool = False) -> tuple[int, int, int, int]:
+    """(rows, columns) of the block tile that each consumer warpgroup multiplies, and (rows,
+    columns) from one consumer's part to the next's: the whole tile for each with pingpong
+    (the consumers take turns at whole tiles); else halves of block_m when it holds two
+    wgmma heights (64 rows each), or (block_m 64) halves of block_n."""
+    if pingpong:
+        return block_m, block_n, 0, 0
     if block_m >= 2 * WARPGROUP * 16:
-        return block_m // 2, block_n, True
-    return block_m, block_n // 2, False
+        return block_m // 2, block_n, block_m // 2, 0
+    return block_m, block_n // 2, 0, block_n // 2
 
 
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
                           split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int,
-                          sms: int):
+                          pingpong: bool, sms: int):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
@@ -319,11 +323,20 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
 
     Clusters (cluster_m or cluster_n = 2): a unit is a cluster's pair of tiles, side by side
     along M or N; the pair shares B's or A's loads by multicast (TMA_LOAD_MULTICAST), and a
-    stage is free once both CTAs' consumers have freed it (FREE_STAGE)."""
+    stage is free once both CTAs' consumers have freed it (FREE_STAGE).
+
+    Ping-pong (pingpong, CUTLASS's sm90 "ping-pong" kernel; whole tiles: no split K): each
+    consumer multiplies the whole block tile of every other unit of the CTA, consumer 0 the
+    even ones, and its ring position skips the other's K blocks; a stage is then freed by one
+    consumer (in each CTA of a cluster). The two take turns at the tensor cores (TURN_BARRIER: a consumer starts a
+    unit's K loop once the other has issued the last wgmmas of the unit before), so each
+    one's epilogue runs under the other's K loop. The turns also keep a consumer from waiting
+    on a `full` barrier more than one phase ahead of its loads, which its parity could not
+    tell apart."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
-    wg_m, wg_n, split_m = _consumer_tile(block_m, block_n)
+    wg_m, wg_n, step_m, step_n = _consumer_tile(block_m, block_n, pingpong)
     m_wgmmas = wg_m // 64  # m64 wgmmas of one consumer per k step
     k_step = 32 // element_bytes  # wgmma's K: k16 (16-bit), k32 (fp8)
     wgmma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{wg_n}k{k_step}.f32."
@@ -337,6 +350,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     k_blocks = k_block_count(K, element_bytes)
     tiles = tiles_m * tiles_n
     whole = tiles - split_tiles(tiles, split_tail, sms)  # tiles multiplied whole, first
+    turns = CONSUMERS if pingpong else 1  # consumers that take a CTA's units in turn
     if whole == tiles:
         whole, split_k = 0, 1  # no partial last wave: nothing to split
     units = whole + (tiles - whole) * split_k
@@ -365,11 +379,20 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
 
     def consumer_rows(consumer):
         """The first row of the tile that the consumer multiplies."""
-        return consumer * wg_m if split_m else 0
+        return consumer * step_m
 
     def consumer_cols(consumer):
         """The first column of the tile that the consumer multiplies."""
-        return 0 if split_m else consumer * wg_n
+        return consumer * step_n
+
+    def first_position(consumer):
+        """The ring position of the consumer's first K block: pingpong's consumer 1 starts at
+        the CTA's second unit, after the first's k_blocks (pingpong takes no split K)."""
+        return consumer * k_blocks if pingpong else 0
+
+    def consumer_of_turn(consumer):
+        """Which of a turn's units (j modulo `turns`) the consumer takes."""
+        return consumer if pingpong else 0
 
     def frees(thread):
         """Whether a consumer thread frees a stage: its warpgroup's thread r, in the CTA of rank
@@ -479,7 +502,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         if tx == 0:
             for s in T.unroll(stages):
                 T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(CONSUMERS * cluster))
+                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]),
+                                               T.uint32(CONSUMERS // turns * cluster))
             T.ptx.fence.mbarrier_init.release.cluster()
             T.ptx.fence.proxy.async_.shared__cta()
             T.ptx.prefetch.tensormap(T.address_of(A_map))
@@ -538,18 +562,20 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                         T.cuda.mbarrier_wait(empty.ptr_to([(loaded[0] + i) % stages]),
                                              ((loaded[0] + i) // stages + 1) % 2)
         else:
-            # consumers: warpgroups 1 and 2, each wg_m x wg_n of every tile
+            # consumers: warpgroups 1 and 2, each wg_m x wg_n of every tile (pingpong: all of
+            # every other tile)
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
+            consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
             acc = T.alloc_local((accumulators,), "float32")
-            used = T.alloc_local((1,), "int32")  # K blocks multiplied: the ring's position
-            used[0] = 0
+            used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed
+            used[0] = first_position(consumer)
             sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
             sent[0] = 0
-            consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
             thread: T.let[T.int32] = tx - WARPGROUP * 32
             warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
             lane: T.let[T.int32] = tx % 32
-            for j in range(units_per_cta):
+            for turn in range(-(-units_per_cta // turns)):
+                j: T.let[T.int32] = turn * turns + consumer_of_turn(consumer)
                 if unit_of(cta, j) < units:
                     unit: T.let[T.int32] = unit_of(cta, j)
                     tile: T.let[T.int32] = tile_of(unit)
@@ -557,6 +583,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                     _, count = T.meta_var(k_range(unit))
                     for i in T.unroll(accumulators):
                         acc[i] = T.float32(0)
+                    if pingpong:
+                        if j > 0:  # the other consumer has issued the unit before's wgmmas
+                            T.ptx.bar.sync(T.uint32(TURN_BARRIER + consumer),
+                                           T.uint32(CONSUMER_THREADS))
                     for kt in range(count):
                         s: T.let[T.int32] = (used[0] + kt) % stages
                         T.cuda.mbarrier_wait(full.ptr_to([s]), (used[0] + kt) // stages % 2)
@@ -580,12 +610,16 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                             cuda_call(FREE_STAGE,
                                       empty.ptr_to([(used[0] + kt + stages - 1) % stages]),
                                       thread % (WARPGROUP * 32), frees(thread))
+                    if pingpong:  # the next unit's K loop may start: the other consumer's
+                        if unit_of(cta, j + 1) < units:
+                            T.ptx.bar.arrive(T.uint32(TURN_BARRIER + 1 - consumer),
+                                             T.uint32(CONSUMER_THREADS))
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     for i in T.unroll(accumulators):
                         cuda_call(SETTLE, acc[i])
                     cuda_call(FREE_STAGE, empty.ptr_to([(used[0] + count - 1) % stages]),
                               thread % (WARPGROUP * 32), frees(thread))
-                    used[0] = used[0] + count
+                    used[0] = used[0] + count * turns  # pingpong: past the other's unit too
                     # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
                     # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
                     first_row: T.let[T.int32] = m0 + consumer_rows(consumer) + warp * 16 + lane // 4
@@ -723,7 +757,7 @@ def c_rows_take_tma(wl: Workload) -> bool:
 
 def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages: int,
                                 split_k: int, split_tail: bool, tma_store: bool,
-                                cluster_m: int, cluster_n: int) -> None:
+                                cluster_m: int, cluster_n: int, pingpong: bool) -> None:
     """Refuse what the template cannot take: `tma_refusal`'s workloads, and knobs outside its
     tile shapes, registers, shared memory, split K's workspace or TMA's rows of C."""
     refusal = tma_refusal(wl)
@@ -733,7 +767,7 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8 splits block_m among two consumer warpgroups in 64-row "
                                     f"wgmmas, or gives both 64 rows: block_m={block_m} is not "
                                     "64, 128 or 256")
-    wg_m, wg_n, _ = _consumer_tile(block_m, block_n)
+    wg_m, wg_n, _, _ = _consumer_tile(block_m, block_n, pingpong)
     columns, why = (64, "B in 64-column boxes") if wl.layout == "nn" else \
         (16, "C stored 16 at a time")
     if block_n % columns or block_n > 256 or wg_n % columns:
@@ -741,8 +775,9 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
                                     f"columns ({why}), at most 256: block_n={block_n} with "
                                     f"block_m={block_m} does not split so")
     if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:
+        whole = " (pingpong: each consumer takes the whole tile)" if pingpong else ""
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
-                                    f"{wg_m // 64 * wg_n // 2} accumulators; at most "
+                                    f"{wg_m // 64 * wg_n // 2} accumulators{whole}; at most "
                                     f"{MOST_ACCUMULATORS} fit")
     shared_bytes = arena_bytes(block_m, block_n, stages, tma_store)
     if stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
@@ -768,6 +803,9 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
                                     f"halves; nn: 64-column boxes), or 1 CTA: not cluster_m="
                                     f"{cluster_m}, cluster_n={cluster_n} with split_k={split_k}, "
                                     f"block_n={block_n}")
+    if pingpong and split_k > 1:
+        raise ScheduleNotApplicable(f"v8's pingpong consumers take turns at whole tiles: not "
+                                    f"with split_k={split_k}")
     if split_tail and split_k == 1:
         raise ScheduleNotApplicable("v8's split_tail splits the last wave's tiles into split_k "
                                     "slices: it needs split_k > 1")
@@ -787,25 +825,28 @@ def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
 
 
 def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
-              split_k: int, split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int):
+              split_k: int, split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int,
+              pingpong: bool):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
     _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail, tma_store,
-                                cluster_m, cluster_n)
+                                cluster_m, cluster_n, pingpong)
     M, N, K = wl.shape
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
                                  stages, group_m, split_k, split_tail, tma_store, cluster_m,
-                                 cluster_n, heuristics.H100_SMS)
+                                 cluster_n, pingpong, heuristics.H100_SMS)
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256],
                                "block_n": [64, 128, 144, 160, 176, 192, 256],
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
-                               "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2]},
+                               "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
+                               "pingpong": [False, True]},
           heuristic=heuristics.tma_tiles, compute=v8_kernel, refuse=v8_refusals)
 def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stages: int = 4,
        group_m: int = 8, split_k: int = 1, split_tail: bool = False,
-       tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1) -> None:
+       tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
+       pingpong: bool = False) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -821,8 +862,11 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. cluster_m or
     cluster_n = 2: clusters of 2 CTAs on tiles side by side along M (sharing B) or N (sharing A),
     each loading half of the shared operand by a multicast TMA into both (whole tiles only: no
-    split K). Ragged M, N, K: TMA zero-fills past the edges; rows must be whole 16-byte
-    multiples (K, and N for B in nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their
+    split K). pingpong: each consumer multiplies whole tiles, every other one of the CTA's, the
+    two taking turns at the tensor cores, so that one's epilogue runs under the other's wgmmas
+    (a tile's accumulators must then fit one consumer: 128x128, 128x192, 64x256; no split K;
+    on an H100 slower than two consumers on one tile, reports/h100-v8.md). Ragged M, N, K: TMA
+    zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their
     per-tensor scales applied to the accumulators before C is stored. A TIRx kernel
     (schedules/hopper.py), sm_90a only.
 

@@ -227,6 +227,23 @@ def test_v7_is_correct(wl, knobs, target):
      {"block_m": 64, "block_n": 128, "cluster_m": 2}),
     (Workload("gemm", (2048, 2048, 520), "float16"), {"cluster_m": 2, "tma_store": True}),
     (Workload("gemm", (1000, 1024, 1008), FP8, "float16"), {"split_k": 1, "cluster_m": 2}),
+    # pingpong: each consumer whole tiles in turn; a CTA of one unit (consumer 1 idle), of two,
+    # of an odd count; 128x128, 128x192 and 64x256 tiles, ragged edges, K shorter than the
+    # ring (one K block), TMA's or the registers' stores of C, fp8
+    (Workload("gemm", (1000, 1000, 1000), "bfloat16", layout="nt"), {"block_n": 128, "pingpong": True}),
+    (Workload("gemm", (2000, 2000, 520), "float16", "float16"),
+     {"block_n": 128, "tma_store": True, "pingpong": True}),
+    (Workload("gemm", (1500, 3000, 1000), "bfloat16", "bfloat16", "nt"),
+     {"block_n": 192, "tma_store": False, "pingpong": True}),
+    (Workload("gemm", (1000, 2560, 520), "float16", layout="nt"),
+     {"block_m": 64, "block_n": 256, "pingpong": True}),
+    (Workload("gemm", (3000, 2000, 64), "float16", "float16"),
+     {"block_n": 128, "stages": 4, "tma_store": True, "pingpong": True}),
+    (Workload("gemm", (4100, 2048, 1024), FP8, "float16"), {"block_n": 128, "pingpong": True}),
+    (Workload("gemm", (2000, 2000, 1000), "bfloat16", "bfloat16", "nt"),
+     {"block_n": 128, "cluster_m": 2, "pingpong": True}),
+    (Workload("gemm", (2000, 1504, 520), "float16", layout="nn"),
+     {"block_n": 128, "cluster_n": 2, "tma_store": True, "pingpong": True}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
@@ -234,7 +251,8 @@ def test_v8_is_correct(wl, knobs, target):
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
     only the last wave's tiles, split_tail), fp8 with its scales, C stored by TMA (tma_store),
-    clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), and a second call into
+    clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), ping-pong consumers
+    taking turns at whole tiles (pingpong), and a second call into
     the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 

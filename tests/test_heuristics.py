@@ -198,6 +198,14 @@ def test_knobs_set_by_the_user_win_and_the_heuristic_fills_the_rest():
     for cluster in ({"cluster_m": 2}, {"cluster_n": 2}):
         assert changed(v8, decode, cluster) == {"block_m": 64, "block_n": 128, "stages": 6,
                                                 "tma_store": False, **cluster}
+    # pingpong only where asked for, and then whole tiles, unclustered, as wide as one
+    # consumer's accumulators allow: 128x192 (nn too: three 64-column boxes), 64x256 (decode)
+    assert "pingpong" not in changed(v8, many_waves)
+    assert changed(v8, many_waves, {"pingpong": True}) == {"block_n": 192, "pingpong": True}
+    assert changed(v8, decode, {"pingpong": True}) == {"block_m": 64, "stages": 5,
+                                                       "tma_store": False, "pingpong": True}
+    tall = gemm((4096, 6144, 4096), "bfloat16", "nt")  # 256x192 tiles, unasked
+    assert changed(v8, tall, {"pingpong": True}) == {"block_n": 192, "pingpong": True}
 
 
 GRID = [(1, 1, 1), (16, 6144, 4096), (1000, 4096, 4096), (3000, 1000, 2000), (257, 129, 65)]

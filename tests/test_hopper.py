@@ -206,7 +206,7 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled):
     # 7 x ((unit - 132) mod 8); a whole tile's K blocks are all 56
     assert "(((((j * 132) + ((int)blockIdx.x)) - 132) >> 3) + 132)" in body
     assert "((j < 1) ? 56 : 7)" in body.replace("((j_1 < 1) ? 56 : 7)", "((j < 1) ? 56 : 7)")
-    assert "if ((j_1 < 1) || (arrived_ptr[0] == (uint)7))" in body
+    assert "if ((turn < 1) || (arrived_ptr[0] == (uint)7))" in body  # the consumers' loop
     # 132 tiles exactly: no partial wave, so split_tail leaves the kernel as it was
     whole_waves = gemm((1536, 2816, 512), "bfloat16", layout="nt")
     assert compiled("v8", whole_waves, split_k=2, split_tail=True)[1] == compiled("v8", whole_waves)[1]
@@ -262,6 +262,35 @@ def test_v8_clusters_of_two_ctas_share_a_by_multicast(compiled):
         assert usage["registers"] <= 168 and not usage.get("spill_stores")
 
 
+@needs_nvcc
+def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled):
+    """pingpong: each consumer multiplies whole 128x192 tiles (two m64n192 wgmmas a k step),
+    every other unit of the CTA from its own first (the ring's position starts at
+    consumer * 64 K blocks and skips the other's 64); one thread frees a stage (the empty
+    barriers count 1); a consumer waits its turn (bar.sync 4 or 5, both warpgroups' 256
+    threads) before a unit's K loop but the CTA's first, and gives the turn on (bar.arrive) after
+    its last wgmmas are issued, before it waits for them, where the CTA has a next unit. The
+    default consumers share each tile and take no turns. nvcc compiles it without spills."""
+    wl = gemm((4096, 4096, 4096), "bfloat16", "bfloat16", "nt")
+    source = compiled("v8", wl, block_n=192, stages=4, pingpong=True)[1]
+    body = source.split("__global__")[-1]
+    consumers = body[body.index("setmaxnreg_inc"):]
+    assert "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16" in source
+    assert consumers.count("m64n192k16_f32_bf16_bf16_1_1_0_0(acc_ptr[") == 8  # 4 k steps, 2 m64
+    assert "(&(empty_ptr[0]))), (uint)1);" in body
+    assert "used_ptr[0] = (((((int)threadIdx.x) >> 7) * 64) - 64);" in consumers
+    assert "used_ptr[0] = (used_ptr[0] + 128);" in consumers
+    wait = consumers.index("bar_sync_count_sync(((uint)((((int)threadIdx.x) >> 7) + 3)), (uint)256)")
+    give = consumers.index("bar_arrive_arrive(((uint)(6 - (((int)threadIdx.x) >> 7))), (uint)256)")
+    loop = consumers.index("for (int kt_1 = 0;")  # the consumers' K loop
+    assert wait < loop < give < consumers.index("wait_group_sync_aligned_0()")
+    assert "1 < ((turn * 2) + (((int)threadIdx.x) >> 7))" in consumers  # not the CTA's first
+    plain = compiled("v8", wl)[1].split("__global__")[-1]
+    assert "bar_arrive" not in plain and "(&(empty_ptr[0]))), (uint)2);" in plain
+    (usage,) = build.nvcc_resources(source, "sm_90").values()
+    assert not usage.get("spill_stores") and not usage.get("stack_bytes")
+
+
 @pytest.mark.parametrize("wl, knobs, reason", [
     (gemm((256, 256, 256), "float32"), {}, "v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, not float32"),
     (gemm((256, 256, 100), FP8, layout="nt"), {}, "v8 loads A with TMA, which takes rows of whole "
@@ -297,6 +326,11 @@ def test_v8_clusters_of_two_ctas_share_a_by_multicast(compiled):
     (gemm((256, 256, 256)), {"cluster_m": 2, "cluster_n": 2}, "not cluster_m=2, cluster_n=2"),
     (gemm((256, 256, 256)), {"cluster_m": 2, "block_n": 64},
      "not cluster_m=2, cluster_n=1 with split_k=1, block_n=64"),  # nn: one 64-column box
+    (gemm((256, 256, 256)), {"pingpong": True, "block_n": 256},
+     "128x256 tile gives each consumer thread 256 accumulators (pingpong: each consumer takes "
+     "the whole tile)"),
+    (gemm((256, 256, 256)), {"pingpong": True, "block_n": 128, "split_k": 2},
+     "v8's pingpong consumers take turns at whole tiles: not with split_k=2"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
