@@ -328,11 +328,11 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     Ping-pong (pingpong, CUTLASS's sm90 "ping-pong" kernel; whole tiles: no split K): each
     consumer multiplies the whole block tile of every other unit of the CTA, consumer 0 the
     even ones, and its ring position skips the other's K blocks; a stage is then freed by one
-    consumer (in each CTA of a cluster). The two take turns at the tensor cores (TURN_BARRIER: a consumer starts a
-    unit's K loop once the other has issued the last wgmmas of the unit before), so each
-    one's epilogue runs under the other's K loop. The turns also keep a consumer from waiting
-    on a `full` barrier more than one phase ahead of its loads, which its parity could not
-    tell apart."""
+    consumer (in each CTA of a cluster). The two take turns at the tensor cores
+    (TURN_BARRIER: a consumer starts a unit's K loop once the other has issued the last
+    wgmmas of the unit before), so each one's epilogue runs under the other's K loop. The
+    turns also keep a consumer from waiting on a `full` barrier more than one phase ahead of
+    its loads, which its parity could not tell apart."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
@@ -865,10 +865,10 @@ def v8(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, stag
     split K). pingpong: each consumer multiplies whole tiles, every other one of the CTA's, the
     two taking turns at the tensor cores, so that one's epilogue runs under the other's wgmmas
     (a tile's accumulators must then fit one consumer: 128x128, 128x192, 64x256; no split K;
-    on an H100 slower than two consumers on one tile, reports/h100-v8.md). Ragged M, N, K: TMA
-    zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in nn). fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their
-    per-tensor scales applied to the accumulators before C is stored. A TIRx kernel
-    (schedules/hopper.py), sm_90a only.
+    on an H100 no faster than two consumers on one tile, reports/h100-v8.md). Ragged M, N, K:
+    TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in nn).
+    fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied to the
+    accumulators before C is stored. A TIRx kernel (schedules/hopper.py), sm_90a only.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
