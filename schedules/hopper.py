@@ -774,11 +774,12 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8 gives each consumer's wgmma a multiple of {columns} "
                                     f"columns ({why}), at most 256: block_n={block_n} with "
                                     f"block_m={block_m} does not split so")
-    if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:
+    if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:  # (wg_n is block_n where this can happen)
         whole = " (pingpong: each consumer takes the whole tile)" if pingpong else ""
+        widest = MOST_ACCUMULATORS * 2 // (wg_m // 64) // columns * columns
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
                                     f"{wg_m // 64 * wg_n // 2} accumulators{whole}; at most "
-                                    f"{MOST_ACCUMULATORS} fit")
+                                    f"{MOST_ACCUMULATORS} fit (block_n={widest} does)")
     shared_bytes = arena_bytes(block_m, block_n, stages, tma_store)
     if stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
         boxes = " and the boxes of tma_store" if tma_store else ""

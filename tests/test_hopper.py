@@ -307,7 +307,8 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled):
     (gemm((256, 256, 256), layout="nt"), {"block_n": 136}, "a multiple of 16 columns (C stored 16 "
                                                             "at a time), at most 256: block_n=136"),
     (gemm((256, 256, 256)), {"block_m": 64, "block_n": 192}, "block_n=192 with block_m=64"),
-    (gemm((256, 256, 256)), {"block_m": 256, "block_n": 256}, "each consumer thread 256 accumulators"),
+    (gemm((256, 256, 256)), {"block_m": 256, "block_n": 256},
+     "each consumer thread 256 accumulators; at most 192 fit (block_n=192 does)"),
     (gemm((256, 256, 256)), {"block_n": 256, "stages": 5}, "needs 246784 bytes of shared memory"),
     (gemm((256, 256, 256), layout="nt"), {"block_m": 256, "block_n": 192, "stages": 4, "tma_store": True},
      "v8 with 4 stages of 256x192 tiles and the boxes of tma_store needs 263168 bytes"),
@@ -328,7 +329,7 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled):
      "not cluster_m=2, cluster_n=1 with split_k=1, block_n=64"),  # nn: one 64-column box
     (gemm((256, 256, 256)), {"pingpong": True, "block_n": 256},
      "128x256 tile gives each consumer thread 256 accumulators (pingpong: each consumer takes "
-     "the whole tile)"),
+     "the whole tile); at most 192 fit (block_n=192 does)"),
     (gemm((256, 256, 256)), {"pingpong": True, "block_n": 128, "split_k": 2},
      "v8's pingpong consumers take turns at whole tiles: not with split_k=2"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
