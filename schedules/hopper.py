@@ -385,13 +385,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         """The first column of the tile that the consumer multiplies."""
         return consumer * step_n
 
-    def first_position(consumer):
-        """The ring position of the consumer's first K block: pingpong's consumer 1 starts at
-        the CTA's second unit, after the first's k_blocks (pingpong takes no split K)."""
-        return consumer * k_blocks if pingpong else 0
-
-    def consumer_of_turn(consumer):
-        """Which of a turn's units (j modulo `turns`) the consumer takes."""
+    def first_unit(consumer):
+        """The consumer's first unit of the CTA (j): with pingpong, consumer 1 takes the odd
+        ones."""
         return consumer if pingpong else 0
 
     def frees(thread):
@@ -568,14 +564,14 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
             consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
             acc = T.alloc_local((accumulators,), "float32")
             used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed
-            used[0] = first_position(consumer)
+            used[0] = first_unit(consumer) * k_blocks  # (pingpong: no split K, units alike)
             sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
             sent[0] = 0
             thread: T.let[T.int32] = tx - WARPGROUP * 32
             warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
             lane: T.let[T.int32] = tx % 32
             for turn in range(-(-units_per_cta // turns)):
-                j: T.let[T.int32] = turn * turns + consumer_of_turn(consumer)
+                j: T.let[T.int32] = turn * turns + first_unit(consumer)
                 if unit_of(cta, j) < units:
                     unit: T.let[T.int32] = unit_of(cta, j)
                     tile: T.let[T.int32] = tile_of(unit)
