@@ -207,7 +207,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       any of seven workloads (reports/logs/h100-v8-pingpong-2026-11-25.log).
     Each knob only where the space holds the value."""
     from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes,  # v8's: loaded by now
-                         box_bytes, c_rows_take_tma, k_block_count)
+                         box_bytes, c_rows_take_tma, consumer_accumulators, k_block_count,
+                         widest_fitting)
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
     if 1 not in space["cluster_m"] or 1 not in space["cluster_n"]:  # clusters: whole tiles
@@ -261,27 +262,20 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
                 or tile_count(wl, block_m, block_n) <= sms:
             return None
         cost = {n: -(-tile_count(wl, TALL_M, n) // sms) * TALL_M * n / (128 * 256)
-                for n in space["block_n"] if n % 16 == 0 and 128 < n <= MOST_ACCUMULATORS}
+                for n in space["block_n"] if n % 16 == 0 and n > 128
+                and consumer_accumulators(TALL_M, n) <= MOST_ACCUMULATORS}
         cheapest = min(cost.values(), default=None)
         if cheapest is None or cheapest > (1 + TALL_TIE) * waves:
             return None
         return min(n for n, c in cost.items() if c == cheapest)
-
-    def whole_tile_width() -> int:
-        """pingpong's block_n: the widest of the space whose block_m-row tile fits one
-        consumer's accumulators (nn: in whole 64-column boxes)."""
-        columns = 64 if wl.layout == "nn" else 16
-        return max((n for n in space["block_n"] if n % columns == 0
-                    and block_m // wgmma_m * n // 2 <= MOST_ACCUMULATORS),
-                   default=knobs["block_n"])
 
     clustered = (not decode and not pingpong and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
                  and 2 in space["cluster_m"] and 128 in space["block_m"]
                  and 256 in space["block_n"] and 1 in space["split_k"])
     if clustered:
         block_m, block_n, split_k, split_tail = 128, 256, 1, False
-    elif pingpong:
-        block_n = whole_tile_width()
+    elif pingpong:  # the widest whole tile one consumer holds (nn: whole 64-column boxes)
+        block_n = widest_fitting(block_m, wl.layout, True, space["block_n"]) or knobs["block_n"]
     elif tall := tall_tiles():
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
 

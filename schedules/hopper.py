@@ -294,6 +294,26 @@ def _consumer_tile(block_m: int, block_n: int, pingpong: bool = False) -> tuple[
     return block_m, block_n // 2, 0, block_n // 2
 
 
+# The columns a consumer's share of block_n comes in, by layout, and why
+BLOCK_N_STEP = {"nn": (64, "B in 64-column boxes"), "nt": (16, "C stored 16 at a time")}
+
+
+def consumer_accumulators(block_m: int, block_n: int, pingpong: bool = False) -> int:
+    """The float32 accumulators each consumer thread keeps for a block_m x block_n tile: half
+    its columns per 64 rows (one m64 wgmma's fragment)."""
+    wg_m, wg_n, _, _ = _consumer_tile(block_m, block_n, pingpong)
+    return wg_m // 64 * wg_n // 2
+
+
+def widest_fitting(block_m: int, layout: str, pingpong: bool, widths) -> int | None:
+    """The widest of `widths` that is a whole number of the layout's BLOCK_N_STEP and whose
+    block_m-row tile fits each consumer's MOST_ACCUMULATORS (None where none is)."""
+    step = BLOCK_N_STEP[layout][0]
+    return max((n for n in widths if n % step == 0
+                and consumer_accumulators(block_m, n, pingpong) <= MOST_ACCUMULATORS),
+               default=None)
+
+
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
                           split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int,
@@ -763,18 +783,18 @@ def _refuse_unless_tma_can_take(wl: Workload, block_m: int, block_n: int, stages
         raise ScheduleNotApplicable(f"v8 splits block_m among two consumer warpgroups in 64-row "
                                     f"wgmmas, or gives both 64 rows: block_m={block_m} is not "
                                     "64, 128 or 256")
-    wg_m, wg_n, _, _ = _consumer_tile(block_m, block_n, pingpong)
-    columns, why = (64, "B in 64-column boxes") if wl.layout == "nn" else \
-        (16, "C stored 16 at a time")
+    wg_n = _consumer_tile(block_m, block_n, pingpong)[1]
+    columns, why = BLOCK_N_STEP[wl.layout]
     if block_n % columns or block_n > 256 or wg_n % columns:
         raise ScheduleNotApplicable(f"v8 gives each consumer's wgmma a multiple of {columns} "
                                     f"columns ({why}), at most 256: block_n={block_n} with "
                                     f"block_m={block_m} does not split so")
-    if wg_m // 64 * wg_n // 2 > MOST_ACCUMULATORS:  # (wg_n is block_n where this can happen)
+    accumulators = consumer_accumulators(block_m, block_n, pingpong)
+    if accumulators > MOST_ACCUMULATORS:
         whole = " (pingpong: each consumer takes the whole tile)" if pingpong else ""
-        widest = MOST_ACCUMULATORS * 2 // (wg_m // 64) // columns * columns
+        widest = widest_fitting(block_m, wl.layout, pingpong, range(columns, 257, columns))
         raise ScheduleNotApplicable(f"v8's {block_m}x{block_n} tile gives each consumer thread "
-                                    f"{wg_m // 64 * wg_n // 2} accumulators{whole}; at most "
+                                    f"{accumulators} accumulators{whole}; at most "
                                     f"{MOST_ACCUMULATORS} fit (block_n={widest} does)")
     shared_bytes = arena_bytes(block_m, block_n, stages, tma_store)
     if stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
