@@ -205,12 +205,16 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       block_n whose tile fits one consumer's accumulators: 128x192 ran at 91-105% of cuBLAS
       where 128x128 ran at 78-95%, and neither beat the default two consumers on one tile on
       any of seven workloads (reports/logs/h100-v8-pingpong-2026-11-25.log).
-    Each knob only where the space holds the value."""
+    Each knob only where the space holds the value. Nothing for a workload that v8 refuses
+    whatever its knobs (`tma_refusal`: float32 inputs, rows TMA cannot load): the rung's
+    refusal says why, and the rules above count bytes of v8's dtypes only."""
     from .hopper import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes,  # v8's: loaded by now
                          box_bytes, c_rows_take_tma, consumer_accumulators, k_block_count,
-                         widest_fitting)
+                         tma_refusal, widest_fitting)
     from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 
+    if tma_refusal(wl):
+        return {}
     if 1 not in space["cluster_m"] or 1 not in space["cluster_n"]:  # clusters: whole tiles
         space = {**space, "split_k": [1], "split_tail": [False]}
     pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster

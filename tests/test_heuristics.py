@@ -239,6 +239,25 @@ def test_a_rung_named_alone_runs_and_records_its_heuristic_knobs(target):
     assert ran["v3"].params == schedules.get("gemm", "v3").defaults  # no heuristic
 
 
+@pytest.mark.parametrize("wl, reason", [
+    (gemm((3000, 1000, 2000)),  # the fp32-ragged suite's shape behind a KeyError in tma_tiles
+     "v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, not float32"),
+    (gemm((2000, 3000, 4095), "bfloat16", "nt"),
+     "v8 loads A with TMA, which takes rows of whole 16-byte multiples: K=4095 bfloat16 rows "
+     "are 8190 bytes"),
+])
+def test_a_workload_v8_refuses_gets_no_picks_and_one_line_saying_why(wl, reason, target):
+    """`--schedule all` resolves every rung's knobs before it builds any: v8's heuristic picks
+    nothing for a workload v8 takes with no knobs, and v8 refuses it in one line."""
+    v8 = schedules.get("gemm", "v8")
+    assert heuristics.tma_tiles(wl, heuristics.H100_SMS, v8.defaults, v8.space) == {}
+    ran = {s.name: s for s in selection(wl, "all", SearchResults())}
+    assert ran["v8"].params == v8.defaults
+    with pytest.raises(schedules.ScheduleNotApplicable) as refused:
+        ran["v8"].apply(wl, target)
+    assert str(refused.value) == reason
+
+
 def test_short_k_multirow_reduces_within_groups_of_lanes(compiled):
     """K=64 halves: 8 K threads, 4 rows' threads to a warp; the all-reduce shuffles within
     groups of 8 lanes."""
