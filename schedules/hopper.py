@@ -317,7 +317,7 @@ def widest_fitting(block_m: int, layout: str, pingpong: bool, widths) -> int | N
 def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_dtype: str,
                           block_m: int, block_n: int, stages: int, group_m: int, split_k: int,
                           split_tail: bool, tma_store: bool, cluster_m: int, cluster_n: int,
-                          pingpong: bool, sms: int):
+                          pingpong: bool, sms: int, most_m: int | None = None):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
@@ -352,7 +352,12 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     (TURN_BARRIER: a consumer starts a unit's K loop once the other has issued the last
     wgmmas of the unit before), so each one's epilogue runs under the other's K loop. The
     turns also keep a consumer from waiting on a `full` barrier more than one phase ahead of
-    its loads, which its parity could not tell apart."""
+    its loads, which its parity could not tell apart.
+
+    M may be a symbolic size (a tirx.Var, bound from A's shape at each call): the grid, the
+    units and the tile walk are then computed from it on the host and in the kernel, and
+    `most_m` (the most rows a call may bring) sizes split K's workspace; no split_tail then,
+    since which tiles split would depend on M."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
@@ -369,12 +374,14 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     tiles_m, tiles_n = -(-M // (block_m * cluster_m)), -(-N // (block_n * cluster_n))
     k_blocks = k_block_count(K, element_bytes)
     tiles = tiles_m * tiles_n
-    whole = tiles - split_tiles(tiles, split_tail, sms)  # tiles multiplied whole, first
+    # tiles multiplied whole, first (split_tail: those before the last, partial wave)
+    whole = tiles - split_tiles(tiles, split_tail, sms) if split_tail else 0
     turns = CONSUMERS if pingpong else 1  # consumers that take a CTA's units in turn
-    if whole == tiles:
+    if split_tail and whole == tiles:
         whole, split_k = 0, 1  # no partial last wave: nothing to split
     units = whole + (tiles - whole) * split_k
-    clusters = min(sms // cluster, units)
+    clusters = min(sms // cluster, units) if isinstance(units, int) else T.min(sms // cluster,
+                                                                                units)
     grid = clusters * cluster
     units_per_cta = -(-units // clusters)
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
@@ -394,8 +401,10 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     b_shape = (N, K) if nt else (K, N)
     c_map = _tensor_map(M, N, BOX_ROWS, box_cols, out_bytes)
     quads = accumulators // 4  # float4s of one consumer thread's partial tile
-    helpers = _split_k_helpers(f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}",
-                               (units - whole) * quads * CONSUMER_THREADS, tiles - whole)
+    # split K's workspace, sized for the most rows the kernel takes (M where M is a number)
+    most_tiles = -(-most_m // (block_m * cluster_m)) * tiles_n if most_m else tiles - whole
+    helpers = _split_k_helpers(f"{most_m or M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}",
+                               most_tiles * split_k * quads * CONSUMER_THREADS, most_tiles)
 
     def consumer_rows(consumer):
         """The first row of the tile that the consumer multiplies."""
@@ -851,6 +860,24 @@ def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: in
     return warp_specialized_gemm(M, N, K, wl.dtype, wl.layout, wl.out_dtype, block_m, block_n,
                                  stages, group_m, split_k, split_tail, tma_store, cluster_m,
                                  cluster_n, pingpong, heuristics.H100_SMS)
+
+
+def v8_kernel_any_m(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
+                    split_k: int, split_tail: bool, tma_store: bool, cluster_m: int,
+                    cluster_n: int, pingpong: bool):
+    """v8's kernel for every M up to wl's: M is a size given at each call (A's rows), and wl's
+    M the most a call may bring (which sizes split K's workspace). Refused as v8 refuses wl,
+    and with split_tail, whose split tiles depend on M."""
+    if split_tail:
+        raise ScheduleNotApplicable("v8 for any M splits every tile in K or none: split_tail "
+                                    "splits only the last wave's, which M decides")
+    _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail, tma_store,
+                                cluster_m, cluster_n, pingpong)
+    _, N, K = wl.shape
+    return warp_specialized_gemm(tirx.Var("M", "int32"), N, K, wl.dtype, wl.layout,
+                                 wl.out_dtype, block_m, block_n, stages, group_m, split_k,
+                                 split_tail, tma_store, cluster_m, cluster_n, pingpong,
+                                 heuristics.H100_SMS, most_m=wl.dims["M"])
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256],

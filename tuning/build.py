@@ -253,7 +253,7 @@ class KernelSummary:
     """The structural facts a reader compares between two rungs."""
 
     kernels: int
-    grid: dict  # blockIdx.* -> extent (of the first kernel that binds it)
+    grid: dict  # blockIdx.* -> extent (of the first kernel that binds it; str where symbolic)
     block: dict  # threadIdx.* -> extent
     shared_bytes: int
     syncthreads: int
@@ -278,7 +278,9 @@ def summarize(lowered: tvm.IRModule, source: str) -> KernelSummary:
     for launch in (attr for fn in _kernels(lowered) for attr in lowering.find(fn.body, S.AttrStmt)
                    if attr.attr_key == "thread_extent"):
         tag = launch.node.thread_tag
-        (grid if tag.startswith("blockIdx") else block).setdefault(tag, int(launch.value))
+        extent = launch.value  # a number, or an expression of a size given at each call
+        (grid if tag.startswith("blockIdx") else block).setdefault(
+            tag, int(extent) if isinstance(extent, tvm.tirx.IntImm) else str(extent))
     allocated = tvm.s_tir.analysis.calculate_allocated_bytes(lowered)
     shared = sum(
         int(size)
