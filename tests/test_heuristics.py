@@ -3,14 +3,15 @@
 reports' shapes keep the signature's defaults, and `best` on recorded timings."""
 
 import json
+import random
 
 import pytest
 import tvm
 
 import schedules
 from schedules import Workload, heuristics
-from schedules.errors import RecordsError
-from schedules.workloads import FP8
+from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
+from schedules.workloads import DENSE_DTYPES, FP8
 from tuning import explore, measure
 from tuning.explore import SearchResults, resolve, selection
 
@@ -256,6 +257,61 @@ def test_a_workload_v8_refuses_gets_no_picks_and_one_line_saying_why(wl, reason,
     with pytest.raises(schedules.ScheduleNotApplicable) as refused:
         ran["v8"].apply(wl, target)
     assert str(refused.value) == reason
+
+
+
+def random_workloads(seed: int = 49, shapes: int = 20) -> list[tuple[tuple, list[tuple]]]:
+    """`shapes` random (M, N, K), each from 1 to 20000 (seeded), with the workloads' arguments
+    that each gives: gemm in every input dtype (nn and nt; fp8 nt), with a random output dtype;
+    gemv (N x K) and batched_gemv (L x N x K, L up to 64) in every dense dtype, and in nvfp4
+    with K rounded up to its whole scale blocks of 16."""
+    rng = random.Random(seed)
+    drawn = []
+    for _ in range(shapes):
+        M, N, K = (rng.randint(1, 20000) for _ in range(3))
+        args = [("gemm", (M, N, K), dtype, rng.choice(DENSE_DTYPES), layout)
+                for dtype in (*DENSE_DTYPES, FP8)
+                for layout in (("nt",) if dtype == FP8 else ("nn", "nt"))]
+        L = rng.randint(1, 64)
+        for dtype, k in [*((d, K) for d in DENSE_DTYPES), ("nvfp4", -(-K // 16) * 16)]:
+            args += [("gemv", (N, k), dtype), ("batched_gemv", (L, N, k), dtype)]
+        drawn.append(((M, N, K), args))
+    return drawn
+
+
+def resolve_all(wl: Workload) -> None:
+    """What `--schedule all` and `--schedule best` work out for `wl` before they build anything:
+    best's rule, every rung's knobs (its heuristic's picks), each rung's refusal check where it
+    has one, and the setting a search of its space measures first."""
+    explore.rule(wl)
+    for chosen in selection(wl, "all", SearchResults()):
+        entry = schedules.get(wl.op, chosen.name)
+        if entry.space:
+            entry.own_choice(wl)
+        if entry.refuse:
+            try:
+                entry.refuse(wl, **chosen.params)
+            except ScheduleNotApplicable:
+                pass
+
+
+RANDOM = random_workloads()
+
+
+@pytest.mark.parametrize("shape, args", RANDOM, ids=["x".join(map(str, s)) for s, _ in RANDOM])
+def test_random_shapes_resolve_without_an_exception_other_than_a_refusal(shape, args):
+    """No traceback on any shape (issue 49): a workload that cannot exist is a WorkloadError
+    (one line), a rung that cannot take it a ScheduleNotApplicable; nothing else is raised.
+    v8's heuristic once hit a KeyError on float32 GEMMs here."""
+    resolved = 0
+    for arg in args:
+        try:
+            wl = Workload(*arg)
+        except WorkloadError:
+            continue  # too large for int32 indices: refused in one line
+        resolve_all(wl)
+        resolved += 1
+    assert resolved, f"no workload of {shape} could exist"
 
 
 def test_short_k_multirow_reduces_within_groups_of_lanes(compiled):
