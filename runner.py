@@ -19,15 +19,47 @@ import argparse
 import os
 import sys
 
-from schedules.errors import ExplorerError, UsageError
+from schedules.errors import ExplorerError, RecordsError, UsageError
 
 DEFAULT_RESULTS = os.path.join("reports", "results.jsonl")
 DEFAULT_SCHEDULE = "v3"
 OLDEST_ARCH = 75  # the oldest GPU that CUDA 13's nvcc builds for (sm_75, Turing)
 
 
+SEED_LIMIT = 2 ** 32  # numpy's and TVM's random engines take seeds in [0, 2^32)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors raised as UsageError: one line and exit 2 like every other
+    refusal, not the usage dump and SystemExit that argparse prints by default."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (runner.py --help lists the flags)")
+
+
+def seed(text: str) -> int:
+    """--seed: an integer the search's random engines take, in [0, 2^32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, not '{text}'") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected 0 to {SEED_LIMIT - 1}, not {value}")
+    return value
+
+
+def refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A flag given an empty value (--shape "") is refused, not taken as absent (which would
+    silently run the default)."""
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if any(isinstance(v, str) and not v.strip()
+               for v in (value if isinstance(value, list) else [value])):
+            parser.error(f"argument {'/'.join(action.option_strings)}: empty value")
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="runner.py",
         description="Lower, build, check and time TVM schedules against cuBLAS and the GPU's limits.",
     )
@@ -74,7 +106,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "rungs' knob spaces (e.g. v5k or v7,v8; their own choices measured first)")
     p.add_argument("--records", help="template-search records (JSONL), read to resume or apply")
     p.add_argument("--tuner", help="template tuner: grid, random or xgb (default xgb)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed, default=0,
                    help="seed of the random and xgb tuners and of MetaSchedule's search")
     p.add_argument("--target", default="cuda", help="cuda, or llvm (MetaSchedule on the CPU)")
     p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the tracker's hosts")
@@ -87,7 +119,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "only) and kernel.json (workload, schedule, knobs, GPU, TVM, measured time)")
     p.add_argument("--title", help="report title (default: from the report's file name)")
     p.add_argument("--notes", metavar="FILE", help="markdown appended to the report as its notes")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    refuse_empty(p, args)
+    return args
 
 
 def workload(args):
@@ -169,6 +203,9 @@ def search_results(args):
     from tuning import autotvm
     from tuning.explore import SearchResults
 
+    if args.records and not args.tune and not os.path.isfile(args.records):
+        raise RecordsError(f"--records {args.records} does not exist: give the records of a "
+                           "template search (--tune autotvm:<template> --records ... writes them)")
     device = (autotvm.records_device(args.rpc_tracker, args.rpc_key, args.device)
               if args.records or args.schedule == "best" else None)
     return SearchResults(args.work_dir, args.records, device, args.results)
@@ -196,36 +233,51 @@ def diff(args, wl, found) -> None:
 
 def report(args) -> None:
     """--report: markdown from --results; a suite report (reports/shapes.py) where the records
-    are those of suite runs, else the exploration report (reports/render.py)."""
+    are those of suite runs, else the exploration report (reports/render.py). Written through
+    a staging directory (render.staged), so where it cannot be written is refused before any
+    work and a failure leaves nothing behind; records that fail their checks are named and
+    skipped."""
     from reports import render, shapes
     from tuning import records
 
     if os.path.isdir(args.report):
         raise UsageError(f"--report {args.report} is a directory; name the markdown file to write")
-    measured = records.load_and_warn(args.results, warn, then="skipped")
-    if not measured:
-        raise UsageError(f"no measurements in {args.results}: run on a GPU first")
-    of_suites = [r for r in measured if r.get("suite")]
-    renderer = shapes.render if of_suites else render.render
-    if of_suites and len(of_suites) < len(measured):
-        warn(f"warning: {len(measured) - len(of_suites)} records of {args.results} are not from "
-             "suite runs; this suite report leaves them out (render them from a results file of "
-             "their own)")
-        measured = of_suites
-    notes = None
-    if args.notes:
-        try:
-            with open(args.notes) as f:
-                notes = f.read()
-        except OSError as e:
-            raise UsageError(f"cannot read --notes {args.notes}: {e.strerror}") from e
-    title = args.title or os.path.splitext(os.path.basename(args.report))[0]
-    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)  # figures go there
-    text = renderer(measured, title=title, notes=notes,
-                    figure_prefix=os.path.splitext(args.report)[0])
-    with open(args.report, "w") as f:
-        f.write(text + "\n")
+    with render.staged(args.report) as staged:
+        notes = read_notes(args.notes)
+        loaded = records.load(args.results, check=records.measurement_problem)
+        if not loaded.records:
+            skipped = (f": {len(loaded.problems)} lines skipped, the first {loaded.problems[0]}"
+                       if loaded.problems else ": run on a GPU first")
+            raise RecordsError(f"no measurements in {args.results}{skipped}")
+        records.warn_of(loaded, warn, then="skipped")
+        measured = loaded.records
+        of_suites = [r for r in measured if r.get("suite")]
+        renderer = shapes.render if of_suites else render.render
+        if of_suites and len(of_suites) < len(measured):
+            warn(f"warning: {len(measured) - len(of_suites)} records of {args.results} are not "
+                 "from suite runs; this suite report leaves them out (render them from a "
+                 "results file of their own)")
+            measured = of_suites
+        title = args.title or os.path.splitext(os.path.basename(args.report))[0]
+        text = renderer(measured, title=title, notes=notes,
+                        figure_prefix=os.path.splitext(staged)[0])
+        with open(staged, "w") as f:
+            f.write(text + "\n")
     print(f"wrote {args.report}")
+
+
+def read_notes(path: str | None) -> str | None:
+    """--notes: the markdown text of `path` (None without one); a file that cannot be read,
+    or is not UTF-8 text, is refused in one line."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"cannot read --notes {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise UsageError(f"cannot read --notes {path}: not UTF-8 text (byte {e.start})") from e
 
 
 def run_schedules(args, wl, chosen: list, extra_records: list | None = None,
@@ -291,10 +343,23 @@ def search_request(args, found):
             raise UsageError("--target llvm is for MetaSchedule searches (--tune metaschedule)")
     if args.rpc_tracker and not args.rpc_key:
         raise UsageError("--rpc-tracker needs --rpc-key (the key the GPU hosts registered)")
+    check_search_outputs(args)
     return Request(args.tune, args.trials, work_dir=found.work_dir, space=args.ms_space,
                    records=found.records, device=found.device, tuner=args.tuner, seed=args.seed,
                    target=args.target, arch=args.arch, flush=args.flush,
                    rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
+
+
+def check_search_outputs(args) -> None:
+    """Refuse, before a search starts, a work dir, records file or results file that it could
+    not write: found only at its end, that would lose the search's summary."""
+    from tuning.records import check_writable
+
+    if args.work_dir:
+        check_writable(args.work_dir, "--work-dir", directory=True)
+    if args.records:
+        check_writable(args.records, "--records")
+    check_writable(args.results, "--results")
 
 
 def tune(args, wl, found) -> None:
@@ -351,20 +416,27 @@ def export(args, wl, found) -> None:
 
 def checked_arch(name: str) -> str:
     """The arch that --arch names (an sm_ number or a GPU's TVM tag), refused if older than
-    any GPU CUDA 13 builds for."""
-    from schedules.common import compute_capability
+    any GPU CUDA 13 builds for, or not a GPU whose per-block limits the target carries
+    (common.SHARED_BYTES_PER_BLOCK): nvcc would reject it only after the lowering."""
+    from schedules.common import SHARED_BYTES_PER_BLOCK, compute_capability
     from tuning.build import arch_of
 
     arch = arch_of(name)
-    if compute_capability(arch) < OLDEST_ARCH:
+    capability = compute_capability(arch)
+    if capability < OLDEST_ARCH:
         raise UsageError(f"--arch {name} is older than any GPU that CUDA 13 builds for "
                          f"(sm_{OLDEST_ARCH} and later)")
+    if capability not in SHARED_BYTES_PER_BLOCK:
+        known = ", ".join(f"sm_{cc}" for cc in sorted(SHARED_BYTES_PER_BLOCK))
+        raise UsageError(f"unknown --arch {name}: no GPU of that arch is known here; known: "
+                         f"{known}")
     return arch
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args = None
     try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
         args.arch = checked_arch(args.arch)
         check_export(args)
         if args.suite is not None:
@@ -395,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt:
+        if args is None:
+            return 130
         kept = args.work_dir or args.records or args.results
         print(f"\ninterrupted: everything measured so far is kept in {kept}; "
               "run the same command again to resume", file=sys.stderr)

@@ -11,13 +11,19 @@ GEMM) measured in that run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
+import tempfile
+from typing import Iterator
 
 from tabulate import tabulate
 
+from schedules.errors import RecordsError, UsageError
 from schedules.workloads import Workload
 from tuning.build import spilled_bytes
+from tuning.records import check_writable
 from tuning.measure import FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
 
 MEMORY_BOUND = ("gemv", "batched_gemv")
@@ -385,7 +391,7 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     runs = latest_runs(records)
     searches = latest_searches(records)
     if not runs and not searches:
-        raise ValueError("no measurements to report (run on a GPU first)")
+        raise RecordsError("no measurements to report (run on a GPU first)")
     lines = [f"# {title}", ""]
     if figure_prefix:  # the figures are written before the report, maybe into a new folder
         os.makedirs(os.path.dirname(os.path.abspath(figure_prefix)), exist_ok=True)
@@ -440,3 +446,32 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     if notes:
         lines += ["## Notes", "", notes.strip(), ""]
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def staged(path: str) -> Iterator[str]:
+    """Where to write the report `path` and its figures (`<staged path without .md>-*.png`):
+    a staging directory beside `path`, made on entry, so that a place that cannot be written
+    is refused (UsageError) before any work; on success its files are moved next to `path`,
+    on any failure they are removed with it, and with the directories made for it, so a
+    failed report leaves nothing behind."""
+    check_writable(path, "--report")
+    folder = os.path.dirname(os.path.abspath(path))
+    made = folder
+    while not os.path.exists(os.path.dirname(made)):
+        made = os.path.dirname(made)
+    made = None if os.path.exists(made) else made  # the topmost directory made here, if any
+    try:
+        os.makedirs(folder, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".report-", dir=folder)
+    except OSError as e:
+        raise UsageError(f"cannot write --report {path}: {e.strerror or e}") from e
+    try:
+        yield os.path.join(staging, os.path.basename(path))
+        for name in os.listdir(staging):
+            os.replace(os.path.join(staging, name), os.path.join(folder, name))
+    except BaseException:
+        shutil.rmtree(made or staging, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

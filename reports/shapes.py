@@ -17,6 +17,7 @@ import os
 from reports.render import (MEMORY_BOUND, flush_of, latest_runs, markdown_table, median_ms,
                             schedule_label, workload_of)
 from schedules import suites
+from schedules.errors import RecordsError
 from schedules.workloads import Workload
 from tuning.measure import FLUSHES
 
@@ -262,7 +263,8 @@ def render(records: list[dict], title: str = "Suite report", notes: str | None =
     (`-<suite>-<n>.png` for its n-th GPU after the first), linked by file name."""
     found = sections(records)
     if not found:
-        raise ValueError("no suite measurements to report (run `runner.py --suite NAME` on a GPU)")
+        raise RecordsError("no suite measurements to report (run `runner.py --suite NAME` on a "
+                           "GPU)")
     firsts = [run[0] for runs in found.values() for run in runs]
     lines = [f"# {title}", ""]
     for gpu, driver, tvm in sorted({(r["gpu"], r["driver"], r["tvm"]) for r in firsts}):

@@ -65,6 +65,10 @@ def run(capsys, *argv):
         (["--schedule", "v6", "--dtype", "float16", "--shape", "256x256x256", "--arch", "sm_75"],
          "error: v6 uses mma.sync m16n8k16 and cp.async, which needs sm_80 or later, not sm_75"),
         (["--arch", "sm_20"], "error: --arch sm_20 is older than any GPU that CUDA 13 builds for"),
+        (["--arch", "sm_999"], "error: unknown --arch sm_999: no GPU of that arch is known here; "
+         "known: sm_75, sm_80"),
+        (["--schedule", "v5k", "--records", "no-such-records.jsonl"],
+         "error: --records no-such-records.jsonl does not exist"),
         # shapes whose buffers int32 indices cannot reach
         (["--shape", "100000x100000x100000"], "error: A would hold 10000000000 elements"),
         (["--diff", "v2", "v3", "--shape", "100000x100000x100000"], "error: A would hold"),
@@ -80,11 +84,22 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_argparse_errors_also_exit_2(capsys):
-    for argv in (["--no-such-flag"], ["--flush", "sometimes"]):
-        with pytest.raises(SystemExit) as exc:
-            runner.main(argv)
-        assert exc.value.code == 2
+@pytest.mark.parametrize("argv, message", [
+    (["--no-such-flag"], "error: unrecognized arguments: --no-such-flag"),
+    (["--flush", "sometimes"], "error: argument --flush: invalid choice: 'sometimes'"),
+    (["--trials", "abc"], "error: argument --trials: invalid int value: 'abc'"),
+    (["--diff", "v2"], "error: argument --diff: expected 2 arguments"),
+    (["--seed", "-1"], "error: argument --seed: expected 0 to 4294967295, not -1"),
+    (["--seed", str(2 ** 32)], "error: argument --seed: expected 0 to 4294967295, not 4294967296"),
+    (["--shape", ""], "error: argument --shape: empty value"),
+    (["--export", " "], "error: argument --export: empty value"),
+    (["--diff", "v2", ""], "error: argument --diff: empty value"),
+])
+def test_argparse_errors_are_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out
+    assert err.startswith(message) and err.endswith("(runner.py --help lists the flags)\n")
+    assert err.count("\n") == 1
 
 
 def test_knobs_are_read_by_their_declared_type(capsys):
@@ -322,3 +337,79 @@ def test_the_knob_ab_and_clock_scripts_refuse_bad_input_and_a_machine_without_a_
                            "--schedules", "v8"], capture_output=True, text=True, timeout=300)
     assert done.returncode == code
     assert (done.stderr + done.stdout).startswith(said) and "Traceback" not in done.stderr
+
+
+def results_of_the_seed_run(tmp_path):
+    """A results file of the seed ladder's run, and its text, to see that nothing rewrote it."""
+    from tests.test_records_and_report import seed_run
+
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join(json.dumps(r) for r in seed_run()) + "\n")
+    return results, results.read_text()
+
+
+@pytest.mark.parametrize("where, says", [
+    ("/proc/x.md", "error: cannot write --report /proc/x.md: "),
+    ("{tmp}/a-file/x.md", "error: cannot write --report {tmp}/a-file/x.md: {tmp}/a-file is a file, "
+     "not a directory"),
+    ("{tmp}/a-file/deeper/x.md", "error: cannot write --report {tmp}/a-file/deeper/x.md: "
+     "{tmp}/a-file is a file"),
+])
+def test_a_report_that_cannot_be_written_is_refused_before_any_work(capsys, tmp_path, where,
+                                                                      says):
+    results, before = results_of_the_seed_run(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    listing = sorted(os.listdir(tmp_path))
+    code, out, err = run(capsys, "--report", where.format(tmp=tmp_path), "--results", str(results))
+    assert code == 2 and err.startswith(says.format(tmp=tmp_path)) and err.count("\n") == 1
+    assert sorted(os.listdir(tmp_path)) == listing and results.read_text() == before
+
+
+def test_a_report_whose_rendering_fails_leaves_nothing_behind(capsys, tmp_path, monkeypatch):
+    from reports import render
+    from schedules.errors import RecordsError
+
+    def broken(*args, **kwargs):
+        raise RecordsError("the renderer gave up")
+
+    monkeypatch.setattr(render, "render", broken)
+    results, _ = results_of_the_seed_run(tmp_path)
+    code, _, err = run(capsys, "--report", str(tmp_path / "new" / "r.md"), "--results", str(results))
+    assert code == 2 and err == "error: the renderer gave up\n"
+    assert sorted(os.listdir(tmp_path)) == ["results.jsonl"]
+
+
+def test_notes_that_are_not_text_are_one_line(capsys, tmp_path):
+    results, _ = results_of_the_seed_run(tmp_path)
+    notes = tmp_path / "notes.md"
+    notes.write_bytes(b"# notes\n\xd0\x00\xff binary")
+    code, _, err = run(capsys, "--report", str(tmp_path / "r.md"), "--results", str(results),
+                       "--notes", str(notes))
+    assert code == 2 and err == f"error: cannot read --notes {notes}: not UTF-8 text (byte 8)\n"
+    assert not (tmp_path / "r.md").exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--work-dir", "/proc/ms"], "error: cannot write --work-dir /proc/ms: "),
+    (["--work-dir", "{tmp}/a-file"], "error: --work-dir {tmp}/a-file is not a directory"),
+    (["--work-dir", "{tmp}/ms", "--results", "/proc/r.jsonl"],
+     "error: cannot write --results /proc/r.jsonl: "),
+    (["--work-dir", "{tmp}/ms", "--results", "{tmp}"], "error: --results {tmp} is a directory"),
+])
+def test_a_search_that_could_not_write_its_results_is_refused_before_it_runs(
+        capsys, tmp_path, monkeypatch, flags, says):
+    from tuning import search
+
+    monkeypatch.setattr(search, "run", lambda *a, **k: pytest.fail("the search ran"))
+    (tmp_path / "a-file").write_text("x")
+    code, _, err = run(capsys, "--tune", "metaschedule", "--target", "llvm", "--shape",
+                       "64x64x64", *(f.format(tmp=tmp_path) for f in flags))
+    assert code == 2 and err.startswith(says.format(tmp=tmp_path)) and err.count("\n") == 1
+    assert not (tmp_path / "ms").exists()
+
+
+def test_a_template_search_whose_records_cannot_be_written_is_refused(capsys, tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    code, _, err = run(capsys, "--tune", "autotvm:v5", "--records", str(tmp_path / "a-file" / "r"))
+    assert code == 2 and err == (f"error: cannot write --records {tmp_path}/a-file/r: "
+                                 f"{tmp_path}/a-file is a file, not a directory\n")

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from reports.render import render, table_rows
+from schedules.errors import RecordsError
 from tuning import records
 
 
@@ -139,7 +140,7 @@ def test_report_takes_the_latest_run_and_says_where_it_was_measured():
 
 
 def test_report_without_measurements_is_an_error():
-    with pytest.raises(ValueError, match="no measurements"):
+    with pytest.raises(RecordsError, match="no measurements"):
         render([])
 
 

@@ -5,19 +5,41 @@ schedule and params, device (GPU name) and TVM version, and carry the run they b
 (run_id) and its date. The searches keep theirs the same way: a template search's trials
 (tuning/autotvm.py) and MetaSchedule's progress.jsonl (tuning/metaschedule.py), whose database
 files are JSON lines too. A line that cannot be read is named by path and line number, and
-left in the file as it is.
+left in the file as it is. A measurement record is also checked field by field
+(`measurement_problem`) before a report or `best` reads it, so one bad field costs that
+record only.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from schedules.errors import RecordsError
+from schedules.errors import ExplorerError, RecordsError
+from schedules.workloads import Workload
+
+from .measure import FLUSHES
 
 MEASUREMENT = ("op", "schedule")  # the fields that every measurement record has
+
+NUMBER = (int, float)
+# The fields of every measurement record (bench.Run.record), with their JSON types.
+REQUIRED = {"kind": str, "schedule": str, "status": str, "run_id": str, "date": str, "gpu": str,
+            "driver": str, "tvm": str, "op": str}
+# The fields that some records have, with their JSON types where they are not null.
+OPTIONAL = {"params": dict, "timing": dict, "resources": dict, "structure": dict,
+            "rel_error": NUMBER, "tolerance": NUMBER, "error": str, "flush": str,
+            "flush_l2": bool, "suite": str, "model": str, "layer": str, "aligned": list,
+            "arch": str, "dtype": str, "copy_gbps": NUMBER, "read_gbps": NUMBER,
+            "compute_tflops": NUMBER, "curve": list, "trials": int, "search": str, "tuner": str,
+            "seed": int, "rules": str, "space": int, "shared_kb": int, "trials_per_min": NUMBER}
+TIMES = ("median_ms", "min_ms", "max_ms")  # a timing's times: positive, finite
+WORKLOAD_KINDS = ("rung", "tuned", "baseline", "search")  # records of one workload
+CEILING_OPS = ("copy", "read", "compute")  # what a ceiling record measured
 
 
 @dataclass
@@ -50,14 +72,93 @@ def lines(path: str) -> Iterator[tuple[str, object, str | None]]:
         yield f"{path}:{number}", value, None
 
 
+def _type_problem(record: dict, name: str, kind, optional: bool) -> str | None:
+    """What is wrong with field `name` of `record` for its JSON type `kind` (a bool is not a
+    number); None where it is right, or absent or null and `optional`."""
+    value = record.get(name)
+    if value is None:
+        return None if optional else f"no '{name}' field"
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+        return f"{name} {json.dumps(value)[:40]} is not {' or '.join(k.__name__ for k in kinds)}"
+    return None
+
+
+def _timing_problem(timing: dict) -> str | None:
+    """What is wrong with a record's timing: its times must be positive, finite numbers."""
+    for name in TIMES:
+        value = timing.get(name)
+        if not isinstance(value, NUMBER) or isinstance(value, bool) or not (
+                math.isfinite(value) and value > 0):
+            return f"timing {name} {json.dumps(value)[:40]} is not a positive time"
+    return None
+
+
+def _workload_problem(record: dict) -> str | None:
+    """What is wrong with the workload a record names (op, shape, dtype, out_dtype, layout),
+    in the words the command line refuses such a workload with."""
+    shape = record.get("shape")
+    if not isinstance(shape, list):
+        return f"shape {json.dumps(shape)[:40]} is not a list of dimensions"
+    try:
+        Workload(record["op"], tuple(shape), record.get("dtype"), record.get("out_dtype"),
+                 record.get("layout"))
+    except (ExplorerError, TypeError) as e:
+        return str(e)
+    return None
+
+
+def _kind_problem(record: dict) -> str | None:
+    """What is wrong with the fields that a record of its kind carries: a workload's, a
+    ceiling's, a search's curve, the timing of a measurement that passed."""
+    kind = record["kind"]
+    if kind not in WORKLOAD_KINDS + ("ceiling",):
+        return f"kind '{kind}' is none of {', '.join(WORKLOAD_KINDS)}, ceiling"
+    if kind == "ceiling":
+        if record["op"] not in CEILING_OPS:
+            return f"a ceiling of op '{record['op']}', none of {', '.join(CEILING_OPS)}"
+    elif problem := _workload_problem(record):
+        return problem
+    if record.get("flush") is not None and record["flush"] not in FLUSHES:
+        return f"flush '{record['flush']}' is none of {', '.join(FLUSHES)}"
+    if kind == "search":
+        curve = record.get("curve")
+        if not isinstance(curve, list) or not all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[1], (*NUMBER, type(None)))
+                for p in curve) or not isinstance(record.get("params"), dict):
+            return "a search without its curve of [trial, time] points and its params"
+        return None
+    if record["status"] == "ok":
+        if not isinstance(record.get("timing"), dict):
+            return "status ok without a timing"
+        return _timing_problem(record["timing"])
+    return None
+
+
+def measurement_problem(record) -> str | None:
+    """What is wrong with a measurement record (as bench.Run.record writes them), field by
+    field, in one phrase; None for a record that the reports and `best` can read."""
+    if not isinstance(record, dict):
+        return "not a measurement record"
+    for fields, optional in ((REQUIRED, False), (OPTIONAL, True)):
+        for name, kind in fields.items():
+            if problem := _type_problem(record, name, kind, optional):
+                return problem
+    return _kind_problem(record)
+
+
 def load(path: str, required: tuple[str, ...] = MEASUREMENT,
-         kind: str = "measurement record") -> Loaded:
-    """Every record of `path`: each line that is a JSON object with the `required` fields. Any
-    other line is named in `problems` (as not JSON, or not a `kind`) and left as it is."""
+         kind: str = "measurement record",
+         check: Callable[[object], str | None] | None = None) -> Loaded:
+    """Every record of `path`: each line that is a JSON object with the `required` fields
+    (and, given `check`, in which it finds no problem). Any other line is named in `problems`
+    (as not JSON, not a `kind`, or what `check` says) and left as it is."""
     loaded = Loaded()
     for where, value, problem in lines(path):
         if problem is None and not (isinstance(value, dict) and all(k in value for k in required)):
             problem = f"not a {kind}"
+        if problem is None and check:
+            problem = check(value)
         if problem:
             loaded.problems.append(f"{where}: {problem}")
         else:
@@ -66,13 +167,51 @@ def load(path: str, required: tuple[str, ...] = MEASUREMENT,
 
 
 def load_and_warn(path: str, warn: Callable[[str], None],
-                  then: str = "the line is kept as it is, and skipped") -> list[dict]:
-    """The measurement records of `path` (see `load`); each line that is not one is passed to
-    `warn` as a warning that names it and ends with what is done about it (`then`)."""
-    loaded = load(path)
+                  then: str = "the line is kept as it is, and skipped",
+                  check: Callable[[object], str | None] | None = None) -> list[dict]:
+    """The records of `path` (see `load`, with `check`); each line that is not one is passed
+    to `warn` as a warning that names it and ends with what is done about it (`then`)."""
+    loaded = load(path, check=check)
+    warn_of(loaded, warn, then)
+    return loaded.records
+
+
+def warn_of(loaded: Loaded, warn: Callable[[str], None],
+            then: str = "the line is kept as it is, and skipped") -> None:
+    """Each problem of `loaded` as a warning that ends with what is done about it (`then`)."""
     for problem in loaded.problems:
         warn(f"warning: {problem}; {then}")
-    return loaded.records
+
+
+def measurements(path: str, warn: Callable[[str], None],
+                 then: str = "the line is kept as it is, and skipped") -> list[dict]:
+    """The measurement records of `path` that pass `measurement_problem`; each other line is
+    named through `warn` (see load_and_warn)."""
+    return load_and_warn(path, warn, then, check=measurement_problem)
+
+
+def check_writable(path: str, what: str, directory: bool = False) -> None:
+    """Refuse, before any work, a `path` that a run could not write (a file appended to, or
+    with `directory`, a directory written into): one under a file, a directory where a file
+    is meant or the other way round, or a place this user or its filesystem will not let be
+    written (tried with a temporary file, which is removed, or by opening an existing file
+    for appending, which changes nothing)."""
+    given, path = path, os.path.abspath(path)
+    if os.path.exists(path) and os.path.isdir(path) != directory:
+        raise RecordsError(f"{what} {given} is {'not ' if directory else ''}a directory")
+    probe = path if os.path.exists(path) and not directory else None
+    parent = path if directory and os.path.isdir(path) else os.path.dirname(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise RecordsError(f"cannot write {what} {given}: {parent} is a file, not a directory")
+    try:
+        if probe:
+            open(probe, "a").close()
+        else:
+            tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise RecordsError(f"cannot write {what} {given}: {e.strerror or e}") from e
 
 
 def append(path: str, record: dict) -> None:
