@@ -214,12 +214,21 @@ def search_results(args):
 def diff(args, wl, found) -> None:
     """--diff OLD NEW: the lowered IR's unified diff (common-subexpression names made stable)
     and a table of the structural facts of both."""
+    from schedules.errors import ScheduleNotApplicable
     from tuning import build
-    from tuning.explore import build_schedule, resolve
+    from tuning.explore import build_schedule, refusal, resolve
 
     target = build.cuda_target(args.arch)
-    (old, new), (a, b) = args.diff, [build_schedule(resolve(wl, name, found, warn), wl, target)
-                                     for name in args.diff]
+
+    def built(name: str) -> build.Built:
+        """The schedule `name` built; refused as a schedule named with its knobs is."""
+        schedule = resolve(wl, name, found, warn)
+        try:
+            return build_schedule(schedule, wl, target)
+        except ScheduleNotApplicable as e:
+            raise refusal(schedule, wl, target, e) from None
+
+    (old, new), (a, b) = args.diff, [built(name) for name in args.diff]
     print(build.unified_diff(*(build.stable_cse_names(build.ir_text(x.lowered)) for x in (a, b)),
                              f"{old} (lowered)", f"{new} (lowered)"))
     if args.show_cuda:

@@ -65,6 +65,27 @@ def run(capsys, *argv):
         (["--schedule", "v6", "--dtype", "float16", "--shape", "256x256x256", "--arch", "sm_75"],
          "error: v6 uses mma.sync m16n8k16 and cp.async, which needs sm_80 or later, not sm_75"),
         (["--arch", "sm_20"], "error: --arch sm_20 is older than any GPU that CUDA 13 builds for"),
+        # knobs set twice or not at all, and TVM's internal checks put in words
+        (["--schedule", "v5k:k_slices=8,k_slices=2"],
+         "error: v5k:k_slices=8,k_slices=2 sets k_slices more than once"),
+        (["--schedule", "v5:"], "error: v5: names no knobs after its ':'"),
+        (["--schedule", "v5k:k_slices=1000000000"], "error: v5k:k_slices=1000000000: v5k cannot be "
+         "scheduled with k_slices=1000000000: a size of 32000000000 is past what TVM's int32 "
+         "indices reach; k_slices values that apply here: 1, 2, 4, 8"),
+        (["--schedule", "v5:block_n=1000000000"], "error: v5:block_n=1000000000: v5 cannot be "
+         "built with block_n=1000000000: a size of 64000000000 is past what TVM's int32 indices "
+         "reach; block_n values that apply here: 32, 64, 128"),
+        # kernels that no GPU could launch, refused at build naming the knob
+        (["--schedule", "v3:tile_x=4096"], "error: v3:tile_x=4096: v3's main_kernel would launch "
+         "blocks of 65536 threads (4096x16x1), over the 1024 a block can have on sm_90a; tile_x "
+         "values that apply here: 1, 2, 4, 8, 16, 32, 64"),
+        (["--schedule", "v2:tile_x=64,tile_y=64"], "error: v2:tile_x=64,tile_y=64: v2's "
+         "main_kernel would launch blocks of 4096 threads (64x64x1), over the 1024"),
+        (["--op", "gemv", "--schedule", "blockreduce:reduce_threads=100000"],
+         "error: blockreduce:reduce_threads=100000: blockreduce's main_kernel would launch "
+         "blocks of 100000 threads"),
+        (["--diff", "v3", "v3:tile_x=4096"], "error: v3:tile_x=4096: v3's main_kernel would "
+         "launch blocks of 65536 threads"),
         (["--arch", "sm_999"], "error: unknown --arch sm_999: no GPU of that arch is known here; "
          "known: sm_75, sm_80"),
         (["--schedule", "v5k", "--records", "no-such-records.jsonl"],
@@ -413,3 +434,20 @@ def test_a_template_search_whose_records_cannot_be_written_is_refused(capsys, tm
     code, _, err = run(capsys, "--tune", "autotvm:v5", "--records", str(tmp_path / "a-file" / "r"))
     assert code == 2 and err == (f"error: cannot write --records {tmp_path}/a-file/r: "
                                  f"{tmp_path}/a-file is a file, not a directory\n")
+
+
+def test_a_kernel_over_the_targets_shared_memory_or_registers_is_refused():
+    from schedules import Workload, get
+    from tuning import build
+
+    hopper, ampere = build.cuda_target("sm_90"), build.cuda_target("sm_80")  # 227, 163 KB
+    wl = Workload("gemm", (4096, 4096, 4096), "float16", layout="nt")
+    lowered = build.lower(get("gemm", "v8").for_workload(wl).apply(wl, hopper), hopper)
+    assert build.launch_refusal(lowered, hopper) is None
+    assert build.launch_refusal(lowered, ampere) == (
+        "main_kernel would need 230464 bytes of shared memory per block, over the 166912 a block "
+        "can have on sm_80")
+    assert build.register_refusal(lowered, {"main_kernel": {"registers": 168}}, hopper) is None
+    assert build.register_refusal(lowered, {"main_kernel": {"registers": 171}}, hopper) == (
+        "main_kernel would need 171 registers x 384 threads = 65664 per block, over the 65536 "
+        "a block has on sm_90a")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ from tvm.tirx import stmt as S
 
 from schedules import common
 from schedules.common import TIRX_KERNEL
-from schedules.errors import BuildFailed, UsageError
+from schedules.errors import BuildFailed, ScheduleNotApplicable, UsageError
 
 from . import lowering
 
@@ -168,9 +169,15 @@ def _lowered(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     return tvm.IRModule(kernels)
 
 
+def _named_kernels(lowered: tvm.IRModule) -> list[tuple[str, tvm.tirx.PrimFunc]]:
+    """The lowered kernels with their names, in name order."""
+    return [(gv.name_hint, fn) for gv, fn in sorted(lowered.functions_items(),
+                                                    key=lambda item: item[0].name_hint)]
+
+
 def _kernels(lowered: tvm.IRModule) -> list[tvm.tirx.PrimFunc]:
     """The lowered kernels, in name order."""
-    return [fn for _, fn in sorted(lowered.functions_items(), key=lambda item: item[0].name_hint)]
+    return [fn for _, fn in _named_kernels(lowered)]
 
 
 def ir_text(lowered: tvm.IRModule) -> str:
@@ -239,13 +246,100 @@ def spilled_bytes(resources: dict | None) -> dict[str, int]:
     return {kernel: n for kernel, n in spilled.items() if n}
 
 
+class Unlaunchable(ScheduleNotApplicable):
+    """A kernel that builds but that no GPU of the target could launch: a block of more
+    threads, shared memory or registers than the target gives one, or a grid past CUDA's."""
+
+
 def lower_and_build(mod: tvm.IRModule, target: Target) -> Built:
-    """Lower, compile and inspect a scheduled module; nvcc rejecting the CUDA is a failure."""
+    """Lower, compile and inspect a scheduled module; nvcc rejecting the CUDA is a failure, and
+    a kernel over the target's launch limits is refused (Unlaunchable): its launch shape and
+    shared memory before it is compiled, its registers once nvcc has counted them."""
     mod, lowered = with_dynamic_shared(mod, target)
+    _refuse(launch_refusal(lowered, target))
     executable = _compiled(mod, target)
     source = cuda_source(executable)
-    return Built(lowered, executable, source, summarize(lowered, source).row(),
-                 nvcc_resources(source, target.attrs["arch"]))
+    resources = nvcc_resources(source, target.attrs["arch"])
+    _refuse(register_refusal(lowered, resources, target))
+    return Built(lowered, executable, source, summarize(lowered, source).row(), resources)
+
+
+def _refuse(reason: str | None) -> None:
+    if reason:
+        raise Unlaunchable(reason)
+
+
+def launch_dims(kernel: tvm.tirx.PrimFunc) -> tuple[dict, dict]:
+    """A lowered kernel's launch: ({blockIdx.*: extent}, {threadIdx.*: extent}), each tag's
+    first binding; an extent is a number, or the text of an expression of a size given at
+    each call."""
+    grid, block = {}, {}
+    for launch in (attr for attr in lowering.find(kernel.body, S.AttrStmt)
+                   if attr.attr_key == "thread_extent"):
+        tag, extent = launch.node.thread_tag, launch.value
+        (grid if tag.startswith("blockIdx") else block).setdefault(
+            tag, int(extent) if isinstance(extent, tvm.tirx.IntImm) else str(extent))
+    return grid, block
+
+
+def _dims(extents: dict, axes: str) -> str:
+    """Extents along x, y, z as '4096x16x1'."""
+    return "x".join(str(extents.get(f"{axes}.{a}", 1)) for a in "xyz")
+
+
+def _threads(block: dict) -> int:
+    """Threads per block of a launch's block extents (its numbers: a block is never sized at
+    the call)."""
+    return math.prod(extent for extent in block.values() if isinstance(extent, int))
+
+
+GRID_LIMITS = {"blockIdx.x": 2 ** 31 - 1, "blockIdx.y": common.MAX_GRID_YZ,
+               "blockIdx.z": common.MAX_GRID_YZ}  # CUDA's, on every GPU since Kepler
+
+
+def launch_refusal(lowered: tvm.IRModule, target: Target) -> str | None:
+    """Why a lowered kernel could not be launched on `target`, in one phrase: more threads per
+    block than its max_num_threads, a grid dimension past CUDA's (where it is a number), more
+    shared memory than its max_shared_memory_per_block, or static shared arrays past the 48 KB
+    CUDA allows them; None where every kernel fits."""
+    arch, threads_limit = target.attrs["arch"], int(target.attrs["max_num_threads"])
+    shared_limit = int(target.attrs["max_shared_memory_per_block"])
+    allocated = tvm.s_tir.analysis.calculate_allocated_bytes(lowered)
+    for name, kernel in _named_kernels(lowered):
+        grid, block = launch_dims(kernel)
+        if _threads(block) > threads_limit:
+            return (f"{name} would launch blocks of {_threads(block)} threads "
+                    f"({_dims(block, 'threadIdx')}), over the {threads_limit} a block can have "
+                    f"on {arch}")
+        over = [f"{tag} {extent} > {GRID_LIMITS[tag]}" for tag, extent in grid.items()
+                if isinstance(extent, int) and extent > GRID_LIMITS.get(tag, extent)]
+        if over:
+            return f"{name} would launch a grid of {_dims(grid, 'blockIdx')} blocks: {over[0]}"
+        scopes = {scope: int(size) for scope, size in allocated.get(name, {}).items()}
+        shared = sum(size for scope, size in scopes.items() if scope.startswith("shared"))
+        if shared > shared_limit:
+            return (f"{name} would need {shared} bytes of shared memory per block, over the "
+                    f"{shared_limit} a block can have on {arch}")
+        if scopes.get("shared", 0) > common.PORTABLE_SHARED_BYTES:
+            return (f"{name} would need {scopes['shared']} bytes of static shared memory, over "
+                    f"the {common.PORTABLE_SHARED_BYTES} CUDA allows static arrays")
+    return None
+
+
+def register_refusal(lowered: tvm.IRModule, resources: dict | None,
+                     target: Target) -> str | None:
+    """Why a kernel's registers (nvcc's count per thread, times its threads per block) could
+    not be launched on `target` (its registers_per_block); None where they fit or nvcc did
+    not count them."""
+    limit = int(target.attrs["registers_per_block"])
+    for name, kernel in _named_kernels(lowered):
+        per_thread = (resources or {}).get(name, {}).get("registers", 0)
+        threads = _threads(launch_dims(kernel)[1])
+        if per_thread * threads > limit:
+            return (f"{name} would need {per_thread} registers x {threads} threads = "
+                    f"{per_thread * threads} per block, over the {limit} a block has on "
+                    f"{target.attrs['arch']}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -275,12 +369,10 @@ def summarize(lowered: tvm.IRModule, source: str) -> KernelSummary:
     """The structural facts of the lowered kernels (read off their IR) and their CUDA source
     (barriers)."""
     grid, block = {}, {}
-    for launch in (attr for fn in _kernels(lowered) for attr in lowering.find(fn.body, S.AttrStmt)
-                   if attr.attr_key == "thread_extent"):
-        tag = launch.node.thread_tag
-        extent = launch.value  # a number, or an expression of a size given at each call
-        (grid if tag.startswith("blockIdx") else block).setdefault(
-            tag, int(extent) if isinstance(extent, tvm.tirx.IntImm) else str(extent))
+    for fn in _kernels(lowered):
+        for found, first in zip(launch_dims(fn), (grid, block)):
+            for tag, extent in found.items():
+                first.setdefault(tag, extent)
     allocated = tvm.s_tir.analysis.calculate_allocated_bytes(lowered)
     shared = sum(
         int(size)

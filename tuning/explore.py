@@ -12,6 +12,7 @@ build. Output goes through `say`, so the command line decides where it is printe
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,9 +74,10 @@ def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str],
         return autotvm.tuned_entry(schedules.get(wl.op, name[len("autotvm:"):]), wl,
                                    records.load_and_warn(found.records, warn), found.records,
                                    found.device)
-    base, _, knobs = name.partition(":")
+    base, colon, knobs = name.partition(":")
     entry = schedules.get(wl.op, base)
-    if knobs:
+    if colon:
+        check_knob_list(name, knobs)
         return entry.with_knobs(knobs, wl)
     if found.records and entry.space and _tuned(records.load_and_warn(found.records, warn), wl,
                                                 entry, found.device):
@@ -83,6 +85,18 @@ def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str],
              f"{wl.label()}: --schedule autotvm:{entry.name} runs the best of them ({entry.name} "
              "alone runs its shape heuristic's knobs)")
     return entry.for_workload(wl)
+
+
+def check_knob_list(name: str, knobs: str) -> None:
+    """Refuse knobs set as 'v5k:' (none named) or twice ('k_slices=8,k_slices=2'), which would
+    otherwise run the rung's own knobs or silently take the last value."""
+    if not knobs:
+        raise UsageError(f"{name} names no knobs after its ':' (e.g. "
+                         f"{name}k=v; --list shows each schedule's knobs)")
+    named = [item.partition("=")[0] for item in knobs.split(",")]
+    twice = sorted({knob for knob in named if named.count(knob) > 1})
+    if twice:
+        raise UsageError(f"{name} sets {', '.join(twice)} more than once")
 
 
 def _tuned(measured: list[dict], wl: Workload, entry, device: str | None) -> bool:
@@ -105,7 +119,7 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
 
     path = found.records or COMMITTED_RECORDS
     searched = records.load_and_warn(path, warn)
-    runs = _timed_runs(wl, records.load_and_warn(found.results, warn) if found.results else [])
+    runs = _timed_runs(wl, records.measurements(found.results, warn) if found.results else [])
     gpu = _this_gpu(wl, found.device, searched, runs)
     sources = " and ".join(filter(None, (found.records or os.path.relpath(path), found.results)))
     here = [r for r in runs if r["gpu"] == gpu]
@@ -255,34 +269,71 @@ def selection(wl: Workload, name: str, found: SearchResults,
 
 
 def refusal(schedule, wl: Workload, target, error: ScheduleNotApplicable) -> ScheduleNotApplicable:
-    """The refusal of a schedule the user named, with the values of each knob they set that
-    would apply to this workload (the other knobs as they set them)."""
+    """The refusal of a schedule the user named, in plain words (plain), with the values of
+    each knob they set that would apply to this workload (the other knobs as they set them)."""
     if not getattr(schedule, "knobs", None):
-        return error
+        return ScheduleNotApplicable(plain(str(error)))
     entry, chosen = schedule.knobs
-    message = f"{schedule.name}: {error}"
+    message = f"{schedule.name}: {plain(str(error))}"
     for knob in chosen:
-        working = entry.values_that_apply(wl, target, chosen, knob)
+        working = _values_that_launch(entry, wl, target, chosen, knob)
         values = ", ".join(str(v).lower() for v in working) or "none of those tried"
         message += f"; {knob} values that apply here: {values}"
     return ScheduleNotApplicable(message)
 
 
+def _values_that_launch(entry, wl: Workload, target, chosen: dict, knob: str) -> list:
+    """The values of `knob` with which `entry` applies to `wl` (values_that_apply, the other
+    knobs as `chosen`) and lowers to kernels within the target's launch limits."""
+    def launches(value) -> bool:
+        try:
+            lowered = build.lower(entry.apply(wl, target, **{**chosen, knob: value}), target)
+        except Exception:  # noqa: BLE001  TVM failing to lower this value: it does not apply
+            return False
+        return build.launch_refusal(lowered, target) is None
+
+    return [value for value in entry.values_that_apply(wl, target, chosen, knob)
+            if launches(value)]
+
+
+# TVM's internal checks, as its C++ states them ("Check failed: (cond) is false: what"), and
+# the one a knob too large for int32 indices trips, in words a user acts on.
+TVM_CHECK = re.compile(r"(InternalError: )?Check failed: .*? is false:\s*")
+INT32_LITERAL = re.compile(r"Literal value (-?\d+) exceeds range of int32")
+
+
+def plain(message: str) -> str:
+    """A message of TVM's with its internal check's condition left out, and an index past
+    int32 said as such."""
+    message = TVM_CHECK.sub("", message)
+    return INT32_LITERAL.sub(r"a size of \1 is past what TVM's int32 indices reach", message)
+
+
 def first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    """An error's first line, in plain words (plain); its type's name where it says nothing."""
+    return plain((str(error).strip().splitlines() or [type(error).__name__])[0])
 
 
 def build_schedule(schedule, wl: Workload, target) -> build.Built:
-    """Apply `schedule` to `wl` and build it. TVM's or nvcc's failure to lower, compile or
-    assemble becomes a BuildFailed naming the schedule (the failure itself is its cause); a
-    refusal or any other ExplorerError passes as it is."""
+    """Apply `schedule` to `wl` and build it. A kernel over the target's launch limits is
+    refused naming the rung; where the user set knobs, TVM's failure to lower or compile is a
+    refusal of those knobs (as ScheduleEntry.apply treats a failed primitive); else it, or
+    nvcc's, becomes a BuildFailed naming the schedule (the failure itself is its cause). Any
+    other refusal or ExplorerError passes as it is."""
+    rung = schedule.knobs[0].name if getattr(schedule, "knobs", None) else schedule.name
     try:
         return build.lower_and_build(schedule.apply(wl, target), target)
+    except build.Unlaunchable as e:
+        raise ScheduleNotApplicable(f"{rung}'s {e}") from None
     except ExplorerError as e:
         if not isinstance(e, BuildFailed):
             raise
         failure = e
     except Exception as e:  # noqa: BLE001  TVM's own failure, whatever its type
+        if getattr(schedule, "knobs", None):
+            settings = ", ".join(f"{k}={v}" for k, v in schedule.knobs[1].items())
+            raise ScheduleNotApplicable(f"{rung} cannot be built with {settings}: "
+                                        f"{first_line(e)}") from None
         failure = e
     raise BuildFailed(f"{schedule.name} failed to build: {first_line(failure)}") from failure
 
@@ -296,13 +347,14 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
     from reports.render import ceilings_text, markdown_table, table_rows, with_ceilings
 
     # read first: a corrupt line is named, never rewritten
-    records.load_and_warn(settings.results, warn,
-                          then="the line is kept as it is and new records are appended")
+    records.measurements(settings.results, warn,
+                         then="the line is kept as it is and new records are appended")
     run = None
     if measure.gpu_present():
         from . import bench
 
         measure.require_memory(wl)  # before anything is built, allocated or written
+        records.check_writable(settings.results, "--results")
         run = bench.Run(flush=settings.flush)
         arch = run.facts["arch"]
         say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")

@@ -135,11 +135,12 @@ def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
     """Build every (shape, schedule in `names`) pair of `suite`, then on a GPU check and time
     them with the baselines, appending each record to settings.results as it is measured.
     Returns the records of this run (none without a GPU)."""
-    records.load_and_warn(settings.results, warn,  # a corrupt line is named, never rewritten
-                          then="the line is kept as it is and new records are appended")
+    records.measurements(settings.results, warn,  # a corrupt line is named, never rewritten
+                         then="the line is kept as it is and new records are appended")
     run = _gpu_run(settings.flush)
     arch = run.facts["arch"] if run else settings.arch
     if run:
+        records.check_writable(settings.results, "--results")  # before hours of building
         say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")
     jobs = [Job(entry.workload, name, arch, export=run is not None)
             for entry in suite.entries for name in names]
