@@ -451,3 +451,22 @@ def test_a_kernel_over_the_targets_shared_memory_or_registers_is_refused():
     assert build.register_refusal(lowered, {"main_kernel": {"registers": 171}}, hopper) == (
         "main_kernel would need 171 registers x 384 threads = 65664 per block, over the 65536 "
         "a block has on sm_90a")
+
+
+def test_a_report_names_and_skips_a_record_without_a_gpu_and_renders_the_rest(capsys, tmp_path):
+    results, _ = results_of_the_seed_run(tmp_path)
+    lines = results.read_text().splitlines()
+    no_gpu = json.loads(lines[1])
+    del no_gpu["gpu"]
+    results.write_text("\n".join([lines[0], json.dumps(no_gpu), *lines[2:]]) + "\n")
+    code, out, err = run(capsys, "--report", str(tmp_path / "r.md"), "--results", str(results))
+    assert code == 0 and err == f"warning: {results}:2: no 'gpu' field; skipped\n"
+    assert "| v3 " in (tmp_path / "r.md").read_text()
+
+
+def test_a_report_of_records_that_all_fail_their_checks_is_one_line(capsys, tmp_path):
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"op": "conv", "schedule": "v3"}\nnot json\n')
+    code, _, err = run(capsys, "--report", str(tmp_path / "r.md"), "--results", str(results))
+    assert code == 2 and err == (f"error: no measurements in {results}: 2 lines skipped, the "
+                                 f"first {results}:1: no 'kind' field\n")

@@ -292,3 +292,39 @@ def test_searches_under_different_shared_memory_limits_are_told_apart():
     assert sorted(_search_name(r) for r in found) == [
         "metaschedule (TVM's rules)",
         "metaschedule (TVM's rules, 227 KB shared)"]
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("shape", "big", 'shape "big" is not a list of dimensions'),
+    ("op", "conv", "unknown op 'conv'; valid ops: gemm, gemv, batched_gemv"),
+    ("shape", [0, 0, 0], "dimensions must be positive, got M=0, N=0, K=0"),
+    ("dtype", "int4", "unknown dtype 'int4'; valid: float32"),
+    ("gpu", None, "no 'gpu' field"),
+    ("kind", "guess", "kind 'guess' is none of rung, tuned, baseline, search, ceiling"),
+    ("timing", {"median_ms": "fast"}, 'timing median_ms "fast" is not a positive time'),
+    ("flush", "sideways", "flush 'sideways' is none of read, write, none"),
+    ("params", [], "params [] is not dict"),
+])
+def test_a_record_with_a_bad_field_is_named_by_line_and_skipped_and_the_rest_renders(
+        tmp_path, field, value, says):
+    path = tmp_path / "results.jsonl"
+    run = seed_run()
+    bad = {**run[1], field: value}
+    if value is None:
+        del bad[field]
+    path.write_text("".join(json.dumps(r) + "\n" for r in [run[0], bad, *run[2:]]))
+    loaded = records.load(str(path), check=records.measurement_problem)
+    assert len(loaded.problems) == 1 and loaded.problems[0].startswith(f"{path}:2: {says}")
+    assert [r["schedule"] for r in loaded.records] == ["naive", "v2", "v3", "dlight", "cublas"]
+    assert "| v3 " in render(loaded.records) and "| v1 " not in render(loaded.records)
+
+
+def test_every_committed_record_passes_its_field_checks():
+    import glob
+    import os
+
+    committed = glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "reports",
+                                       "*.jsonl"))
+    assert committed
+    for path in committed:
+        assert records.load(path, check=records.measurement_problem).problems == []
