@@ -187,19 +187,82 @@ def test_a_template_search_records_each_trial_and_returns_its_summary(tmp_path):
     fastest = min((t for t in trials if t["status"] == "ok"), key=lambda t: t["time_ms"])
     curve, rate = summary.pop("curve"), summary.pop("trials_per_min")
     assert summary == {"schedule": "autotvm:seed_template", "search": "autotvm", "tuner": "grid",
-                       "seed": 0, "params": fastest["config"], "trials": 20, "space": 144}
+                       "seed": 0, "params": fastest["config"], "trials": 20, "space": 144,
+                       "candidates": {"proposed": 20, "refused": 0, "measured": 20}}
     assert len(curve) == 20 and curve[-1] == (20, fastest["time_ms"]) and rate > 0
     assert said[0] == (f"grid search of seed_template (144 configurations) on "
                        f"{SEED_GEMM.label()}: 0 measured before, in {path}")
     assert said[-1].startswith(f"best: {fastest['time_ms']:.4f} ms with {fastest['config']}")
     # a search in which nothing ran correctly fails with the most common reason
-    with pytest.raises(SearchFailed, match="no configuration ran correctly in 4 measured; most "
-                                           "often: misaligned address"):
+    with pytest.raises(SearchFailed, match=re.escape(
+            "no configuration ran correctly in 4 measured (this run: 4 proposed, 0 refused, 4 "
+            "measured); most often: misaligned address")):
         autotvm.search(entry, SEED_GEMM,
                        lambda configs: [Outcome(Status.RUN_FAILED, error="misaligned address")
                                         for _ in configs],
                        path=str(tmp_path / "failing.jsonl"), device="H100", tuner="random",
                        seed=0, trials=4, say=said.append, warn=said.append)
+
+
+# The issue's shape: an xgb search of v8 spent 26 of its 48 trials on settings v8 refuses.
+MEDIUM_M = Workload("gemm", (333, 8192, 8192), "bfloat16", "float32", "nt")
+
+
+@pytest.mark.parametrize("tuner", list(autotvm.TUNERS))
+def test_a_template_search_measures_no_setting_its_rung_refuses_and_counts_them(
+        tuner, tmp_path, target):
+    """Every configuration a tuner proposes is put to v8's refusal check once; a refused one
+    costs no trial and is never measured, and the summary and its last line count what was
+    proposed, refused and measured."""
+    v8 = schedules.get("gemm", "v8")
+    configurations = autotvm.Configurations(v8, MEDIUM_M, target, builder=None, runner=None)
+    asked, measured, said = {}, [], []
+
+    def refusal(config):
+        key = autotvm.config_key(config)
+        assert key not in asked, "asked twice"
+        asked[key] = configurations.refusal(config)
+        return asked[key]
+
+    def measure(configs):
+        measured.extend(configs)
+        return [Outcome(Status.OK, c["block_n"] / c["stages"]) for c in configs]
+
+    summary = autotvm.search(v8, MEDIUM_M, measure, refusal=refusal,
+                             path=str(tmp_path / "at.jsonl"), device="H100", tuner=tuner,
+                             seed=0, trials=40, say=said.append, warn=said.append)
+    for config in measured:  # raises if v8 refuses a measured setting
+        v8.refuse(MEDIUM_M, **v8.defaults_for(MEDIUM_M, config))
+    refused = sum(why is not None for why in asked.values())
+    assert refused and all(why.startswith("v8") for why in asked.values() if why)
+    assert len(measured) == 40 and all(asked[autotvm.config_key(c)] is None for c in measured)
+    assert summary["candidates"] == {"proposed": len(asked), "refused": refused, "measured": 40}
+    assert f"this run: {len(asked)} proposed, {refused} refused, 40 measured" in said[-1]
+    assert len(records.load(str(tmp_path / "at.jsonl")).records) == 40  # refusals: no trial
+
+
+def test_a_template_search_of_a_rung_that_refuses_the_workload_is_refused_at_once(target):
+    with pytest.raises(UsageError, match=re.escape(
+            "autotvm:v8: v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, "
+            "not float32")):
+        autotvm.Configurations(schedules.get("gemm", "v8"), SEED_GEMM, target, None, None)
+
+
+def test_a_template_without_a_refusal_check_is_applied_once_for_check_and_build(
+        target, monkeypatch):
+    """seed_template refuses by applying: the module its check applied is the one built."""
+    entry = schedules.get("gemm", "seed_template")
+    configurations = autotvm.Configurations(entry, SEED_GEMM, target, None, None)
+    grid = recorded_grid("seed_template")
+    refused = next(c for c in SEED_SPACE.configs() if grid[autotvm.config_key(c)].status == "invalid")
+    taken = entry.own_choice(SEED_GEMM)
+    assert configurations.refusal(refused) and configurations.refusal(taken) is None
+    built = []
+    monkeypatch.setattr(candidates, "measure_modules",
+                        lambda mods, *_: built.extend(mods) or [Outcome(Status.OK, 1.0)])
+    kept = configurations.applied[autotvm.config_key(taken)]
+    assert configurations.measure([taken]) == [Outcome(Status.OK, 1.0)]
+    assert built == [kept] and configurations.applied == {}
 
 
 def test_whose_template_records_apply(monkeypatch):
@@ -362,8 +425,11 @@ def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tm
     assert summary == {"schedule": "metaschedule", "search": "metaschedule",
                        "tuner": "evolutionary", "params": {"work_dir": str(work_dir)},
                        "rules": "TVM's rules", "seed": 0, "trials": 4,
+                       "candidates": {"proposed": 4, "refused": 0, "measured": 4},
                        "trials_per_min": metaschedule.trials_per_minute(str(work_dir)),
                        "kind": "search", "status": "ok"}
+    assert any(line.startswith("best: ") and "; this run: 4 proposed, 0 refused, 4 measured, "
+               in line for line in said)
     assert [n for n, _ in curve] == [1, 2, 3, 4] and curve[-1][1] > 0
     assert said[-1] == f"saved best_trace.txt and best_module.txt in {work_dir}"
     landed = [i for i, line in enumerate(said) if re.match(r"  \[[1-4]/4\] \d+\.\d{4} ms; best so far", line)]
@@ -644,7 +710,8 @@ def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
 def _recorded_metaschedule_search(tmp_path, trials: int, seed: int):
     """MetaSchedule over seed_template's knob space on the seed GEMM, each candidate "built"
     into its realized module's structural hash and "run" as the H100 grid search measured
-    that setting. Returns the work dir and the settings measured, in order."""
+    that setting. Returns the work dir, the target, the settings measured, in order, and the
+    search's summary."""
     import tempfile
 
     import tvm_ffi
@@ -693,9 +760,9 @@ def _recorded_metaschedule_search(tmp_path, trials: int, seed: int):
             return [Landed(grid[key]) for key in keys]
 
     work_dir = str(tmp_path / "ms")
-    metaschedule.search(SEED_GEMM, target, work_dir, trials, "seed_template", Hashing(),
-                        Replaying(), seed=seed, say=lambda line: None)
-    return work_dir, target, measured
+    summary = metaschedule.search(SEED_GEMM, target, work_dir, trials, "seed_template",
+                                  Hashing(), Replaying(), seed=seed, say=lambda line: None)
+    return work_dir, target, measured, summary
 
 
 def test_a_schedules_own_choice_is_its_spaces_knobs_for_the_shape_or_none():
@@ -729,7 +796,8 @@ def test_metaschedule_searches_a_rungs_knob_space_and_its_database_gives_the_run
     best_ms = min(o.time_ms for o in grid.values() if o.status == "ok")
     own = _seed_template_own_choice()
     for seed in range(3):
-        work_dir, target, measured = _recorded_metaschedule_search(tmp_path / str(seed), 64, seed)
+        work_dir, target, measured, _ = _recorded_metaschedule_search(tmp_path / str(seed), 64,
+                                                                      seed)
         assert measured[0] == own, f"seed {seed}"
         assert len(measured) == len(set(measured)) == 64, f"seed {seed}"
         assert all(grid[key].status != "invalid" for key in measured), f"seed {seed}"
@@ -742,14 +810,37 @@ def test_metaschedule_searches_a_rungs_knob_space_and_its_database_gives_the_run
 
 
 def test_a_one_trial_metaschedule_search_of_a_rung_space_measures_the_rungs_own_choice(tmp_path):
-    _, _, measured = _recorded_metaschedule_search(tmp_path, 1, 0)
+    _, _, measured, _ = _recorded_metaschedule_search(tmp_path, 1, 0)
     assert measured == [_seed_template_own_choice()]
 
 
 def test_a_metaschedule_search_of_a_rung_space_ends_when_the_space_does(tmp_path):
     """200 trials asked of 108 settings that apply: each is measured once, then it stops."""
-    _, _, measured = _recorded_metaschedule_search(tmp_path, 200, 0)
+    _, _, measured, _ = _recorded_metaschedule_search(tmp_path, 200, 0)
     assert len(measured) == len(set(measured)) == 108
+
+
+def test_a_metaschedule_search_of_a_rung_space_counts_what_it_proposed_refused_and_measured(
+        tmp_path, monkeypatch):
+    """Each setting its search draws is put to the rung's refusal check once (seed_template's:
+    applying it); the summary counts those settings, those refused (none of them measured)
+    and those measured."""
+    from tuning import rungspace
+
+    real, asked = candidates.refusal, {}
+
+    def recording(entry, wl, knobs, apply):
+        key = autotvm.config_key(knobs)
+        assert key not in asked, "asked twice"
+        refused = real(entry, wl, knobs, apply)
+        asked[key] = refused is not None
+        return refused
+
+    monkeypatch.setattr(rungspace.candidates, "refusal", recording)
+    _, _, measured, summary = _recorded_metaschedule_search(tmp_path, 40, 0)
+    refused = sum(asked.values())
+    assert len(measured) == 40 and refused and not any(asked[key] for key in measured)
+    assert summary["candidates"] == {"proposed": len(asked), "refused": refused, "measured": 40}
 
 
 def _v8_rungs():

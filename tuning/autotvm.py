@@ -8,6 +8,10 @@ proposes the next batch of configurations from what has been measured so far:
   xgb     AutoTVM's XGBTuner in small: after a random warm-up, an XGBoost model of knob features
           -> log speed, trained on every measured configuration (failures count as slow), ranks
           all unmeasured configurations and the batch is its best, with a few random ones.
+Each configuration a tuner proposes is first put to the template's refusal check (its `refuse`
+where it declares one, else applying it): a refused one is passed over, costs no trial and is
+not recorded, and the tuner proposes the next instead; a search counts, and its summary says,
+how many it proposed, how many were refused and how many were measured.
 Each measured configuration becomes one JSON line of the records file the moment it is measured,
 so an interrupted search loses nothing measured and the next run resumes. A search is one
 (workload, template, device, tuner, seed): grid, random and xgb keep separate histories on the
@@ -24,7 +28,7 @@ import math
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -34,8 +38,9 @@ from schedules.errors import RecordsError, ScheduleNotApplicable, SearchFailed, 
 from schedules.registry import ScheduleEntry
 from schedules.workloads import Workload
 
+from . import candidates
 from . import records as store
-from .candidates import Outcome, Status
+from .candidates import Counts, Outcome, Status
 
 
 BATCH = 16  # configurations built in parallel, then run one after another
@@ -87,14 +92,35 @@ def _unmeasured(configs: list[dict], history: History) -> list[dict]:
     return [c for c in configs if config_key(c) not in history]
 
 
+def _taken(config: dict) -> bool:
+    """A tuner's `takes` where nothing is refused."""
+    return True
+
+
+def _first_taken(ordered: list[dict], n: int, takes: Callable[[dict], bool]
+                 ) -> tuple[list[dict], list[dict]]:
+    """The first `n` configurations of `ordered` that `takes` accepts, and those after the last
+    one it was asked about."""
+    chosen = []
+    for at, config in enumerate(ordered):
+        if len(chosen) == n:
+            return chosen, ordered[at:]
+        if takes(config):
+            chosen.append(config)
+    return chosen, []
+
+
 class GridTuner:
     """Every configuration, in the space's order."""
 
     def __init__(self, seed: int = 0):
         pass
 
-    def propose(self, space: Space, configs: list[dict], history: History, n: int) -> list[dict]:
-        return _unmeasured(configs, history)[:n]
+    def propose(self, space: Space, configs: list[dict], history: History, n: int,
+                takes: Callable[[dict], bool] = _taken) -> list[dict]:
+        """The next `n` unmeasured configurations that `takes` accepts (tune's refusal check:
+        one it refuses is passed over, and asked about once)."""
+        return _first_taken(_unmeasured(configs, history), n, takes)[0]
 
 
 class RandomTuner:
@@ -103,9 +129,21 @@ class RandomTuner:
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
 
-    def propose(self, space: Space, configs: list[dict], history: History, n: int) -> list[dict]:
-        left = _unmeasured(configs, history)
-        return self.rng.sample(left, min(n, len(left)))
+    def propose(self, space: Space, configs: list[dict], history: History, n: int,
+                takes: Callable[[dict], bool] = _taken) -> list[dict]:
+        return self._draw(_unmeasured(configs, history), n, takes)
+
+    def _draw(self, left: list[dict], n: int, takes: Callable[[dict], bool]) -> list[dict]:
+        """Up to `n` of `left` at random that `takes` accepts, each asked about once: drawn as
+        many at a time as are still wanted, so that where all are taken it is one sample of
+        `n` (the same seed, the same order)."""
+        chosen: list[dict] = []
+        while len(chosen) < n and left:
+            drawn = self.rng.sample(left, min(n - len(chosen), len(left)))
+            chosen += filter(takes, drawn)
+            asked = {id(config) for config in drawn}
+            left = [config for config in left if id(config) not in asked]
+        return chosen
 
 
 class XGBTuner(RandomTuner):
@@ -116,11 +154,15 @@ class XGBTuner(RandomTuner):
         super().__init__(seed)
         self.seed, self.warmup, self.explore = seed, warmup, explore
 
-    def propose(self, space: Space, configs: list[dict], history: History, n: int) -> list[dict]:
+    def propose(self, space: Space, configs: list[dict], history: History, n: int,
+                takes: Callable[[dict], bool] = _taken) -> list[dict]:
+        """The model's `n` best that `takes` accepts, `explore` of them drawn at random from
+        the rest instead."""
         left = _unmeasured(configs, history)
         speeds = {k: -math.log(o.time_ms) for k, o in history.items() if o.status == Status.OK}
         if len(history) < self.warmup or not speeds:  # the model's first data: a small batch
-            return super().propose(space, configs, history, min(n, max(1, self.warmup - len(history))))
+            return super().propose(space, configs, history,
+                                   min(n, max(1, self.warmup - len(history))), takes)
         import numpy as np
         import xgboost
 
@@ -132,10 +174,8 @@ class XGBTuner(RandomTuner):
         model = xgboost.train(params, xgboost.DMatrix(features, label=target), num_boost_round=100)
         scores = model.predict(xgboost.DMatrix(np.array([space.features(c) for c in left])))
         ranked = [left[i] for i in np.argsort(-scores, kind="stable")]
-        explored = min(len(ranked) - min(n, len(ranked)), int(n * self.explore))
-        chosen = ranked[: min(n, len(ranked)) - explored]
-        rest = ranked[len(chosen):]
-        return chosen + self.rng.sample(rest, explored)
+        chosen, rest = _first_taken(ranked, n - int(n * self.explore), takes)
+        return chosen + self._draw(rest, n - len(chosen), takes)
 
 
 TUNERS = {"grid": GridTuner, "random": RandomTuner, "xgb": XGBTuner}
@@ -144,46 +184,88 @@ DEFAULT_TUNER = "xgb"
 
 def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], history: History,
          trials: int, batch_size: int, on_measured: Callable[[dict, Outcome], None],
-         first: tuple[dict, ...] = ()) -> int:
+         first: tuple[dict, ...] = (),
+         refusal: Callable[[dict], str | None] | None = None) -> Counts:
     """Measure up to `trials` configurations that `history` does not hold yet, `batch_size` at a
     time: those of `first` (in one batch), then in the order `tuner` proposes; `on_measured`
-    sees (and records) each as it comes. Returns how many were measured: fewer than `trials`
-    when the space runs out."""
-    configs = space.configs()
-    done = 0
-    opening = [c for c in first if config_key(c) not in history][:trials]
-    for config, outcome in zip(opening, measure(opening) if opening else []):
-        history[config_key(config)] = outcome
-        on_measured(config, outcome)
-        done += 1
-    while done < trials:
-        batch = tuner.propose(space, configs, history, min(batch_size, trials - done))
-        if not batch:
-            break
-        for config, outcome in zip(batch, measure(batch)):
+    sees (and records) each as it comes. Each proposed configuration is first put to `refusal`
+    (the template's check: why it refuses it, or None): a refused one is neither measured nor
+    proposed again, and costs no trial. Returns what was proposed, refused and measured: fewer
+    than `trials` measured when the space runs out."""
+    counts, refused = Counts(), set()
+
+    def takes(config: dict) -> bool:
+        counts.proposed += 1
+        if refusal is None or refusal(config) is None:
+            return True
+        counts.refused += 1
+        refused.add(config_key(config))
+        return False
+
+    def run(batch: list[dict]) -> None:
+        for config, outcome in zip(batch, measure(batch) if batch else []):
             history[config_key(config)] = outcome
             on_measured(config, outcome)
-            done += 1
-    return done
+            counts.measured += 1
+
+    configs = space.configs()
+    run([c for c in first if config_key(c) not in history and takes(c)][:trials])
+    while counts.measured < trials:
+        if refused:  # out of the tuners' sight
+            configs = [c for c in configs if config_key(c) not in refused]
+            refused.clear()
+        batch = tuner.propose(space, configs, history, min(batch_size, trials - counts.measured),
+                              takes)
+        if not batch:
+            break
+        run(batch)
+    return counts
 
 
-def measure_with(entry: ScheduleEntry, wl: Workload, target, builder, runner):
-    """measure(configs) -> outcomes: schedule each configuration (a refusal is invalid), then
-    build and run the batch through the builder (a WarmBuilder) and runner."""
-    from .candidates import measure_modules
+class Configurations:
+    """A template's configurations on one workload for one target: each put to the template's
+    refusal check before anything is built (`refusal`), then measured in batches (`measure`)
+    through a WarmBuilder and a runner. A template that does not take the workload with its
+    own knobs is refused at once (candidates.refuse_unless_taken)."""
 
-    def measure(configs: list[dict]) -> list[Outcome]:
-        mods = []
+    def __init__(self, entry: ScheduleEntry, wl: Workload, target, builder, runner):
+        candidates.refuse_unless_taken(entry, wl, target, f"autotvm:{entry.name}")
+        self.entry, self.wl, self.target = entry, wl, target
+        self.builder, self.runner = builder, runner
+        self.applied: dict[str, object] = {}  # config key -> _apply's, until it is measured
+
+    def refusal(self, config: dict) -> str | None:
+        """Why the template refuses `config` here, or None (candidates.refusal: a template
+        without a `refuse` check is applied, and the module kept for its build)."""
+        refused = candidates.refusal(self.entry, self.wl, config, self._apply)
+        if refused is None:
+            return None
+        self.applied.pop(config_key(config), None)
+        return str(refused)
+
+    def measure(self, configs: list[dict]) -> list[Outcome]:
+        """Build and run each configuration: one the template refuses after all is invalid,
+        one it fails to schedule build_failed (that candidate's failure alone)."""
+        applied = [self._apply(config) for config in configs]
         for config in configs:
-            try:
-                mods.append(entry.apply(wl, target, **config))
-            except ScheduleNotApplicable as e:
-                mods.append(Outcome(Status.INVALID, error=str(e)))
-            except Exception as e:  # noqa: BLE001  a schedule error is this candidate's failure
-                mods.append(Outcome(Status.BUILD_FAILED, error=f"{type(e).__name__}: {e}"[:500]))
-        return measure_modules(mods, target, builder, runner)
+            self.applied.pop(config_key(config))
+        return candidates.measure_modules(
+            [Outcome(Status.INVALID, error=str(a)) if isinstance(a, ScheduleNotApplicable) else a
+             for a in applied], self.target, self.builder, self.runner)
 
-    return measure
+    def _apply(self, config: dict):
+        """The template applied with `config`, kept until it is measured: its module, its
+        refusal (ScheduleNotApplicable), or the build_failed Outcome of a schedule error."""
+        key = config_key(config)
+        if key not in self.applied:
+            try:
+                self.applied[key] = self.entry.apply(self.wl, self.target, **config)
+            except ScheduleNotApplicable as refused:
+                self.applied[key] = refused
+            except Exception as e:  # noqa: BLE001  a schedule error is this candidate's failure
+                self.applied[key] = Outcome(Status.BUILD_FAILED,
+                                            error=f"{type(e).__name__}: {e}"[:500])
+        return self.applied[key]
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -287,11 +369,13 @@ def records_device(rpc_tracker: str | None, rpc_key: str | None, asked: str | No
 
 def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], list[Outcome]], *,
            path: str, device: str, tuner: str, seed: int, trials: int,
+           refusal: Callable[[dict], str | None] | None = None,
            say: Callable[[str], None] = print, warn: Callable[[str], None] = print) -> dict:
     """Search `entry`'s space on `wl` with `tuner`, resuming from the records at `path` of the
-    same search on `device`; each measured configuration is appended there as it comes and said.
-    Returns the search's summary record. A search with no correct configuration fails, with the
-    most common reason.
+    same search on `device`; each measured configuration is appended there as it comes and said,
+    and each the template's `refusal` check refuses is passed over (Configurations.refusal).
+    Returns the search's summary record, with what this run proposed, refused and measured
+    (`candidates`). A search with no correct configuration fails, with the most common reason.
 
     The rung's own configuration for `wl` (its defaults as its shape heuristic sets them) is
     measured first where the space holds it: records override that heuristic (`--schedule
@@ -318,18 +402,20 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
             f"{60 * (trial[0] - before) / max(elapsed, 1e-9):.1f} trials/min")
 
     own = entry.own_choice(wl)
-    new = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured,
-               first=() if own is None else (own,))
-    if new < trials:
-        say(f"the space is exhausted: {new} new configurations measured")
+    counts = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured,
+                  first=() if own is None else (own,), refusal=refusal)
+    if counts.measured < trials:
+        say(f"the space is exhausted: {counts.measured} new configurations measured")
     found = best(history)
     if found is None:
         reasons = Counter(o.error or o.status for o in history.values())
-        raise SearchFailed(f"no configuration ran correctly in {len(history)} measured; most "
-                           f"often: {reasons.most_common(1)[0][0] if reasons else 'none ran'}")
-    rate = 60 * new / (time.time() - start)
-    say(f"best: {found[1]:.4f} ms with {found[0]} ({len(history)} measured; "
-        f"{rate:.1f} trials/min this run)")
+        raise SearchFailed(f"no configuration ran correctly in {len(history)} measured (this "
+                           f"run: {counts}); most often: "
+                           f"{reasons.most_common(1)[0][0] if reasons else 'none ran'}")
+    rate = 60 * counts.measured / (time.time() - start)
+    say(f"best: {found[1]:.4f} ms with {found[0]} ({len(history)} measured; this run: {counts}, "
+        f"{rate:.1f} trials/min)")
     return {"schedule": f"autotvm:{entry.name}", "search": "autotvm", "tuner": tuner,
             "seed": seed, "params": found[0], "trials": len(history), "space": len(space),
-            "trials_per_min": rate, "curve": curve(store.load(path).records, key)}
+            "candidates": asdict(counts), "trials_per_min": rate,
+            "curve": curve(store.load(path).records, key)}

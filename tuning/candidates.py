@@ -41,7 +41,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-from schedules.errors import UsageError
+from schedules.errors import ScheduleNotApplicable, UsageError
+from schedules.registry import ScheduleEntry
 from schedules.workloads import Workload
 
 from . import build, measure
@@ -437,6 +438,49 @@ class Outcome:
     status: Status
     time_ms: float | None = None
     error: str | None = None
+
+
+@dataclass
+class Counts:
+    """What a search did with its candidates in one run: the settings it proposed (each put to
+    the rung's refusal check: a template tuner's proposals; over rung spaces, every setting
+    MetaSchedule's search drew, most never chosen for measuring; over TVM's rules, which have
+    no such check, those it measured), how many of them the check refused (never built nor
+    measured), and how many it measured (built and run, a failure included)."""
+
+    proposed: int = 0
+    refused: int = 0
+    measured: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.proposed} proposed, {self.refused} refused, {self.measured} measured"
+
+
+def refusal(entry: ScheduleEntry, wl: Workload, knobs: dict,
+            apply: Callable[[dict], object]) -> ScheduleNotApplicable | None:
+    """Why `entry` refuses `knobs` on `wl` (None where it takes them), asked before anything is
+    built: by the schedule's own `refuse` check where it declares one (v8 builds a whole kernel
+    to apply, 0.1 s, where its check takes 40 us), else by `apply(knobs)`: the caller's, which
+    returns the module or the refusal (and may keep the module for the build)."""
+    if entry.refuse is None:
+        applied = apply(knobs)
+        return applied if isinstance(applied, ScheduleNotApplicable) else None
+    try:
+        entry.refuse(wl, **entry.defaults_for(wl, knobs))
+    except ScheduleNotApplicable as refused:
+        return refused
+    return None
+
+
+def refuse_unless_taken(entry: ScheduleEntry, wl: Workload, target: tvm.target.Target,
+                        search: str) -> None:
+    """Refuse `search` of `entry`'s space on `wl` in one line, with the rung's reason, where the
+    rung does not take `wl` with its own knobs (another dtype, rows TMA cannot load): no
+    setting of its space would, and the search would only propose settings to refuse."""
+    try:
+        entry.apply(wl, target)
+    except ScheduleNotApplicable as refused:
+        raise UsageError(f"{search}: {refused}") from None
 
 
 def runner_result(outcome: Outcome) -> ms.runner.RunnerResult:

@@ -19,6 +19,7 @@ import sys
 import time
 import types
 from collections import Counter
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -31,7 +32,7 @@ from schedules.errors import RecordsError, SearchFailed, UsageError
 from schedules.workloads import Workload
 
 from . import records, rungspace
-from .candidates import error_summary, mean_ms
+from .candidates import Counts, error_summary, mean_ms
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 PROGRESS = "progress.jsonl"
@@ -406,8 +407,10 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
            builder, runner, seed: int = 0, say: Callable[[str], None] = print) -> dict:
     """Run `trials` new MetaSchedule trials on `wl` over the design space `space` (see SPACES)
     into `work_dir`, then say the best and save it (BEST_TRACE, BEST_MODULE); returns the
-    search's summary record. A search with no correct candidate at all fails, with the most
-    common reason."""
+    search's summary record, with what this run proposed, refused and measured (`candidates`:
+    over rung spaces, the settings drawn and those the rungs refused before anything was built;
+    TVM's rules have no refusal check). A search with no correct candidate at all fails, with
+    the most common reason."""
     check_work_dir(work_dir, must_exist=False)
     os.makedirs(work_dir, exist_ok=True)
     database = open_database(work_dir)
@@ -423,7 +426,7 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     callback, state = _progress_callback(work_dir, session, say, builder)
     mod = tvm.IRModule({"main": wl.prim_func()})
     tensor_cores = uses_tensor_cores(wl, target)
-    cost_model, strategy, first = "xgb", "evolutionary", []
+    cost_model, strategy, first, rungs = "xgb", "evolutionary", [], None
     if space in SPACES:
         rules = SPACES[space] + (" + tensor cores" if tensor_cores else "")
     else:
@@ -452,20 +455,22 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
                     measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
                     space=generator, seed=seed)
     elapsed = time.time() - state["start"]
+    counts = rungs.counts(state["new"]) if rungs else Counts(state["new"], 0, state["new"])
     found = save_best(wl, target, work_dir, database)
     if found is None:
         errors = state["errors"].most_common(1)
-        raise SearchFailed(f"no candidate ran correctly in {state['new']} trials; most often: "
+        raise SearchFailed(f"no candidate ran correctly in {state['new']} trials (this run: "
+                           f"{counts}); most often: "
                            f"{errors[0][0] if errors else 'nothing was measured'}")
     best_ms, trace = found
-    say(f"best: {best_ms:.4f} ms after {state['trials']} trials; "
-        f"{60 * state['new'] / elapsed:.1f} trials/min this run")
+    say(f"best: {best_ms:.4f} ms after {state['trials']} trials; this run: {counts}, "
+        f"{60 * state['new'] / elapsed:.1f} trials/min")
     say("# best schedule's trace:\n" + trace)
     say(f"saved {BEST_TRACE} and {BEST_MODULE} in {work_dir}")
     return {"schedule": "metaschedule", "search": "metaschedule", "tuner": "evolutionary",
             "params": {"work_dir": work_dir}, "rules": rules, "seed": seed,
-            **shared_limit(target),
-            "trials": state["trials"], "trials_per_min": trials_per_minute(work_dir),
+            **shared_limit(target), "trials": state["trials"], "candidates": asdict(counts),
+            "trials_per_min": trials_per_minute(work_dir),
             "curve": curve(work_dir)}
 
 

@@ -6,7 +6,8 @@ annotation of the root block. So a candidate's trace is the knob values as MetaS
 decisions: the evolutionary search mutates them (ChangeKnob), TVM's database keeps them, and a
 record replayed gives the same knobs back. What a candidate stands for is the rung applied with
 those knobs (`Rungs.realize`, cached per setting): postprocessing drops the settings the rung
-refuses (RungApplies; by the rung's `refuse` check where it has one, without building), the
+refuses (RungApplies; by the rung's `refuse` check where it has one, without building), each
+setting asked once and counted (Rungs.counts: what the search proposed and what was refused), the
 builder builds the rung's module (RungBuilder), and the XGBoost cost model reads the knobs
 (KnobFeatures: log2 of sizes, as the template tuner's xgb does, since the annotated workload's
 IR is the same for every candidate). The rungs' own choices for the shape are measured first
@@ -24,10 +25,11 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 import schedules
-from schedules.errors import ScheduleNotApplicable, UsageError
+from schedules.errors import ScheduleNotApplicable
 from schedules.registry import ScheduleEntry
 from schedules.workloads import Workload
 
+from . import candidates
 from .autotvm import Space
 
 RUNG = "explorer.rung"  # root block annotation: the rung a candidate stands for
@@ -87,14 +89,12 @@ class Rungs:
         self.entries = {e.name: e for e in entries_}
         self.wl, self.target = wl, target
         self.applied: dict = {}  # (rung, codes) -> its module, or the refusal
+        self.taken: dict = {}  # (rung, codes) -> whether the rung takes them: each setting asked
         # MetaSchedule postprocesses in several threads; a rung is applied by one at a time
         # (v7 registers its wgmma intrinsic if it is not yet: two threads both found it not)
         self.lock = threading.Lock()
         for entry in entries_:
-            try:
-                entry.apply(wl, target)
-            except ScheduleNotApplicable as refused:
-                raise UsageError(f"design space {entry.name}: {refused}") from None
+            candidates.refuse_unless_taken(entry, wl, target, f"design space {entry.name}")
 
     def apply(self, name: str, codes: dict):
         """The rung's module with the knobs `codes` stand for, or the ScheduleNotApplicable
@@ -110,17 +110,21 @@ class Rungs:
             return self.applied[key]
 
     def takes(self, name: str, codes: dict) -> bool:
-        """Whether the rung takes the knobs `codes` stand for: by its `refuse` check where it
-        has one (v8 builds a whole kernel to apply: 0.1 s, and a search's population asks
-        hundreds of settings a batch), else by applying it."""
-        entry = self.entries[name]
-        if entry.refuse is None:
-            return not isinstance(self.apply(name, codes), ScheduleNotApplicable)
-        try:
-            entry.refuse(self.wl, **entry.defaults_for(self.wl, self._decoded(name, codes)))
-        except ScheduleNotApplicable:
-            return False
-        return True
+        """Whether the rung takes the knobs `codes` stand for (candidates.refusal: by its
+        `refuse` check where it has one, since a search's population asks hundreds of settings
+        a batch, else by applying it), asked once per setting and counted (`counts`)."""
+        key = (name, tuple(sorted(codes.items())))
+        if key not in self.taken:
+            refused = candidates.refusal(self.entries[name], self.wl, self._decoded(name, codes),
+                                         lambda _: self.apply(name, codes))
+            with self.lock:
+                self.taken.setdefault(key, refused is None)
+        return self.taken[key]
+
+    def counts(self, measured: int) -> candidates.Counts:
+        """The settings the search proposed (asked `takes` about), those refused, and the
+        `measured` it says it measured."""
+        return candidates.Counts(len(self.taken), list(self.taken.values()).count(False), measured)
 
     def _decoded(self, name: str, codes: dict) -> dict:
         entry = self.entries[name]

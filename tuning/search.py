@@ -100,8 +100,9 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
         autotvm.Space.of(entry)  # a schedule without a space is refused before any work
 
         def template_search(target, builder, runner):
+            configurations = autotvm.Configurations(entry, wl, target, builder, runner)
             return autotvm.search(
-                entry, wl, autotvm.measure_with(entry, wl, target, builder, runner),
+                entry, wl, configurations.measure, refusal=configurations.refusal,
                 path=request.records, device=request.device, tuner=tuner,
                 seed=request.seed, trials=request.trials, say=say, warn=warn)
 
