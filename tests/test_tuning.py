@@ -566,7 +566,12 @@ def test_progress_is_read_past_a_line_cut_short_by_a_kill(tmp_path):
 
 
 def test_ctrl_c_keeps_every_measured_record_and_the_next_run_resumes(tmp_path):
+    """Ctrl-C as a terminal sends it, to the whole process group (the search and its build and
+    run workers), as the first batch ends: the next batch, in flight, finishes and is kept, none
+    of it recorded as failed by a worker the signal ended (3 were, "Subprocess terminated",
+    which a resume never measures again), and the counts printed are the database's."""
     import signal
+    import threading
     import time
 
     work_dir = tmp_path / "ms"
@@ -574,23 +579,53 @@ def test_ctrl_c_keeps_every_measured_record_and_the_next_run_resumes(tmp_path):
                "--target", "llvm", "--shape", "32x32x32", "--work-dir", str(work_dir),
                "--results", str(tmp_path / "results.jsonl")]
     search = subprocess.Popen([*command, "--trials", "96"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out_lines = []
+    reader = threading.Thread(target=lambda: out_lines.extend(search.stdout), daemon=True)
+    reader.start()
     deadline = time.time() + 300
-    while len(metaschedule.read_progress(str(work_dir))) < 32 and time.time() < deadline:
-        time.sleep(0.5)  # the first batch of 32 is measured; the second is under way
-    search.send_signal(signal.SIGINT)
-    out, err = search.communicate(timeout=300)
+    while not any(line.startswith("  trials 32 new") for line in out_lines) \
+            and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(search.pid, signal.SIGINT)
+    search.wait(timeout=300)
+    reader.join(timeout=10)
+    out, err = "".join(out_lines), search.stderr.read()
     assert search.returncode == 130 and "stopping after this batch" in out
     assert err.strip().splitlines() == [
         f"interrupted: everything measured so far is kept in {work_dir}; "
         "run the same command again to resume"]
     kept = _database_lines(work_dir)
+    progress = metaschedule.read_progress(str(work_dir))
+    assert not [p["error"] for p in progress if "terminated" in (p["error"] or "")]
     # The batch in flight finished and was kept. (A batch can hold fewer than 32 candidates
     # when the evolutionary search finds fewer new ones, so count what the search reported.)
     reported = int(re.findall(r"trials \d+ new, (\d+) in all", out)[-1])
-    assert kept == reported == len(metaschedule.read_progress(str(work_dir))) and kept > 32
+    landed = int(re.findall(r"^  \[(\d+)/96\]", out, re.M)[-1])
+    assert kept == reported == landed == len(progress) > 32
     assert subprocess.run([*command, "--trials", "4"], capture_output=True).returncode == 0
     assert _database_lines(work_dir) == len(metaschedule.read_progress(str(work_dir))) > kept
+
+
+@pytest.mark.parametrize("worker", ["builder", "cpu runner", "gpu runner"])
+def test_the_search_workers_outlive_a_ctrl_c(worker):
+    """A terminal's Ctrl-C reaches every process of the group: each worker kind ignores it
+    (the search stops itself after the batch in flight), and the next candidate runs in the
+    same worker."""
+    import signal
+    import time
+
+    owner = {"builder": lambda: candidates.WarmBuilder(max_workers=1),
+             "cpu runner": lambda: candidates.local_runner("cpu", SEED_GEMM),
+             "gpu runner": lambda: candidates.CheckingRunner(SEED_GEMM)}[worker]()
+    pool = owner._pool(tensor_intrinsics=False) if worker == "builder" else owner.pool
+    try:
+        pid = pool.submit(os.getpid).result()
+        os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)  # the signal lands while the worker waits for its next task
+        assert pool.submit(os.getpid).result() == pid
+    finally:
+        candidates.shut_down(owner)
 
 
 @pytest.mark.parametrize("line, says", [

@@ -29,6 +29,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import struct
 import time
@@ -54,10 +55,20 @@ TRACKER_TIMEOUT_S = 5.0  # check_rpc: the longest a tracker may take to connect 
 
 TENSOR_INTRINSICS = "tvm.s_tir.tensor_intrin.cuda"
 
+# Every worker's start: Ctrl-C is ignored. A terminal sends it to the whole process group, and
+# a worker it ended left its candidate in flight recorded as failed ("Subprocess terminated",
+# 1e10 s in MetaSchedule's database), which a resumed search never measures again. The search
+# handles Ctrl-C itself (MetaSchedule finishes the batch in flight; the template tuner stops),
+# and shut_down ends the workers. A partial of the standard library's, so that a worker of
+# TVM's own runner need not import this project to run it.
+IGNORE_CTRL_C = functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
+
 
 def _warm_up(tensor_intrinsics: bool) -> None:
-    """A builder worker's start: the imports its builds need, outside the build's timeout
-    (the tensor intrinsics only for tensor-core candidates: see build.has_warp_fragments)."""
+    """A builder worker's start: Ctrl-C ignored (IGNORE_CTRL_C), and the imports its builds
+    need, outside the build's timeout (the tensor intrinsics only for tensor-core candidates:
+    see build.has_warp_fragments)."""
+    IGNORE_CTRL_C()
     import tuning.build  # noqa: F401  (imports tvm)
 
     if tensor_intrinsics:
@@ -153,7 +164,9 @@ class WarmBuilder(ms.builder.PyBuilder):
 
 
 def _warm_up_runner() -> None:
-    """A runner worker's start: torch, tvm and a CUDA context, outside the run's timeout."""
+    """A runner worker's start: Ctrl-C ignored (IGNORE_CTRL_C), then torch, tvm and a CUDA
+    context, outside the run's timeout."""
+    IGNORE_CTRL_C()
     from tuning import measure as harness
 
     harness.gpu_present()
@@ -402,7 +415,7 @@ def local_runner(device: str, wl: Workload, flush: str = "read",
     CPU target), TVM's local runner."""
     if device == "cuda":
         return CheckingRunner(wl, flush, timeout_sec)
-    return ms.runner.LocalRunner(timeout_sec=timeout_sec)
+    return ms.runner.LocalRunner(timeout_sec=timeout_sec, initializer=IGNORE_CTRL_C)
 
 
 def shut_down(*workers) -> None:
