@@ -356,8 +356,8 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
 
     M may be a symbolic size (a tirx.Var, bound from A's shape at each call): the grid, the
     units and the tile walk are then computed from it on the host and in the kernel, and
-    `most_m` (the most rows a call may bring) sizes split K's workspace; no split_tail then,
-    since which tiles split would depend on M."""
+    `most_m` (the most rows a call may bring) sizes split K's workspace; with split_tail, the
+    tiles of the last wave are counted at the call, and the workspace holds at most a wave's."""
     element_bytes = ELEMENT_BYTES[dtype]
     block_k = ROW_BYTES // element_bytes
     nt = layout == "nt"
@@ -377,8 +377,9 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     # tiles multiplied whole, first (split_tail: those before the last, partial wave)
     whole = tiles - split_tiles(tiles, split_tail, sms) if split_tail else 0
     turns = CONSUMERS if pingpong else 1  # consumers that take a CTA's units in turn
-    if split_tail and whole == tiles:
+    if split_tail and isinstance(whole, int) and whole == tiles:
         whole, split_k = 0, 1  # no partial last wave: nothing to split
+    splits_every_tile = isinstance(whole, int) and whole == 0  # (symbolic M: known at the call)
     units = whole + (tiles - whole) * split_k
     clusters = min(sms // cluster, units) if isinstance(units, int) else T.min(sms // cluster,
                                                                                 units)
@@ -401,10 +402,15 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     b_shape = (N, K) if nt else (K, N)
     c_map = _tensor_map(M, N, BOX_ROWS, box_cols, out_bytes)
     quads = accumulators // 4  # float4s of one consumer thread's partial tile
-    # split K's workspace, sized for the most rows the kernel takes (M where M is a number)
-    most_tiles = -(-most_m // (block_m * cluster_m)) * tiles_n if most_m else tiles - whole
-    helpers = _split_k_helpers(f"{most_m or M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}",
-                               most_tiles * split_k * quads * CONSUMER_THREADS, most_tiles)
+    # split K's workspace, for the most tiles split: those of M (symbolic M: of most_m rows, or
+    # with split_tail those of a last wave, fewer than the SMs)
+    if isinstance(M, int):
+        most_tiles, tag = tiles - whole, f"{M}x{N}x{K}_{block_m}x{block_n}x{split_k}_{whole}"
+    else:
+        most_tiles = -(-most_m // (block_m * cluster_m)) * tiles_n
+        most_tiles = min(most_tiles, sms - 1) if split_tail else most_tiles
+        tag = f"{most_m}x{N}x{K}_{block_m}x{block_n}x{split_k}_any"
+    helpers = _split_k_helpers(tag, most_tiles * split_k * quads * CONSUMER_THREADS, most_tiles)
 
     def consumer_rows(consumer):
         """The first row of the tile that the consumer multiplies."""
@@ -446,6 +452,15 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
         return (m0 + (rank * block_m if cluster_m > 1 else 0),
                 n0 + (rank * block_n if cluster_n > 1 else 0))
 
+    def unit_origin(tile, rank):
+        """origin(tile, rank) where a unit uses it: bound once per unit where M is symbolic (its
+        tile walk divides by sizes known at the call), inlined where M is a number (the walk is
+        then shifts and masks that fold away)."""
+        if isinstance(M, int):
+            return origin(tile, rank)
+        return tuple(IRBuilder.name(name, T.bind(value))
+                     for name, value in zip(("m0", "n0"), origin(tile, rank)))
+
     def part(rank, shares):
         """Which part of a box shared by `shares` CTAs (1: not shared) this CTA loads."""
         return rank if shares > 1 else 0
@@ -468,20 +483,20 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     def tile_of(unit):
         """The output tile of a unit: the first `whole` units are whole tiles, then each tile
         comes in split_k slices."""
-        if not whole:
+        if splits_every_tile:
             return unit // split_k
         return T.Select(unit < whole, unit, whole + (unit - whole) // split_k)
 
     def is_split(unit):
         """Whether the unit is a slice of its tile (python True where every unit is)."""
-        return True if not whole else unit >= whole
+        return True if splits_every_tile else unit >= whole
 
     def k_range(unit):
         """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly."""
         piece = (unit - whole) % split_k
         first = piece * k_blocks // split_k
         count = (piece + 1) * k_blocks // split_k - first
-        if not whole:
+        if splits_every_tile:
             return first, count
         return (T.Select(unit < whole, 0, first),
                 T.Select(unit < whole, k_blocks, count))
@@ -489,7 +504,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
     def stores_c(unit, arrived):
         """Whether this CTA stores the unit's tile: a whole tile's, or the last slice's."""
         last = arrived[0] == split_k - 1
-        return last if not whole else T.Or(unit < whole, last)
+        return last if splits_every_tile else T.Or(unit < whole, last)
 
     def partial(unit, quad, thread):
         """Index of a consumer thread's float4 `quad` of the (split) unit's partial tile: the
@@ -549,7 +564,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                 for j in range(units_per_cta):
                     if unit_of(cta, j) < units:
                         tile: T.let[T.int32] = tile_of(unit_of(cta, j))
-                        m0, n0 = T.meta_var(origin(tile, rank))
+                        m0, n0 = T.meta_var(unit_origin(tile, rank))
                         first, count = T.meta_var(k_range(unit_of(cta, j)))
                         for kt in range(count):
                             s: T.let[T.int32] = (loaded[0] + kt) % stages
@@ -604,7 +619,7 @@ def warp_specialized_gemm(M: int, N: int, K: int, dtype: str, layout: str, out_d
                 if unit_of(cta, j) < units:
                     unit: T.let[T.int32] = unit_of(cta, j)
                     tile: T.let[T.int32] = tile_of(unit)
-                    m0, n0 = T.meta_var(origin(tile, rank))
+                    m0, n0 = T.meta_var(unit_origin(tile, rank))
                     _, count = T.meta_var(k_range(unit))
                     for i in T.unroll(accumulators):
                         acc[i] = T.float32(0)
@@ -862,17 +877,31 @@ def v8_kernel(wl: Workload, block_m: int, block_n: int, stages: int, group_m: in
                                  cluster_n, pingpong, heuristics.H100_SMS)
 
 
+def any_m_partial_bytes(wl: Workload, block_m: int, block_n: int, split_k: int,
+                       split_tail: bool) -> int:
+    """Bytes of split K's workspace in v8 for any M up to wl's: the partials of every tile of
+    wl's M, or with split_tail of a last wave's tiles (fewer than the SMs) whatever M is."""
+    if split_k == 1:
+        return 0
+    tiles = heuristics.tile_count(wl, block_m, block_n)
+    return partial_bytes(min(tiles, heuristics.H100_SMS - 1) if split_tail else tiles, split_k,
+                         block_m, block_n)
+
+
 def v8_kernel_any_m(wl: Workload, block_m: int, block_n: int, stages: int, group_m: int,
                     split_k: int, split_tail: bool, tma_store: bool, cluster_m: int,
                     cluster_n: int, pingpong: bool):
     """v8's kernel for every M up to wl's: M is a size given at each call (A's rows), and wl's
-    M the most a call may bring (which sizes split K's workspace). Refused as v8 refuses wl,
-    and with split_tail, whose split tiles depend on M."""
-    if split_tail:
-        raise ScheduleNotApplicable("v8 for any M splits every tile in K or none: split_tail "
-                                    "splits only the last wave's, which M decides")
+    M the most a call may bring where split_k > 1 without split_tail (it sizes split K's
+    workspace; with split_tail any M fits). Refused as v8 refuses wl, and where the workspace
+    for any M would pass MOST_PARTIAL_BYTES."""
     _refuse_unless_tma_can_take(wl, block_m, block_n, stages, split_k, split_tail, tma_store,
                                 cluster_m, cluster_n, pingpong)
+    workspace = any_m_partial_bytes(wl, block_m, block_n, split_k, split_tail)
+    if workspace > MOST_PARTIAL_BYTES:
+        raise ScheduleNotApplicable(f"v8 for any M with split_k={split_k} of {block_m}x{block_n} "
+                                    f"tiles keeps {workspace >> 20} MB of partials; at most "
+                                    f"{MOST_PARTIAL_BYTES >> 20} MB")
     _, N, K = wl.shape
     return warp_specialized_gemm(tirx.Var("M", "int32"), N, K, wl.dtype, wl.layout,
                                  wl.out_dtype, block_m, block_n, stages, group_m, split_k,

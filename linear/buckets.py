@@ -1,0 +1,63 @@
+"""Buckets of M: the ranges of rows (tokens) that one kernel of a linear layer serves.
+
+A model's linear layers see every M: decode brings 1 to a few dozen rows, prefill hundreds to
+thousands. Each bucket gets one kernel built for M as a size given at each call, chosen by
+measurement at a few representative Ms of the bucket (`Bucket.probes`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from schedules.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The rows first..last (inclusive) of a layer's input; last is None for the open bucket
+    that takes every M from first on."""
+
+    first: int
+    last: int | None
+
+    def label(self) -> str:
+        return f"M={self.first}" if self.first == self.last else \
+            f"M={self.first}-{self.last if self.last is not None else ''}"
+
+    def most(self, max_tokens: int) -> int:
+        """The most rows a call of this bucket brings (the open bucket: max_tokens)."""
+        return self.last if self.last is not None else max(self.first, max_tokens)
+
+    def probes(self, max_tokens: int) -> tuple[int, ...]:
+        """The Ms a portfolio times a kernel at: the bucket's first and last M and, where they
+        are far apart, one between them (their geometric mean)."""
+        first, last = self.first, self.most(max_tokens)
+        middle = round(math.sqrt(first * last))
+        return tuple(sorted({first, last} | ({middle} if last >= 3 * first else set())))
+
+
+# Decode batches (1; 2-16; 17-64), then prefill in factors of four.
+DEFAULT_EDGES = (1, 2, 17, 65, 257, 1025)
+
+
+def buckets_from_edges(edges: tuple[int, ...] = DEFAULT_EDGES) -> tuple[Bucket, ...]:
+    """Buckets starting at each of `edges` (increasing, from 1), the last one open."""
+    if not edges or edges[0] != 1 or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise UsageError(f"bucket edges start at 1 and increase, not {list(edges)}")
+    lasts = [b - 1 for b in edges[1:]] + [None]
+    return tuple(Bucket(first, last) for first, last in zip(edges, lasts))
+
+
+class BucketTable:
+    """Which bucket serves M, in one lookup: a list by M up to the last bounded bucket, then the
+    open bucket."""
+
+    def __init__(self, buckets: tuple[Bucket, ...]):
+        self.buckets = buckets
+        self._firsts = [b.first for b in buckets]
+
+    def index(self, m: int) -> int:
+        """The position in `buckets` of the bucket that takes `m` rows (m >= 1)."""
+        return bisect.bisect_right(self._firsts, m) - 1

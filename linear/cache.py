@@ -1,0 +1,150 @@
+"""The disk cache of linear layers' measured choices and their built kernels.
+
+One entry per (layer shape, bucket, most rows, GPU, versions): a directory holding
+manifest.json (the key, the chosen candidate, what every candidate measured) and, where the
+choice is a TVM kernel, kernel.so (the compiled library with its cubin: loading needs no
+compiler). An entry is written into a fresh directory beside its place and renamed there, so two
+processes filling the cache at once never leave a torn entry: the first rename wins, the other
+drops its copy. An entry that cannot be read is named, removed and rebuilt; an entry from
+another GPU or version is never used, and one line says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Callable
+
+MANIFEST, LIBRARY = "manifest.json", "kernel.so"
+DIRECTORY_VARIABLE = "TVM_EXPLORER_CACHE"
+SOURCES = ("schedules", "linear", os.path.join("tuning", "build.py"),
+           os.path.join("tuning", "lowering.py"))  # the code a cached kernel came from
+
+
+def default_root() -> str:
+    """$TVM_EXPLORER_CACHE, else ~/.cache/tvm-explorer (XDG_CACHE_HOME where set)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get(DIRECTORY_VARIABLE) or os.path.join(base, "tvm-explorer")
+
+
+def code_version() -> str:
+    """A digest of the project code that builds the kernels: a cache entry made by other code
+    (another checkout, an edited rung) is not this code's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        path = os.path.join(root, source)
+        files = [path] if os.path.isfile(path) else sorted(
+            os.path.join(folder, name) for folder, _, names in os.walk(path)
+            for name in names if name.endswith(".py"))
+        for file in files:
+            digest.update(os.path.relpath(file, root).encode())
+            with open(file, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+class CorruptEntry(Exception):
+    """A cache entry whose files are missing, unreadable or not what its key says."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A cache entry as read: its directory and manifest (manifest["choice"] is the chosen
+    candidate's name, manifest["rung"] and ["knobs"] rebuild it)."""
+
+    directory: str
+    manifest: dict
+
+    @property
+    def library(self) -> str | None:
+        """kernel.so's path, where the choice is a TVM kernel."""
+        return os.path.join(self.directory, LIBRARY) if self.manifest["built"] else None
+
+
+class Cache:
+    """The entries under `root` (created on first write)."""
+
+    def __init__(self, root: str | None = None):
+        self.root = root or default_root()
+
+    @staticmethod
+    def _slug(key: dict) -> str:
+        """The readable part of an entry's directory name: layer and bucket."""
+        return f"{key['layer']}-{key['bucket']}".replace(" ", "-")
+
+    def directory(self, key: dict) -> str:
+        """Where the entry of `key` lives: its slug and a digest of the whole key."""
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        return os.path.join(self.root, f"{self._slug(key)}-{digest}")
+
+    def read(self, key: dict) -> Entry | None:
+        """The entry of `key`, None where there is none; CorruptEntry where it cannot be used."""
+        directory = self.directory(key)
+        if not os.path.isdir(directory):
+            return None
+        path = os.path.join(directory, MANIFEST)
+        try:
+            with open(path) as f:
+                manifest = json.load(f)
+        except OSError as e:
+            raise CorruptEntry(f"cannot read {path}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise CorruptEntry(f"{path} is not JSON ({e.msg})") from None
+        if not isinstance(manifest, dict) or manifest.get("key") != key \
+                or not {"choice", "rung", "knobs", "built"} <= set(manifest):
+            raise CorruptEntry(f"{path} is not the manifest of this entry")
+        entry = Entry(directory, manifest)
+        if entry.library and not os.path.isfile(entry.library):
+            raise CorruptEntry(f"{entry.library} is missing")
+        return entry
+
+    def stale_reason(self, key: dict) -> str | None:
+        """Why entries of the same layer and bucket made elsewhere do not serve `key` (another
+        GPU, TVM or code version), in words; None where there are none."""
+        if not os.path.isdir(self.root):
+            return None
+        slug = self._slug(key) + "-"
+        for name in sorted(os.listdir(self.root)):
+            if not name.startswith(slug):
+                continue
+            try:
+                with open(os.path.join(self.root, name, MANIFEST)) as f:
+                    other = json.load(f)["key"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            differs = [f"{field} {other.get(field)} (here {value})"
+                       for field, value in key.items() if other.get(field) != value]
+            if differs:
+                return "its cached kernel was made with " + ", ".join(differs)
+        return None
+
+    def remove(self, key: dict) -> None:
+        shutil.rmtree(self.directory(key), ignore_errors=True)
+
+    def write(self, key: dict, manifest: dict, library: Callable[[str], None] | None) -> Entry:
+        """Write the entry of `key`: manifest.json, and kernel.so by `library(path)` where the
+        choice is built. Another process's entry that landed first is kept (and returned)."""
+        directory = self.directory(key)
+        os.makedirs(self.root, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".entry-", dir=self.root)
+        try:
+            if library:
+                library(os.path.join(staging, LIBRARY))
+            with open(os.path.join(staging, MANIFEST), "w") as f:
+                json.dump({**manifest, "key": key, "built": library is not None}, f, indent=2)
+                f.write("\n")
+            try:
+                os.rename(staging, directory)
+            except OSError:
+                if not os.path.isdir(directory):
+                    raise
+                shutil.rmtree(staging, ignore_errors=True)  # another process was first
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return Entry(directory, self.read(key).manifest)

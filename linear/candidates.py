@@ -1,0 +1,184 @@
+"""What a linear layer's bucket may run: the candidates a portfolio measures, how each is built
+for every M of its bucket, and how each is launched.
+
+A layer is y[M, N] = x[M, K] @ W^T with W stored N x K (nn.Linear's weight): the project's GEMM
+in layout nt, its output in the input's dtype. The candidates:
+- `torch`: F.linear (cuBLAS), the layer as stock PyTorch runs it;
+- the GEMV rungs (blockreduce, rowalign, multirow) for the bucket of M = 1, built for the layer's
+  fixed N x K;
+- v8 with M as a size given at each call (hopper.v8_kernel_any_m), at a few tile shapes, whole
+  or with a last, partial wave's tiles split in K to fill the SMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+
+import schedules
+from schedules import heuristics, hopper
+from schedules.errors import ScheduleNotApplicable
+from schedules.workloads import Workload
+
+from tuning import build
+
+from .buckets import Bucket
+
+TORCH = "torch"
+GEMV_RUNGS = ("blockreduce", "rowalign", "multirow")
+V8 = "v8"
+V8_WIDTHS = (128, 256)  # block_n tried at every bucket
+SPLITS = (1, 2, 3, 4, 6, 8)  # v8's split_k values (its space)
+MOST_WORKSPACE_BYTES = 64 << 20  # split K's partials per kernel: a model holds many kernels
+LAYER_DTYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """A linear layer's weight: out_features (N) x in_features (K), in `dtype`, which its
+    input and output share."""
+
+    out_features: int
+    in_features: int
+    dtype: str
+
+    def label(self) -> str:
+        return f"{self.out_features}x{self.in_features} {self.dtype}"
+
+    def gemm(self, m: int) -> Workload:
+        """The layer at m rows as the project's GEMM workload (nt, C in the layer's dtype)."""
+        return Workload("gemm", (m, self.out_features, self.in_features), self.dtype,
+                        self.dtype, "nt")
+
+    def gemv(self) -> Workload:
+        """The layer at one row as the project's GEMV workload (B = W, x = the row)."""
+        return Workload("gemv", (self.out_features, self.in_features), self.dtype)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One kernel a bucket may run: a rung (or `torch`) and its knobs as sorted pairs."""
+
+    rung: str
+    knobs: tuple = ()
+
+    @property
+    def name(self) -> str:
+        settings = ",".join(f"{k}={str(v).lower()}" for k, v in self.knobs)
+        return f"{self.rung}:{settings}" if settings else self.rung
+
+    @property
+    def built(self) -> bool:
+        """Whether it is a TVM kernel (torch's is not built)."""
+        return self.rung != TORCH
+
+
+def _gemv_candidates(layer: LayerShape) -> list[Candidate]:
+    """The GEMV rungs that take the layer's one-row workload, each with the knobs its heuristic
+    picks for it."""
+    wl = layer.gemv()
+    found = []
+    for rung in GEMV_RUNGS:
+        entry = schedules.get("gemv", rung)
+        if entry.takes(wl):
+            found.append(Candidate(rung, tuple(sorted(entry.defaults_for(wl).items()))))
+    return found
+
+
+def _fill_splits(layer: LayerShape, bucket: Bucket, max_tokens: int, block_m: int,
+                 block_n: int) -> set[int]:
+    """v8's splits of K (its space's) that best fill the SMs with the tiles of a last, partial
+    wave (split_tail), at each of the bucket's probe Ms."""
+    k_blocks = hopper.k_block_count(layer.in_features, hopper.ELEMENT_BYTES[layer.dtype])
+    found = set()
+    for m in bucket.probes(max_tokens):
+        last_wave = heuristics.tile_count(layer.gemm(m), block_m, block_n) % heuristics.H100_SMS
+        if last_wave:
+            found.add(max(s for s in SPLITS
+                          if s <= k_blocks and last_wave * s <= heuristics.H100_SMS))
+    return found - {1}
+
+
+def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[Candidate]:
+    """v8 for the bucket's rows: the heuristic's own choice for its most rows, then 64-row tiles
+    (at most 64 rows) or 128-row ones at each of V8_WIDTHS, whole and with the tiles of a last,
+    partial wave split to fill the SMs at the probe Ms (split_tail: its split tiles are counted
+    at each call); settings v8 refuses, or whose workspace passes MOST_WORKSPACE_BYTES, are left
+    out."""
+    most = bucket.most(max_tokens)
+    wl = layer.gemm(most)
+    if hopper.tma_refusal(wl):
+        return []
+    entry = schedules.get("gemm", V8)
+    block_m = 64 if most <= 64 else 128
+    single = {"cluster_m": 1, "cluster_n": 1, "pingpong": False}
+    wanted = [{}]
+    for block_n in V8_WIDTHS:
+        wanted.append({"block_m": block_m, "block_n": block_n, "split_k": 1,
+                       "split_tail": False, **single})
+        wanted += [{"block_m": block_m, "block_n": block_n, "split_k": split, "split_tail": True,
+                    **single}
+                   for split in sorted(_fill_splits(layer, bucket, max_tokens, block_m, block_n))]
+    found = []
+    for chosen in wanted:
+        knobs = entry.defaults_for(wl, chosen)
+        if not knobs["split_tail"] and knobs["split_k"] > 1:
+            continue  # the heuristic splitting every tile: only for most rows, not any M
+        try:
+            hopper.v8_refusals(wl, **knobs)
+        except ScheduleNotApplicable:
+            continue
+        workspace = hopper.any_m_partial_bytes(wl, knobs["block_m"], knobs["block_n"],
+                                               knobs["split_k"], knobs["split_tail"])
+        candidate = Candidate(V8, tuple(sorted(knobs.items())))
+        if workspace <= MOST_WORKSPACE_BYTES and candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[Candidate]:
+    """Every candidate of the layer's bucket: torch's, the GEMV rungs where the bucket is M = 1,
+    and v8's for the bucket's rows."""
+    found = [Candidate(TORCH)]
+    if bucket.most(max_tokens) == 1:
+        found += _gemv_candidates(layer)
+    return found + _v8_candidates(layer, bucket, max_tokens)
+
+
+def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max_tokens: int,
+                    arch: str):
+    """Compile a TVM candidate for the layer's bucket (for GPU arch `arch`): the GEMV rung for
+    its fixed one-row shape, or v8 for every M of the bucket. Returns TVM's executable."""
+    target = build.cuda_target(arch)
+    knobs = dict(candidate.knobs)
+    if candidate.rung == V8:
+        func = hopper.v8_kernel_any_m(layer.gemm(bucket.most(max_tokens)), **knobs)
+        mod = tvm.IRModule({"main": func})
+    else:
+        mod = schedules.get("gemv", candidate.rung).apply(layer.gemv(), target, **knobs)
+    return build.build(mod, target)
+
+
+def launcher(candidate: Candidate, layer: LayerShape, function):
+    """run(x2d, weight, bias) -> y2d for the candidate: `function` is its built kernel's entry
+    ("main"), None for torch's (F.linear, its bias fused). A GEMV takes the row and writes y as
+    vectors; v8 takes x, W and y whole; both then add the bias, where there is one."""
+    import torch
+    import torch.nn.functional as F
+
+    n, k, dtype = layer.out_features, layer.in_features, getattr(torch, layer.dtype)
+    if candidate.rung == TORCH:
+        return F.linear
+    if candidate.rung == V8:
+        def run_v8(x, weight, bias=None):
+            out = torch.empty((x.shape[0], n), dtype=dtype, device=x.device)
+            function(x, weight, out)
+            return out if bias is None else out.add_(bias)
+        return run_v8
+
+    def run_gemv(x, weight, bias=None):
+        out = torch.empty((1, n), dtype=dtype, device=x.device)
+        function(weight, x.view(k), out.view(n))
+        return out if bias is None else out.add_(bias)
+    return run_gemv

@@ -1,0 +1,281 @@
+"""Choosing each bucket's kernel by measurement: build every candidate (in parallel worker
+processes), check each against float64 at the bucket's probe Ms, time the correct ones there,
+keep the fastest, and cache it with its binary.
+
+    kernels = prepare([LayerShape(4096, 4096, "bfloat16")], buckets, max_tokens=4096)
+
+A candidate that fails its check at any probe M is never ranked or cached. A bucket's score is
+each candidate's mean, over the probe Ms, of its time over the fastest's at that M.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from multiprocessing import get_context
+from typing import Callable
+
+from schedules.errors import KernelFailed
+from tuning import loader, measure
+
+from .buckets import Bucket, BucketTable
+from .cache import Cache, CorruptEntry, code_version
+from .candidates import Candidate, LayerShape, build_candidate, candidates, launcher
+
+FLUSH = "read"  # a model's layers find their weights in DRAM: each launch after an L2 flush
+PROBE_BUDGET_MS = 60.0  # timing budget of one candidate at one probe M
+BUILD_WORKERS = max(1, min(16, (os.cpu_count() or 2) - 1))
+
+
+@dataclass
+class BucketKernel:
+    """A bucket's chosen kernel: its candidate, `run(x2d, weight) -> y2d`, where it came from
+    ("cache" or "measured"), and what every candidate measured (by name: status, times_ms by
+    probe M, or the error)."""
+
+    candidate: Candidate
+    run: Callable
+    source: str
+    measured: dict = field(default_factory=dict)
+
+
+@dataclass
+class LayerKernels:
+    """The kernels of one layer shape: one per bucket, found by `table`."""
+
+    layer: LayerShape
+    table: BucketTable
+    kernels: list[BucketKernel] = field(default_factory=list)
+
+    def for_rows(self, m: int) -> BucketKernel:
+        return self.kernels[self.table.index(m)]
+
+    @property
+    def all_torch(self) -> bool:
+        """Whether every bucket chose torch's F.linear (a compiled model then calls it as is)."""
+        return all(not k.candidate.built for k in self.kernels)
+
+
+@functools.lru_cache(maxsize=1)
+def _code() -> str:
+    return code_version()
+
+
+def cache_key(layer: LayerShape, bucket: Bucket, max_tokens: int, gpu: dict) -> dict:
+    """What a bucket's cached choice depends on: the layer, the bucket and the most rows its
+    kernel takes, the GPU, TVM and its FFI, and the project's kernel code."""
+    return {"layer": layer.label(), "bucket": bucket.label(), "most_rows": bucket.most(max_tokens),
+            "gpu": gpu["name"], "compute_capability": gpu["compute_capability"],
+            **loader.versions_here(), "code": _code()}
+
+
+def _arch(gpu: dict) -> str:
+    return "sm_" + gpu["compute_capability"].replace(".", "")
+
+
+def _build_to_file(job: tuple) -> str:
+    """Build one candidate into a kernel.so of its own (in a worker process); its path."""
+    layer, bucket, candidate, max_tokens, arch = job
+    executable = build_candidate(layer, bucket, candidate, max_tokens, arch)
+    path = os.path.join(tempfile.mkdtemp(prefix="linear-candidate-"), "kernel.so")
+    executable.export_library(path)
+    return path
+
+
+def _load(path: str):
+    """The entry function of a built kernel.so."""
+    import tvm
+
+    return tvm.runtime.load_module(path)["main"]
+
+
+@dataclass
+class _Pending:
+    """A (layer, bucket) without a usable cache entry: its candidates and, once built, their
+    libraries (or why they failed)."""
+
+    layer: LayerShape
+    bucket: Bucket
+    key: dict
+    candidates: list[Candidate]
+    built: dict = field(default_factory=dict)  # candidate -> kernel.so path, or BaseException
+
+
+def _build_all(pending: list[_Pending], max_tokens: int, arch: str,
+               say: Callable[[str], None]) -> None:
+    """Build every TVM candidate of every pending bucket, in BUILD_WORKERS processes."""
+    jobs = [(p, c) for p in pending for c in p.candidates if c.built]
+    if not jobs:
+        return
+    started = time.perf_counter()
+    with ProcessPoolExecutor(BUILD_WORKERS, mp_context=get_context("spawn")) as pool:
+        futures = [(p, c, pool.submit(_build_to_file, (p.layer, p.bucket, c, max_tokens, arch)))
+                   for p, c in jobs]
+        for done, (p, c, future) in enumerate(futures, 1):
+            try:
+                p.built[c] = future.result()
+            except Exception as e:  # noqa: BLE001  a candidate that fails to build is left out
+                p.built[c] = e
+            if done % 10 == 0 or done == len(futures):
+                say(f"built {done}/{len(futures)} candidates "
+                    f"({time.perf_counter() - started:.0f} s)")
+
+
+class _Probe:
+    """A layer's operands at one probe M on the GPU, with their float64 answer."""
+
+    def __init__(self, layer: LayerShape, m: int, weight):
+        torch = measure._torch()
+        gen = torch.Generator(device="cuda").manual_seed(m)
+        self.m = m
+        self.x = torch.randn((m, layer.in_features), generator=gen, device="cuda").to(weight.dtype)
+        self.weight = weight
+        self.reference = self.x.double() @ weight.double().T
+        self.tolerance = measure.TOLERANCE[layer.dtype]
+
+    def error(self, run: Callable) -> float:
+        """The relative error of run(x, weight) against float64, its output first poisoned:
+        the output's memory is filled with NaN and freed just before the run allocates it."""
+        torch = measure._torch()
+        poison = torch.full((self.m, self.weight.shape[0]), float("nan"), device="cuda",
+                            dtype=self.weight.dtype)
+        del poison
+        out = run(self.x, self.weight)
+        torch.cuda.synchronize()
+        return measure.relative_error(out, self.reference)
+
+
+def _measure_bucket(p: _Pending, max_tokens: int) -> tuple[dict, dict]:
+    """Check and time each candidate of a pending bucket at its probe Ms. Returns, per candidate
+    name, {"status", "times_ms" | "error"}, and the runs of the correct ones by name."""
+    torch = measure._torch()
+    weight = torch.randn((p.layer.out_features, p.layer.in_features), device="cuda",
+                         dtype=measure.torch_dtype(p.layer.dtype))
+    probes = [_Probe(p.layer, m, weight) for m in p.bucket.probes(max_tokens)]
+    results, runs = {}, {}
+    for candidate in p.candidates:
+        built = p.built.get(candidate)
+        if isinstance(built, BaseException):
+            results[candidate.name] = {"status": "failed", "error": f"build: {built}"[:300]}
+            continue
+        run = launcher(candidate, p.layer, _load(built) if built else None)
+        errors = {probe.m: probe.error(run) for probe in probes}
+        wrong = {m: e for m, e in errors.items() if not e <= measure.TOLERANCE[p.layer.dtype]}
+        if wrong:
+            results[candidate.name] = {"status": "failed", "error": "relative error " + ", ".join(
+                f"{e:.3g} at M={m}" for m, e in wrong.items())}
+            continue
+        times = {probe.m: measure.time_kernel(functools.partial(run, probe.x, weight), FLUSH,
+                                              budget_ms=PROBE_BUDGET_MS).median_ms
+                 for probe in probes}
+        results[candidate.name] = {"status": "ok", "times_ms": times,
+                                   "errors": {m: errors[m] for m in times}}
+        runs[candidate.name] = run
+    return results, runs
+
+
+def _choose(results: dict) -> str:
+    """The correct candidate whose mean time over the fastest, probe by probe, is least."""
+    correct = {name: r["times_ms"] for name, r in results.items() if r["status"] == "ok"}
+    if not correct:
+        raise KernelFailed("no candidate ran correctly: " + "; ".join(
+            f"{name}: {r['error']}" for name, r in results.items()))
+    probes = next(iter(correct.values())).keys()
+    fastest = {m: min(times[m] for times in correct.values()) for m in probes}
+    return min(correct, key=lambda name: sum(correct[name][m] / fastest[m] for m in probes))
+
+
+def _tune(p: _Pending, max_tokens: int, cache: Cache, say: Callable[[str], None]) -> BucketKernel:
+    """Measure a pending bucket's candidates, cache the fastest correct one, and return it."""
+    results, runs = _measure_bucket(p, max_tokens)
+    name = _choose(results)
+    chosen = next(c for c in p.candidates if c.name == name)
+    manifest = {"choice": name, "rung": chosen.rung, "knobs": dict(chosen.knobs),
+                "measured": {n: _jsonable(r) for n, r in results.items()},
+                "timing": measure.timing_method(FLUSH),
+                "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    library = functools.partial(shutil.copyfile, p.built[chosen]) if chosen.built else None
+    cache.write(p.key, manifest, library)
+    times = results[name]["times_ms"]
+    torch_times = results.get(Candidate("torch").name, {}).get("times_ms", {})
+    say(f"{p.layer.label()} {p.bucket.label()}: {name} "
+        + ", ".join(f"M={m} {t * 1000:.1f} us" + (f" (torch {torch_times[m] * 1000:.1f})"
+                                                  if m in torch_times else "")
+                    for m, t in times.items()))
+    return BucketKernel(chosen, runs[name], "measured", manifest["measured"])
+
+
+def _jsonable(result: dict) -> dict:
+    """A candidate's result with its per-M maps keyed by strings (JSON's keys)."""
+    return {k: ({str(m): v for m, v in value.items()} if isinstance(value, dict) else value)
+            for k, value in result.items()}
+
+
+def _from_cache(layer: LayerShape, bucket: Bucket, key: dict, cache: Cache,
+                warn: Callable[[str], None]) -> BucketKernel | None:
+    """The bucket's cached kernel, loaded; None (after one line saying why, where an entry was
+    there) where it must be measured again."""
+    try:
+        entry = cache.read(key)
+    except CorruptEntry as e:
+        warn(f"{layer.label()} {bucket.label()}: {e}; removed, measuring again")
+        cache.remove(key)
+        return None
+    if entry is None:
+        stale = cache.stale_reason(key)
+        if stale:
+            warn(f"{layer.label()} {bucket.label()}: {stale}; measuring again for this one")
+        return None
+    manifest = entry.manifest
+    candidate = Candidate(manifest["rung"], tuple(sorted(manifest["knobs"].items())))
+    try:
+        function = _load(entry.library) if entry.library else None
+    except Exception as e:  # noqa: BLE001  a library TVM cannot load: corrupt
+        warn(f"{layer.label()} {bucket.label()}: cannot load {entry.library} "
+             f"({str(e).splitlines()[0][:120]}); removed, measuring again")
+        cache.remove(key)
+        return None
+    return BucketKernel(candidate, launcher(candidate, layer, function), "cache",
+                        manifest.get("measured", {}))
+
+
+def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: int,
+            cache: Cache | None = None, say: Callable[[str], None] = print,
+            warn: Callable[[str], None] = print) -> dict[LayerShape, LayerKernels]:
+    """Every layer's kernels for every bucket: from the cache where it holds them, else chosen
+    by measurement now (all missing buckets' candidates built together first) and cached."""
+    cache = cache or Cache()
+    gpu = loader.gpu_here()
+    if gpu is None:
+        raise KernelFailed("linear layers choose their kernels by measuring them on a CUDA GPU, "
+                           "and torch sees none here")
+    found = {layer: LayerKernels(layer, BucketTable(buckets), [None] * len(buckets))
+             for layer in dict.fromkeys(layers)}
+    pending = []
+    for layer, kernels in found.items():
+        for i, bucket in enumerate(buckets):
+            key = cache_key(layer, bucket, max_tokens, gpu)
+            kernels.kernels[i] = _from_cache(layer, bucket, key, cache, warn)
+            if kernels.kernels[i] is None:
+                pending.append((i, _Pending(layer, bucket, key,
+                                            candidates(layer, bucket, max_tokens))))
+    if pending:
+        say(f"measuring {len(pending)} of {len(found) * len(buckets)} (layer, bucket) pairs "
+            f"({sum(len(p.candidates) for _, p in pending)} candidates); cache: {cache.root}")
+        _build_all([p for _, p in pending], max_tokens, _arch(gpu), say)
+        try:
+            for done, (i, p) in enumerate(pending, 1):
+                found[p.layer].kernels[i] = _tune(p, max_tokens, cache, lambda line: say(
+                    f"[{done}/{len(pending)}] {line}"))
+        finally:
+            for _, p in pending:  # the candidates' own libraries: the chosen ones are cached
+                for path in p.built.values():
+                    if isinstance(path, str):
+                        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    return found

@@ -1,0 +1,261 @@
+"""linear/: buckets, candidates, the disk cache, the module's tracing and state_dict (CPU tier);
+numerics at every bucket's edges and the measured choice (GPU tier)."""
+
+import json
+import multiprocessing
+import os
+
+import pytest
+import torch
+
+import linear
+from linear import cache as cache_module
+from linear.buckets import Bucket, BucketTable, buckets_from_edges
+from linear.cache import Cache, CorruptEntry
+from linear.candidates import TORCH, LayerShape, build_candidate, candidates
+from schedules.errors import UsageError
+from tuning.loader import BadInput
+
+
+def test_buckets_cover_every_m_once_and_the_table_finds_each():
+    buckets = buckets_from_edges((1, 2, 17, 65))
+    table = BucketTable(buckets)
+    for m in range(1, 300):
+        bucket = buckets[table.index(m)]
+        assert bucket.first <= m and (bucket.last is None or m <= bucket.last)
+    assert buckets[-1].last is None
+
+
+@pytest.mark.parametrize("edges", [(), (2, 3), (1, 5, 5), (1, 9, 4)])
+def test_bucket_edges_must_start_at_1_and_increase(edges):
+    with pytest.raises(UsageError):
+        buckets_from_edges(edges)
+
+
+def test_probes_are_a_buckets_edges_and_a_middle_where_they_are_far_apart():
+    assert Bucket(1, 1).probes(4096) == (1,)
+    assert Bucket(2, 16).probes(4096) == (2, 6, 16)
+    assert Bucket(17, 64).probes(4096) == (17, 33, 64)
+    assert Bucket(65, 128).probes(4096) == (65, 128)
+    assert Bucket(1025, None).probes(4096) == (1025, 2049, 4096)
+
+
+def test_candidates_always_include_torch_gemv_rungs_at_one_row_and_v8_elsewhere():
+    layer = LayerShape(2048, 2048, "bfloat16")
+    one = [c.rung for c in candidates(layer, Bucket(1, 1), 4096)]
+    assert one[0] == TORCH and {"blockreduce", "rowalign", "multirow", "v8"} <= set(one)
+    many = candidates(layer, Bucket(65, 256), 4096)
+    assert {c.rung for c in many} == {TORCH, "v8"}
+    assert any(dict(c.knobs)["split_k"] > 1 for c in many if c.rung == "v8")
+
+
+@pytest.mark.parametrize("bucket", [Bucket(2, 16), Bucket(257, 1024), Bucket(1025, None)])
+def test_v8_candidates_split_k_only_in_a_last_wave_whose_workspace_holds_any_m(bucket):
+    """A split of every tile would size its workspace by one M; split_tail's holds a wave's."""
+    for c in candidates(LayerShape(4096, 4096, "bfloat16"), bucket, 4096):
+        knobs = dict(c.knobs)
+        assert c.rung == TORCH or knobs["split_k"] == 1 or knobs["split_tail"]
+
+
+def test_v8_is_no_candidate_where_tma_cannot_load_the_rows():
+    ragged = candidates(LayerShape(4096, 4095, "bfloat16"), Bucket(65, 256), 4096)
+    assert [c.rung for c in ragged] == [TORCH]
+
+
+def test_v8_for_a_bucket_takes_m_at_each_call(target):
+    """The kernel's grid and A's rows are symbolic: one build serves every M of the bucket."""
+    layer = LayerShape(1024, 2048, "bfloat16")
+    v8 = next(c for c in candidates(layer, Bucket(17, 64), 4096) if c.rung == "v8")
+    source = build_candidate(layer, Bucket(17, 64), v8, 4096, "sm_90").mod.imports[0] \
+        .inspect_source()
+    kernel = source.split("__global__")[-1].split("{")[0]
+    assert "int " in kernel  # M (or expressions of it) reaches the kernel as an argument
+
+
+def _key(**changes):
+    key = {"layer": "64x32 bfloat16", "bucket": "M=2-16", "most_rows": 16, "gpu": "H100",
+           "compute_capability": "9.0", "tvm": "0.27", "tvm_ffi": "0.1.14", "code": "abc"}
+    return {**key, **changes}
+
+
+def test_cache_writes_reads_and_keeps_the_library(tmp_path):
+    cache = Cache(str(tmp_path))
+    assert cache.read(_key()) is None
+    entry = cache.write(_key(), {"choice": "v8:x", "rung": "v8", "knobs": {"block_m": 64}},
+                        lambda path: open(path, "wb").write(b"library"))
+    again = cache.read(_key())
+    assert again.manifest["choice"] == "v8:x" and open(again.library, "rb").read() == b"library"
+    assert entry.directory == again.directory
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".entry-")]
+
+
+def test_cache_names_a_corrupt_or_partial_entry(tmp_path):
+    cache = Cache(str(tmp_path))
+    cache.write(_key(), {"choice": "v8:x", "rung": "v8", "knobs": {}},
+                lambda path: open(path, "wb").write(b"library"))
+    os.remove(os.path.join(cache.directory(_key()), cache_module.LIBRARY))
+    with pytest.raises(CorruptEntry, match="kernel.so is missing"):
+        cache.read(_key())
+    with open(os.path.join(cache.directory(_key()), cache_module.MANIFEST), "w") as f:
+        f.write("{not json")
+    with pytest.raises(CorruptEntry, match="is not JSON"):
+        cache.read(_key())
+
+
+def test_cache_says_why_an_entry_of_another_version_is_not_used(tmp_path):
+    cache = Cache(str(tmp_path))
+    cache.write(_key(tvm="0.26"), {"choice": "torch", "rung": "torch", "knobs": {}}, None)
+    assert cache.read(_key()) is None
+    assert "tvm 0.26 (here 0.27)" in cache.stale_reason(_key())
+    assert cache.stale_reason(_key(layer="8x8 bfloat16")) is None
+
+
+def _write_entry(root: str, number: int) -> str:
+    cache = Cache(root)
+    entry = cache.write(_key(), {"choice": f"writer {number}", "rung": "torch", "knobs": {}},
+                        None)
+    return entry.manifest["choice"]
+
+
+def test_concurrent_writers_leave_one_whole_entry(tmp_path):
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        chosen = pool.starmap(_write_entry, [(str(tmp_path), n) for n in range(8)])
+    entry = Cache(str(tmp_path)).read(_key())
+    assert entry is not None and set(chosen) == {entry.manifest["choice"]}
+    assert os.listdir(tmp_path) == [os.path.basename(entry.directory)]
+
+
+def test_code_version_follows_the_kernel_code():
+    assert cache_module.code_version() == cache_module.code_version()
+    assert len(cache_module.code_version()) == 16
+
+
+def _small_model():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, dtype=torch.bfloat16), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 8, bias=False, dtype=torch.bfloat16))
+    return model
+
+
+def test_replace_linears_shares_the_weights_and_keeps_the_state_dict():
+    model = _small_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert linear.replace_linears(model) == 2
+    assert isinstance(model[0], linear.Linear) and isinstance(model[2], linear.Linear)
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    fresh = _small_model()
+    linear.replace_linears(fresh)
+    fresh.load_state_dict(after)
+    assert all(torch.equal(fresh.state_dict()[k], before[k]) for k in before)
+
+
+@pytest.mark.parametrize("m", [0, 1, 5, 300])
+def test_compiled_model_traces_every_m_with_fake_kernels(m):
+    """torch.compile holds the layer as one operator whose fake gives (..., N) for any M."""
+    model = _small_model().to("meta")
+    linear.replace_linears(model)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        out = compiled(torch.empty((2, m, 64), device="meta", dtype=torch.bfloat16))
+    assert out.shape == (2, m, 8) and out.dtype == torch.bfloat16
+
+
+def _prepared_layer():
+    """A Linear whose one bucket 'runs' torch's F.linear (no GPU needed to test the checks)."""
+    from linear.portfolio import BucketKernel, LayerKernels
+    from linear.candidates import Candidate, launcher
+
+    layer = linear.Linear(64, 32, dtype=torch.bfloat16, buckets=buckets_from_edges((1,)))
+    kernels = LayerKernels(layer.shape, BucketTable(layer.buckets))
+    kernels.kernels = [BucketKernel(Candidate(TORCH), launcher(Candidate(TORCH), layer.shape, None),
+                                    "test")]
+    layer.kernels = kernels
+    return layer
+
+
+@pytest.mark.parametrize("x, message", [
+    (torch.zeros(3, 65, dtype=torch.bfloat16), "has 65 features"),
+    (torch.zeros(3, 64, dtype=torch.float16), "is torch.float16, not the weight's"),
+    (torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu"),
+])
+def test_bad_inputs_are_refused_in_one_line_naming_x(x, message):
+    with pytest.raises(BadInput, match=message) as refused:
+        _prepared_layer()(x)
+    assert "\n" not in str(refused.value) and "input x" in str(refused.value)
+
+
+def test_a_call_that_needs_a_gradient_is_refused():
+    x = torch.zeros(3, 64, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="is for inference"):
+        _prepared_layer()(x)
+
+
+# -- GPU tier ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpu_cache(tmp_path_factory):
+    return Cache(str(tmp_path_factory.mktemp("linear-cache")))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_linear_is_right_at_every_buckets_edges(dtype, gpu_cache):
+    """First M, last M and one past each bucket, bias included, against float64."""
+    torch.manual_seed(0)
+    stock = torch.nn.Linear(1024, 768, device="cuda", dtype=dtype)
+    layer = linear.Linear.from_linear(stock, buckets=buckets_from_edges((1, 2, 17, 65)),
+                                      max_tokens=256)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    for m in (1, 2, 3, 16, 17, 18, 64, 65, 66, 255, 256, 300):
+        x = torch.randn(m, 1024, device="cuda", dtype=dtype)
+        with torch.no_grad():
+            y = layer(x)
+        ref = x.double() @ stock.weight.double().T + stock.bias.double()
+        err = float((y.double() - ref).norm() / ref.norm())
+        assert y.shape == (m, 768) and y.dtype == dtype and err < 1e-2, (m, err)
+
+
+@pytest.mark.gpu
+def test_a_non_contiguous_input_is_refused_in_one_line(gpu_cache):
+    layer = linear.Linear.from_linear(torch.nn.Linear(64, 32, device="cuda", dtype=torch.bfloat16),
+                                      buckets=buckets_from_edges((1,)), max_tokens=16)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    x = torch.zeros(64, 3, device="cuda", dtype=torch.bfloat16).T
+    with pytest.raises(BadInput, match="not contiguous ones"):
+        layer(x)
+
+
+@pytest.mark.gpu
+def test_a_second_prepare_loads_every_bucket_from_the_cache(gpu_cache):
+    stock = torch.nn.Linear(1024, 768, device="cuda", dtype=torch.bfloat16)
+    options = dict(buckets=buckets_from_edges((1, 2, 17, 65)), max_tokens=256)
+    first = linear.Linear.from_linear(stock, **options)
+    linear.prepare(first, cache=gpu_cache, say=print)
+    second = linear.Linear.from_linear(stock, **options)
+    kernels = linear.prepare(second, cache=gpu_cache, say=print)
+    assert {k.source for k in kernels[second.shape].kernels} == {"cache"}
+    assert [k.candidate for k in kernels[second.shape].kernels] == \
+        [k.candidate for k in first.kernels.kernels]
+
+
+@pytest.mark.gpu
+def test_a_corrupt_cached_library_is_named_removed_and_measured_again(gpu_cache, tmp_path):
+    cache = Cache(str(tmp_path))
+    stock = torch.nn.Linear(512, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+    options = dict(buckets=buckets_from_edges((1, 2)), max_tokens=64)
+    linear.prepare(linear.Linear.from_linear(stock, **options), cache=cache, say=print)
+    for name in os.listdir(tmp_path):
+        library = os.path.join(tmp_path, name, cache_module.LIBRARY)
+        if os.path.exists(library):
+            with open(library, "wb") as f:
+                f.write(b"not a library")
+    warned = []
+    layer = linear.Linear.from_linear(stock, **options)
+    linear.prepare(layer, cache=cache, say=print, warn=warned.append)
+    assert all(json.load(open(os.path.join(tmp_path, n, cache_module.MANIFEST)))
+               for n in os.listdir(tmp_path) if not n.startswith("."))
+    x = torch.randn(5, 512, device="cuda", dtype=torch.bfloat16)
+    assert torch.allclose(layer(x).float(), (x @ stock.weight.T).float(), rtol=2e-2, atol=2e-2)
+    built = [k for k in layer.kernels.kernels if k.candidate.built]
+    assert len(warned) == len(built)
