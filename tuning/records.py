@@ -39,6 +39,7 @@ OPTIONAL = {"params": dict, "timing": dict, "resources": dict, "structure": dict
             "seed": int, "rules": str, "space": int, "shared_kb": int, "trials_per_min": NUMBER}
 TIMES = ("median_ms", "min_ms", "max_ms")  # a timing's times: positive, finite
 WORKLOAD_KINDS = ("rung", "tuned", "baseline", "search")  # records of one workload
+WORKLOAD = {"shape": list, "dtype": str, "out_dtype": str, "layout": str}  # as recorded
 CEILING_OPS = ("copy", "read", "compute")  # what a ceiling record measured
 
 
@@ -95,38 +96,54 @@ def _timing_problem(timing: dict) -> str | None:
 
 
 def _workload_problem(record: dict) -> str | None:
-    """What is wrong with the workload a record names (op, shape, dtype, out_dtype, layout),
-    in the words the command line refuses such a workload with."""
-    shape = record.get("shape")
-    if not isinstance(shape, list):
-        return f"shape {json.dumps(shape)[:40]} is not a list of dimensions"
+    """What is wrong with the workload a record names (op, shape, dtype, out_dtype, layout,
+    each written out, as bench.Run.record writes them), in the words the command line refuses
+    such a workload with."""
+    if not isinstance(record.get("shape"), list):
+        return f"shape {json.dumps(record.get('shape'))[:40]} is not a list of dimensions"
+    for name, kind in WORKLOAD.items():
+        if problem := _type_problem(record, name, kind, optional=False):
+            return problem
     try:
-        Workload(record["op"], tuple(shape), record.get("dtype"), record.get("out_dtype"),
-                 record.get("layout"))
-    except (ExplorerError, TypeError) as e:
+        wl = Workload(record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"],
+                      record["layout"])
+    except ExplorerError as e:
         return str(e)
+    for name in ("out_dtype", "layout"):  # an empty one would have been filled in
+        if getattr(wl, name) != record[name]:
+            return f"{name} '{record[name]}' is not {wl.op}'s {getattr(wl, name)}"
     return None
 
 
 def _kind_problem(record: dict) -> str | None:
-    """What is wrong with the fields that a record of its kind carries: a workload's, a
-    ceiling's, a search's curve, the timing of a measurement that passed."""
+    """What is wrong with the fields that a record of its kind carries: a ceiling's op, a
+    workload's, a search's curve, the timing of a measurement that passed (a ceiling's rate is
+    read, not its timing)."""
     kind = record["kind"]
     if kind not in WORKLOAD_KINDS + ("ceiling",):
         return f"kind '{kind}' is none of {', '.join(WORKLOAD_KINDS)}, ceiling"
+    if record.get("flush") is not None and record["flush"] not in FLUSHES:
+        return f"flush '{record['flush']}' is none of {', '.join(FLUSHES)}"
     if kind == "ceiling":
         if record["op"] not in CEILING_OPS:
             return f"a ceiling of op '{record['op']}', none of {', '.join(CEILING_OPS)}"
-    elif problem := _workload_problem(record):
+        if record.get("compute_tflops") and not isinstance(
+                (record.get("params") or {}).get("size"), int):
+            return "a compute ceiling without the size of its GEMM (params size)"
+        return None
+    if problem := _workload_problem(record):
         return problem
-    if record.get("flush") is not None and record["flush"] not in FLUSHES:
-        return f"flush '{record['flush']}' is none of {', '.join(FLUSHES)}"
+    if kind in ("tuned", "search") and not isinstance(record.get("params"), dict):
+        return f"a {kind} record without its params (where it came from)"
     if kind == "search":
         curve = record.get("curve")
-        if not isinstance(curve, list) or not all(
+        if not isinstance(curve, list) or not curve or not all(
                 isinstance(p, list) and len(p) == 2 and isinstance(p[1], (*NUMBER, type(None)))
-                for p in curve) or not isinstance(record.get("params"), dict):
-            return "a search without its curve of [trial, time] points and its params"
+                for p in curve):
+            return "a search without its curve of [trial, time] points"
+        if not isinstance(record.get("search"), str) or not isinstance(record.get("trials"), int) \
+                or record["search"] != "metaschedule" and not isinstance(record.get("tuner"), str):
+            return "a search without its search, trials and (a template's) tuner"
         return None
     if record["status"] == "ok":
         if not isinstance(record.get("timing"), dict):
