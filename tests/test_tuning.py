@@ -254,7 +254,8 @@ def test_a_template_without_a_refusal_check_is_applied_once_for_check_and_build(
     entry = schedules.get("gemm", "seed_template")
     configurations = autotvm.Configurations(entry, SEED_GEMM, target, None, None)
     grid = recorded_grid("seed_template")
-    refused = next(c for c in SEED_SPACE.configs() if grid[autotvm.config_key(c)].status == "invalid")
+    refused = next(c for c in SEED_SPACE.configs()
+                   if grid[autotvm.config_key(c)].status == "invalid")
     taken = entry.own_choice(SEED_GEMM)
     assert configurations.refusal(refused) and configurations.refusal(taken) is None
     built = []
