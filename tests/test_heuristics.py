@@ -346,8 +346,9 @@ def run(schedule, ms, kind="rung", params=None, status="ok", gpu=GPU, version=TV
         flush="read", shape=SHAPE):
     return {"op": "gemm", "shape": list(shape), "dtype": "float32", "out_dtype": "float32",
             "layout": "nn", "schedule": schedule, "kind": kind, "params": params or {},
-            "gpu": gpu, "tvm": version, "flush": flush, "status": status,
-            "timing": {"median_ms": ms}}
+            "gpu": gpu, "driver": "-", "tvm": version, "flush": flush, "status": status,
+            "run_id": "run", "date": "2026-01-01T00:00:00+00:00",
+            "timing": {"median_ms": ms, "min_ms": ms, "max_ms": ms}}
 
 
 V5K = {"block_m": 32, "block_n": 64, "k_slices": 2}
