@@ -9,8 +9,8 @@ fastest (linear/portfolio.py), at F.linear's call cost.
 Eager calls go straight to the kernel (a TVM function call with torch tensors: tvm_ffi takes
 torch's current stream). Under torch.compile the layer is one operator,
 torch.ops.tvm_explorer.linear, with a fake implementation for any M, so that compiled graphs and
-CUDA graphs hold the kernel itself; a layer whose every bucket chose torch's F.linear is traced
-as F.linear, which the compiler then handles as it does stock layers.
+CUDA graphs hold the kernel itself; where the bucket of the traced rows (or every bucket) chose
+torch's F.linear, the layer is traced as F.linear, which the compiler handles as stock layers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tuning.loader import BadInput
 
 from .buckets import Bucket, buckets_from_edges
 from .cache import Cache
-from .candidates import LAYER_DTYPES, LayerShape
+from .candidates import LAYER_DTYPES, TORCH, LayerShape
 from .portfolio import LayerKernels, prepare as prepare_kernels
 
 DEFAULT_MAX_TOKENS = 4096
@@ -95,20 +95,35 @@ class Linear(torch.nn.Module):
 
     @kernels.setter
     def kernels(self, kernels: LayerKernels | None) -> None:
-        """Set the kernels, and what the call reads of them: each bucket's run, the bucket of
-        every M below the open bucket's first, and whether all of them are torch's F.linear."""
+        """Set the kernels, and what the calls read of them: each bucket's run, the bucket of
+        every M below the open bucket's first, and which buckets (all?) run torch's F.linear."""
         self._kernels = kernels
         self._runs = [k.run for k in kernels.kernels] if kernels else None
         self._bucket_of = [kernels.table.index(m) if m else 0
                            for m in range(self.buckets[-1].first)] if kernels else None
-        self._compiles_as_linear = bool(kernels and kernels.all_torch)
+        self._torch_runs = [k.candidate.rung == TORCH for k in kernels.kernels] if kernels \
+            else None
+        self._compiles_as_linear = bool(kernels and all(self._torch_runs))
+
+    def _bucket(self, m: int) -> int:
+        """The index of M's bucket (m >= 1; the kernels set)."""
+        table = self._bucket_of
+        return table[m] if m < len(table) else len(self._runs) - 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
-            if self._compiles_as_linear:  # as compiled stock
-                return torch.nn.functional.linear(x, self.weight, self.bias)
-            return torch.ops.tvm_explorer.linear(x, self.weight, self.bias, self._key)
+            return self._traced(x)
         return self.call(x, self.weight, self.bias)
+
+    def _traced(self, x: torch.Tensor) -> torch.Tensor:
+        """The layer as torch.compile sees it: F.linear where the rows' bucket runs torch's
+        (every bucket, or M's where M is fixed at tracing), which the compiler then handles
+        as it does stock layers; else the operator, which runs M's kernel at each call."""
+        m = x.numel() // self.in_features
+        if self._compiles_as_linear or (isinstance(m, int) and self._runs is not None
+                                        and self._torch_runs[self._bucket(max(m, 1))]):
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        return torch.ops.tvm_explorer.linear(x, self.weight, self.bias, self._key)
 
     def call(self, x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
         """The eager call: check x, pick M's bucket's kernel and run it (bias included). Kept to
@@ -124,8 +139,7 @@ class Linear(torch.nn.Module):
         m = x.numel() // k
         if m == 0:
             return x.new_empty((*x.shape[:-1], self.out_features))
-        table = self._bucket_of
-        run = runs[table[m]] if m < len(table) else runs[-1]
+        run = runs[self._bucket(m)]
         if x.dim() == 2:
             return run(x, weight, bias)
         return run(x.view(m, k), weight, bias).view(*x.shape[:-1], self.out_features)

@@ -56,11 +56,6 @@ class LayerKernels:
     def for_rows(self, m: int) -> BucketKernel:
         return self.kernels[self.table.index(m)]
 
-    @property
-    def all_torch(self) -> bool:
-        """Whether every bucket chose torch's F.linear (a compiled model then calls it as is)."""
-        return all(not k.candidate.built for k in self.kernels)
-
 
 @functools.lru_cache(maxsize=1)
 def _code() -> str:

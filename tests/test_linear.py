@@ -161,17 +161,38 @@ def test_compiled_model_traces_every_m_with_fake_kernels(m):
     assert out.shape == (2, m, 8) and out.dtype == torch.bfloat16
 
 
-def _prepared_layer():
-    """A Linear whose one bucket 'runs' torch's F.linear (no GPU needed to test the checks)."""
-    from linear.portfolio import BucketKernel, LayerKernels
+def _prepared_layer(edges=(1,), rungs=(TORCH,), device=None):
+    """A Linear whose buckets (from `edges`) 'run' torch's F.linear, named as `rungs` say (no
+    GPU needed to test the checks and the tracing)."""
     from linear.candidates import Candidate, launcher
+    from linear.portfolio import BucketKernel, LayerKernels
 
-    layer = linear.Linear(64, 32, dtype=torch.bfloat16, buckets=buckets_from_edges((1,)))
+    layer = linear.Linear(64, 32, dtype=torch.bfloat16, buckets=buckets_from_edges(edges),
+                          device=device)
     kernels = LayerKernels(layer.shape, BucketTable(layer.buckets))
-    kernels.kernels = [BucketKernel(Candidate(TORCH), launcher(Candidate(TORCH), layer.shape, None),
-                                    "test")]
+    kernels.kernels = [BucketKernel(Candidate(rung), launcher(Candidate(TORCH), layer.shape, None),
+                                    "test") for rung in rungs]
     layer.kernels = kernels
     return layer
+
+
+@pytest.mark.parametrize("rungs, m, operator", [
+    ((TORCH, TORCH), 1, False),  # every bucket torch's: F.linear at any M
+    (("rowalign", TORCH), 5, False),  # M fixed at tracing, its bucket torch's
+    (("rowalign", TORCH), 1, True),  # M's bucket a TVM kernel: the operator
+])
+def test_compiled_layer_is_f_linear_where_the_traced_rows_bucket_runs_torch(rungs, m, operator):
+    layer = _prepared_layer((1, 2), rungs, device="meta")
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    with torch.no_grad():
+        torch.compile(layer, backend=backend, fullgraph=True, dynamic=False)(
+            torch.empty((m, 64), device="meta", dtype=torch.bfloat16))
+    assert ("tvm_explorer.linear" in graphs[0]) == operator
 
 
 @pytest.mark.parametrize("x, message", [
