@@ -4,7 +4,7 @@ cached on disk, called at F.linear's cost (see module.py)."""
 from .buckets import Bucket, buckets_from_edges
 from .cache import Cache
 from .candidates import LayerShape
-from .module import Linear, prepare, replace_linears
+from .module import Linear, export, prepare, replace_linears
 
-__all__ = ["Bucket", "Cache", "LayerShape", "Linear", "buckets_from_edges", "prepare",
+__all__ = ["Bucket", "Cache", "LayerShape", "Linear", "buckets_from_edges", "export", "prepare",
            "replace_linears"]

@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
+from schedules.errors import UsageError
+
 MANIFEST, LIBRARY = "manifest.json", "kernel.so"
 DIRECTORY_VARIABLE = "TVM_EXPLORER_CACHE"
 SOURCES = ("schedules", "linear", os.path.join("tuning", "build.py"),
@@ -148,3 +150,25 @@ class Cache:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return Entry(directory, self.read(key).manifest)
+
+
+def export_entries(directories: list[str], target: str) -> int:
+    """Copy cache entries (their directories) into `target`, a new or empty directory, which
+    then serves as a cache of its own (Cache(target)): written beside it and renamed, so that a
+    failed export leaves nothing. Returns how many entries were copied."""
+    if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
+        raise UsageError(f"export directory {target} exists and is not an empty directory: name "
+                         "a new or empty one (nothing was written)")
+    parent = os.path.dirname(os.path.abspath(target))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".linear-export-", dir=parent)
+    try:
+        unique = sorted(set(directories))
+        for directory in unique:
+            shutil.copytree(directory, os.path.join(staging, os.path.basename(directory)))
+        os.chmod(staging, 0o755)
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return len(unique)

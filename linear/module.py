@@ -22,7 +22,7 @@ import torch
 from tuning.loader import BadInput
 
 from .buckets import Bucket, buckets_from_edges
-from .cache import Cache
+from .cache import Cache, export_entries
 from .candidates import LAYER_DTYPES, TORCH, LayerShape
 from .portfolio import LayerKernels, prepare as prepare_kernels
 
@@ -203,3 +203,16 @@ def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=
             member.kernels = kernels[member.shape]
         found.update(kernels)
     return found
+
+
+def export(model: torch.nn.Module, directory: str) -> int:
+    """Write the kernels every Linear of `model` runs (their cache entries: manifest and
+    kernel.so) into `directory`, new or empty; `prepare(model, cache=Cache(directory))` in
+    another process loads them from there (refusing, in one line each, entries made for
+    another GPU, TVM or code version, which it measures again). Returns the entries written."""
+    layers = [model] if isinstance(model, Linear) else \
+        [m for m in model.modules() if isinstance(m, Linear)]
+    unprepared = [layer._name() for layer in layers if layer.kernels is None]
+    if unprepared:
+        raise BadInput(f"{unprepared[0]} has no kernels yet: call linear.prepare(model) first")
+    return export_entries([k.entry for layer in layers for k in layer.kernels.kernels], directory)

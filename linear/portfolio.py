@@ -43,6 +43,7 @@ class BucketKernel:
     run: Callable
     source: str
     measured: dict = field(default_factory=dict)
+    entry: str | None = None  # the cache entry's directory
 
 
 @dataclass
@@ -196,14 +197,14 @@ def _tune(p: _Pending, max_tokens: int, cache: Cache, say: Callable[[str], None]
                 "timing": measure.timing_method(FLUSH),
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     library = functools.partial(shutil.copyfile, p.built[chosen]) if chosen.built else None
-    cache.write(p.key, manifest, library)
+    entry = cache.write(p.key, manifest, library)
     times = results[name]["times_ms"]
     torch_times = results.get(Candidate("torch").name, {}).get("times_ms", {})
     say(f"{p.layer.label()} {p.bucket.label()}: {name} "
         + ", ".join(f"M={m} {t * 1000:.1f} us" + (f" (torch {torch_times[m] * 1000:.1f})"
                                                   if m in torch_times else "")
                     for m, t in times.items()))
-    return BucketKernel(chosen, runs[name], "measured", manifest["measured"])
+    return BucketKernel(chosen, runs[name], "measured", manifest["measured"], entry.directory)
 
 
 def _jsonable(result: dict) -> dict:
@@ -237,7 +238,7 @@ def _from_cache(layer: LayerShape, bucket: Bucket, key: dict, cache: Cache,
         cache.remove(key)
         return None
     return BucketKernel(candidate, launcher(candidate, layer, function), "cache",
-                        manifest.get("measured", {}))
+                        manifest.get("measured", {}), entry.directory)
 
 
 def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: int,

@@ -85,6 +85,14 @@ def knob_rows(result: dict) -> list[dict]:
             for e in result["portfolio"] if e["chosen"] != "torch"]
 
 
+def _load(measured: dict) -> str:
+    """A fresh process's load of the kernels, in words."""
+    if "prepare_s" not in measured:
+        return f"failed ({measured['error']})"
+    return (f"{measured['prepare_s']:.3f} s in linear.prepare ({measured['process_s']:.1f} s "
+            "for the whole process, imports included)")
+
+
 def _headline(results: list[dict]) -> list[str]:
     lines = ["| model | step | stock ms | ours ms | speed-up |", "|---|---|---|---|---|"]
     for result in results:
@@ -109,12 +117,9 @@ def render(results: list[dict], notes: str | None = None) -> str:
                 f"{model['intermediate_size']}, {model['num_hidden_layers']} layers, vocabulary "
                 f"{model['vocab_size']}", "",
                 f"{result['linears_replaced']} nn.Linear replaced. Tuning every distinct layer "
-                f"shape x bucket from a cold cache: {result['tuning_s']:.0f} s. Loading them "
-                "from the warm cache in a fresh process: "
-                + (f"{result['cache_load']['prepare_s']:.3f} s in linear.prepare "
-                   f"({result['cache_load']['process_s']:.1f} s for the whole process, imports "
-                   "included)." if "prepare_s" in result["cache_load"]
-                   else f"failed: {result['cache_load']['error']}"), "",
+                f"shape x bucket from a cold cache: {result['tuning_s']:.0f} s. Loading them in "
+                f"a fresh process from the warm cache: {_load(result['cache_load'])}; from the "
+                f"model's export: {_load(result['export_load'])}.", "",
                 markdown_table(step_rows(result)), "",
                 "Per-call cost of one layer (ours / stock): eager CPU time per call "
                 "(perf_counter over 2000 calls, no synchronization), then time per call in a "

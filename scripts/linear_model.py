@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -159,11 +160,13 @@ def graph_replay_us(layer, x, calls: int = 20) -> float:
     return replay_ms(graph.replay) * 1000 / calls
 
 
-def cache_load_seconds(config: str) -> dict:
-    """A fresh process builds the model's layers on the meta device and loads their kernels
-    from the warm cache: seconds for linear.prepare, and for the whole process."""
+def load_seconds(config: str, source: str | None = None) -> dict:
+    """A fresh process makes the model's distinct layers and loads their kernels from the warm
+    cache (or an export directory, `source`): seconds for linear.prepare, and for the whole
+    process."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--config", config, "--load-only"],
+    done = subprocess.run([sys.executable, __file__, "--config", config, "--load-only"]
+                          + (["--cache", source] if source else []),
                           capture_output=True, text=True)
     total = time.perf_counter() - start
     lines = [line for line in done.stdout.splitlines() if line.startswith("PREPARE")]
@@ -192,11 +195,12 @@ def main() -> int:
     parser.add_argument("--out")
     parser.add_argument("--load-only", action="store_true",
                         help="only load the config's kernels from the cache, and say how long")
+    parser.add_argument("--cache", help="the cache (or export) directory --load-only reads")
     args = parser.parse_args()
     if args.load_only:
         layers = meta_layers(args.config)
         start = time.perf_counter()
-        linear.prepare(layers)
+        linear.prepare(layers, cache=linear.Cache(args.cache) if args.cache else None)
         print("PREPARE", time.perf_counter() - start)
         return 0
     model = build_model(args.config)
@@ -207,6 +211,8 @@ def main() -> int:
     linear.prepare(model)
     tuning_s = time.perf_counter() - start
     ours = time_steps(model, vocab)
+    exported = tempfile.mkdtemp(prefix="linear-export-") + "/kernels"
+    linear.export(model, exported)
     rows = []
     for (kind, batch, tokens), (stock_ms, stock_logits) in stock.items():
         ours_ms, ours_logits = ours[(kind, batch, tokens)]
@@ -223,7 +229,8 @@ def main() -> int:
     result = {"config": args.config, "model": CONFIGS[args.config], "linears_replaced": replaced,
               "gpu": torch.cuda.get_device_name(), **loader.versions_here(),
               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-              "tuning_s": tuning_s, "cache_load": cache_load_seconds(args.config),
+              "tuning_s": tuning_s, "cache_load": load_seconds(args.config),
+              "export_load": load_seconds(args.config, exported),
               "steps": rows, "portfolio": portfolio,
               "call_cost": [call_costs(CONFIGS[args.config]["hidden_size"], tokens)
                             for tokens in (1, 16)],
@@ -231,7 +238,8 @@ def main() -> int:
                         "replays timed with CUDA events, L2 as the previous replay left it"}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
-    print(json.dumps({k: result[k] for k in ("tuning_s", "cache_load", "call_cost")}, indent=1))
+    print(json.dumps({k: result[k] for k in ("tuning_s", "cache_load", "export_load",
+                                             "call_cost")}, indent=1))
     return 0
 
 

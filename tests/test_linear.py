@@ -125,6 +125,28 @@ def test_concurrent_writers_leave_one_whole_entry(tmp_path):
     assert os.listdir(tmp_path) == [os.path.basename(entry.directory)]
 
 
+def test_export_copies_entries_into_a_cache_of_their_own(tmp_path):
+    cache = Cache(str(tmp_path / "cache"))
+    kept = cache.write(_key(), {"choice": "v8:x", "rung": "v8", "knobs": {}},
+                       lambda path: open(path, "wb").write(b"library"))
+    cache.write(_key(bucket="M=1"), {"choice": "torch", "rung": "torch", "knobs": {}}, None)
+    target = str(tmp_path / "export")
+    assert cache_module.export_entries([kept.directory, kept.directory], target) == 1
+    exported = Cache(target)
+    assert open(exported.read(_key()).library, "rb").read() == b"library"
+    assert exported.read(_key(bucket="M=1")) is None
+    with pytest.raises(UsageError, match="not an empty directory"):
+        cache_module.export_entries([kept.directory], target)
+
+
+def test_export_of_a_model_without_kernels_is_refused(tmp_path):
+    model = _small_model()
+    linear.replace_linears(model)
+    with pytest.raises(BadInput, match="call linear.prepare"):
+        linear.export(model, str(tmp_path / "export"))
+    assert not os.path.exists(tmp_path / "export")
+
+
 def test_code_version_follows_the_kernel_code():
     assert cache_module.code_version() == cache_module.code_version()
     assert len(cache_module.code_version()) == 16
@@ -258,6 +280,18 @@ def test_a_second_prepare_loads_every_bucket_from_the_cache(gpu_cache):
     assert {k.source for k in kernels[second.shape].kernels} == {"cache"}
     assert [k.candidate for k in kernels[second.shape].kernels] == \
         [k.candidate for k in first.kernels.kernels]
+
+
+@pytest.mark.gpu
+def test_an_exported_portfolio_loads_in_place_of_the_cache(gpu_cache, tmp_path):
+    stock = torch.nn.Linear(1024, 768, device="cuda", dtype=torch.bfloat16)
+    options = dict(buckets=buckets_from_edges((1, 2, 17, 65)), max_tokens=256)
+    first = linear.Linear.from_linear(stock, **options)
+    linear.prepare(first, cache=gpu_cache, say=print)
+    assert linear.export(first, str(tmp_path / "export")) == len(first.buckets)
+    second = linear.Linear.from_linear(stock, **options)
+    kernels = linear.prepare(second, cache=Cache(str(tmp_path / "export")), say=print)
+    assert {k.source for k in kernels[second.shape].kernels} == {"cache"}
 
 
 @pytest.mark.gpu
