@@ -38,11 +38,14 @@ class ModelConfig:
     heads: int  # num_attention_heads
     kv_heads: int  # num_key_value_heads (grouped-query attention)
     intermediate: int  # intermediate_size (the MLP's width)
+    vocab: int = 0  # vocab_size: the LM head's N (0: not in a suite's layers)
+    head_size: int | None = None  # head_dim where config.json sets it apart from hidden/heads
 
     @property
     def head_dim(self) -> int:
-        """hidden_size / num_attention_heads, as these models' attention derives it."""
-        return self.hidden // self.heads
+        """config.json's head_dim where it has one (Gemma-2, Mistral-Nemo), else hidden_size /
+        num_attention_heads, as attention then derives it."""
+        return self.head_size or self.hidden // self.heads
 
 
 LLAMA_3_8B = ModelConfig("Llama-3-8B", hidden=4096, heads=32, kv_heads=8, intermediate=14336)
@@ -72,12 +75,34 @@ class Layer:
 LAYERS = (
     Layer("qkv_proj", "q, k and v fused", "(heads + 2 kv_heads) x head_dim",
           lambda c: (c.heads + 2 * c.kv_heads) * c.head_dim, "hidden", lambda c: c.hidden),
-    Layer("o_proj", "attention output", "hidden", lambda c: c.hidden, "hidden",
-          lambda c: c.hidden),
+    Layer("o_proj", "attention output", "hidden", lambda c: c.hidden, "heads x head_dim",
+          lambda c: c.heads * c.head_dim),
     Layer("gate_up_proj", "MLP gate and up fused", "2 intermediate", lambda c: 2 * c.intermediate,
           "hidden", lambda c: c.hidden),
     Layer("down_proj", "MLP down", "hidden", lambda c: c.hidden, "intermediate",
           lambda c: c.intermediate),
+)
+
+LM_HEAD = Layer("lm_head", "the LM head", "vocab", lambda c: c.vocab, "hidden", lambda c: c.hidden)
+
+# The wider suites' models: sizes from each model's config.json on the Hugging Face hub
+# (hidden_size, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size, and
+# head_dim where it is set apart from hidden / heads).
+WIDE_MODELS = (
+    ModelConfig("Llama-3.2-1B", hidden=2048, heads=32, kv_heads=8, intermediate=8192,
+                vocab=128256),
+    ModelConfig("Llama-3.2-3B", hidden=3072, heads=24, kv_heads=8, intermediate=8192,
+                vocab=128256),
+    ModelConfig("Phi-3-mini-4k", hidden=3072, heads=32, kv_heads=32, intermediate=8192,
+                vocab=32064),
+    ModelConfig("Gemma-2-2B", hidden=2304, heads=8, kv_heads=4, intermediate=9216,
+                vocab=256000, head_size=256),
+    ModelConfig("Qwen2.5-0.5B", hidden=896, heads=14, kv_heads=2, intermediate=4864,
+                vocab=151936),
+    ModelConfig("Qwen2.5-14B", hidden=5120, heads=40, kv_heads=8, intermediate=13824,
+                vocab=152064),
+    ModelConfig("Mistral-Nemo-12B", hidden=5120, heads=32, kv_heads=8, intermediate=14336,
+                vocab=131072, head_size=128),
 )
 
 
@@ -180,13 +205,13 @@ class Suite:
         return [only] + baselines
 
 
-def _llm_gemms(tokens: tuple[int, ...], dtype: str = "bfloat16",
-               out_dtype: str = "float32") -> tuple[Entry, ...]:
-    """The models' layers as GEMMs (nt) of `dtype` writing `out_dtype` at each number of
-    tokens M."""
+def _llm_gemms(tokens: tuple[int, ...], dtype: str = "bfloat16", out_dtype: str = "float32",
+               shapes: list[LayerShape] | None = None) -> tuple[Entry, ...]:
+    """The models' layers (`shapes`, by default layer_shapes()) as GEMMs (nt) of `dtype`
+    writing `out_dtype` at each number of tokens M."""
     return tuple(Entry(Workload("gemm", (m, s.n, s.k), dtype, out_dtype, "nt"), s.models,
                        s.layer, f"{s.origin}; M = {m} tokens")
-                 for s in layer_shapes() for m in tokens)
+                 for s in (shapes or layer_shapes()) for m in tokens)
 
 
 RAGGED_K_LAYERS = ("o_proj", "down_proj")  # whose K-1 forms the GEMV suite also runs
@@ -235,6 +260,33 @@ FP32_RAGGED = (
                "GPT-2's LM head (vocabulary 50257, hidden 768) on 128 tokens: an odd N"),
 )
 
+WIDE_TOKENS = (1, 7, 48, 300, 700, 2500)  # M between llm-bf16's, decode's 1 included
+WIDE_SHAPES = layer_shapes(WIDE_MODELS, LAYERS + (LM_HEAD,))
+
+
+def _ragged_16bit() -> tuple[Entry, ...]:
+    """16-bit GEMMs with a 16-bit C whose rows TMA cannot load (K or N not a whole 16-byte
+    row), and fp16 nn: what a model brings that the 16-byte-row kernels refuse."""
+    def entry(shape, dtype, layout, models, layer, origin):
+        return Entry(Workload("gemm", shape, dtype, dtype, layout), models, layer, origin)
+    return (
+        entry((2000, 3000, 4095), "bfloat16", "nt", (), "K = 4095",
+              "a user's layer one input feature short of 4096: rows of A and B are 8190 bytes"),
+        entry((333, 8192, 8191), "bfloat16", "nt", (), "medium M, K = 8191",
+              "333 tokens through an 8192-wide layer one feature short: medium M and ragged K"),
+        entry((128, 50257, 768), "bfloat16", "nt", ("GPT-2",), "lm_head, 128 tokens",
+              "GPT-2's LM head (vocabulary 50257, hidden 768): N is odd, C's rows 100514 bytes"),
+        entry((16, 50257, 768), "float16", "nt", ("GPT-2",), "lm_head, 16 tokens",
+              "GPT-2's LM head at a decode batch of 16, fp16"),
+        entry((1024, 2304, 768), "float16", "nn", ("GPT-2",), "c_attn, 1024 tokens",
+              "GPT-2's fused q, k, v (Conv1D: its weight is K x N, layout nn), 3 x 768 = 2304"),
+        entry((1024, 768, 3072), "float16", "nn", ("GPT-2",), "c_proj (MLP), 1024 tokens",
+              "GPT-2's MLP projection back to 768 from 4 x 768 (Conv1D, layout nn)"),
+        entry((777, 3000, 1001), "float16", "nn", (), "all ragged",
+              "a user's odd sizes in every dimension, fp16 nn"),
+    )
+
+
 LLM_MODELS = " / ".join(model.name for model in MODELS)
 TOKENS = (16, 128, 1000, 4096)  # M of the GEMM suite: decode batches, a ragged prefill, a long one
 GEMV_DTYPES = ("float16", "bfloat16")
@@ -254,6 +306,17 @@ SUITES = {
               "next to their aligned neighbours", "gemv", "splitk_vec", _llm_gemvs(GEMV_DTYPES)),
         Suite("fp32-ragged", "Float32 GEMMs (nn) on ragged shapes a user brings", "gemm", "v4",
               FP32_RAGGED),
+        Suite("wide-bf16", f"{' / '.join(m.name for m in WIDE_MODELS)} layers and LM heads as "
+              f"bf16 GEMMs with a bf16 C (nt), as models write them, at M = "
+              f"{', '.join(map(str, WIDE_TOKENS))} tokens", "gemm", "v4",
+              _llm_gemms(WIDE_TOKENS, "bfloat16", "bfloat16", WIDE_SHAPES)),
+        Suite("wide-fp8", "wide-bf16's shapes from 7 tokens on as fp8 e4m3 GEMMs (nt, a scale "
+              "per tensor, bfloat16 out, as torch._scaled_mm)", "gemm", "v8",
+              _llm_gemms(WIDE_TOKENS[1:], FP8, "bfloat16", WIDE_SHAPES),
+              why_left_out="the CUDA-core rungs take seconds per launch on these shapes in fp8, "
+                           "and v5t, v6 and v7 take no fp8"),
+        Suite("ragged-16bit", "16-bit GEMMs writing a 16-bit C with rows TMA cannot load, and "
+              "fp16 nn", "gemm", "v4", _ragged_16bit()),
     )
 }
 

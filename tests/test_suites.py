@@ -51,6 +51,27 @@ def test_the_suites_carry_those_shapes_with_their_models_and_layers():
     assert gemvs[((4096, 4095), "bfloat16")].aligned == (4096, 4096)
 
 
+def test_wide_shapes_take_head_dim_and_vocab_from_the_configs():
+    found = {(s.layer, s.models): (s.n, s.k) for s in suites.WIDE_SHAPES}
+    assert found[("qkv_proj", ("Gemma-2-2B",))] == (4096, 2304)  # (8 + 2*4) * 256
+    assert found[("o_proj", ("Gemma-2-2B",))] == (2304, 2048)  # K = 8 heads x 256
+    assert found[("o_proj", ("Mistral-Nemo-12B",))] == (5120, 4096)  # K = 32 heads x 128
+    assert found[("lm_head", ("Qwen2.5-14B",))] == (152064, 5120)
+    assert found[("o_proj", ("Llama-3.2-3B", "Phi-3-mini-4k"))] == (3072, 3072)
+
+
+def test_wide_suites_write_what_models_write_at_ms_between_the_llm_suites():
+    wide = suites.SUITES["wide-bf16"].entries
+    assert {(e.workload.dtype, e.workload.out_dtype, e.workload.layout) for e in wide} == \
+        {("bfloat16", "bfloat16", "nt")}
+    assert {e.workload.shape[0] for e in wide} == set(suites.WIDE_TOKENS)
+    ragged = suites.SUITES["ragged-16bit"].entries
+    assert all(e.workload.out_dtype == e.workload.dtype for e in ragged)
+    assert any(e.workload.shape[2] * 2 % 16 for e in ragged)  # a K TMA cannot load
+    assert any(e.workload.shape[1] % 2 for e in ragged)  # an odd N (a vocabulary)
+    assert any(e.workload.layout == "nn" for e in ragged)
+
+
 @pytest.mark.parametrize("name", list(suites.SUITES))
 def test_every_entry_is_a_valid_workload_of_the_suites_op_and_none_is_there_twice(name):
     suite = suites.SUITES[name]
@@ -98,7 +119,8 @@ def test_suites_run_their_ladder_from_its_first_rung_and_the_baselines():
 # -- the command line --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["--suite", "x"], "error: unknown suite 'x'; valid: llm-bf16, llm-fp8, llm-gemv, fp32-ragged\n"),
+    (["--suite", "x"], "error: unknown suite 'x'; valid: llm-bf16, llm-fp8, llm-gemv, fp32-ragged, wide-bf16, "
+     "wide-fp8, ragged-16bit\n"),
     (["--suite", "x", "--list"], "error: unknown suite 'x'; valid: "),
     (["--suite", "llm-bf16", "--shape", "16x16x16"],
      "error: --suite runs the suite's own shapes and schedules; it does not take --shape\n"),
