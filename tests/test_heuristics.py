@@ -438,7 +438,9 @@ RULES = [(gemm((4096, 4096, 4096), "bfloat16", "nt"), "v8"),
          (gemm((4096, 4096, 4096)), "v5t"), (gemm((1024, 512, 2048)), "v5k"),
          (Workload("gemv", (7168, 16384), "float16"), "blockreduce"),
          (Workload("gemv", (4096, 1024), "float16"), "blockreduce"),
-         (Workload("gemv", (4096, 1000), "float16"), "multirow"),
+         (Workload("gemv", (4096, 1000), "float16"), "blockreduce"),
+         (Workload("gemv", (4096, 4095), "bfloat16"), "rowalign"),  # rows not 16-byte vectors
+         (Workload("gemv", (4096, 128), "float16"), "multirow"),  # under a vector per lane
          (Workload("batched_gemv", (8, 4096, 512), "float32"), "blockreduce")]
 
 
@@ -469,5 +471,6 @@ def test_the_command_line_says_what_best_picked_and_builds_it(here_no_gpu, capsy
     out, err = capsys.readouterr()
     assert code == 0
     assert err.startswith("best: multirow (no records of this workload on any GPU with TVM ")
-    assert err.endswith("rule: gemv with K < 1024 -> multirow (K threads fitted to K))\n")
+    assert err.endswith("a 16-byte vector per lane of a warp (512) -> multirow (K threads "
+                        "fitted to K))\n")
     assert "multirow: built: grid (x,y,z) 128x1x1, block (x,y,z) 8x8x1" in out  # 8 K threads

@@ -211,10 +211,13 @@ def rule(wl: Workload) -> tuple[str, str]:
     and 8192^3, reports/h100-shapes.md and reports/h100-v8.md), else v7 with a float32 C and
     v5k with a 16-bit one (v6 and v7 write float32 only); an fp8 GEMM -> v8 likewise, else
     v5k (v6 and v7 take 16-bit inputs only); a float32 GEMM -> v5t where its
-    default tiles give every SM one, else v5k (split K); a GEMV -> blockreduce where K gives
-    each of its K threads a 16-byte vector per step, else multirow (whose heuristic fits its K
-    threads to K); an nvfp4 GEMV -> dp4a (faster than bitdecode on the batched seed's three
-    shapes, reports/h100-nvfp4-gemv.md)."""
+    default tiles give every SM one, else v5k (split K); a GEMV whose rows are not whole 16-byte
+    vectors -> rowalign (the fastest rung on all eight such llm-gemv shapes,
+    reports/h100-shapes.md), one whose rows are shorter than a 16-byte vector per lane of a warp
+    -> multirow (whose heuristic fits its K threads to K), else blockreduce (the fastest at
+    1024x1024 too, where its K threads get one vector each; multirow was slower at 1000x1000);
+    an nvfp4 GEMV -> dp4a (faster than bitdecode on the batched seed's three shapes,
+    reports/h100-nvfp4-gemv.md)."""
     if wl.is_nvfp4:
         return "dp4a", (f"{wl.op} on nvfp4 -> dp4a (the rung that looks codes up as int8s with "
                         "prmt and sums their products with dp4a)")
@@ -239,12 +242,17 @@ def rule(wl: Workload) -> tuple[str, str]:
                        f"{heuristics.H100_SMS} SMs -> v5k (split K)")
     from schedules.gemv import VECTOR_BYTES
 
-    threads = schedules.get(wl.op, "blockreduce").defaults["reduce_threads"]
-    step = threads * VECTOR_BYTES // DTYPE_BYTES[wl.dtype]
-    if wl.dims["K"] >= step:
-        return "blockreduce", (f"{wl.op} with K >= {step} (a 16-byte vector per step for each "
-                               f"of blockreduce's {threads} K threads) -> blockreduce")
-    return "multirow", f"{wl.op} with K < {step} -> multirow (K threads fitted to K)"
+    row_bytes = wl.dims["K"] * DTYPE_BYTES[wl.dtype]
+    if row_bytes % VECTOR_BYTES:
+        return "rowalign", (f"{wl.op} whose rows of {row_bytes} bytes are not whole 16-byte "
+                            "vectors -> rowalign (16-byte loads from each row's vector boundary)")
+    warp_bytes = heuristics.WARP * VECTOR_BYTES
+    if row_bytes < warp_bytes:
+        return "multirow", (f"{wl.op} whose rows of {row_bytes} bytes are shorter than a 16-byte "
+                            f"vector per lane of a warp ({warp_bytes}) -> multirow (K threads "
+                            "fitted to K)")
+    return "blockreduce", (f"{wl.op} whose rows are whole 16-byte vectors, {warp_bytes} bytes or "
+                           "more -> blockreduce")
 
 
 def selection(wl: Workload, name: str, found: SearchResults,
