@@ -71,6 +71,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       f"'all' (default: {DEFAULT_SCHEDULE}); with --suite, the one rung to run "
                       "beside the baselines (default: all of the suite's)")
     what.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="compare two schedules' IR")
+    what.add_argument("--explain", nargs=2, metavar=("OLD", "NEW"), help="why two schedules "
+                      "differ: IR diff, instruction mix, counters (tuning/explain.py)")
     what.add_argument("--report", metavar="PATH", help="render a markdown report from --results")
     what.add_argument("--list", action="store_true",
                       help="list the schedules of every op, the presets and the suites")
@@ -300,7 +302,8 @@ def run_schedules(args, wl, chosen: list, extra_records: list | None = None,
 
 
 # Flags that pick a workload, a search or another kind of run: a suite brings its own.
-NOT_WITH_SUITE = ("shape", "preset", "op", "dtype", "out_dtype", "layout", "diff", "tune", "report",
+NOT_WITH_SUITE = ("shape", "preset", "op", "dtype", "out_dtype", "layout", "diff", "explain", "tune",
+                  "report",
                   "work_dir", "records", "tuner", "ms_space", "rpc_tracker", "rpc_key", "device")
 
 
@@ -396,7 +399,7 @@ def tune(args, wl, found) -> None:
 
 
 # Flags that ask for another kind of run than --export's: one schedule's kernel, written out.
-NOT_WITH_EXPORT = ("suite", "list", "report", "diff", "tune")
+NOT_WITH_EXPORT = ("suite", "list", "report", "diff", "explain", "tune")
 
 
 def check_export(args) -> None:
@@ -467,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
                 export(args, wl, found)
             elif args.diff:
                 diff(args, wl, found)
+            elif args.explain:
+                from tuning.explain import explain
+
+                explain(wl, *args.explain, found, args.arch, say, warn, args.show_cuda)
             elif args.tune:
                 tune(args, wl, found)
             else:
