@@ -152,6 +152,19 @@ def test_code_version_follows_the_kernel_code():
     assert len(cache_module.code_version()) == 16
 
 
+def test_the_portfolio_ranks_only_correct_candidates_by_their_mean_ratio_to_the_fastest():
+    from linear.portfolio import _choose
+    from schedules.errors import KernelFailed
+
+    results = {"torch": {"status": "ok", "times_ms": {1: 1.0, 64: 4.0}},
+               "v8:a": {"status": "ok", "times_ms": {1: 0.9, 64: 3.2}},  # ratios 1 and 1.07
+               "v8:b": {"status": "ok", "times_ms": {1: 1.2, 64: 3.0}},  # ratios 1.33 and 1
+               "wrong": {"status": "failed", "error": "relative error 1 at M=1"}}
+    assert _choose(results) == "v8:a"
+    with pytest.raises(KernelFailed, match="no candidate ran correctly: wrong: relative error"):
+        _choose({"wrong": results["wrong"]})
+
+
 def _small_model():
     model = torch.nn.Sequential(torch.nn.Linear(64, 32, dtype=torch.bfloat16), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 8, bias=False, dtype=torch.bfloat16))
