@@ -398,7 +398,7 @@ def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
     """Profile each schedule of `names` on `wl` warm and flushed (profile) and append a record
     of each to `path`, keyed as bench.Run keys timings, status 'counted'. Every launch is
     profiled before anything is written: a failure records nothing."""
-    from . import bench, explore
+    from . import bench, explore, measure
 
     ncu_path()
     records.check_writable(path, "--counters")
@@ -408,9 +408,9 @@ def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
         for flush in CACHE_CONTROL:
             say(f"{name}: ncu on one launch ({'L2 warm' if flush == 'none' else 'L2 flushed'})")
             profiled.append((schedule, flush, profile(wl, name, flush)))
-    made = []
+    made, facts = [], measure.device_facts()
     for schedule, flush, counters in profiled:
-        record = bench.Run(flush=flush).record(wl, schedule.name, schedule.kind,
+        record = bench.Run(flush=flush, facts=facts).record(wl, schedule.name, schedule.kind,
                                                schedule.defaults, status="counted",
                                                counters=counters)
         records.append(path, record)
