@@ -197,7 +197,7 @@ def schedule_name(draw, op: str) -> str:
 def run_argv(draw, root: str) -> list[str]:
     """An exploration run, a diff or an export of cheap rungs, on a drawn workload and arch."""
     op = draw(mostly("gemm", "gemv", "batched_gemv", rest=("conv",)))
-    argv = ["--op", op, "--no-ir", "--results", os.path.join(root, "results.jsonl")]
+    argv = ["--op", op, "--results", os.path.join(root, "results.jsonl")]
     if draw(st.booleans()):
         rank = {"gemm": 3, "batched_gemv": 3}.get(op, 2)
         dims = draw(st.lists(DIMENSION, min_size=rank, max_size=rank)
@@ -215,6 +215,8 @@ def run_argv(draw, root: str) -> list[str]:
         argv += ["--diff", draw(schedule_name(op)), draw(schedule_name(op))]
     else:
         argv += ["--schedule", draw(schedule_name(op))]
+    if mode == "schedule":
+        argv += ["--no-ir"]  # a flag of runs only: a diff or an export refuses it
     if mode == "export":
         argv += ["--export", make_place(root, draw(mostly("new file")), "kernel", "")]
     return argv
