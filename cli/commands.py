@@ -120,9 +120,10 @@ def diff(args, wl, found) -> None:
         except ScheduleNotApplicable as e:
             raise refusal(schedule, wl, target, e) from None
 
+    from tvm_explorer import ir_diff
+
     (old, new), (a, b) = args.diff, [built(name) for name in args.diff]
-    print(build.unified_diff(*(build.stable_cse_names(build.ir_text(x.lowered)) for x in (a, b)),
-                             f"{old} (lowered)", f"{new} (lowered)"))
+    print(ir_diff(a, b, old, new))
     if args.show_cuda:
         print(build.unified_diff(a.source, b.source, f"{old}.cu", f"{new}.cu"))
     from tabulate import tabulate
