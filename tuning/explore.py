@@ -121,7 +121,7 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
     searched = records.load_and_warn(path, warn)
     runs = _timed_runs(wl, records.measurements(found.results, warn) if found.results else [])
     gpu = _this_gpu(wl, found.device, searched, runs)
-    sources = " and ".join(filter(None, (found.records or os.path.relpath(path), found.results)))
+    sources = " and ".join(filter(None, (found.records or _committed(path), found.results)))
     here = [r for r in runs if r["gpu"] == gpu]
     trials = [(entry, _correct_trials(searched, wl, entry.name, gpu))
               for entry in _searched(wl.op)]
@@ -139,6 +139,14 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
     warn(f"best: {chosen.name} (fastest correct of {count} records measured on {gpu}, TVM "
          f"{tvm.__version__}, in {sources}: {ms:.3f} ms)")
     return chosen
+
+
+def _committed(path: str) -> str:
+    """How `best` names the committed records: their path, or, where this install has none
+    (a copy without the package data), that it has none."""
+    if os.path.isfile(path):
+        return os.path.relpath(path)
+    return f"no committed tuning records (this install has no {os.path.relpath(path)})"
 
 
 def _searched(op: str) -> list:
