@@ -6,7 +6,7 @@ in layout nt, its output in the input's dtype. The candidates:
 - `torch`: F.linear (cuBLAS), the layer as stock PyTorch runs it;
 - the GEMV rungs (blockreduce, rowalign, multirow) for the bucket of M = 1, built for the layer's
   fixed N x K;
-- v8 with M as a size given at each call (hopper.v8_kernel_any_m), at a few tile shapes, whole
+- v8 with M as a size given at each call (v8.v8_kernel_any_m), at a few tile shapes, whole
   or with a last, partial wave's tiles split in K to fill the SMs.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import tvm
 
 import schedules
-from schedules import heuristics, hopper
+from schedules import heuristics, v8
 from schedules.errors import ScheduleNotApplicable
 from schedules.workloads import Workload
 
@@ -90,7 +90,7 @@ def _fill_splits(layer: LayerShape, bucket: Bucket, max_tokens: int, block_m: in
                  block_n: int) -> set[int]:
     """v8's splits of K (its space's) that best fill the SMs with the tiles of a last, partial
     wave (split_tail), at each of the bucket's probe Ms."""
-    k_blocks = hopper.k_block_count(layer.in_features, hopper.ELEMENT_BYTES[layer.dtype])
+    k_blocks = v8.k_block_count(layer.in_features, v8.ELEMENT_BYTES[layer.dtype])
     found = set()
     for m in bucket.probes(max_tokens):
         last_wave = heuristics.tile_count(layer.gemm(m), block_m, block_n) % heuristics.H100_SMS
@@ -108,7 +108,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     out."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
-    if hopper.tma_refusal(wl):
+    if v8.tma_refusal(wl):
         return []
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
@@ -126,11 +126,11 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         if not knobs["split_tail"] and knobs["split_k"] > 1:
             continue  # the heuristic splitting every tile: only for most rows, not any M
         try:
-            hopper.v8_refusals(wl, **knobs)
+            v8.v8_refusals(wl, **knobs)
         except ScheduleNotApplicable:
             continue
-        workspace = hopper.any_m_partial_bytes(wl, knobs["block_m"], knobs["block_n"],
-                                               knobs["split_k"], knobs["split_tail"])
+        workspace = v8.any_m_partial_bytes(wl, knobs["block_m"], knobs["block_n"],
+                                           knobs["split_k"], knobs["split_tail"])
         candidate = Candidate(V8, tuple(sorted(knobs.items())))
         if workspace <= MOST_WORKSPACE_BYTES and candidate not in found:
             found.append(candidate)
@@ -153,7 +153,7 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
     target = build.cuda_target(arch)
     knobs = dict(candidate.knobs)
     if candidate.rung == V8:
-        func = hopper.v8_kernel_any_m(layer.gemm(bucket.most(max_tokens)), **knobs)
+        func = v8.v8_kernel_any_m(layer.gemm(bucket.most(max_tokens)), **knobs)
         mod = tvm.IRModule({"main": func})
     else:
         mod = schedules.get("gemv", candidate.rung).apply(layer.gemv(), target, **knobs)

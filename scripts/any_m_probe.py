@@ -1,4 +1,4 @@
-"""v8 built for one M against v8 built for any M (hopper.v8_kernel_any_m), same knobs, and
+"""v8 built for one M against v8 built for any M (v8.v8_kernel_any_m), same knobs, and
 torch's F.linear, on the GPU: what taking M at each call costs. Each kernel is checked against
 float64 first; then rounds of interleaved timings (L2 flushed before each launch).
 
@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tvm  # noqa: E402
 
 import schedules  # noqa: E402
-from schedules import hopper  # noqa: E402
+from schedules import v8  # noqa: E402
 from schedules.workloads import Workload  # noqa: E402
 from tuning import build, measure  # noqa: E402
 
@@ -31,7 +31,7 @@ def kernels(wl: Workload) -> dict:
     a, b = measure.random_inputs(wl)
     out = measure.poisoned_output(wl)
     found = {}
-    for name, make in (("v8 (this M)", hopper.v8_kernel), ("v8 (any M)", hopper.v8_kernel_any_m)):
+    for name, make in (("v8 (this M)", v8.v8_kernel), ("v8 (any M)", v8.v8_kernel_any_m)):
         function = build.build(tvm.IRModule({"main": make(wl, **knobs)}), target)["main"]
         found[name] = lambda f=function: (f(a, b, out), out)[1]
     found["torch"] = lambda: F.linear(a, b)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""On the GPU machine: v8 (schedules/hopper.py) and v7 through the project's own harness
+"""On the GPU machine: v8 (schedules/v8/) and v7 through the project's own harness
 (runner.py: correctness against float64, timing against cuBLAS as the runner prints it) on the
 workloads of issue 22, one runner call per (workload, schedule), results into one JSONL; fp8
 workloads run v8 only (v7 takes 16-bit inputs).

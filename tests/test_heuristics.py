@@ -11,6 +11,7 @@ import tvm
 import schedules
 from schedules import Workload, heuristics
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
+from schedules.v8.heuristic import tma_tiles
 from schedules.workloads import DENSE_DTYPES, FP8
 from tuning import explore, measure
 from tuning.explore import SearchResults, resolve, selection
@@ -251,7 +252,7 @@ def test_a_workload_v8_refuses_gets_no_picks_and_one_line_saying_why(wl, reason,
     """`--schedule all` resolves every rung's knobs before it builds any: v8's heuristic picks
     nothing for a workload v8 takes with no knobs, and v8 refuses it in one line."""
     v8 = schedules.get("gemm", "v8")
-    assert heuristics.tma_tiles(wl, heuristics.H100_SMS, v8.defaults, v8.space) == {}
+    assert tma_tiles(wl, heuristics.H100_SMS, v8.defaults, v8.space) == {}
     ran = {s.name: s for s in selection(wl, "all", SearchResults())}
     assert ran["v8"].params == v8.defaults
     with pytest.raises(schedules.ScheduleNotApplicable) as refused:

@@ -1,4 +1,4 @@
-"""v8 (schedules/hopper.py): the TIRx kernel builds, and nvcc compiles it for sm_90a, on aligned,
+"""v8 (schedules/v8/): the TIRx kernel builds, and nvcc compiles it for sm_90a, on aligned,
 ragged and decode-sized shapes; its CUDA has what the rung's docstring claims; it refuses what
 TMA and its tiles cannot take; tuning/build.py lowers it with the tirx pipeline."""
 
@@ -12,7 +12,8 @@ import pytest
 
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from schedules.hopper import SETTLE, box_bytes
+from schedules.v8.cuda import SETTLE
+from schedules.v8.geometry import box_bytes
 from schedules.workloads import FP8
 from tuning import build
 

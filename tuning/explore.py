@@ -230,7 +230,7 @@ def rule(wl: Workload) -> tuple[str, str]:
         return "dp4a", (f"{wl.op} on nvfp4 -> dp4a (the rung that looks codes up as int8s with "
                         "prmt and sums their products with dp4a)")
     if wl.op == "gemm" and wl.dtype != "float32":
-        from schedules.hopper import tma_refusal
+        from schedules.v8 import tma_refusal
 
         refusal = tma_refusal(wl)
         if not refusal:

@@ -1,0 +1,108 @@
+"""v8's tile, box and arena arithmetic: how many bytes, K blocks, accumulators and partials a
+tile shape takes. Plain integers, shared by the refusals, the heuristic and the plan.
+
+Shared layout. A TMA box whose inner extent is 128 bytes, loaded with the 128-byte swizzle,
+lands as rows of 128 bytes with the 16-byte chunk c of row r at chunk c ^ (r % 8): v7's
+swizzled atoms (8 rows x 128 bytes), so v7's wgmma descriptors apply unchanged. A stage holds
+A's block_m x 64 box (K-major), then B's: one block_n x 64 box in nt (K-major), or block_n/64
+boxes of 64 N x 64 K in nn (MN-major, read with wgmma's transpose bit).
+"""
+
+from __future__ import annotations
+
+from .. import heuristics
+from ..tensorcore import WARPGROUP
+from ..workloads import DTYPE_BYTES, FP8, Workload
+
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, FP8: 1}
+ROW_BYTES = 128  # one swizzled row: a box's inner extent, and the K of a stage
+ATOM = 1024  # bytes of one swizzle atom: 8 rows of 128 bytes
+CONSUMERS = 2  # consumer warpgroups
+THREADS = (1 + CONSUMERS) * WARPGROUP * 32  # a producer warpgroup and the consumers
+CONSUMER_THREADS = CONSUMERS * WARPGROUP * 32
+MOST_ACCUMULATORS = 192  # fp32 accumulators a consumer thread keeps within its 232 registers
+TMA_STRIDE_BYTES = 16  # TMA takes global row strides in whole multiples of this
+MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its workspace may hold
+
+# The TMA-store epilogue (tma_store): each consumer warpgroup writes its part of C into
+# shared boxes of BOX_ROWS rows (one m64 wgmma's) and box_bytes(...) bytes per row, two boxes
+# in turn, and one of its threads sends each box to C with a TMA store that runs on while
+# the consumers go on to the next tile. A box's rows are swizzled as TMA swizzles them
+# (SWIZZLE: its span is the row's bytes), so the stores of a warp spread over the banks.
+BOX_ROWS = 64
+STORE_BOXES = 4  # two per consumer warpgroup
+SWIZZLE = {128: 3, 64: 2, 32: 1}  # CUtensorMapSwizzle of rows of so many bytes
+
+# The columns a consumer's share of block_n comes in, by layout, and why
+BLOCK_N_STEP = {"nn": (64, "B in 64-column boxes"), "nt": (16, "C stored 16 at a time")}
+
+
+def k_block_count(K, element_bytes: int):
+    """The K blocks of one swizzled row each (ROW_BYTES) that K makes, the last one ragged."""
+    return -(-K * element_bytes // ROW_BYTES)
+
+
+def arena_bytes(block_m: int, block_n: int, stages: int, tma_store: bool = False) -> int:
+    """Dynamic shared memory of the ring: `stages` stages of A's and B's 128-byte rows, plus
+    one swizzle atom of room to round the ring's start up to an atom; with tma_store, then
+    the boxes of C on their way out (STORE_BOXES of at most BOX_ROWS x ROW_BYTES)."""
+    boxes = STORE_BOXES * BOX_ROWS * ROW_BYTES if tma_store else 0
+    return stages * (block_m + block_n) * ROW_BYTES + ATOM + boxes
+
+
+def consumer_tile(block_m: int, block_n: int, pingpong: bool = False) -> tuple[int, int, int, int]:
+    """(rows, columns) of the block tile that each consumer warpgroup multiplies, and (rows,
+    columns) from one consumer's part to the next's: the whole tile for each with pingpong
+    (the consumers take turns at whole tiles); else halves of block_m when it holds two
+    wgmma heights (64 rows each), or (block_m 64) halves of block_n."""
+    if pingpong:
+        return block_m, block_n, 0, 0
+    if block_m >= 2 * WARPGROUP * 16:
+        return block_m // 2, block_n, block_m // 2, 0
+    return block_m, block_n // 2, 0, block_n // 2
+
+
+def box_bytes(block_m: int, block_n: int, out_dtype: str, pingpong: bool = False) -> int:
+    """Bytes per row of the boxes in which a consumer's columns of C go out: the widest
+    swizzle span that divides them (they are a multiple of 16 columns, so 32 bytes always
+    does)."""
+    columns = consumer_tile(block_m, block_n, pingpong)[1] * DTYPE_BYTES[out_dtype]
+    return next(span for span in sorted(SWIZZLE, reverse=True) if columns % span == 0)
+
+
+def consumer_accumulators(block_m: int, block_n: int, pingpong: bool = False) -> int:
+    """The float32 accumulators each consumer thread keeps for a block_m x block_n tile: half
+    its columns per 64 rows (one m64 wgmma's fragment)."""
+    wg_m, wg_n, _, _ = consumer_tile(block_m, block_n, pingpong)
+    return wg_m // 64 * wg_n // 2
+
+
+def widest_fitting(block_m: int, layout: str, pingpong: bool, widths) -> int | None:
+    """The widest of `widths` that is a whole number of the layout's BLOCK_N_STEP and whose
+    block_m-row tile fits each consumer's MOST_ACCUMULATORS (None where none is)."""
+    step = BLOCK_N_STEP[layout][0]
+    return max((n for n in widths if n % step == 0
+                and consumer_accumulators(block_m, n, pingpong) <= MOST_ACCUMULATORS),
+               default=None)
+
+
+def split_tiles(tiles, split_tail: bool, sms: int):
+    """How many of the tiles are split in K: all, or with split_tail those of the last, partial
+    wave (the rest are multiplied whole, first)."""
+    return tiles % sms if split_tail else tiles
+
+
+def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
+    """Bytes of split K's workspace: one float32 partial tile per (tile, K slice)."""
+    return tiles * split_k * block_m * block_n * 4
+
+
+def any_m_partial_bytes(wl: Workload, block_m: int, block_n: int, split_k: int,
+                        split_tail: bool) -> int:
+    """Bytes of split K's workspace in v8 for any M up to wl's: the partials of every tile of
+    wl's M, or with split_tail of a last wave's tiles (fewer than the SMs) whatever M is."""
+    if split_k == 1:
+        return 0
+    tiles = heuristics.tile_count(wl, block_m, block_n)
+    return partial_bytes(min(tiles, heuristics.H100_SMS - 1) if split_tail else tiles, split_k,
+                         block_m, block_n)

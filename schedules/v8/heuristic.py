@@ -1,0 +1,147 @@
+"""v8's heuristic: the knobs it picks for a shape (registered as the rung's `heuristic`, called
+as `heuristic(wl, sms, knobs, space)`; see schedules/heuristics.py for the contract). What each
+rule was measured against is in reports/notes/h100-v8.md ("The heuristic's rules")."""
+
+from __future__ import annotations
+
+from ..heuristics import MIN_SLICE_TILES, tile_count
+from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
+from ..workloads import DTYPE_BYTES, Workload
+from .geometry import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes, box_bytes,
+                       consumer_accumulators, k_block_count, widest_fitting)
+from .refusals import c_rows_take_tma, tma_refusal
+
+TMA_NARROW_COST = 0.57  # a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
+TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
+TALL_M = 256  # v8's rows of a tile where they cost no more than 128-row ones (`tall_tiles`)
+TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it loads
+FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
+DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
+CLUSTER_WAVES = 8  # v8: 128x256 tiles in clusters of 2 where they take this many waves or more
+TMA_STORE_STAGES = {2: 3, 1: 4}  # tma_store: where its boxes leave room for so many stages,
+# by the bytes of an input element (fp8 lost a stage's worth)
+WGMMA_M = WARPGROUP * MMA  # one wgmma's rows: a decode batch's tile
+
+
+def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
+               splits: list[int]) -> tuple[float, int, bool]:
+    """(waves of block_m x block_n tiles, split_k, split_tail): K split into the most of
+    `splits` that keep the units within one wave (each slice at least MIN_SLICE_TILES K
+    blocks); where the tiles take more than a wave, only those of a last, partial wave,
+    counted as 1/split_k of a wave. v8 is persistent: a second wave would walk behind the
+    first. Waves of 128-wide tiles count TMA_NARROW_COST of a 256-wide one (a 128-wide wgmma
+    does less per byte it reads)."""
+    k_blocks = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
+    tiles = tile_count(wl, block_m, block_n)
+    full, tail = divmod(tiles, sms) if tiles > sms else (0, tiles)
+    slices = max([s for s in splits if tail * s <= sms and k_blocks >= s * MIN_SLICE_TILES],
+                 default=1) if tail else 1
+    waves = full + (1 / slices if tail else 0)
+    return waves * (TMA_NARROW_COST if block_n == 128 else 1), slices, bool(full) and slices > 1
+
+
+def units(wl: Workload, sms: int, block_m: int, block_n: int, splits: list[int]) -> int:
+    """The split plan's units of work: its tiles, times its K slices where the tiles fit a
+    wave."""
+    tiles = tile_count(wl, block_m, block_n)
+    return tiles if tiles > sms else tiles * split_plan(wl, sms, block_m, block_n, splits)[1]
+
+
+def tile_widths(wl: Workload, sms: int, block_m: int, knobs: dict, space: dict) -> int:
+    """block_n: 128 with 64-row tiles, or where its split plan takes less time than the
+    default width's by TMA_TIE; then, for 16-bit nt decode batches whose 128-wide tiles give
+    fewer than FEW_UNITS of the SMs a unit, the width of DECODE_WIDTHS whose split tiles give
+    the most SMs one (the narrowest of equals)."""
+    splits = space["split_k"]
+    narrow = 128 in space["block_n"] and (
+        block_m == WGMMA_M or split_plan(wl, sms, block_m, 128, splits)[0]
+        < (1 - TMA_TIE) * split_plan(wl, sms, block_m, knobs["block_n"], splits)[0])
+    block_n = 128 if narrow else knobs["block_n"]
+    if block_m == WGMMA_M and wl.layout == "nt" and DTYPE_BYTES[wl.dtype] == 2 \
+            and units(wl, sms, block_m, block_n, splits) < FEW_UNITS * sms:
+        widths = [n for n in DECODE_WIDTHS if n in space["block_n"]] or [block_n]
+        block_n = max(widths, key=lambda n: (min(units(wl, sms, block_m, n, splits), sms), -n))
+    return block_n
+
+
+def tall_tiles(wl: Workload, sms: int, space: dict, waves: float) -> int | None:
+    """The block_n (above 128, a multiple of 16, its accumulators within a thread's) whose
+    TALL_M-row tiles, unsplit, cost least: their rounds (tiles / sms, rounded up) times their
+    area, in waves of 128x256 tiles; the narrowest of the cheapest, where that is within
+    TALL_TIE of the 128-row plan's `waves` (None where not)."""
+    cost = {n: -(-tile_count(wl, TALL_M, n) // sms) * TALL_M * n / (128 * 256)
+            for n in space["block_n"] if n % 16 == 0 and n > 128
+            and consumer_accumulators(TALL_M, n) <= MOST_ACCUMULATORS}
+    cheapest = min(cost.values(), default=None)
+    if cheapest is None or cheapest > (1 + TALL_TIE) * waves:
+        return None
+    return min(n for n, c in cost.items() if c == cheapest)
+
+
+def fitting_stages(block_m: int, block_n: int, space: dict, boxes: bool) -> list[int]:
+    """The space's stages whose ring (and with `boxes`, tma_store's boxes) fits a Hopper
+    block's shared memory."""
+    return [s for s in space["stages"]
+            if arena_bytes(block_m, block_n, s, boxes) <= HOPPER_SHARED_BYTES]
+
+
+def takes_tma_store(wl: Workload, sms: int, tile: tuple[int, int], space: dict,
+                    pingpong: bool) -> bool:
+    """tma_store where the space must have it, or where a CTA walks more than one tile (its
+    stores then run under the next one), C's rows take TMA, the boxes' rows are 128 bytes
+    (narrower boxes take more barriers and stores per tile) and the boxes fit beside
+    TMA_STORE_STAGES stages."""
+    return (True in space["tma_store"] and tile_count(wl, *tile) > sms and c_rows_take_tma(wl)
+            and box_bytes(*tile, wl.out_dtype, pingpong) == ROW_BYTES
+            and max(fitting_stages(*tile, space, True), default=0)
+            >= TMA_STORE_STAGES[DTYPE_BYTES[wl.dtype]]) or False not in space["tma_store"]
+
+
+def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """v8's knobs for wl:
+    - block_m 64 for decode batches (M <= 64, or M <= 128 where 128x128 tiles cannot give
+      every SM one); block_n as `tile_widths` picks it;
+    - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
+      split_tail: only the last, partial wave's);
+    - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
+      tiles take CLUSTER_WAVES waves or more; else 256-row tiles (`tall_tiles`, nt) where the
+      128-row ones take more than a wave and the 256-row ones cost no more;
+    - pingpong only where the user or a search asks for it, then the widest whole tile that
+      one consumer holds (no split K, clusters or tall tiles of its own);
+    - tma_store as `takes_tma_store` decides, and the most stages that fit.
+    Where the user asks for a cluster or pingpong, K is not split (they take whole tiles). Each
+    knob only where the space holds the value. Nothing for a workload v8 refuses whatever its
+    knobs (`tma_refusal`): its refusal says why."""
+    if tma_refusal(wl):
+        return {}
+    pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster
+    if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong:  # whole tiles
+        space = {**space, "split_k": [1], "split_tail": [False]}
+    # Step 1. Decode batches: one wgmma's rows.
+    decode = wl.dims["M"] <= WGMMA_M or (wl.dims["M"] <= 2 * WGMMA_M
+                                         and tile_count(wl, 2 * WGMMA_M, 128) < sms)
+    block_m = WGMMA_M if decode and WGMMA_M in space["block_m"] else knobs["block_m"]
+    # Step 2. The width, and K split to fill the SMs.
+    block_n = tile_widths(wl, sms, block_m, knobs, space)
+    waves, split_k, split_tail = split_plan(wl, sms, block_m, block_n, space["split_k"])
+    # Step 3. Clusters where the tiles take many waves; else pingpong's or tall tiles.
+    clustered = (not decode and not pingpong and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
+                 and 2 in space["cluster_m"] and 128 in space["block_m"]
+                 and 256 in space["block_n"] and 1 in space["split_k"])
+    tall = None if decode or wl.layout != "nt" or TALL_M not in space["block_m"] \
+        or tile_count(wl, block_m, block_n) <= sms else tall_tiles(wl, sms, space, waves)
+    if clustered:
+        block_m, block_n, split_k, split_tail = 128, 256, 1, False
+    elif pingpong:  # the widest whole tile one consumer holds (nn: whole 64-column boxes)
+        block_n = widest_fitting(block_m, wl.layout, True, space["block_n"]) or knobs["block_n"]
+    elif tall:
+        block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
+    # Step 4. C's way out, and the ring's stages.
+    tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
+    return {"block_m": block_m, "block_n": block_n,
+            "stages": max(fitting_stages(block_m, block_n, space, tma_store),
+                          default=knobs["stages"]),
+            "tma_store": tma_store,
+            "split_k": split_k if split_k in space["split_k"] else knobs["split_k"],
+            "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
+            **({"cluster_m": 2} if clustered else {})}

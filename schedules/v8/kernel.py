@@ -1,0 +1,499 @@
+"""v8's kernel in TVM 0.27's TIRx, composed of named pieces (T.macro, each expanded in place
+where the kernel calls it, so the kernel is one PrimFunc): the set-up, the producer, the
+consumer's K loop, split K's stash and gather of partial tiles, fp8's scales, and the three
+epilogues (tma_store's boxes, quad stores of 16-bit C, stores from registers). Each piece reads
+the plan (schedules/v8/plan.py) for every number; where a feature is off, its piece is simply
+not called, or expands to nothing."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tvm import tirx
+from tvm.script import tirx as T
+
+from ..common import TIRX_KERNEL, cuda_call
+from ..tensorcore import WARPGROUP
+from ..workloads import FP8, FP8_SCALES
+from .cuda import (BOX_BARRIER, CLUSTER_SYNC, CONSUMER_REGISTERS, FENCE_OPERAND, FREE_STAGE,
+                   PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER, TMA_LOAD,
+                   TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word, descriptor,
+                   quad_store, stage_pair, swizzled)
+from .geometry import ATOM, BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ROW_BYTES, THREADS
+from .plan import Plan
+
+
+class Shared(NamedTuple):
+    """The CTA's shared state: the ring's 32-bit address, its `full` and `empty` mbarriers, and
+    split K's arrival word (None without split K)."""
+
+    ring: object
+    full: object
+    empty: object
+    arrived: object
+
+
+class Maps(NamedTuple):
+    """The tensor maps of A, B and C (C's encoded only with tma_store)."""
+
+    A: object
+    B: object
+    C: object
+
+
+class Operands(NamedTuple):
+    """The buffers the consumers read or write besides the ring: C, and fp8's scales."""
+
+    C: object
+    A_scale: object
+    B_scale: object
+
+
+class Consumer(NamedTuple):
+    """A consumer thread: its warpgroup (0 or 1), its thread among the consumers, warp and lane
+    within the warpgroup, its accumulators, its ring position (K blocks passed) and tma_store's
+    count of boxes sent."""
+
+    consumer: object
+    thread: object
+    warp: object
+    lane: object
+    acc: object
+    used: object
+    sent: object
+
+
+class Unit(NamedTuple):
+    """The consumer's unit of work: its number, output tile, the CTA's tile origin and the
+    thread's first row and column of C in wgmma's fragment."""
+
+    unit: object
+    tile: object
+    m0: object
+    n0: object
+    first_row: object
+    first_col: object
+
+
+def leads(thread):
+    """Whether a consumer thread is its warpgroup's first, which sends its boxes of C."""
+    return thread % (WARPGROUP * 32) == 0
+
+
+def part(rank, shares: int):
+    """Which part of a box shared by `shares` CTAs (1: not shared) this CTA loads."""
+    return rank if shares > 1 else 0
+
+
+def tma_load(plan: Plan, shares: int, dst, tensor_map, coords: tuple, barrier):
+    """A TMA load into this CTA's stage at box coordinates `coords`, or, where `shares` CTAs of
+    the cluster share the box (more than 1), a multicast into the stages of all of them."""
+    if shares > 1:
+        return cuda_call(TMA_LOAD_MULTICAST, dst, tensor_map, *coords, barrier, plan.every_cta)
+    return TMA_LOAD(dst, tensor_map, *coords, barrier)
+
+
+@T.macro
+def set_up(plan, tx, shared, maps):
+    """Thread 0 initialises the ring's barriers (an `empty` one counts a freeing thread per
+    consumer that multiplies a unit, in each CTA of the cluster) and prefetches the tensor maps;
+    then the CTA (or the cluster) syncs, so no barrier is signalled before it is set."""
+    if tx == 0:
+        for s in T.unroll(plan.knobs.stages):
+            T.ptx.mbarrier.init.shared.b64(shared.full.ptr_to([s]), T.uint32(1))
+            T.ptx.mbarrier.init.shared.b64(shared.empty.ptr_to([s]),
+                                           T.uint32(CONSUMERS // plan.turns * plan.cluster))
+        T.ptx.fence.mbarrier_init.release.cluster()
+        T.ptx.fence.proxy.async_.shared__cta()
+        T.ptx.prefetch.tensormap(T.address_of(maps.A))
+        T.ptx.prefetch.tensormap(T.address_of(maps.B))
+        if plan.knobs.tma_store:
+            T.ptx.prefetch.tensormap(T.address_of(maps.C))
+    if plan.cluster > 1:  # the barriers of both CTAs initialised before either signals them
+        cuda_call(CLUSTER_SYNC)
+    else:
+        T.cuda.cta_sync()
+
+
+@T.macro
+def load_stage(plan, rank, maps, shared, s, stage, k0, origin):
+    """The producer's TMA loads of one K block (from element k0) of the tile at `origin` into
+    stage s: A's rows, then B's (nt: rows as A's; nn: 64-column boxes), each only this CTA's
+    part where the cluster shares the box."""
+    a_part = T.meta_var(part(rank, plan.knobs.cluster_n))
+    tma_load(plan, plan.knobs.cluster_n,
+             stage + T.Cast("uint32", a_part * (plan.a_rows * ROW_BYTES)),
+             T.address_of(maps.A), (k0, origin[0] + a_part * plan.a_rows),
+             shared.full.ptr_to([s]))
+    b_part = T.meta_var(part(rank, plan.knobs.cluster_m))
+    if plan.nt:  # B's rows (or this CTA's part), as A's
+        tma_load(plan, plan.knobs.cluster_m,
+                 stage + T.Cast("uint32", plan.a_bytes + b_part * (plan.b_rows * ROW_BYTES)),
+                 T.address_of(maps.B), (k0, origin[1] + b_part * plan.b_rows),
+                 shared.full.ptr_to([s]))
+    else:  # B's 64-column boxes (or every other one, from b_part on)
+        for box in T.unroll(plan.knobs.block_n // 64 // plan.knobs.cluster_m):
+            tma_load(plan, plan.knobs.cluster_m,
+                     stage + T.Cast("uint32", plan.a_bytes + (box * plan.knobs.cluster_m + b_part)
+                                    * (plan.block_k * ROW_BYTES)),
+                     T.address_of(maps.B),
+                     (origin[1] + (box * plan.knobs.cluster_m + b_part) * 64, k0),
+                     shared.full.ptr_to([s]))
+
+
+@T.macro
+def produce(plan, cta, rank, tx, shared, maps):
+    """The producer warpgroup: it gives registers back, and its first thread loads every K block
+    of the CTA's units into the ring, each stage once its consumers have freed it; with
+    clusters it then waits until both CTAs' consumers freed every stage."""
+    stages = T.meta_var(plan.knobs.stages)
+    T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
+    if tx == 0:
+        loaded = T.alloc_local((1,), "int32")  # K blocks loaded: the ring's position
+        loaded[0] = 0
+        for j in range(plan.units_per_cta):
+            if plan.unit_of(cta, j) < plan.units:
+                tile: T.let[T.int32] = plan.tile_of(plan.unit_of(cta, j))
+                m0, n0 = T.meta_var(plan.unit_origin(tile, rank))
+                first, count = T.meta_var(plan.k_range(plan.unit_of(cta, j)))
+                for kt in range(count):
+                    s: T.let[T.int32] = (loaded[0] + kt) % stages
+                    # the stage's previous K block freed (on a fresh barrier, parity 1
+                    # counts as the phase before the first: it returns at once)
+                    T.cuda.mbarrier_wait(shared.empty.ptr_to([s]),
+                                         ((loaded[0] + kt) // stages + 1) % 2)
+                    stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
+                    T.ptx.mbarrier.arrive.expect_tx.shared.b64(shared.full.ptr_to([s]),
+                                                             T.uint32(plan.stage_bytes))
+                    k0: T.let[T.int32] = (first + kt) * plan.block_k
+                    load_stage(plan, rank, maps, shared, s, stage, k0, (m0, n0))
+                loaded[0] = loaded[0] + count
+        if plan.cluster > 1:  # every stage freed by both CTAs' consumers before this ends
+            for i in range(stages):
+                T.cuda.mbarrier_wait(shared.empty.ptr_to([(loaded[0] + i) % stages]),
+                                     ((loaded[0] + i) // stages + 1) % 2)
+
+
+@T.macro
+def k_loop(plan, me, shared, count):
+    """The consumer's K loop over its unit's `count` K blocks: wait for a stage's bytes,
+    multiply its part of the tile with wgmma, and free the stage of the K block before (whose
+    wgmmas wait_group 1 has seen finish)."""
+    stages = T.meta_var(plan.knobs.stages)
+    acc = T.meta_var(me.acc)
+    for kt in range(count):
+        s: T.let[T.int32] = (me.used[0] + kt) % stages
+        T.cuda.mbarrier_wait(shared.full.ptr_to([s]), (me.used[0] + kt) // stages % 2)
+        stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
+        for i in T.unroll(plan.accumulators):
+            cuda_call(FENCE_OPERAND, acc[i])
+        T.ptx.wgmma.fence.sync.aligned()
+        for ks in T.unroll(plan.block_k // plan.k_step):
+            for mi in T.unroll(plan.m_wgmmas):
+                plan.wgmma(*[acc[mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
+                           descriptor(stage + T.Cast("uint32", plan.a_offset(me.consumer, mi, ks)),
+                                      16, ATOM),
+                           descriptor(stage + T.Cast("uint32", plan.b_offset(me.consumer, ks)),
+                                      plan.b_leading, ATOM),
+                           T.bool(True), 1, 1, *plan.transpose)
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(1)
+        for i in T.unroll(plan.accumulators):
+            cuda_call(FENCE_OPERAND, acc[i])
+        if kt > 0:  # the K block before's wgmmas are done: free its stage
+            cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
+                      me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+
+
+@T.macro
+def multiply(plan, me, shared, cta, j, count):
+    """The consumer's unit j: accumulators zeroed, the K loop (pingpong: in its turn, then the
+    other consumer's turn given), the last wgmmas waited for and settled, the last stage freed
+    and the ring position moved past the unit (pingpong: past the other's unit too)."""
+    acc, used = T.meta_var((me.acc, me.used))
+    for i in T.unroll(plan.accumulators):
+        acc[i] = T.float32(0)
+    if plan.knobs.pingpong:
+        if j > 0:  # the other consumer has issued the unit before's wgmmas
+            T.ptx.bar.sync(T.uint32(TURN_BARRIER + me.consumer), T.uint32(CONSUMER_THREADS))
+    k_loop(plan, me, shared, count)
+    if plan.knobs.pingpong:  # the next unit's K loop may start: the other consumer's
+        if plan.unit_of(cta, j + 1) < plan.units:
+            T.ptx.bar.arrive(T.uint32(TURN_BARRIER + 1 - me.consumer), T.uint32(CONSUMER_THREADS))
+    T.ptx.wgmma.wait_group.sync.aligned(0)
+    for i in T.unroll(plan.accumulators):
+        cuda_call(SETTLE, acc[i])
+    cuda_call(FREE_STAGE, shared.empty.ptr_to([(used[0] + count - 1) % plan.knobs.stages]),
+              me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+    used[0] = used[0] + count * plan.turns
+
+
+@T.macro
+def stash_partials(plan, me, at, shared):
+    """Split K: this slice's partial tile out to the workspace (rows past C's edge left out),
+    then counted in at the tile's counter by one thread, which reads how many came before."""
+    arrived = T.meta_var(shared.arrived)
+    for mi in T.unroll(plan.m_wgmmas):
+        if at.first_row + mi * 64 < plan.M:
+            for n8 in T.unroll(plan.wg_n // 8):
+                cuda_call(plan.helpers["stash"],
+                          plan.partial(at.unit, mi * plan.wg_n // 8 + n8, me.thread),
+                          *[me.acc[mi * plan.per_wgmma + n8 * 4 + r] for r in range(4)])
+    T.cuda.thread_fence()  # the partials visible on the GPU before the count
+    T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
+    if me.thread == 0:
+        arrived[0] = cuda_call(plan.helpers["arrive"], at.tile - plan.whole, return_type="uint32")
+    T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
+
+
+@T.macro
+def gather_partials(plan, me, at):
+    """Split K, in the slice that arrived last: the other slices' partials added to its own,
+    and the tile's counter set back to zero for the next launch."""
+    T.cuda.thread_fence()
+    piece: T.let[T.int32] = (at.unit - plan.whole) % plan.split_k
+    for other in range(plan.split_k):
+        if other != piece:
+            for mi in T.unroll(plan.m_wgmmas):
+                if at.first_row + mi * 64 < plan.M:
+                    for n8 in T.unroll(plan.wg_n // 8):
+                        cuda_call(plan.helpers["gather"],
+                                  plan.partial(at.unit - piece + other,
+                                               mi * plan.wg_n // 8 + n8, me.thread),
+                                  *[me.acc[mi * plan.per_wgmma + n8 * 4 + r] for r in range(4)])
+    if me.thread == 0:
+        cuda_call(plan.helpers["rearm"], at.tile - plan.whole)
+
+
+@T.macro
+def scale_accumulators(plan, me, operands):
+    """fp8: the accumulators times the product of the two per-tensor scales."""
+    acc = T.meta_var(me.acc)
+    scale: T.let[T.float32] = operands.A_scale[0] * operands.B_scale[0]
+    for i in T.unroll(plan.accumulators):
+        acc[i] = acc[i] * scale
+
+
+@T.macro
+def fill_box(plan, me, mi, box, slot):
+    """tma_store: the thread's columns of box `box` of wgmma mi, converted to C's dtype, into
+    the shared box at `slot`, swizzled as TMA reads it."""
+    for n8 in T.unroll(plan.box_cols // 8):
+        for h in T.unroll(2):
+            offset: T.let[T.int32] = \
+                (me.warp * 16 + me.lane // 4 + h * 8) * plan.span \
+                + (n8 * 8 + me.lane % 4 * 2) * plan.out_bytes
+            first: T.let[T.int32] = mi * plan.per_wgmma \
+                + (box * plan.box_cols // 8 + n8) * 4 + h * 2
+            cuda_call(stage_pair(plan.out_dtype),
+                      slot + T.Cast("uint32", swizzled(offset, plan.span)),
+                      me.acc[first], me.acc[first + 1])
+
+
+@T.macro
+def store_boxes(plan, me, at, operands, maps, shared):
+    """tma_store's epilogue, box by box: wait until the box whose turn it is has gone out, fill
+    it, and send it by a TMA store (the warpgroup's first thread), which runs on while the
+    consumers go on to the next unit."""
+    sent = T.meta_var(me.sent)
+    for mi in T.unroll(plan.m_wgmmas):
+        for box in T.unroll(plan.wg_n // plan.box_cols):
+            slot: T.let[T.uint32] = shared.ring + T.Cast(
+                "uint32", plan.first_box + (me.consumer * 2 + sent[0] % 2)
+                * BOX_ROWS * ROW_BYTES)
+            if leads(me.thread):
+                T.ptx["cp.async.bulk.wait_group.read"](1)
+            T.ptx.bar.sync(T.uint32(BOX_BARRIER + me.consumer), T.uint32(WARPGROUP * 32))
+            fill_box(plan, me, mi, box, slot)
+            T.ptx.fence.proxy.async_.shared__cta()
+            T.ptx.bar.sync(T.uint32(BOX_BARRIER + me.consumer), T.uint32(WARPGROUP * 32))
+            if leads(me.thread):
+                TMA_STORE(T.address_of(maps.C),
+                          at.n0 + plan.consumer_cols(me.consumer) + box * plan.box_cols,
+                          at.m0 + plan.consumer_rows(me.consumer) + mi * 64,
+                          slot)
+                T.ptx["cp.async.bulk.commit_group"]()
+            sent[0] = sent[0] + 1
+
+
+@T.macro
+def store_quads(plan, me, at, operands, maps, shared):
+    """16-bit C, N a multiple of 4: each pair of threads of a row swaps a pair of columns, so
+    each stores 4 columns in 8 bytes (QUAD_STORE), guarded at C's edges."""
+    C = T.meta_var(operands.C)
+    for mi in T.unroll(plan.m_wgmmas):
+        for n16 in T.unroll(plan.wg_n // 16):
+            for h in T.unroll(2):
+                row: T.let[T.int32] = at.first_row + mi * 64 + h * 8
+                start: T.let[T.int32] = at.first_col + n16 * 16 + me.lane % 2 * 6
+                low: T.let[T.int32] = mi * plan.per_wgmma + n16 * 8 + h * 2
+                cuda_call(quad_store(plan.out_dtype), T.address_of(C[row, start]),
+                          me.lane % 2, me.acc[low], me.acc[low + 1], me.acc[low + 4],
+                          me.acc[low + 5], T.bool(row < plan.M) and T.bool(start < plan.N))
+
+
+@T.macro
+def store_from_registers(plan, me, at, operands, maps, shared):
+    """C straight from the accumulators, guarded at C's edges: float32 pairs in 8 bytes where
+    N is even (PAIR_STORE), else one element at a time."""
+    C, acc = T.meta_var((operands.C, me.acc))
+    for mi in T.unroll(plan.m_wgmmas):
+        for n8 in T.unroll(plan.wg_n // 8):
+            for h in T.unroll(2):
+                row: T.let[T.int32] = at.first_row + mi * 64 + h * 8
+                col: T.let[T.int32] = at.first_col + n8 * 8
+                first: T.let[T.int32] = mi * plan.per_wgmma + n8 * 4 + h * 2
+                if row < plan.M:
+                    if plan.out_dtype == "float32" and plan.N % 2 == 0:
+                        if col < plan.N:  # col is even: so is &C[row, col]
+                            cuda_call(PAIR_STORE, T.address_of(C[row, col]),
+                                      acc[first], acc[first + 1])
+                    else:
+                        for e in T.unroll(2):
+                            if col + e < plan.N:
+                                C[row, col + e] = T.Cast(plan.out_dtype, acc[first + e])
+
+
+EPILOGUES = {"boxes": store_boxes, "quads": store_quads, "registers": store_from_registers}
+
+
+@T.macro
+def finish_unit(plan, me, at, operands, maps, shared):
+    """After the K loop: split K's partials out and counted in; then, where this CTA stores
+    the tile (a whole tile, or the last slice), the others' partials added, fp8's scales
+    applied, and the plan's epilogue."""
+    if plan.split_k > 1:
+        if plan.is_split(at.unit):
+            stash_partials(plan, me, at, shared)
+    if plan.split_k == 1 or plan.stores_c(at.unit, shared.arrived):
+        if plan.split_k > 1:
+            if plan.is_split(at.unit):
+                gather_partials(plan, me, at)
+        if plan.dtype == FP8:
+            scale_accumulators(plan, me, operands)
+        store = T.meta_var(EPILOGUES[plan.epilogue])
+        store(plan, me, at, operands, maps, shared)
+
+
+@T.macro
+def consume(plan, operands, cta, rank, tx, shared, maps):
+    """A consumer warpgroup (1 or 2): it takes registers (setmaxnreg.inc), then multiplies its
+    part of every unit of the CTA (pingpong: all of every other unit) and finishes it; with
+    tma_store, its boxes read out before the CTA's shared memory goes."""
+    T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
+    consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
+    acc = T.alloc_local((plan.accumulators,), "float32")
+    used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed
+    used[0] = plan.first_unit(consumer) * plan.k_blocks  # (pingpong: no split K, units alike)
+    sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
+    sent[0] = 0
+    thread: T.let[T.int32] = tx - WARPGROUP * 32
+    warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
+    lane: T.let[T.int32] = tx % 32
+    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent))
+    for turn in range(-(-plan.units_per_cta // plan.turns)):
+        j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)
+        if plan.unit_of(cta, j) < plan.units:
+            unit: T.let[T.int32] = plan.unit_of(cta, j)
+            tile: T.let[T.int32] = plan.tile_of(unit)
+            m0, n0 = T.meta_var(plan.unit_origin(tile, rank))
+            _, count = T.meta_var(plan.k_range(unit))
+            multiply(plan, me, shared, cta, j, count)
+            # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
+            # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
+            first_row: T.let[T.int32] = m0 + plan.consumer_rows(consumer) + warp * 16 + lane // 4
+            first_col: T.let[T.int32] = n0 + plan.consumer_cols(consumer) + lane % 4 * 2
+            finish_unit(plan, me, Unit(unit, tile, m0, n0, first_row, first_col), operands,
+                        maps, shared)
+    if plan.knobs.tma_store:
+        if leads(thread):  # the boxes read out before shared memory goes
+            T.ptx["cp.async.bulk.wait_group"](0)
+
+
+def warp_specialized_gemm(plan: Plan):
+    """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
+    accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
+    warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
+    384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
+    the grouped raster of the tiles.
+
+    Warpgroup 0 is the producer (`produce`): it gives registers back (setmaxnreg.dec) and one
+    thread loads every K block of every unit of the CTA into the ring of `stages` stages with
+    TMA, after waiting for the consumers to empty the stage (`empty` mbarrier). Warpgroups 1 and
+    2 are the consumers (`consume`, setmaxnreg.inc): per K block each waits for the stage's
+    bytes (`full` mbarrier, which TMA completes), multiplies its part of the tile with wgmma,
+    and frees the stage of the K block before (`k_loop`). The ring's position runs on from unit
+    to unit, so the producer loads the next unit while the consumers store this one: straight
+    from their accumulators, guarded at C's edges, or with tma_store through two shared boxes
+    per consumer that TMA stores (clipped at C's edges) while the consumers go on to the next
+    unit (EPILOGUES).
+
+    Split K (split_k > 1): each slice's consumers put their partial tile in the workspace
+    (`stash_partials`) and count themselves in at the tile's arrival counter; the slice that
+    arrives last adds the others' partials to its own (`gather_partials`) and stores C. With
+    split_tail, only the tiles of the last, partial wave are split (the units after the
+    `whole` tiles): the SMs that wave would leave idle take slices of its tiles.
+
+    Clusters (cluster_m or cluster_n = 2): a unit is a cluster's pair of tiles, side by side
+    along M or N; the pair shares B's or A's loads by multicast (TMA_LOAD_MULTICAST), and a
+    stage is free once both CTAs' consumers have freed it (FREE_STAGE).
+
+    Ping-pong (pingpong, CUTLASS's sm90 "ping-pong" kernel; whole tiles: no split K): each
+    consumer multiplies the whole block tile of every other unit of the CTA, consumer 0 the
+    even ones, and its ring position skips the other's K blocks; a stage is then freed by one
+    consumer (in each CTA of a cluster). The two take turns at the tensor cores
+    (TURN_BARRIER: a consumer starts a unit's K loop once the other has issued the last
+    wgmmas of the unit before), so each one's epilogue runs under the other's K loop. The
+    turns also keep a consumer from waiting on a `full` barrier more than one phase ahead of
+    its loads, which its parity could not tell apart.
+
+    M may be a symbolic size (plan.most_m set): the grid, the units and the tile walk are then
+    computed from it on the host and in the kernel, and most_m sizes split K's workspace."""
+
+    @T.prim_func
+    def main(A_handle: T.handle, B_handle: T.handle, A_scale_handle: T.handle,
+             B_scale_handle: T.handle, C_handle: T.handle):
+        T.func_attr({TIRX_KERNEL: True})
+        A = T.match_buffer(A_handle, (plan.M, plan.K), plan.dtype, align=16)
+        B = T.match_buffer(B_handle, plan.b_shape, plan.dtype, align=16)
+        A_scale = T.match_buffer(A_scale_handle, (1,), "float32")
+        B_scale = T.match_buffer(B_scale_handle, (1,), "float32")
+        C = T.match_buffer(C_handle, (plan.M, plan.N), plan.out_dtype, align=16)
+        A_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, plan.tma_dtype, 2, A.data,
+                      *plan.a_map)
+        B_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, plan.tma_dtype, 2, B.data,
+                      *plan.b_map)
+        C_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)  # encoded for tma_store
+        if plan.knobs.tma_store:
+            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, plan.out_dtype, 2, C.data,
+                          *plan.c_map)
+
+        T.device_entry()
+        cta = T.cta_id([plan.grid])
+        rank = T.meta_var(plan.cluster_rank())
+        tx = T.thread_id([THREADS])
+        arena = T.alloc_buffer((plan.ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
+        full = T.alloc_buffer((plan.knobs.stages,), "uint64", scope="shared", align=8)
+        empty = T.alloc_buffer((plan.knobs.stages,), "uint64", scope="shared", align=8)
+        arrived = T.meta_var(arrival_word(plan.split_k))
+        ring: T.let[T.uint32] = T.bitwise_and(
+            T.cuda.cvta_generic_to_shared(arena.data) + T.uint32(ATOM - 1),
+            T.uint32(~(ATOM - 1) & 0xFFFFFFFF))
+        shared = T.meta_var(Shared(ring, full, empty, arrived))
+        maps = T.meta_var(Maps(A_map, B_map, C_map))
+        set_up(plan, tx, shared, maps)
+        if tx < WARPGROUP * 32:
+            produce(plan, cta, rank, tx, shared, maps)
+        else:
+            consume(plan, Operands(C, A_scale, B_scale), cta, rank, tx, shared, maps)
+
+    return main if plan.dtype == FP8 else without_params(main, FP8_SCALES)
+
+
+def without_params(func, names: tuple[str, ...]):
+    """`func` without its buffer parameters `names` (which its body must not use): one script
+    serves the workloads with and without fp8's scales."""
+    return tirx.PrimFunc([p for p in func.params if p.name not in names], func.body,
+                         func.ret_type, func.attrs)

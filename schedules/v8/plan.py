@@ -1,0 +1,332 @@
+"""v8's plan: every quantity the kernel is written from, derived once from (workload, knobs,
+SMs, most_m) after the refusals have passed them, so that the kernel's pieces read names, not
+arithmetic. M may be symbolic (v8 for any M): then the counts that depend on it are PrimExprs
+computed at each call, and `most_m` sizes split K's workspace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder
+
+from ..tensorcore import WARPGROUP
+from ..workloads import DTYPE_BYTES, FP8, Workload
+from .cuda import PTX_TYPE, split_k_helpers, tensor_map
+from .geometry import (BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ELEMENT_BYTES, ROW_BYTES,
+                       arena_bytes, box_bytes, consumer_tile, k_block_count, split_tiles)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knobs:
+    """v8's knobs, as the rung's signature names them."""
+
+    block_m: int
+    block_n: int
+    stages: int
+    group_m: int
+    split_k: int
+    split_tail: bool
+    tma_store: bool
+    cluster_m: int
+    cluster_n: int
+    pingpong: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The kernel's shape, tiles, units of work, launch, ring, boxes and tensor maps. `split_k`
+    is the split the kernel makes (1 where split_tail finds no partial last wave), `whole` the
+    tiles multiplied whole before the split ones, a unit one (tile, K slice) of a CTA's walk."""
+
+    M: object  # int, or the symbolic size of v8 for any M
+    N: int
+    K: int
+    dtype: str
+    layout: str
+    out_dtype: str
+    knobs: Knobs
+    sms: int
+    most_m: int | None
+    # the multiply: a consumer's part of the tile and its wgmmas
+    element_bytes: int
+    block_k: int
+    nt: bool
+    wg_m: int
+    wg_n: int
+    step_m: int
+    step_n: int
+    m_wgmmas: int
+    k_step: int
+    per_wgmma: int
+    accumulators: int
+    # the tiles, units and launch
+    cluster: int
+    tiles_m: object
+    tiles_n: int
+    k_blocks: int
+    tiles: object
+    whole: object
+    split_k: int
+    turns: int
+    splits_every_tile: bool
+    units: object
+    clusters: object
+    grid: object
+    units_per_cta: object
+    # shared memory, boxes and tensor maps
+    a_bytes: int
+    b_bytes: int
+    stage_bytes: int
+    ring_bytes: int
+    out_bytes: int
+    span: int
+    box_cols: int
+    first_box: int
+    a_rows: int
+    b_rows: int
+    # split K's workspace
+    quads: int
+    most_tiles: object
+    tag: str
+
+    @classmethod
+    def build(cls, wl: Workload, knobs: Knobs, sms: int, most_m: int | None = None) -> "Plan":
+        """The plan for wl and knobs (which the refusals passed) on `sms` SMs; with most_m,
+        for any M up to most_m rows (M symbolic)."""
+        _, N, K = wl.shape
+        M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
+        shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
+                 "out_dtype": wl.out_dtype, "knobs": knobs, "sms": sms, "most_m": most_m}
+        multiply = _multiply(wl.dtype, wl.layout, knobs)
+        walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
+        memory = _memory(wl.out_dtype, knobs)
+        workspace = _workspace(shape, walk, multiply["accumulators"] // 4)
+        return cls(**shape, **multiply, **walk, **memory, **workspace)
+
+    # -- derived where the kernel's script needs them ------------------------------------------
+    @property
+    def wgmma(self):
+        """The consumer's wgmma instruction: m64, its columns, k16 (16-bit) or k32 (fp8)."""
+        ptx = PTX_TYPE[self.dtype]
+        return T.ptx[f"wgmma.mma_async.sync.aligned.m64n{self.wg_n}k{self.k_step}.f32.{ptx}.{ptx}"]
+
+    @property
+    def transpose(self) -> tuple:
+        """wgmma's transpose operands: none for fp8, B's transposed in nn."""
+        return () if self.dtype == FP8 else (0, 0 if self.nt else 1)
+
+    @property
+    def every_cta(self):
+        """A multicast's CTA mask: the whole cluster."""
+        return T.uint16((1 << self.cluster) - 1)
+
+    @property
+    def tma_dtype(self) -> str:
+        """The element type TMA moves: fp8 as bytes."""
+        return "uint8" if self.dtype == FP8 else self.dtype
+
+    @property
+    def b_shape(self) -> tuple:
+        return (self.N, self.K) if self.nt else (self.K, self.N)
+
+    @property
+    def a_map(self) -> list:
+        """A's tensor map: this CTA's rows of the box (a cluster_n pair shares it) by 64 K."""
+        return tensor_map(self.M, self.K, self.a_rows, self.block_k, self.element_bytes)
+
+    @property
+    def b_map(self) -> list:
+        """B's tensor map: rows of the box as A's (nt), or 64-column boxes of block_k rows."""
+        if self.nt:
+            return tensor_map(self.N, self.K, self.b_rows, self.block_k, self.element_bytes)
+        return tensor_map(self.K, self.N, self.block_k, 64, self.element_bytes)
+
+    @property
+    def c_map(self) -> list:
+        """C's tensor map (tma_store): boxes of BOX_ROWS rows of one swizzle span."""
+        return tensor_map(self.M, self.N, BOX_ROWS, self.box_cols, self.out_bytes)
+
+    @property
+    def helpers(self) -> dict:
+        """Split K's CUDA helpers, their workspace sized for the plan's most split tiles."""
+        return split_k_helpers(self.tag, self.most_tiles * self.split_k * self.quads
+                               * CONSUMER_THREADS, self.most_tiles)
+
+    @property
+    def epilogue(self) -> str:
+        """How the consumers store C: through tma_store's "boxes", in "quads" of columns (16-bit
+        C whose N is a multiple of 4), or straight from "registers"."""
+        if self.knobs.tma_store:
+            return "boxes"
+        return "quads" if self.out_dtype != "float32" and self.N % 4 == 0 else "registers"
+
+    @property
+    def b_leading(self) -> int:
+        """B's leading byte offset in wgmma's descriptor (nn: bytes between 64-column boxes)."""
+        return 16 if self.nt else self.block_k * ROW_BYTES
+
+    # -- the walk, as expressions the kernel's script calls -----------------------------------
+    def consumer_rows(self, consumer):
+        """The first row of the tile that the consumer multiplies."""
+        return consumer * self.step_m
+
+    def consumer_cols(self, consumer):
+        """The first column of the tile that the consumer multiplies."""
+        return consumer * self.step_n
+
+    def first_unit(self, consumer):
+        """The consumer's first unit of the CTA (j): with pingpong, consumer 1 takes the odd
+        ones."""
+        return consumer if self.knobs.pingpong else 0
+
+    def frees(self, thread):
+        """Whether a consumer thread frees a stage: its warpgroup's thread r, in the CTA of rank
+        r (FREE_STAGE's predicate, so the K loop does not branch around wgmma)."""
+        return thread % (WARPGROUP * 32) < self.cluster
+
+    def a_offset(self, consumer, mi, ks):
+        """Bytes from a stage's start to consumer's A rows of wgmma mi at k step ks."""
+        return ((self.consumer_rows(consumer) + mi * 64) * ROW_BYTES
+                + ks * self.k_step * self.element_bytes)
+
+    def b_offset(self, consumer, ks):
+        """Bytes from a stage's start to consumer's B columns at k step ks."""
+        cols = self.consumer_cols(consumer)
+        if self.nt:
+            return self.a_bytes + cols * ROW_BYTES + ks * self.k_step * self.element_bytes
+        return self.a_bytes + cols // 64 * self.block_k * ROW_BYTES + ks * self.k_step * ROW_BYTES
+
+    def origin(self, tile, rank):
+        """(first row, first column) of the CTA's tile: CTA `rank` of its cluster's tiles."""
+        knobs = self.knobs
+        m0, n0 = tile_origin(tile, self.tiles_m, self.tiles_n, knobs.group_m,
+                             (knobs.block_m * knobs.cluster_m, knobs.block_n * knobs.cluster_n))
+        return (m0 + (rank * knobs.block_m if knobs.cluster_m > 1 else 0),
+                n0 + (rank * knobs.block_n if knobs.cluster_n > 1 else 0))
+
+    def unit_origin(self, tile, rank):
+        """origin(tile, rank) where a unit uses it: bound once per unit where M is symbolic (its
+        tile walk divides by sizes known at the call), inlined where M is a number (the walk is
+        then shifts and masks that fold away)."""
+        if isinstance(self.M, int):
+            return self.origin(tile, rank)
+        return tuple(IRBuilder.name(name, T.bind(value))
+                     for name, value in zip(("m0", "n0"), self.origin(tile, rank)))
+
+    def cluster_rank(self):
+        """The CTA's rank in its cluster (a cluster launch where it has more than one)."""
+        return T.cta_id_in_cluster([self.cluster]) if self.cluster > 1 else 0
+
+    def unit_of(self, cta, j):
+        """The CTA's j-th unit: its cluster's (a cluster's CTAs are `cluster` in a row)."""
+        return (cta // self.cluster if self.cluster > 1 else cta) + j * self.clusters
+
+    def tile_of(self, unit):
+        """The output tile of a unit: the first `whole` units are whole tiles, then each tile
+        comes in split_k slices."""
+        if self.splits_every_tile:
+            return unit // self.split_k
+        return T.Select(unit < self.whole, unit, self.whole + (unit - self.whole) // self.split_k)
+
+    def is_split(self, unit):
+        """Whether the unit is a slice of its tile (python True where every unit is)."""
+        return True if self.splits_every_tile else unit >= self.whole
+
+    def k_range(self, unit):
+        """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly."""
+        piece = (unit - self.whole) % self.split_k
+        first = piece * self.k_blocks // self.split_k
+        count = (piece + 1) * self.k_blocks // self.split_k - first
+        if self.splits_every_tile:
+            return first, count
+        return (T.Select(unit < self.whole, 0, first),
+                T.Select(unit < self.whole, self.k_blocks, count))
+
+    def stores_c(self, unit, arrived):
+        """Whether this CTA stores the unit's tile: a whole tile's, or the last slice's."""
+        last = arrived[0] == self.split_k - 1
+        return last if self.splits_every_tile else T.Or(unit < self.whole, last)
+
+    def partial(self, unit, quad, thread):
+        """Index of a consumer thread's float4 `quad` of the (split) unit's partial tile: the
+        threads' float4s side by side, so that a warp's stores are contiguous."""
+        return ((unit - self.whole) * self.quads + quad) * CONSUMER_THREADS + thread
+
+
+def tile_origin(tile, tiles_m, tiles_n, group_m: int, block: tuple[int, int]):
+    """(first row, first column) of output tile number `tile` in the grouped raster of tiles of
+    `block` (rows, columns): tiles go down group_m rows of tiles, then across, group by group
+    (Triton's order), so that the CTAs working at one time share tiles of A and B in L2."""
+    group = tile // (group_m * tiles_n)
+    first_m = group * group_m
+    rows = T.min(tiles_m - first_m, group_m)
+    within = tile % (group_m * tiles_n)
+    return (first_m + within % rows) * block[0], within // rows * block[1]
+
+
+def _multiply(dtype: str, layout: str, knobs: Knobs) -> dict:
+    """A consumer's part of the tile, its m64 wgmmas per k step and its accumulators."""
+    element_bytes = ELEMENT_BYTES[dtype]
+    wg_m, wg_n, step_m, step_n = consumer_tile(knobs.block_m, knobs.block_n, knobs.pingpong)
+    m_wgmmas = wg_m // 64  # m64 wgmmas of one consumer per k step
+    per_wgmma = wg_n // 2  # accumulators of one m64 wgmma per thread
+    return {"element_bytes": element_bytes, "block_k": ROW_BYTES // element_bytes,
+            "nt": layout == "nt", "wg_m": wg_m, "wg_n": wg_n, "step_m": step_m,
+            "step_n": step_n, "m_wgmmas": m_wgmmas, "k_step": 32 // element_bytes,
+            "per_wgmma": per_wgmma, "accumulators": m_wgmmas * per_wgmma}
+
+
+def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict:
+    """The tiles (a cluster's tiles count as one), the units of work they make (whole tiles
+    first, then split_k slices of the split ones) and the persistent grid that walks them."""
+    cluster = knobs.cluster_m * knobs.cluster_n
+    tiles_m = -(-M // (knobs.block_m * knobs.cluster_m))
+    tiles_n = -(-N // (knobs.block_n * knobs.cluster_n))
+    tiles = tiles_m * tiles_n
+    split_k = knobs.split_k
+    # tiles multiplied whole, first (split_tail: those before the last, partial wave)
+    whole = tiles - split_tiles(tiles, knobs.split_tail, sms) if knobs.split_tail else 0
+    if knobs.split_tail and isinstance(whole, int) and whole == tiles:
+        whole, split_k = 0, 1  # no partial last wave: nothing to split
+    units = whole + (tiles - whole) * split_k
+    clusters = min(sms // cluster, units) if isinstance(units, int) else T.min(sms // cluster,
+                                                                                units)
+    return {"cluster": cluster, "tiles_m": tiles_m, "tiles_n": tiles_n,
+            "k_blocks": k_block_count(K, element_bytes), "tiles": tiles, "whole": whole,
+            "split_k": split_k, "turns": CONSUMERS if knobs.pingpong else 1,
+            # (symbolic M: whether every tile is split is known only at the call)
+            "splits_every_tile": isinstance(whole, int) and whole == 0, "units": units,
+            "clusters": clusters, "grid": clusters * cluster,
+            "units_per_cta": -(-units // clusters)}
+
+
+def _memory(out_dtype: str, knobs: Knobs) -> dict:
+    """Bytes of a stage's A and B boxes, the ring, and tma_store's boxes of C after it."""
+    block_m, block_n = knobs.block_m, knobs.block_n
+    a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
+    out_bytes = DTYPE_BYTES[out_dtype]
+    span = box_bytes(block_m, block_n, out_dtype)  # tma_store: a box row's bytes, and columns
+    return {"a_bytes": a_bytes, "b_bytes": b_bytes, "stage_bytes": a_bytes + b_bytes,
+            "ring_bytes": arena_bytes(block_m, block_n, knobs.stages, knobs.tma_store),
+            "out_bytes": out_bytes, "span": span, "box_cols": span // out_bytes,
+            # from the ring's start: the boxes after the stages
+            "first_box": knobs.stages * (a_bytes + b_bytes),
+            # the rows of A's and B's (nt) boxes that each CTA of a cluster loads
+            "a_rows": block_m // knobs.cluster_n, "b_rows": block_n // knobs.cluster_m}
+
+
+def _workspace(shape: dict, walk: dict, quads: int) -> dict:
+    """Split K's workspace, for the most tiles split: those of M (symbolic M: of most_m rows,
+    or with split_tail those of a last wave, fewer than the SMs), and its tag."""
+    M, N, K, knobs = shape["M"], shape["N"], shape["K"], shape["knobs"]
+    block = f"{knobs.block_m}x{knobs.block_n}x{walk['split_k']}"
+    if isinstance(M, int):
+        most_tiles = walk["tiles"] - walk["whole"]
+        tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"
+    else:
+        most_tiles = -(-shape["most_m"] // (knobs.block_m * knobs.cluster_m)) * walk["tiles_n"]
+        most_tiles = min(most_tiles, shape["sms"] - 1) if knobs.split_tail else most_tiles
+        tag = f"{shape['most_m']}x{N}x{K}_{block}_any"
+    return {"quads": quads, "most_tiles": most_tiles, "tag": tag}

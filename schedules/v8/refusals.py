@@ -1,0 +1,140 @@
+"""What v8 cannot take: workloads TMA cannot load, and knobs outside its tile shapes,
+registers, shared memory, clusters, split K's workspace or TMA's rows of C. Each check returns
+its one-line reason, or None; `refuse` raises the first as ScheduleNotApplicable."""
+
+from __future__ import annotations
+
+from .. import heuristics
+from ..errors import ScheduleNotApplicable
+from ..tensorcore import HOPPER_SHARED_BYTES
+from ..workloads import DTYPE_BYTES, FP8, Workload
+from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_PARTIAL_BYTES,
+                       ROW_BYTES, TMA_STRIDE_BYTES, any_m_partial_bytes, arena_bytes,
+                       consumer_accumulators, consumer_tile, k_block_count, partial_bytes,
+                       split_tiles, widest_fitting)
+from .plan import Knobs
+
+
+def tma_refusal(wl: Workload) -> str | None:
+    """Why v8 cannot take the workload whatever its knobs, in one line (None where it can):
+    inputs other than 16-bit floats and fp8, or rows that TMA cannot load (not whole 16-byte
+    multiples)."""
+    if wl.dtype not in ELEMENT_BYTES:
+        return f"v8 multiplies float16, bfloat16 or {FP8} on tensor cores, not {wl.dtype}"
+    M, N, K = wl.shape
+    element_bytes = ELEMENT_BYTES[wl.dtype]
+    strides = [("A", "K", K)] + ([("B", "N", N)] if wl.layout == "nn" else [("B", "K", K)])
+    for operand, axis, extent in strides:
+        if extent * element_bytes % TMA_STRIDE_BYTES:
+            return (f"v8 loads {operand} with TMA, which takes rows of whole 16-byte multiples: "
+                    f"{axis}={extent} {wl.dtype} rows are {extent * element_bytes} bytes")
+    return None
+
+
+def c_rows_take_tma(wl: Workload) -> bool:
+    """Whether TMA can store C (tma_store): its rows whole multiples of TMA_STRIDE_BYTES."""
+    return wl.dims["N"] * DTYPE_BYTES[wl.out_dtype] % TMA_STRIDE_BYTES == 0
+
+
+def _tile_shape_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """block_m must be whole wgmma heights for two consumers, and each consumer's columns whole
+    pieces of the layout's BLOCK_N_STEP."""
+    block_m, block_n = knobs.block_m, knobs.block_n
+    if block_m not in (64, 128, 256):
+        return (f"v8 splits block_m among two consumer warpgroups in 64-row wgmmas, or gives "
+                f"both 64 rows: block_m={block_m} is not 64, 128 or 256")
+    wg_n = consumer_tile(block_m, block_n, knobs.pingpong)[1]
+    columns, why = BLOCK_N_STEP[wl.layout]
+    if block_n % columns or block_n > 256 or wg_n % columns:
+        return (f"v8 gives each consumer's wgmma a multiple of {columns} columns ({why}), at "
+                f"most 256: block_n={block_n} with block_m={block_m} does not split so")
+    return None
+
+
+def _register_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """A consumer thread keeps at most MOST_ACCUMULATORS accumulators."""
+    block_m, block_n, pingpong = knobs.block_m, knobs.block_n, knobs.pingpong
+    accumulators = consumer_accumulators(block_m, block_n, pingpong)
+    if accumulators <= MOST_ACCUMULATORS:
+        return None
+    whole = " (pingpong: each consumer takes the whole tile)" if pingpong else ""
+    columns = BLOCK_N_STEP[wl.layout][0]
+    widest = widest_fitting(block_m, wl.layout, pingpong, range(columns, 257, columns))
+    return (f"v8's {block_m}x{block_n} tile gives each consumer thread {accumulators} "
+            f"accumulators{whole}; at most {MOST_ACCUMULATORS} fit (block_n={widest} does)")
+
+
+def _shared_memory_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """The ring (at least 2 stages) and tma_store's boxes fit a Hopper block's shared memory,
+    and tma_store's C has rows TMA can store."""
+    shared_bytes = arena_bytes(knobs.block_m, knobs.block_n, knobs.stages, knobs.tma_store)
+    if knobs.stages < 2 or shared_bytes > HOPPER_SHARED_BYTES:
+        boxes = " and the boxes of tma_store" if knobs.tma_store else ""
+        return (f"v8 with {knobs.stages} stages of {knobs.block_m}x{knobs.block_n} tiles{boxes} "
+                f"needs {shared_bytes} bytes of shared memory (at least 2 stages, at most "
+                f"{HOPPER_SHARED_BYTES} bytes)")
+    if knobs.tma_store and not c_rows_take_tma(wl):
+        return (f"v8's tma_store stores C with TMA, which takes rows of whole 16-byte "
+                f"multiples: N={wl.dims['N']} {wl.out_dtype} rows are "
+                f"{wl.dims['N'] * DTYPE_BYTES[wl.out_dtype]} bytes (tma_store=False stores them "
+                "from registers)")
+    return None
+
+
+def _split_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """split_k whole K blocks each; clusters and pingpong take whole tiles; split_tail needs a
+    split."""
+    K, split_k = wl.dims["K"], knobs.split_k
+    k_blocks = k_block_count(K, ELEMENT_BYTES[wl.dtype])
+    if not 1 <= split_k <= k_blocks:
+        return (f"v8 splits K={K} into 1 to {k_blocks} slices of whole {ROW_BYTES}-byte K "
+                f"blocks, not split_k={split_k}")
+    cluster_m, cluster_n = knobs.cluster_m, knobs.cluster_n
+    if {cluster_m, cluster_n} - {1, 2} or cluster_m * cluster_n > 2 or \
+            (cluster_m * cluster_n > 1 and split_k > 1) or \
+            (cluster_m > 1 and wl.layout == "nn" and knobs.block_n // 64 % cluster_m):
+        return (f"v8's clusters are 2 CTAs whose whole tiles lie side by side along N "
+                f"(cluster_n, sharing A) or M (cluster_m, sharing B in halves; nn: 64-column "
+                f"boxes), or 1 CTA: not cluster_m={cluster_m}, cluster_n={cluster_n} with "
+                f"split_k={split_k}, block_n={knobs.block_n}")
+    if knobs.pingpong and split_k > 1:
+        return f"v8's pingpong consumers take turns at whole tiles: not with split_k={split_k}"
+    if knobs.split_tail and split_k == 1:
+        return ("v8's split_tail splits the last wave's tiles into split_k slices: it needs "
+                "split_k > 1")
+    return None
+
+
+def _workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """Split K's partials for wl's tiles fit MOST_PARTIAL_BYTES."""
+    block_m, block_n, split_k = knobs.block_m, knobs.block_n, knobs.split_k
+    tiles = split_tiles(heuristics.tile_count(wl, block_m, block_n), knobs.split_tail,
+                        heuristics.H100_SMS)
+    workspace = partial_bytes(tiles, split_k, block_m, block_n) if split_k > 1 else 0
+    if workspace > MOST_PARTIAL_BYTES:
+        return (f"v8 with split_k={split_k} over {tiles} tiles of {block_m}x{block_n} keeps "
+                f"{workspace >> 20} MB of partials; at most {MOST_PARTIAL_BYTES >> 20} MB")
+    return None
+
+
+def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """v8 for any M up to wl's: its workspace (any_m_partial_bytes) fits MOST_PARTIAL_BYTES."""
+    workspace = any_m_partial_bytes(wl, knobs.block_m, knobs.block_n, knobs.split_k,
+                                    knobs.split_tail)
+    if workspace > MOST_PARTIAL_BYTES:
+        return (f"v8 for any M with split_k={knobs.split_k} of {knobs.block_m}x{knobs.block_n} "
+                f"tiles keeps {workspace >> 20} MB of partials; at most "
+                f"{MOST_PARTIAL_BYTES >> 20} MB")
+    return None
+
+
+CHECKS = (_tile_shape_refusal, _register_refusal, _shared_memory_refusal, _split_refusal,
+          _workspace_refusal)
+
+
+def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:
+    """Raise ScheduleNotApplicable with the first reason why v8 cannot take wl with `knobs`:
+    `tma_refusal`'s, then each of `checks` in turn."""
+    reason = tma_refusal(wl) or next(filter(None, (check(wl, knobs) for check in checks)), None)
+    if reason:
+        raise ScheduleNotApplicable(reason)

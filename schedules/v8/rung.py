@@ -1,0 +1,81 @@
+"""The v8 rung: its registration, knobs and space, and the kernel template's entry points
+(`v8_kernel` for the workload's M, `v8_kernel_any_m` for every M up to it), each refusing what
+v8 cannot take, then writing the kernel from its plan."""
+
+from __future__ import annotations
+
+from tvm.s_tir import Schedule
+
+from .. import heuristics
+from ..common import require_sm
+from ..registry import schedule
+from ..workloads import Workload
+from .heuristic import tma_tiles
+from .kernel import warp_specialized_gemm
+from .plan import Knobs, Plan
+from .refusals import CHECKS, any_m_workspace_refusal, refuse
+
+
+def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
+    """What v8_kernel refuses, without building the kernel (group_m, the order of the tiles,
+    takes any value)."""
+    refuse(wl, Knobs(group_m=group_m, **knobs))
+
+
+def v8_kernel(wl: Workload, **knobs):
+    """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
+    chosen = Knobs(**knobs)
+    refuse(wl, chosen)
+    return warp_specialized_gemm(Plan.build(wl, chosen, heuristics.H100_SMS))
+
+
+def v8_kernel_any_m(wl: Workload, **knobs):
+    """v8's kernel for every M up to wl's: M is a size given at each call (A's rows), and wl's
+    M the most a call may bring where split_k > 1 without split_tail (it sizes split K's
+    workspace; with split_tail any M fits). Refused as v8 refuses wl, and where the workspace
+    for any M would pass MOST_PARTIAL_BYTES."""
+    chosen = Knobs(**knobs)
+    refuse(wl, chosen, CHECKS + (any_m_workspace_refusal,))
+    return warp_specialized_gemm(Plan.build(wl, chosen, heuristics.H100_SMS,
+                                            most_m=wl.dims["M"]))
+
+
+@schedule("gemm", "v8", space={"block_m": [64, 128, 256],
+                               "block_n": [64, 128, 144, 160, 176, 192, 256],
+                               "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
+                               "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
+                               "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
+                               "pingpong": [False, True]},
+          heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals)
+def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
+       stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
+       tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
+       pingpong: bool = False) -> None:
+    """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
+    tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
+    `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
+    block tiles in groups of group_m rows of tiles. A producer warpgroup (setmaxnreg.dec) issues
+    the loads from one thread; two consumer warpgroups (setmaxnreg.inc) multiply, and store C
+    (float32, float16 or bfloat16) straight from their accumulators while the producer already
+    loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
+    their float32 partials through a workspace (the last to finish stores C), so that few tiles
+    (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
+    partial wave are split, so that the SMs it would leave idle share its work. tma_store:
+    each consumer writes C into shared boxes of 64 rows, two in turn, that one of its threads
+    sends by TMA (cp.async.bulk.tensor, global <- shared), so the global writes of a tile run
+    on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. cluster_m or
+    cluster_n = 2: clusters of 2 CTAs on tiles side by side along M (sharing B) or N (sharing A),
+    each loading half of the shared operand by a multicast TMA into both (whole tiles only: no
+    split K). pingpong: each consumer multiplies whole tiles, every other one of the CTA's, the
+    two taking turns at the tensor cores, so that one's epilogue runs under the other's wgmmas
+    (a tile's accumulators must then fit one consumer: 128x128, 128x192, 64x256; no split K;
+    on an H100 no faster than two consumers on one tile, reports/h100-v8.md). Ragged M, N, K:
+    TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in nn).
+    fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied to the
+    accumulators before C is stored. A TIRx kernel (schedules/v8/), sm_90a only.
+
+    IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
+    arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
+    wgmma / setmaxnreg calls, tensor maps encoded by the host (runtime.cuTensorMapEncodeTiled)
+    and passed as __grid_constant__ CUtensorMap."""
+    require_sm("v8", 90, "TMA, mbarriers and wgmma (built for sm_90a)")  # the rest: v8_kernel
