@@ -13,7 +13,9 @@ The family, one module per concern:
 - cuda: the PTX instructions and inline CUDA helpers, descriptors and tensor maps;
 - refusals: what v8 cannot take, each reason in one line;
 - heuristic: the knobs v8 picks for a shape (`tma_tiles`);
-- plan: the frozen `Plan`, every derived quantity, built once from (workload, knobs, SMs);
+- knobs: the frozen `Knobs`;
+- plan: the frozen `Plan`, every derived quantity, built once from (workload, knobs, SMs)
+  and checked by the refusals;
 - kernel: the kernel composed of named pieces (producer, K loop, split K, epilogues);
 - rung: the registration and the kernel's entry points.
 

@@ -1,5 +1,5 @@
 """v8's plan: every quantity the kernel is written from, derived once from (workload, knobs,
-SMs, most_m) after the refusals have passed them, so that the kernel's pieces read names, not
+SMs, most_m) once the refusals have passed them, so that the kernel's pieces read names, not
 arithmetic. M may be symbolic (v8 for any M): then the counts that depend on it are PrimExprs
 computed at each call, and `most_m` sizes split K's workspace."""
 
@@ -16,22 +16,8 @@ from ..workloads import DTYPE_BYTES, FP8, Workload
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
 from .geometry import (BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ELEMENT_BYTES, ROW_BYTES,
                        arena_bytes, box_bytes, consumer_tile, k_block_count, split_tiles)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Knobs:
-    """v8's knobs, as the rung's signature names them."""
-
-    block_m: int
-    block_n: int
-    stages: int
-    group_m: int
-    split_k: int
-    split_tail: bool
-    tma_store: bool
-    cluster_m: int
-    cluster_n: int
-    pingpong: bool
+from .knobs import Knobs
+from .refusals import CHECKS, any_m_workspace_refusal, refuse
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,8 +79,10 @@ class Plan:
 
     @classmethod
     def build(cls, wl: Workload, knobs: Knobs, sms: int, most_m: int | None = None) -> "Plan":
-        """The plan for wl and knobs (which the refusals passed) on `sms` SMs; with most_m,
-        for any M up to most_m rows (M symbolic)."""
+        """The plan for wl and knobs on `sms` SMs; with most_m (wl's M), for any M up to most_m
+        rows (M symbolic). Refused first as v8 refuses them (ScheduleNotApplicable), and for
+        any M also where split K's workspace for any M would be too large."""
+        refuse(wl, knobs, CHECKS if most_m is None else CHECKS + (any_m_workspace_refusal,))
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,

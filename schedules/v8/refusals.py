@@ -12,7 +12,7 @@ from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_PART
                        ROW_BYTES, TMA_STRIDE_BYTES, any_m_partial_bytes, arena_bytes,
                        consumer_accumulators, consumer_tile, k_block_count, partial_bytes,
                        split_tiles, widest_fitting)
-from .plan import Knobs
+from .knobs import Knobs
 
 
 def tma_refusal(wl: Workload) -> str | None:

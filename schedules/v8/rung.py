@@ -12,8 +12,9 @@ from ..registry import schedule
 from ..workloads import Workload
 from .heuristic import tma_tiles
 from .kernel import warp_specialized_gemm
-from .plan import Knobs, Plan
-from .refusals import CHECKS, any_m_workspace_refusal, refuse
+from .knobs import Knobs
+from .plan import Plan
+from .refusals import refuse
 
 
 def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
@@ -24,9 +25,7 @@ def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
 
 def v8_kernel(wl: Workload, **knobs):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
-    chosen = Knobs(**knobs)
-    refuse(wl, chosen)
-    return warp_specialized_gemm(Plan.build(wl, chosen, heuristics.H100_SMS))
+    return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS))
 
 
 def v8_kernel_any_m(wl: Workload, **knobs):
@@ -34,9 +33,7 @@ def v8_kernel_any_m(wl: Workload, **knobs):
     M the most a call may bring where split_k > 1 without split_tail (it sizes split K's
     workspace; with split_tail any M fits). Refused as v8 refuses wl, and where the workspace
     for any M would pass MOST_PARTIAL_BYTES."""
-    chosen = Knobs(**knobs)
-    refuse(wl, chosen, CHECKS + (any_m_workspace_refusal,))
-    return warp_specialized_gemm(Plan.build(wl, chosen, heuristics.H100_SMS,
+    return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS,
                                             most_m=wl.dims["M"]))
 
 

@@ -1,0 +1,21 @@
+"""v8's knobs as one frozen value, which the refusals check and the plan is built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knobs:
+    """v8's knobs, as the rung's signature names them."""
+
+    block_m: int
+    block_n: int
+    stages: int
+    group_m: int
+    split_k: int
+    split_tail: bool
+    tma_store: bool
+    cluster_m: int
+    cluster_n: int
+    pingpong: bool
