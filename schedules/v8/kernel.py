@@ -354,6 +354,8 @@ def store_from_registers(plan, me, at, operands, maps, shared):
                                 C[row, col + e] = T.Cast(plan.out_dtype, acc[first + e])
 
 
+# The epilogues by Plan.epilogue's name: each takes the same arguments (whether it reads them
+# or not), so that the plan picks one and the kernel calls it without a branch of its own.
 EPILOGUES = {"boxes": store_boxes, "quads": store_quads, "registers": store_from_registers}
 
 
