@@ -18,6 +18,7 @@ flat flags onto these subcommands (mode_argv).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -254,22 +255,31 @@ class StdoutBelow(logging.Filter):
         return record.levelno < logging.WARNING
 
 
-def configure_logging(args: argparse.Namespace) -> None:
-    """The project's loggers as the command line prints: info lines on stdout as they come
-    (stderr under --json, whose stdout is the records), warnings on stderr, message only;
-    -q keeps warnings and errors, -v adds debug lines. TVM's own loggers are left alone."""
+@contextlib.contextmanager
+def logging_for(args: argparse.Namespace):
+    """The project's loggers as the command line prints, for the command's run: info lines on
+    stdout as they come (stderr under --json, whose stdout is the records), warnings on stderr,
+    message only; -q keeps warnings and errors, -v adds debug lines. TVM's own loggers are left
+    alone, and the project's are given back as they were (a caller in the same process, a test
+    or a notebook, keeps its own logging)."""
     out = logging.StreamHandler(sys.stderr if args.json else sys.stdout)
     out.addFilter(StdoutBelow())
     err = logging.StreamHandler(sys.stderr)
     err.setLevel(logging.WARNING)
+    for handler in (out, err):
+        handler.setFormatter(logging.Formatter("%(message)s"))
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
-    for name in LOGGERS:
-        logger = logging.getLogger(name)
-        logger.handlers[:] = [out, err]
-        for handler in logger.handlers:
-            handler.setFormatter(logging.Formatter("%(message)s"))
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    saved = [(logger.handlers[:], logger.level, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.handlers[:], logger.propagate = [out, err], False
         logger.setLevel(level)
-        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, (handlers, old_level, propagate) in zip(loggers, saved):
+            logger.handlers[:], logger.propagate = handlers, propagate
+            logger.setLevel(old_level)
 
 
 def subcommand(argv: list[str]) -> argparse.Namespace | None:
@@ -301,10 +311,10 @@ def main(argv: list[str] | None = None,
         args = parsed or subcommand(sys.argv[1:] if argv is None else argv)
         if args is None:
             return 0
-        configure_logging(args)
         from . import commands
 
-        return commands.dispatch(args)
+        with logging_for(args):
+            return commands.dispatch(args)
     except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -79,7 +79,7 @@ def list_suite(suite, names: list[str]) -> None:
 
 
 def say(line: str) -> None:
-    """A line of progress or of results: on stdout at once (cli.configure_logging)."""
+    """A line of progress or of results: on stdout at once (cli.logging_for)."""
     LOG.info(line)
 
 
