@@ -96,8 +96,9 @@ FLAGS = {
                        "knob spaces (e.g. v5k or v7,v8; their own choices measured first)"),
     "--records": dict(help="template-search records (JSONL), read to resume or apply"),
     "--tuner": dict(help="template tuner: grid, random or xgb (default xgb)"),
-    "--seed": dict(type=seed, default=0, help="seed of the random and xgb tuners and of "
-                   "MetaSchedule's search: the same seed proposes the same candidates"),
+    "--seed": dict(type=seed, help="seed of the random and xgb tuners and of MetaSchedule's "
+                   "search (default 0); given, a MetaSchedule search proposes the same "
+                   "candidates each time (on one search thread)"),
     "--target": dict(default="cuda", help="cuda, or llvm (MetaSchedule on the CPU)"),
     "--rpc-tracker": dict(metavar="HOST:PORT", help="measure on the tracker's hosts"),
     "--rpc-key": dict(help="device key the hosts registered with the tracker"),

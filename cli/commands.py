@@ -239,9 +239,10 @@ def search_request(args, found):
         raise Refused("--rpc-tracker needs --rpc-key (the key the GPU hosts registered)")
     check_search_outputs(args)
     return Request(args.tune, args.trials, work_dir=found.work_dir, space=args.ms_space,
-                   records=found.records, device=found.device, tuner=args.tuner, seed=args.seed,
-                   target=args.target, arch=args.arch, flush=args.flush,
-                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
+                   records=found.records, device=found.device, tuner=args.tuner,
+                   seed=args.seed or 0, reproducible=args.seed is not None, target=args.target,
+                   arch=args.arch, flush=args.flush, rpc_tracker=args.rpc_tracker,
+                   rpc_key=args.rpc_key)
 
 
 def check_search_outputs(args) -> None:

@@ -10,6 +10,7 @@ each candidate's mean, over the probe Ms, of its time over the fastest's at that
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -23,6 +24,7 @@ from typing import Callable
 
 from schedules.errors import KernelFailed
 from tuning import loader, measure
+from tuning.progress import Progress
 
 from .buckets import Bucket, BucketTable
 from .cache import Cache, CorruptEntry, code_version
@@ -110,7 +112,8 @@ def _build_all(pending: list[_Pending], max_tokens: int, arch: str,
     if not jobs:
         return
     started = time.perf_counter()
-    with ProcessPoolExecutor(BUILD_WORKERS, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(BUILD_WORKERS, mp_context=get_context("spawn")) as pool, \
+            contextlib.closing(Progress(len(jobs), "building", "candidate")) as progress:
         futures = [(p, c, pool.submit(_build_to_file, (p.layer, p.bucket, c, max_tokens, arch)))
                    for p, c in jobs]
         for done, (p, c, future) in enumerate(futures, 1):
@@ -118,9 +121,10 @@ def _build_all(pending: list[_Pending], max_tokens: int, arch: str,
                 p.built[c] = future.result()
             except Exception as e:  # noqa: BLE001  a candidate that fails to build is left out
                 p.built[c] = e
-            if done % 10 == 0 or done == len(futures):
+            progress.step()
+            if not progress.shown and (done % 10 == 0 or done == len(futures)):
                 say(f"built {done}/{len(futures)} candidates "
-                    f"({time.perf_counter() - started:.0f} s)")
+                    f"({time.perf_counter() - started:.0f} s; {progress.pace()})")
 
 
 class _Probe:
@@ -265,10 +269,11 @@ def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: i
         say(f"measuring {len(pending)} of {len(found) * len(buckets)} (layer, bucket) pairs "
             f"({sum(len(p.candidates) for _, p in pending)} candidates); cache: {cache.root}")
         _build_all([p for _, p in pending], max_tokens, _arch(gpu), say)
+        progress = Progress(len(pending), "measuring", "bucket", bar=False)
         try:
-            for done, (i, p) in enumerate(pending, 1):
-                found[p.layer].kernels[i] = _tune(p, max_tokens, cache, lambda line: say(
-                    f"[{done}/{len(pending)}] {line}"))
+            for i, p in pending:
+                found[p.layer].kernels[i] = _tune(p, max_tokens, cache,
+                                                  lambda line: say(progress.counted(line)))
         finally:
             for _, p in pending:  # the candidates' own libraries: the chosen ones are cached
                 for path in p.built.values():

@@ -49,6 +49,7 @@ def test_pytest_is_a_test_tool_not_a_dependency(wheel):
                 if line.startswith("Requires-Dist: ")]
     testing = [line for line in requires if line.split()[1].startswith("pytest")]
     assert len(testing) == 2 and all('extra == "test"' in line for line in testing)
+    assert any(line.startswith("Requires-Dist: tqdm") for line in requires)
 
 
 def test_best_says_plainly_where_an_install_has_no_committed_records(monkeypatch, tmp_path):

@@ -169,10 +169,13 @@ def test_without_a_gpu_a_suite_builds_every_pair_in_workers_and_says_so_per_shap
     lines = out.splitlines()
     assert lines[0] == ("suite tiny: 2 shapes x 2 schedules (v5t, dlight): building 4 kernels "
                         "for sm_90 in 2 worker processes")
-    assert lines[1] == "gemm 128x128x128 float32 nn [Test-1B: square]: built v5t, dlight"
-    assert lines[2] == ("gemm 64x64x64 bfloat16->float32 nt [-: bf16]: built dlight; v5t refused: "
-                        "v5t copies A element by element with cp.async, which moves 4 bytes at "
-                        "least: float32 only, not bfloat16")
+    pace = r" \(\d+\.\d shapes/min(, ETA [\d a-z]+)?\)"  # a line per finished shape, counted
+    assert re.fullmatch(r"\[1/2\] gemm 128x128x128 float32 nn \[Test-1B: square\]: built v5t, "
+                        r"dlight" + pace, lines[1]), lines[1]
+    assert re.fullmatch(re.escape(
+        "[2/2] gemm 64x64x64 bfloat16->float32 nt [-: bf16]: built dlight; v5t refused: v5t "
+        "copies A element by element with cp.async, which moves 4 bytes at least: float32 "
+        "only, not bfloat16") + pace, lines[2]), lines[2]
     assert re.fullmatch(r"built 3 of 4 kernels in \d+ s", lines[3])
     assert lines[4].startswith("no GPU here: built suite tiny for sm_90")
     assert not results.exists()

@@ -19,6 +19,7 @@ import tuning.search
 from schedules import ScheduleNotApplicable, SearchFailed, UsageError, Workload
 from tuning import autotvm, candidates, measure, metaschedule, records
 from tuning.candidates import Outcome, Status
+from tuning.progress import Progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDED = os.path.join(ROOT, "reports", "tuning", "autotvm-h100.jsonl")
@@ -508,7 +509,8 @@ def test_each_candidate_is_said_once_as_it_lands_with_the_best_and_the_rate():
 
     said = []
     state = {"best": None, "start": 0.0, "clock": metaschedule._BatchClock()}
-    wrapped = metaschedule.ReportingRunner(Runner(), metaschedule._candidate_reporter(state, 3, said.append))
+    reporter = metaschedule._candidate_reporter(state, Progress(3, "test"), said.append)
+    wrapped = metaschedule.ReportingRunner(Runner(), reporter)
     for future in wrapped.run([]):
         assert future.done()  # MetaSchedule polls, then collects: one line all the same
         future.result()

@@ -22,6 +22,7 @@ report.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -41,6 +42,7 @@ from schedules.workloads import Workload
 from . import candidates
 from . import records as store
 from .candidates import Counts, Outcome, Status
+from .progress import Progress
 
 
 BATCH = 16  # configurations built in parallel, then run one after another
@@ -387,23 +389,27 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
                          {knob: entry.defaults[knob] for knob in space.knobs})
     say(f"{tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"
         f" {len(history)} measured before, in {path}")
-    start, before, trial = time.time(), len(history), [len(history)]
+    start, trial = time.time(), [len(history)]
+    progress = Progress(min(trials, len(space) - len(history)), f"{tuner} {entry.name}")
 
     def on_measured(config, outcome):
+        """The configuration recorded; the bar advanced, or (no bar) a line said."""
         trial[0] += 1
         store.append(path, trial_record(
             key, config, outcome, trial[0],
             date=datetime.now(timezone.utc).isoformat(timespec="seconds")))
         result = f"{outcome.time_ms:.4f} ms" if outcome.status == Status.OK else outcome.status
         so_far = best(history)
-        elapsed = time.time() - start
-        say(f"  [{trial[0]}] {config}: {result}; best so far "
-            f"{f'{so_far[1]:.4f} ms' if so_far else 'none'}; {elapsed:.0f} s, "
-            f"{60 * (trial[0] - before) / max(elapsed, 1e-9):.1f} trials/min")
+        best_text = f"{so_far[1]:.4f} ms" if so_far else "none"
+        progress.step(f"best {best_text}")
+        if not progress.shown:
+            say(f"  [{trial[0]}] {config}: {result}; best so far {best_text}; "
+                f"{time.time() - start:.0f} s, {progress.rate():.1f} trials/min")
 
     own = entry.own_choice(wl)
-    counts = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured,
-                  first=() if own is None else (own,), refusal=refusal)
+    with contextlib.closing(progress):
+        counts = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured,
+                      first=() if own is None else (own,), refusal=refusal)
     if counts.measured < trials:
         say(f"the space is exhausted: {counts.measured} new configurations measured")
     found = best(history)

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Callable
 
+import numpy as np
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -33,6 +34,7 @@ from schedules.workloads import Workload
 
 from . import records, rungspace
 from .candidates import Counts, error_summary, mean_ms
+from .progress import Progress
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 PROGRESS = "progress.jsonl"
@@ -332,9 +334,11 @@ class ReportingRunner(ms.runner.PyRunner):
         return [_ReportedFuture(future, self.report) for future in self.runner.run(runner_inputs)]
 
 
-def _candidate_reporter(state: dict, trials: int, say: Callable[[str], None]) -> Callable:
-    """A line per measured candidate: how far the run is, its time or why it has none, the
-    best so far and the rate."""
+def _candidate_reporter(state: dict, progress: Progress, say: Callable[[str], None]
+                        ) -> Callable:
+    """Each measured candidate advances the search's bar (progress: best so far, the rate
+    over its last trials, ETA); where no bar is drawn, a line: how far the run is, its time or
+    why it has none, the best so far and that rate."""
     state["landed"] = 0
 
     def report(result) -> None:
@@ -346,9 +350,11 @@ def _candidate_reporter(state: dict, trials: int, say: Callable[[str], None]) ->
             time_ms = mean_ms(result.run_secs)
             state["best"] = time_ms if state["best"] is None else min(state["best"], time_ms)
             outcome = f"{time_ms:.4f} ms"
-        rate = 60 * state["landed"] / max(time.time() - state["start"], 1e-9)
         best = f"{state['best']:.4f} ms" if state["best"] is not None else "none yet"
-        say(f"  [{state['landed']}/{trials}] {outcome}; best so far {best}; {rate:.1f} trials/min")
+        progress.step(f"best {best}")
+        if not progress.shown:
+            say(f"  [{state['landed']}/{progress.total}] {outcome}; best so far {best}; "
+                f"{progress.rate():.1f} trials/min")
 
     return report
 
@@ -403,14 +409,32 @@ def _interruptible(state: dict, say: Callable[[str], None]):
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def seeded_search(seed: int):
+    """numpy's global random engine seeded with `seed` for the search, and restored after:
+    TVM's XGBoost model scores candidates with np.random until it has warmed up, so the first
+    batches' picks (all 8 of an 8-trial search) came out different on every run. Where TVM
+    searches on several threads, which random stream a candidate draws from depends on their
+    timing too, so a reproducible search takes one (search's `reproducible`: the same seed,
+    the same 8 of 8 candidates on llvm, where either cause alone left 0 in common)."""
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
+
+
 def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, space: str,
-           builder, runner, seed: int = 0, say: Callable[[str], None] = print) -> dict:
+           builder, runner, seed: int = 0, say: Callable[[str], None] = print,
+           reproducible: bool = False) -> dict:
     """Run `trials` new MetaSchedule trials on `wl` over the design space `space` (see SPACES)
     into `work_dir`, then say the best and save it (BEST_TRACE, BEST_MODULE); returns the
     search's summary record, with what this run proposed, refused and measured (`candidates`:
     over rung spaces, the settings drawn and those the rungs refused before anything was built;
     TVM's rules have no refusal check). A search with no correct candidate at all fails, with
-    the most common reason."""
+    the most common reason. `reproducible`: the same seed proposes the same candidates
+    (seeded_search)."""
     check_work_dir(work_dir, must_exist=False)
     os.makedirs(work_dir, exist_ok=True)
     database = open_database(work_dir)
@@ -442,10 +466,13 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     if first:
         say("its first batch measures the own choice of "
             + ", ".join(rungspace.knobs_of(c.sch.mod)[0] for c in first))
-    runner = ReportingRunner(runner, _candidate_reporter(state, trials, say))
+    progress = Progress(trials, f"MetaSchedule {wl.label()}")
+    runner = ReportingRunner(runner, _candidate_reporter(state, progress, say))
     builder = TimedBuilder(builder, state["clock"])
     # the intrinsics before the tensor-core rules and the rungs' tensorizing, which name them
-    with _tensor_intrinsics(tensor_cores or space not in SPACES, say), _interruptible(state, say):
+    with _tensor_intrinsics(tensor_cores or space not in SPACES, say), \
+            _interruptible(state, say), contextlib.closing(progress), \
+            seeded_search(seed):
         state["clock"].since = time.time()
         generator = (design_space(mod, target, space, tensor_cores) if space in SPACES
                      else rungs.design_space())
@@ -453,7 +480,8 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
                     builder=builder, runner=runner, database=database, cost_model=cost_model,
                     strategy=strategy,
                     measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
-                    space=generator, seed=seed)
+                    space=generator, seed=seed,
+                    num_tuning_cores=1 if reproducible else "physical")
     elapsed = time.time() - state["start"]
     counts = rungs.counts(state["new"]) if rungs else Counts(state["new"], 0, state["new"])
     found = save_best(wl, target, work_dir, database)

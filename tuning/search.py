@@ -36,6 +36,7 @@ class Request:
     device: str | None = None  # whose records those are (autotvm.records_device)
     tuner: str | None = None  # a template search's (autotvm.TUNERS); None: the default
     seed: int = 0
+    reproducible: bool = False  # the same seed proposes the same candidates (one search thread)
     target: str = "cuda"  # one of TARGETS
     arch: str = "sm_90"  # what RPC hosts' candidates are built for
     flush: str = "read"  # what runs before each timed launch on this machine's GPU
@@ -89,7 +90,8 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
 
         def metaschedule_search(target, builder, runner):
             return metaschedule.search(wl, target, request.work_dir, request.trials, space,
-                                       builder, runner, request.seed, say)
+                                       builder, runner, request.seed, say,
+                                       request.reproducible)
 
         return metaschedule_search
     if request.search.startswith("autotvm:"):

@@ -28,6 +28,7 @@ from schedules.suites import Entry, Suite
 from schedules.workloads import Workload
 
 from . import build, candidates, explore, measure, records
+from .progress import Progress
 
 # A build's limit in a worker: the first tensor-core build of each worker also imports TVM's
 # tensor intrinsics (20-45 s: schedules/tensorcore.py), on top of its own seconds.
@@ -150,11 +151,12 @@ def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
         "processes")
     prepared: list[list[Prepared]] = []
     started = time.monotonic()
+    progress = Progress(len(suite.entries), f"suite {suite.name}", "shape", bar=False)
     try:
         with contextlib.closing(build_all(jobs, workers)) as built:
             for entry in suite.entries:
                 prepared.append([next(built) for _ in names])
-                say(shape_line(entry, names, prepared[-1]))
+                say(progress.counted(shape_line(entry, names, prepared[-1])))
                 _warn_spills(entry.workload, names, prepared[-1], warn)
         count = sum(p.status == "built" for shape in prepared for p in shape)
         say(f"built {count} of {len(jobs)} kernels in {time.monotonic() - started:.0f} s")
@@ -206,6 +208,7 @@ def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]]
     from . import bench
 
     measured = []
+    progress = Progress(len(suite.entries), f"suite {suite.name}", "shape", bar=False)
 
     def keep(record: dict) -> dict:
         records.append(results, record)
@@ -218,7 +221,7 @@ def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]]
                  for name, p in zip(names, built)]
         shape += [keep({**baseline, **tags})
                   for baseline in bench.measure_baselines(run, entry.workload)]
-        say(shapes.summary_line(shape))
+        say(progress.counted(shapes.summary_line(shape)))
     ceiling = keep(bench.measure_copy(run) | {"suite": suite.name})
     say(f"\nsuite {suite.name} on {run.facts['gpu']}; {measure.timing_method(run.flush)}; "
         f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s")
