@@ -382,6 +382,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     """A consumer warpgroup (1 or 2): it takes registers (setmaxnreg.inc), then multiplies its
     part of every unit of the CTA (pingpong: all of every other unit) and finishes it; with
     tma_store, its boxes read out before the CTA's shared memory goes."""
+    # Step 1. Registers, accumulators, the ring position and who this thread is.
     T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
     consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
     acc = T.alloc_local((plan.accumulators,), "float32")
@@ -393,6 +394,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
     me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent))
+    # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)
         if plan.unit_of(cta, j) < plan.units:
@@ -407,8 +409,9 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
             first_col: T.let[T.int32] = n0 + plan.consumer_cols(consumer) + lane % 4 * 2
             finish_unit(plan, me, Unit(unit, tile, m0, n0, first_row, first_col), operands,
                         maps, shared)
+    # Step 3. The last boxes of C read out (tma_store) before shared memory goes.
     if plan.knobs.tma_store:
-        if leads(thread):  # the boxes read out before shared memory goes
+        if leads(thread):
             T.ptx["cp.async.bulk.wait_group"](0)
 
 
