@@ -398,6 +398,8 @@ TAKES_ARCH = ("run", "diff", "explain", "tune", "suite", "export")  # the modes 
 def dispatch(args) -> int:
     """Run the mode `args.mode`; with --json, print the records it appended to --results as
     JSON lines on stdout (its other lines went to stderr). Returns the exit status."""
+    given = {k: v for k, v in vars(args).items() if v not in (None, False) and k != "mode"}
+    LOG.debug(f"{args.mode}: {given}")  # -v: what the flags (runner.py's flat ones too) became
     if args.mode in TAKES_ARCH:
         args.arch = checked_arch(args.arch)
     start = results_size(args) if args.json and args.mode != "linear" else None

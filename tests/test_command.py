@@ -130,6 +130,14 @@ def test_quiet_keeps_warnings_and_errors_only(capsys, no_gpu, tmp_path):
     assert capsys.readouterr().out == ""
 
 
+def test_verbose_says_what_the_flags_became(capsys):
+    """runner.py's flat flags, as the subcommand and settings they mapped onto."""
+    assert runner.main(["--suite", "llm-bf16", "--list", "-v"]) == 0
+    assert "list: {" in capsys.readouterr().out.splitlines()[0]
+    assert runner.main(["--suite", "llm-bf16", "--list"]) == 0
+    assert "list: {" not in capsys.readouterr().out
+
+
 def test_json_keeps_stdout_for_the_records(capsys, no_gpu, tmp_path):
     """Without a GPU a run records nothing: stdout stays empty, the lines go to stderr."""
     assert cli.main(["run", "--schedule", "v1", "--no-ir", "--json",
