@@ -30,10 +30,12 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, Schedule
 from tuning import build as _build
 from tuning.build import Built
 from tuning.explore import SearchResults, build_schedule, resolve
-from tuning.export import compile as compile_kernel
+from tuning.export import compile as _compile
 from tuning.loader import Kernel
 
 LOG = logging.getLogger("tvm_explorer")
+LOG.addHandler(logging.NullHandler())  # a library's rule: silent (even its warnings) until the
+# program configures logging, where Python's last-resort handler would print them to stderr
 
 __all__ = ["PRESETS", "BuildFailed", "Built", "ExplorerError", "Kernel", "KernelFailed",
            "ScheduleNotApplicable", "SearchFailed", "SearchResults", "UsageError", "Workload",
@@ -67,6 +69,15 @@ def ir_diff(old: Built, new: Built, old_name: str = "old", new_name: str = "new"
     old_text, new_text = (_build.stable_cse_names(_build.ir_text(b.lowered)) for b in (old, new))
     return _build.unified_diff(old_text, new_text, f"{old_name} (lowered)",
                                f"{new_name} (lowered)")
+
+
+def compile_kernel(workload: Workload, schedule: str = "best", *, check: bool = True,
+                   found: SearchResults | None = None, arch: str = "sm_90") -> Kernel:
+    """tuning.export.compile (named so as not to shadow the builtin): `schedule`'s kernel for
+    `workload` as a torch operator, built for the GPU here (else for `arch`), checked against
+    float64 before its first launch unless `check` is False; the line saying what `best` chose
+    is logged, not printed."""
+    return _compile(workload, schedule, check=check, found=found, arch=arch, warn=LOG.warning)
 
 
 def cuda_source(kernel: Kernel) -> str:
