@@ -39,4 +39,5 @@ def test_what_a_library_call_reports_goes_to_logging(caplog):
     with caplog.at_level(logging.INFO, logger="tvm_explorer"):
         built = tx.build(tx.Workload("gemv", (256, 256), "float16"), "best")
     assert "__global__" in built.source
+    assert "T.prim_func" in tx.lower(tx.Workload("gemm", (64, 64, 64)), "v3")
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("best: ")]

@@ -146,6 +146,20 @@ def test_json_keeps_stdout_for_the_records(capsys, no_gpu, tmp_path):
     assert out == "" and "v1: built:" in err
 
 
+def test_json_puts_a_searchs_summary_record_alone_on_stdout(capsys, tmp_path):
+    """A MetaSchedule search on this CPU records its summary: that record, as JSON, is the
+    whole of stdout; the progress lines went to stderr."""
+    import json
+
+    assert cli.main(["tune", "metaschedule", "--target", "llvm", "--shape", "32x32x32",
+                     "--trials", "2", "--work-dir", str(tmp_path / "ms"), "--json",
+                     "--results", str(tmp_path / "r.jsonl")]) == 0
+    out, err = capsys.readouterr()
+    (record,) = [json.loads(line) for line in out.splitlines()]
+    assert record["kind"] == "search" and record["trials"] == 2
+    assert "MetaSchedule (TVM's rules)" in err
+
+
 @pytest.mark.parametrize("argv, code, message", [
     (["linear", "--shape", "4096x4096", "--dtype", "bfloat16"], 1,
      "error: linear layers choose their kernels by measuring them on a CUDA GPU, and torch sees "
