@@ -9,6 +9,7 @@ tuning curve from.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -20,6 +21,8 @@ from schedules.errors import UsageError
 from schedules.workloads import Workload
 
 from . import autotvm, build, candidates, measure, metaschedule
+
+LOG = logging.getLogger(__name__)  # what a library call reports, where the caller gives no say
 
 TARGETS = ("cuda", "llvm")  # llvm: MetaSchedule on this CPU
 
@@ -49,8 +52,8 @@ class Request:
         return self.target == "cuda" and not self.rpc_tracker
 
 
-def run(wl: Workload, request: Request, say: Callable[[str], None] = print,
-        warn: Callable[[str], None] = print) -> dict:
+def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
+        warn: Callable[[str], None] = LOG.warning) -> dict:
     """Search `wl` as `request` says, progress to `say` and corrupt records lines to `warn`;
     returns the search's summary record, and (in `device`, see candidates.measuring_device)
     what measured its candidates where that is not this machine's GPU: the RPC servers' device

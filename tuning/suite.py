@@ -14,6 +14,7 @@ GPU the run stops after the builds, with one line per shape.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -29,6 +30,8 @@ from schedules.workloads import Workload
 
 from . import build, candidates, explore, measure, records
 from .progress import Progress
+
+LOG = logging.getLogger(__name__)  # what a library call reports, where the caller gives no say
 
 # A build's limit in a worker: the first tensor-core build of each worker also imports TVM's
 # tensor intrinsics (20-45 s: schedules/tensorcore.py), on top of its own seconds.
@@ -131,7 +134,7 @@ def _gpu_run(flush: str):
 
 
 def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
-              say: Callable[[str], None] = print, warn: Callable[[str], None] = print,
+              say: Callable[[str], None] = LOG.info, warn: Callable[[str], None] = LOG.warning,
               workers: int | None = None) -> list[dict]:
     """Build every (shape, schedule in `names`) pair of `suite`, then on a GPU check and time
     them with the baselines, appending each record to settings.results as it is measured.
