@@ -26,9 +26,9 @@ HINT = f"{PROG} --help lists the flags"
 # --suite with --list lists the suite.
 PRIORITY = ("--export", "--suite", "--diff", "--explain", "--tune", "--report", "--list")
 NARGS = {"--diff": 2, "--explain": 2, "--list": 0}  # the others take one value
-EPILOG = ("the other modes: --list, --diff OLD NEW, --explain OLD NEW, --tune SEARCH, --suite NAME, --report PATH, "
-          "--export DIR; each with --help lists its flags (as the installed command's "
-          "subcommands do: tvm-explorer --help)")
+EPILOG = ("the other modes: --list, --diff OLD NEW, --explain OLD NEW, --tune SEARCH, "
+          "--suite NAME, --report PATH, --export DIR; each with --help lists its flags (as the "
+          "installed command's subcommands do: tvm-explorer --help)")
 
 
 def mode_flag(argv: list[str]) -> tuple[str | None, int]:

@@ -1,7 +1,7 @@
 """The installed command, `tvm-explorer`: one subcommand per mode, each with its own flags.
 
     tvm-explorer run --schedule v3                 # lower, print IR, build, check, time, record
-    tvm-explorer list [--suite NAME]               # schedules, presets, suites (or a suite's shapes)
+    tvm-explorer list [--suite NAME]               # schedules, presets, suites; a suite's shapes
     tvm-explorer diff v2 v3                        # what changed between two schedules' IR
     tvm-explorer explain v2 v3                     # ... and why: instruction mix, counters
     tvm-explorer tune metaschedule --work-dir ms   # a search (or autotvm:<template> --records R)
@@ -12,7 +12,7 @@
 
 This module imports only the standard library: `--help` and a refused flag cost no TVM or torch
 import (the handlers in cli/commands.py import what their mode needs). `runner.py` maps the old
-flat flags onto these subcommands (mode_argv).
+flat flags onto these subcommands (runner.to_subcommand).
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ MODES = {
 }
 
 # The old flat flags that name a mode (runner.py), and the mode each names.
-MODE_FLAGS = {"--diff": "diff", "--explain": "explain", "--tune": "tune", "--suite": "suite", "--report": "report",
-              "--export": "export", "--list": "list"}
+MODE_FLAGS = {"--diff": "diff", "--explain": "explain", "--tune": "tune", "--suite": "suite",
+              "--report": "report", "--export": "export", "--list": "list"}
 
 
 def flag_name(token: str) -> str | None:

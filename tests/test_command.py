@@ -23,8 +23,8 @@ VALUES = {"--op": "gemm", "--shape": "64x64x64", "--preset": "gemm-seed", "--dty
           "--title": "t", "--notes": "n.md", "--suite": "llm-bf16", "--layer": "64x64",
           "--max-tokens": "16", "--diff": "v2 v3", "--explain": "v2 v3", "--tune": "metaschedule",
           "--report": "x.md", "--export": "out"}
-POSITIONAL = {"diff": ["v2", "v3"], "explain": ["v2", "v3"], "tune": ["metaschedule"], "suite": ["llm-bf16"],
-              "report": ["x.md"], "export": ["out"]}
+POSITIONAL = {"diff": ["v2", "v3"], "explain": ["v2", "v3"], "tune": ["metaschedule"],
+              "suite": ["llm-bf16"], "report": ["x.md"], "export": ["out"]}
 SWITCHES = {flag for flag, kwargs in cli.FLAGS.items() if kwargs.get("action") == "store_true"}
 
 
