@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from multiprocessing import get_context
 from typing import Callable
 
+import torch
+
 from schedules.errors import KernelFailed
 from tuning import loader, measure
 from tuning.progress import Progress
@@ -131,7 +133,6 @@ class _Probe:
     """A layer's operands at one probe M on the GPU, with their float64 answer."""
 
     def __init__(self, layer: LayerShape, m: int, weight):
-        torch = measure._torch()
         gen = torch.Generator(device="cuda").manual_seed(m)
         self.m = m
         self.x = torch.randn((m, layer.in_features), generator=gen, device="cuda").to(weight.dtype)
@@ -142,7 +143,6 @@ class _Probe:
     def error(self, run: Callable) -> float:
         """The relative error of run(x, weight) against float64, its output first poisoned:
         the output's memory is filled with NaN and freed just before the run allocates it."""
-        torch = measure._torch()
         poison = torch.full((self.m, self.weight.shape[0]), float("nan"), device="cuda",
                             dtype=self.weight.dtype)
         del poison
@@ -154,7 +154,6 @@ class _Probe:
 def _measure_bucket(p: _Pending, max_tokens: int) -> tuple[dict, dict]:
     """Check and time each candidate of a pending bucket at its probe Ms. Returns, per candidate
     name, {"status", "times_ms" | "error"}, and the runs of the correct ones by name."""
-    torch = measure._torch()
     weight = torch.randn((p.layer.out_features, p.layer.in_features), device="cuda",
                          dtype=measure.torch_dtype(p.layer.dtype))
     probes = [_Probe(p.layer, m, weight) for m in p.bucket.probes(max_tokens)]

@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 
-import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
