@@ -304,6 +304,7 @@ def test_searches_under_different_shared_memory_limits_are_told_apart():
     ("timing", {"median_ms": "fast"}, 'timing median_ms "fast" is not a positive time'),
     ("flush", "sideways", "flush 'sideways' is none of read, write, none"),
     ("params", [], "params [] is not dict"),
+    ("resources", {"": None}, "resources of kernel '' null are not counts"),  # found by hypothesis
 ])
 def test_a_record_with_a_bad_field_is_named_by_line_and_skipped_and_the_rest_renders(
         tmp_path, field, value, says):

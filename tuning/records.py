@@ -152,6 +152,16 @@ def _kind_problem(record: dict) -> str | None:
     return None
 
 
+def _resources_problem(resources: dict | None) -> str | None:
+    """What is wrong with a record's resources: per kernel, nvcc's counts (numbers) by name."""
+    for kernel, usage in (resources or {}).items():
+        if not isinstance(usage, dict) or not all(
+                isinstance(count, NUMBER) and not isinstance(count, bool)
+                for count in usage.values()):
+            return f"resources of kernel '{kernel[:40]}' {json.dumps(usage)[:40]} are not counts"
+    return None
+
+
 def measurement_problem(record) -> str | None:
     """What is wrong with a measurement record (as bench.Run.record writes them), field by
     field, in one phrase; None for a record that the reports and `best` can read."""
@@ -161,7 +171,7 @@ def measurement_problem(record) -> str | None:
         for name, kind in fields.items():
             if problem := _type_problem(record, name, kind, optional):
                 return problem
-    return _kind_problem(record)
+    return _resources_problem(record.get("resources")) or _kind_problem(record)
 
 
 def load(path: str, required: tuple[str, ...] = MEASUREMENT,
