@@ -30,7 +30,7 @@ from tuning.progress import Progress
 
 from .buckets import Bucket, BucketTable
 from .cache import Cache, CorruptEntry, code_version
-from .candidates import Candidate, LayerShape, build_candidate, candidates, launcher
+from .candidates import TORCH, Candidate, LayerShape, build_candidate, candidates, launcher
 
 FLUSH = "read"  # a model's layers find their weights in DRAM: each launch after an L2 flush
 PROBE_BUDGET_MS = 60.0  # timing budget of one candidate at one probe M
@@ -138,7 +138,6 @@ class _Probe:
         self.x = torch.randn((m, layer.in_features), generator=gen, device="cuda").to(weight.dtype)
         self.weight = weight
         self.reference = self.x.double() @ weight.double().T
-        self.tolerance = measure.TOLERANCE[layer.dtype]
 
     def error(self, run: Callable) -> float:
         """The relative error of run(x, weight) against float64, its output first poisoned:
@@ -202,7 +201,7 @@ def _tune(p: _Pending, max_tokens: int, cache: Cache, say: Callable[[str], None]
     library = functools.partial(shutil.copyfile, p.built[chosen]) if chosen.built else None
     entry = cache.write(p.key, manifest, library)
     times = results[name]["times_ms"]
-    torch_times = results.get(Candidate("torch").name, {}).get("times_ms", {})
+    torch_times = results.get(TORCH, {}).get("times_ms", {})
     say(f"{p.layer.label()} {p.bucket.label()}: {name} "
         + ", ".join(f"M={m} {t * 1000:.1f} us" + (f" (torch {torch_times[m] * 1000:.1f})"
                                                   if m in torch_times else "")
