@@ -273,8 +273,18 @@ ROWS_SPACE = {"rows_per_block": [1, 2, 4, 8], "reduce_threads": [32, 64, 128, 25
               "tile_k": [8, 16, 32], "rows_per_thread": [1, 2, 4]}
 
 
-@schedule("gemv", "multirow", space=ROWS_SPACE, heuristic=heuristics.k_threads)
-@schedule("batched_gemv", "multirow", space=ROWS_SPACE, heuristic=heuristics.k_threads)
+def k_threads(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """multirow: as many K threads as have a tile_k slice of K each (one 16-byte vector by
+    default), rounded up to a power of two, at most a warp. Short K thus gets fewer K threads,
+    and a warp then holds 32 / reduce_threads rows' threads, rows_per_thread rows each: more
+    rows per warp. K of a warp's step or more (256 halves, 128 floats): the defaults."""
+    tile_k = knobs["tile_k"] or vector_width(wl)
+    slices = -(-wl.dims["K"] // tile_k)
+    return {"reduce_threads": min(heuristics.WARP, 1 << (slices - 1).bit_length())}
+
+
+@schedule("gemv", "multirow", space=ROWS_SPACE, heuristic=k_threads)
+@schedule("batched_gemv", "multirow", space=ROWS_SPACE, heuristic=k_threads)
 def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
              tile_k: int | None = None, rows_per_thread: int = 4) -> None:
     """allreduce + each warp computes rows_per_thread rows, so each loaded x vector serves

@@ -9,6 +9,10 @@ the space, so a template search's configurations (every knob of the space) are n
 by it. `ScheduleEntry.defaults_for(wl)` puts it together: the user's knobs, then the
 heuristic's picks, then the signature's defaults.
 
+This module holds the tile arithmetic that several rungs share and imports no rung; a rule that
+needs its rung's own constants lives with its rung (v6's and v7's in tensorcore.py, multirow's
+in gemv.py, v8's in v8/heuristic.py).
+
 `sms` is the number of SMs that the output tiles are counted against. TVM 0.27's CUDA target
 declares none (`target.ListTargetKindOptionsFromName("cuda")` has no such option), so the rungs
 are given the H100's (H100_SMS), the GPU this project measures on.
@@ -94,58 +98,3 @@ def split_k(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     fitting = [s for s in space["k_slices"]
                if s >= fewest and tiles * s <= WAVES * sms and k_tiles >= s * MIN_SLICE_TILES]
     return {**tile, "k_slices": max(fitting, default=fewest)}
-
-
-def warp_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
-    """v6: the tile rule over the space's warp tiles (warp_tiles_m x warp_tiles_n tiles of
-    16x16 per warp), the warps as they are."""
-    from .tensorcore import MMA  # the module that registers v6: loaded by now
-
-    def tile(tiles_m: int, tiles_n: int) -> tuple[int, int]:
-        return knobs["warps_m"] * tiles_m * MMA, knobs["warps_n"] * tiles_n * MMA
-
-    options = [tile(m, n) for m in space["warp_tiles_m"] for n in space["warp_tiles_n"]
-               if m <= knobs["warp_tiles_m"] and n <= knobs["warp_tiles_n"]]
-    block_m, block_n = fit_tile(wl, sms, tile(knobs["warp_tiles_m"], knobs["warp_tiles_n"]),
-                                options)
-    return {"warp_tiles_m": block_m // (knobs["warps_m"] * MMA),
-            "warp_tiles_n": block_n // (knobs["warps_n"] * MMA)}
-
-
-def wgmma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
-    """v7: block_m 64 where M <= 64 (decode batches: one wgmma's M is 64, a taller tile would be
-    padding); block_n 128 where 256-column tiles cannot give every SM one (each where the space
-    holds that value); stages 4 unless four stages of shared tiles would not fit a Hopper block
-    (then 3); blocks along M where B outgrows L2 (b_outgrows_l2)."""
-    from .tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP  # v7's module: loaded by now
-
-    wgmma_m = WARPGROUP * MMA
-    short = wl.dims["M"] <= wgmma_m and wgmma_m in space["block_m"]
-    block_m = wgmma_m if short else knobs["block_m"]
-    few = tile_count(wl, block_m, knobs["block_n"]) < sms and 128 in space["block_n"]
-    block_n = 128 if few else knobs["block_n"]
-    stage_bytes = (block_m + block_n) * knobs["chunk_k"] * DTYPE_BYTES[wl.dtype]
-    return {"block_m": block_m, "block_n": block_n,
-            "stages": 4 if 4 * stage_bytes <= HOPPER_SHARED_BYTES else 3,
-            "m_tiles_first": b_outgrows_l2(wl)}
-
-
-def b_outgrows_l2(wl: Workload) -> bool:
-    """Whether B is larger than L2 and A is smaller than B: then blocks launched along M
-    (v7's m_tiles_first) read each B tile from DRAM once and re-read A from L2, where blocks
-    along N would stream all of B again for every row of tiles (4096x28672x4096 bf16: 2.8 ms
-    against cuBLAS's 1.3 ms, with 32 passes over a 235 MB B)."""
-    a_bytes, b_bytes = (wl.dims[axis] * wl.dims["K"] * DTYPE_BYTES[wl.dtype] for axis in "MN")
-    return b_bytes > H100_L2_BYTES and a_bytes < b_bytes
-
-
-def k_threads(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
-    """multirow: as many K threads as have a tile_k slice of K each (one 16-byte vector by
-    default), rounded up to a power of two, at most a warp. Short K thus gets fewer K threads,
-    and a warp then holds 32 / reduce_threads rows' threads, rows_per_thread rows each: more
-    rows per warp. K of a warp's step or more (256 halves, 128 floats): the defaults."""
-    from .gemv import vector_width  # the module that registers multirow: loaded by now
-
-    tile_k = knobs["tile_k"] or vector_width(wl)
-    slices = -(-wl.dims["K"] // tile_k)
-    return {"reduce_threads": min(WARP, 1 << (slices - 1).bit_length())}

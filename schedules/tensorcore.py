@@ -28,7 +28,7 @@ from .common import (REGISTERS_PER_BLOCK, WAIT_FOR_WGMMA, bind_threads, cooperat
 from . import heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
-from .workloads import Workload
+from .workloads import DTYPE_BYTES, Workload
 
 MMA = 16  # every tensor-core tile here is 16 x 16 (x 16 along K)
 SHORT = {"float16": "f16", "bfloat16": "bf16"}
@@ -117,10 +117,25 @@ def _warp_layout(i, j):
     return (i // MMA, j // MMA, *lanes_and_registers(i % MMA, j % MMA))
 
 
+def warp_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """v6: the tile rule over the space's warp tiles (warp_tiles_m x warp_tiles_n tiles of
+    16x16 per warp), the warps as they are."""
+
+    def tile(tiles_m: int, tiles_n: int) -> tuple[int, int]:
+        return knobs["warps_m"] * tiles_m * MMA, knobs["warps_n"] * tiles_n * MMA
+
+    options = [tile(m, n) for m in space["warp_tiles_m"] for n in space["warp_tiles_n"]
+               if m <= knobs["warp_tiles_m"] and n <= knobs["warp_tiles_n"]]
+    default = tile(knobs["warp_tiles_m"], knobs["warp_tiles_n"])
+    block_m, block_n = heuristics.fit_tile(wl, sms, default, options)
+    return {"warp_tiles_m": block_m // (knobs["warps_m"] * MMA),
+            "warp_tiles_n": block_n // (knobs["warps_n"] * MMA)}
+
+
 @schedule("gemm", "v6", space={"warps_m": [1, 2, 4], "warps_n": [1, 2, 4],
                                "warp_tiles_m": [1, 2, 4], "warp_tiles_n": [1, 2, 4],
                                "chunk_k": [2, 4], "stages": [2, 3, 4]},
-          heuristic=heuristics.warp_tiles)
+          heuristic=warp_tiles)
 def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_tiles_m: int = 4,
        warp_tiles_n: int = 4, chunk_k: int = 4, stages: int = 3, overlap_ldmatrix: bool = True) -> None:
     """Tensor cores: each warp owns warp_tiles_m x warp_tiles_n tiles of 16x16 and multiplies
@@ -386,10 +401,35 @@ def _bind_fragment_lanes(sch: Schedule, block):
     return tile, col
 
 
+def wgmma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """v7: block_m 64 where M <= 64 (decode batches: one wgmma's M is 64, a taller tile would be
+    padding); block_n 128 where 256-column tiles cannot give every SM one (each where the space
+    holds that value); stages 4 unless four stages of shared tiles would not fit a Hopper block
+    (then 3); blocks along M where B outgrows L2 (b_outgrows_l2)."""
+    wgmma_m = WARPGROUP * MMA
+    short = wl.dims["M"] <= wgmma_m and wgmma_m in space["block_m"]
+    block_m = wgmma_m if short else knobs["block_m"]
+    few = heuristics.tile_count(wl, block_m, knobs["block_n"]) < sms and 128 in space["block_n"]
+    block_n = 128 if few else knobs["block_n"]
+    stage_bytes = (block_m + block_n) * knobs["chunk_k"] * DTYPE_BYTES[wl.dtype]
+    return {"block_m": block_m, "block_n": block_n,
+            "stages": 4 if 4 * stage_bytes <= HOPPER_SHARED_BYTES else 3,
+            "m_tiles_first": b_outgrows_l2(wl)}
+
+
+def b_outgrows_l2(wl: Workload) -> bool:
+    """Whether B is larger than L2 and A is smaller than B: then blocks launched along M
+    (v7's m_tiles_first) read each B tile from DRAM once and re-read A from L2, where blocks
+    along N would stream all of B again for every row of tiles (4096x28672x4096 bf16: 2.8 ms
+    against cuBLAS's 1.3 ms, with 32 passes over a 235 MB B)."""
+    a_bytes, b_bytes = (wl.dims[axis] * wl.dims["K"] * DTYPE_BYTES[wl.dtype] for axis in "MN")
+    return b_bytes > heuristics.H100_L2_BYTES and a_bytes < b_bytes
+
+
 @schedule("gemm", "v7", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
                                "chunk_k": [64, 128], "stages": [3, 4],
                                "m_tiles_first": [False, True]},
-          heuristic=heuristics.wgmma_tiles)
+          heuristic=wgmma_tiles)
 def v7(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, chunk_k: int = 64,
        stages: int = 4, m_tiles_first: bool = False) -> None:
     """Hopper's warpgroup MMA: v6's block tile, but each group of 4 warps multiplies 64 rows of

@@ -9,7 +9,7 @@ import pytest
 import tvm
 
 import schedules
-from schedules import Workload, heuristics
+from schedules import Workload, gemv, heuristics
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.heuristic import tma_tiles
 from schedules.workloads import DENSE_DTYPES, FP8
@@ -158,7 +158,7 @@ def test_the_committed_gemv_shapes_need_no_exception_but_v5t_on_the_seed_would()
     measured."""
     for wl in COMMITTED[6:]:
         entry = schedules.get(wl.op, "multirow")
-        assert heuristics.k_threads(wl, heuristics.H100_SMS, entry.defaults, entry.space) == {
+        assert gemv.k_threads(wl, heuristics.H100_SMS, entry.defaults, entry.space) == {
             "reduce_threads": 32}
     v5t = schedules.get("gemm", "v5t")
     assert heuristics.split_k(gemm((1024, 512, 2048)), heuristics.H100_SMS, v5t.defaults,
