@@ -380,17 +380,6 @@ def check_rpc(tracker: str, key: str, timeout_s: float = TRACKER_TIMEOUT_S) -> i
                      f"a farm: `scripts/rpc-farm.sh --tracker {host}:{port} --key {key}`")
 
 
-def make_runner(target: tvm.target.Target, wl: Workload, flush: str = "read",
-                rpc_tracker: str | None = None, rpc_key: str | None = None) -> ms.runner.Runner:
-    """Over RPC (a tracker's host:port, and the key its servers registered under): the farm's
-    servers (tuning/farm.py), which measure as local_runner does, there. Here: local_runner."""
-    if rpc_tracker:
-        from .farm import FarmRunner
-
-        return FarmRunner(rpc_tracker, rpc_key, wl, flush)
-    return local_runner(device_of(target), wl, flush)
-
-
 def device_of(target: tvm.target.Target) -> str:
     """The name of the device a target's kernels run on, as runners take it: cuda, cpu (llvm)."""
     return tvm.runtime.Device._DEVICE_TYPE_TO_NAME[target.get_target_device_type()]

@@ -21,6 +21,7 @@ from schedules.errors import UsageError
 from schedules.workloads import Workload
 
 from . import autotvm, build, candidates, measure, metaschedule
+from .farm import FarmRunner
 
 LOG = logging.getLogger(__name__)  # what a library call reports, where the caller gives no say
 
@@ -60,8 +61,7 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
     or this CPU."""
     search = _checked(wl, request, say, warn)
     target = _target(request)
-    runner = candidates.make_runner(target, wl, request.flush, request.rpc_tracker,
-                                    request.rpc_key)
+    runner = _runner(target, wl, request)
     builder = candidates.WarmBuilder(on_built=getattr(runner, "measure_soon", None))
     builder.start(target)
     try:
@@ -78,6 +78,15 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
         summary["device"] = (runner.servers_device if request.rpc_tracker
                              else candidates.measuring_device(runner))
     return summary
+
+
+def _runner(target: tvm.target.Target, wl: Workload, request: Request):
+    """What measures the candidates. Over RPC (a tracker's host:port, and the key its servers
+    registered under): the farm's servers (tuning/farm.py), which measure as local_runner does,
+    there. Here: candidates.local_runner."""
+    if request.rpc_tracker:
+        return FarmRunner(request.rpc_tracker, request.rpc_key, wl, request.flush)
+    return candidates.local_runner(candidates.device_of(target), wl, request.flush)
 
 
 def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
