@@ -248,7 +248,7 @@ def search_request(args, found):
 def check_search_outputs(args) -> None:
     """Refuse, before a search starts, a work dir, records file or results file that it could
     not write: found only at its end, that would lose the search's summary."""
-    from tuning.records import check_writable
+    from facts import check_writable
 
     if args.work_dir:
         check_writable(args.work_dir, "--work-dir", directory=True)

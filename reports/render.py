@@ -20,11 +20,10 @@ from typing import Iterator
 
 from tabulate import tabulate
 
+from facts import (FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, check_writable,
+                   spec_peaks, spilled_bytes)
 from schedules.errors import RecordsError, UsageError
 from schedules.workloads import Workload
-from tuning.build import spilled_bytes
-from tuning.records import check_writable
-from tuning.measure import FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, spec_peaks
 
 MEMORY_BOUND = ("gemv", "batched_gemv")
 BANDWIDTHS = ("copy", "read")  # the bandwidth ceilings a run may measure: `<what>_gbps`

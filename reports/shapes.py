@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import os
 
+from facts import FLUSHES
 from reports.render import (MEMORY_BOUND, flush_of, latest_runs, markdown_table, median_ms,
                             schedule_label, workload_of)
 from schedules import suites
 from schedules.errors import RecordsError
 from schedules.workloads import Workload
-from tuning.measure import FLUSHES
 
 
 def best_rung(run: list[dict]) -> dict | None:

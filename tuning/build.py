@@ -21,6 +21,7 @@ from tvm.s_tir.stmt import SBlock
 from tvm.target import Target
 from tvm.tirx import stmt as S
 
+from facts import spilled_bytes
 from schedules import common
 from schedules.common import TIRX_KERNEL
 from schedules.errors import BuildFailed, ScheduleNotApplicable, UsageError
@@ -236,14 +237,6 @@ class Built:
                      + (f"SPILLS {spilled} bytes" if spilled else "no spills")
                      + f", {usage.get('stack_bytes', 0)} stack bytes")
         return text
-
-
-def spilled_bytes(resources: dict | None) -> dict[str, int]:
-    """Bytes each kernel of nvcc's resource usage spills to local memory (stores plus loads),
-    for the kernels that spill."""
-    spilled = {kernel: usage.get("spill_stores", 0) + usage.get("spill_loads", 0)
-               for kernel, usage in (resources or {}).items()}
-    return {kernel: n for kernel, n in spilled.items() if n}
 
 
 class Unlaunchable(ScheduleNotApplicable):

@@ -39,6 +39,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
+import facts
 from schedules.errors import BuildFailed, ExplorerError, ScheduleNotApplicable
 from schedules.workloads import Workload
 
@@ -401,16 +402,16 @@ def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
     from . import bench, explore, measure
 
     ncu_path()
-    records.check_writable(path, "--counters")
+    facts.check_writable(path, "--counters")
     profiled = []
     for name in names:
         schedule = explore.resolve(wl, name, explore.SearchResults(), say)
         for flush in CACHE_CONTROL:
             say(f"{name}: ncu on one launch ({'L2 warm' if flush == 'none' else 'L2 flushed'})")
             profiled.append((schedule, flush, profile(wl, name, flush)))
-    made, facts = [], measure.device_facts()
+    made, gpu_facts = [], measure.device_facts()
     for schedule, flush, counters in profiled:
-        record = bench.Run(flush=flush, facts=facts).record(wl, schedule.name, schedule.kind,
+        record = bench.Run(flush=flush, facts=gpu_facts).record(wl, schedule.name, schedule.kind,
                                                schedule.defaults, status="counted",
                                                counters=counters)
         records.append(path, record)
@@ -646,7 +647,7 @@ def explain(wl: Workload, old: str, new: str, found, arch: str, say: Callable[[s
     if all(found_counters):
         for flush in CACHE_CONTROL:
             hardware = changes(*(f[flush]["counters"] for f in found_counters))
-            say(f"Counters that changed most ({measure.FLUSHES[flush]} before the launch; "
+            say(f"Counters that changed most ({facts.FLUSHES[flush]} before the launch; "
                 f"{found_counters[0][flush]['gpu']}):")
             say(_table([[c.name, _fmt(c.old), _fmt(c.new), _fmt(c.new - c.old),
                          "new" if math.isinf(c.relative) else f"{c.relative:+.0%}"]

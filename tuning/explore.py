@@ -18,6 +18,7 @@ from typing import Callable
 
 import tvm
 
+import facts
 import schedules
 from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
@@ -370,7 +371,7 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
         from . import bench
 
         measure.require_memory(wl)  # before anything is built, allocated or written
-        records.check_writable(settings.results, "--results")
+        facts.check_writable(settings.results, "--results")
         run = bench.Run(flush=settings.flush)
         arch = run.facts["arch"]
         say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")

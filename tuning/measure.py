@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from facts import FLUSHES, SCALE_EXPONENTS, SEARCH_BUDGET_MS
 from schedules import fp4
 from schedules.errors import KernelFailed, UsageError
 from schedules.workloads import DTYPE_BYTES, FP8, Workload
@@ -40,22 +41,6 @@ def _torch():
 def gpu_present() -> bool:
     torch = _torch()
     return torch.cuda.is_available()
-
-
-# Dense peak rates at boost clock from NVIDIA's datasheets (TFLOP/s): CUDA-core fp32, tensor-core
-# TF32, tensor-core fp16/bf16 and fp8 with fp32 accumulation. Matched by a substring of the GPU
-# name.
-SPEC_PEAK_TFLOPS = {
-    "H100 80GB HBM3": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4,
-                       FP8: 1978.9},
-    "H200": {"float32": 66.9, "tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, FP8: 1978.9},
-    "H100 PCIe": {"float32": 51.2, "tf32": 378.0, "float16": 756.5, "bfloat16": 756.5,
-                  FP8: 1513.0},
-}
-
-
-def spec_peaks(gpu_name: str) -> dict | None:
-    return next((p for key, p in SPEC_PEAK_TFLOPS.items() if key in gpu_name), None)
 
 
 def device_facts() -> dict:
@@ -90,19 +75,6 @@ class Timing:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-# What runs on the GPU before each timed launch (--flush). Both flushes touch a buffer well over
-# any L2 so far (~85 us of GPU work on an H100). `read` leaves L2 clean: the kernel pays only
-# for its own traffic. `write` is what Triton's and TileLang's do_bench do (zeroing 256 MB): it
-# leaves L2 full of dirty lines whose write-back is billed to the kernel under test (~50 MB of
-# extra DRAM traffic on an H100; 10-12% on bandwidth-bound GEMVs), so numbers can be set beside
-# figures published with do_bench. `none` keeps L2 warm (a GPU sleep instead).
-FLUSHES = {
-    "read": "an L2 flush (a 256 MB read)",
-    "write": "an L2 flush (a 256 MB write, as do_bench's)",
-    "none": "a GPU sleep (L2 stays warm)",
-}
 
 
 def timing_method(flush: str) -> str:
@@ -228,11 +200,6 @@ def random_inputs(wl: Workload, seed: int = 0) -> list:
     low, high = FP8_SCALE_RANGE
     scales = [torch.rand(s, generator=gen, device="cuda") * (high - low) + low for s in shapes[2:]]
     return dense + scales
-
-
-SCALE_EXPONENTS = (-3.0, 1.0)  # nvfp4's random scales: 2^u, u uniform in this range
-NVFP4_INPUTS = (f"nvfp4: uniformly random bytes of codes (every code occurs), scales 2^u with u "
-                f"uniform in [{SCALE_EXPONENTS[0]:g}, {SCALE_EXPONENTS[1]:g}) rounded to e4m3")
 
 
 def nvfp4_inputs(wl: Workload, gen, device) -> list:
@@ -430,9 +397,6 @@ def check_and_time(
         return result
     timing = time_kernel(run, flush=flush, budget_ms=budget_ms, cutoff_ms=cutoff_ms)
     return {**result, "timing": timing.as_dict()}
-
-
-SEARCH_BUDGET_MS = 300.0  # timing budget per search candidate; a chosen schedule gets BUDGET_MS
 
 
 class WrongResult(KernelFailed):

@@ -15,14 +15,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from facts import FLUSHES
 from schedules.errors import ExplorerError, RecordsError
 from schedules.workloads import Workload
-
-from .measure import FLUSHES
 
 MEASUREMENT = ("op", "schedule")  # the fields that every measurement record has
 
@@ -215,30 +213,6 @@ def measurements(path: str, warn: Callable[[str], None],
     """The measurement records of `path` that pass `measurement_problem`; each other line is
     named through `warn` (see load_and_warn)."""
     return load_and_warn(path, warn, then, check=measurement_problem)
-
-
-def check_writable(path: str, what: str, directory: bool = False) -> None:
-    """Refuse, before any work, a `path` that a run could not write (a file appended to, or
-    with `directory`, a directory written into): one under a file, a directory where a file
-    is meant or the other way round, or a place this user or its filesystem will not let be
-    written (tried with a temporary file, which is removed, or by opening an existing file
-    for appending, which changes nothing)."""
-    given, path = path, os.path.abspath(path)
-    if os.path.exists(path) and os.path.isdir(path) != directory:
-        raise RecordsError(f"{what} {given} is {'not ' if directory else ''}a directory")
-    probe = path if os.path.exists(path) and not directory else None
-    parent = path if directory and os.path.isdir(path) else os.path.dirname(path)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise RecordsError(f"cannot write {what} {given}: {parent} is a file, not a directory")
-    try:
-        if probe:
-            open(probe, "a").close()
-        else:
-            tempfile.TemporaryFile(dir=parent).close()
-    except OSError as e:
-        raise RecordsError(f"cannot write {what} {given}: {e.strerror or e}") from e
 
 
 def append(path: str, record: dict) -> None:

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+import facts
 from schedules.errors import BuildFailed, ScheduleNotApplicable
 from schedules.suites import Entry, Suite
 from schedules.workloads import Workload
@@ -144,7 +145,7 @@ def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
     run = _gpu_run(settings.flush)
     arch = run.facts["arch"] if run else settings.arch
     if run:
-        records.check_writable(settings.results, "--results")  # before hours of building
+        facts.check_writable(settings.results, "--results")  # before hours of building
         say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")
     jobs = [Job(entry.workload, name, arch, export=run is not None)
             for entry in suite.entries for name in names]
@@ -177,7 +178,7 @@ def _warn_spills(wl: Workload, names: list[str], prepared: list[Prepared],
                  warn: Callable[[str], None]) -> None:
     """A warning per kernel of `wl` that spills registers, as tuning/explore.py gives one."""
     for name, p in zip(names, prepared):
-        for kernel, spilled in build.spilled_bytes(p.resources).items():
+        for kernel, spilled in facts.spilled_bytes(p.resources).items():
             warn(f"warning: {name}'s {kernel} spills {spilled} bytes of registers to local memory "
                  f"on {wl.label()}")
 
