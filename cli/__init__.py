@@ -10,9 +10,9 @@
     tvm-explorer export DIR --schedule blockreduce # a kernel, its CUDA and a loader, written out
     tvm-explorer linear --shape 4096x4096 --dtype bfloat16   # tune and cache linear layers' kernels
 
-This module imports only the standard library: `--help` and a refused flag cost no TVM or torch
-import (the handlers in cli/commands.py import what their mode needs). `runner.py` maps the old
-flat flags onto these subcommands (runner.to_subcommand).
+This package imports only the standard library at its top: `--help` and a refused flag cost no
+TVM or torch import (the handlers in cli/commands.py import what their mode needs). `runner.py`
+maps the old flat flags onto these subcommands (runner.to_subcommand).
 """
 
 from __future__ import annotations
@@ -23,17 +23,13 @@ import logging
 import os
 import sys
 
+from . import commands
+from .base import DEFAULT_SCHEDULE, Refused
+
 PROG = "tvm-explorer"
 DEFAULT_RESULTS = os.path.join("reports", "results.jsonl")
-DEFAULT_SCHEDULE = "v3"
 SEED_LIMIT = 2 ** 32  # numpy's and TVM's random engines take seeds in [0, 2^32)
 LOGGERS = ("cli", "schedules", "tuning", "linear", "reports", "tvm_explorer")  # the project's
-
-
-class Refused(Exception):
-    """A command line that cannot be taken as given: one line on stderr, exit status 2."""
-
-    exit_status = 2
 
 
 class Parser(argparse.ArgumentParser):
@@ -312,8 +308,6 @@ def main(argv: list[str] | None = None,
         args = parsed or subcommand(sys.argv[1:] if argv is None else argv)
         if args is None:
             return 0
-        from . import commands
-
         with logging_for(args):
             return commands.dispatch(args)
     except Refused as e:

@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from . import DEFAULT_SCHEDULE, Refused
+from .base import DEFAULT_SCHEDULE, Refused
 
 OLDEST_ARCH = 75  # the oldest GPU that CUDA 13's nvcc builds for (sm_75, Turing)
 LOG = logging.getLogger("cli")
