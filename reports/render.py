@@ -4,9 +4,13 @@ For every GPU and workload in the records, the latest run that measured it becom
 in the order the run measured it (the ladder, then the baselines): time, speedup over naive
 and over the previous rung, throughput, the ratio to cuBLAS measured in the same run, and for
 memory-bound ops the share of the copy bandwidth measured in the same run (and of the read
-bandwidth, where the run measured it). With a figure prefix, each table also gets its roofline:
-the kernels' TFLOP/s under the copy bandwidth and the compute ceiling (cuBLAS on a large square
-GEMM) measured in that run.
+bandwidth, where the run measured it). The report leads with the answer: a headline table (per
+workload, the fastest correct kernel of ours against cuBLAS and the hardware limit) and the
+notes' first paragraph, its conclusion. Detail tables stay within ~120 columns: the long
+columns (the torch call a baseline timed, min-max, registers, shared memory, error, status) go
+to an appendix and columns with nothing in them are dropped. With a figure prefix, the report
+gets one roofline with every workload on it: the kernels' TFLOP/s under the copy bandwidth and
+the compute ceilings (cuBLAS on a large square GEMM) measured in the runs.
 """
 
 from __future__ import annotations
@@ -17,8 +21,6 @@ import os
 import shutil
 import tempfile
 from typing import Iterator
-
-from tabulate import tabulate
 
 from facts import (FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, check_writable,
                    spec_peaks, spilled_bytes)
@@ -85,7 +87,7 @@ def table_rows(run: list[dict]) -> list[dict]:
     for r in run:
         t = timed.get(r["schedule"])
         is_rung = r.get("kind") == "rung"
-        row = {"schedule": schedule_label(r)}
+        row = {"schedule": r["schedule"]}
         row[f"time ({unit})"] = _fmt(t and t * scale, ".3f" if unit == "ms" else ".2f")
         if t is not None:
             row["min-max"] = f"{r['timing']['min_ms'] * scale:.3g}-{r['timing']['max_ms'] * scale:.3g}"
@@ -108,6 +110,7 @@ def table_rows(run: list[dict]) -> list[dict]:
         row["regs"] = registers(r)
         row["smem B"] = str((r.get("structure") or {}).get("shared bytes", "-"))
         row["rel. error"] = _fmt(r.get("rel_error"), ".1e")
+        row["call"] = (r.get("params") or {}).get("call") or "-"
         row["status"] = r.get("status") if r.get("status") != "ok" else "correct"
         if r.get("status") not in ("ok", None) and r.get("error"):
             row["status"] += f": {r['error'].splitlines()[0][:80]}"
@@ -118,7 +121,36 @@ def table_rows(run: list[dict]) -> list[dict]:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    return tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True)
+    """A GitHub markdown table of `rows` (dicts, their keys the header), each column as wide as
+    its widest cell: tabulate's github format pads every column by two more, twenty characters
+    of a ten-column table."""
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    cells = [keys] + [[str(row.get(key, "")) for key in keys] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(keys))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths)) + " |" for line in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines) if keys else ""
+
+
+APPENDIX_COLUMNS = ("call", "min-max", "regs", "smem B", "rel. error", "status")
+
+
+def without_empty_columns(rows: list[dict], keep: tuple[str, ...] = ()) -> list[dict]:
+    """`rows` without the columns where every cell is '-' (vs naive where a run has no naive
+    rung, say), which only widen a table; the columns in `keep` stay whatever they hold."""
+    empty = {key for key in (rows[0] if rows else {})
+             if key not in keep and all(row[key] == "-" for row in rows)}
+    return [{k: v for k, v in row.items() if k not in empty} for row in rows]
+
+
+def split_columns(rows: list[dict], moved: tuple[str, ...], keys: tuple[str, ...]
+                  ) -> tuple[list[dict], list[dict]]:
+    """A wide table as two: the rows without the `moved` columns (the detail a reader scans),
+    and the rows' `keys` (what names a row) with the moved columns (for the appendix); empty
+    columns dropped from both."""
+    detail = [{k: v for k, v in row.items() if k not in moved} for row in rows]
+    appendix = [{k: v for k, v in row.items() if k in keys or k in moved} for row in rows]
+    return without_empty_columns(detail, keys), without_empty_columns(appendix, keys)
 
 
 def latest_runs(records: list[dict]) -> list[list[dict]]:
@@ -198,6 +230,105 @@ def timed_correct(run: list[dict]) -> list[dict]:
     return [r for r in run if median_ms(r) is not None]
 
 
+def fastest(run: list[dict], kinds: tuple[str, ...] = ("rung", "tuned")) -> dict | None:
+    """The fastest record of `kinds` in a run that passed its check and was timed (by default
+    ours: rungs and searched kernels, never a baseline); None where none did. Failed, skipped
+    and unbuilt kernels are never ranked."""
+    return min((r for r in timed_correct(run) if r.get("kind") in kinds), key=median_ms,
+               default=None)
+
+
+def named(run: list[dict], schedule: str) -> dict | None:
+    """The record of `schedule` in a run (cuBLAS is `cublas`: same output dtype, TF32 off;
+    `cublas-tf32` is another row)."""
+    return next((r for r in run if r["schedule"] == schedule), None)
+
+
+def percent_of_cublas(run: list[dict], record: dict | None) -> float | None:
+    """cuBLAS's time / the record's time x 100, both from this run; None unless both are
+    correct and timed."""
+    mine, cublas = median_ms(record), median_ms(named(run, "cublas"))
+    return 100 * cublas / mine if mine and cublas else None
+
+
+def time_text(record: dict | None, wl: Workload) -> str:
+    """A record's median time with its unit, us for memory-bound ops and ms otherwise; '-'
+    where it was not timed."""
+    ms = median_ms(record)
+    if ms is None:
+        return "-"
+    return f"{ms * 1e3:.2f} us" if wl.op in MEMORY_BOUND else f"{ms:.4f} ms"
+
+
+def hardware_limit(record: dict) -> tuple[float, str] | None:
+    """The TFLOP/s the roofline allows the record's workload, and which bound that is: the
+    lower of the datasheet's dense peak for its input dtype ('peak') and the copy bandwidth
+    measured in its run times its arithmetic intensity ('copy BW'), so a decode-sized GEMM
+    is held to the bandwidth and a GEMV always is; None where neither is known."""
+    wl = workload_of(record)
+    bounds = []
+    peak = (spec_peaks(record["gpu"]) or {}).get(wl.dtype)
+    if peak:
+        bounds.append((peak, "peak"))
+    if record.get("copy_gbps"):
+        bounds.append((record["copy_gbps"] * wl.flops / wl.min_bytes / 1e3, "copy BW"))
+    return min(bounds, default=None)
+
+
+def percent_of_limit(record: dict | None) -> tuple[float, str] | None:
+    """A timed record's share of its hardware limit (hardware_limit) and the bound's name;
+    None where it was not timed or no limit is known."""
+    limit = record and median_ms(record) and hardware_limit(record)
+    if not limit:
+        return None
+    tflops = workload_of(record).flops / (median_ms(record) * 1e9)
+    return 100 * tflops / limit[0], limit[1]
+
+
+def limit_text(record: dict | None) -> str:
+    """percent_of_limit as a cell: '71.2% of peak', '88.0% of copy BW', or '-'."""
+    found = percent_of_limit(record)
+    return f"{found[0]:.1f}% of {found[1]}" if found else "-"
+
+
+def headline_row(run: list[dict]) -> dict:
+    """A workload's line in the headline table: our fastest correct kernel, its time, its %
+    of cuBLAS in the same run and its % of the hardware limit."""
+    wl, best = workload_of(run[0]), fastest(run)
+    return {"workload": wl.label(), "best": schedule_label(best) if best else "none correct",
+            "time": time_text(best, wl),
+            "% of cuBLAS": _fmt(percent_of_cublas(run, best), ".1f", "%"),
+            "% of limit": limit_text(best)}
+
+
+LIMIT_NOTE = ("% of limit: of the roofline's bound at the workload's arithmetic intensity, the "
+              "lower of the datasheet's dense peak for the input dtype and the copy bandwidth "
+              "measured in the same run times the intensity.")
+
+
+def split_notes(notes: str | None) -> tuple[str | None, str | None]:
+    """The notes as (conclusion, the rest): their first paragraph leads the report as its
+    conclusion, unless it is a heading (notes that open with a section have none); the rest
+    goes under Notes."""
+    if not notes or not notes.strip():
+        return None, None
+    first, _, rest = notes.strip().partition("\n\n")
+    if first.startswith("#"):
+        return None, notes.strip()
+    return first, rest.strip() or None
+
+
+def opening(title: str, headline: list[dict], note: str, conclusion: str | None) -> list[str]:
+    """The report's first lines, the answer before the method: the title, the headline table
+    and what its columns are, and the conclusion."""
+    lines = [f"# {title}", ""]
+    if headline:
+        lines += [markdown_table(headline), "", note, ""]
+    if conclusion:
+        lines += [conclusion, ""]
+    return lines
+
+
 def _references(run: list[dict] | None) -> dict[str, float]:
     """cuBLAS and the fastest manual rung of a run, by label: the lines a tuning curve is read
     against."""
@@ -220,37 +351,42 @@ def _retimed_as(r: dict) -> tuple:
 
 def search_section(searches: list[dict], run: list[dict] | None, figure: str | None) -> list[str]:
     """Markdown for the searches of one workload: a summary, the tuning curves as a table of
-    best-so-far times at checkpoints, and the plot."""
+    best-so-far times at checkpoints, and the plot. The curves' table names each search by a
+    short key (S1, S2, ...), which the summary gives: full names as column headers made it
+    hundreds of characters wide."""
     lines = []
     refs = _references(run)
     tuned = {_retimed_as(r): r for r in run or [] if r.get("kind") == "tuned"}
     cublas = refs.get("cuBLAS")
     summary = []
+    keys = {id(r): f"S{n}" for n, r in enumerate(searches, start=1)}
     for r in searches:
         best = min((t for _, t in r["curve"] if t is not None), default=None)
         final = tuned.get(_retimed_as(r))
         final_ms = final["timing"]["median_ms"] if final and final.get("timing") else None
         summary.append({
             "search": _search_name(r),
-            "trials": str(r["trials"]),
-            "space": str(r.get("space") or "-"),
-            "trials/min": _fmt(r.get("trials_per_min"), ".1f"),
-            "best in search (ms)": _fmt(best, ".4f"),
-            "best, re-timed with cuBLAS (ms)": _fmt(final_ms, ".4f"),
+            "trials": f"{r['trials']}/{r['space']}" if r.get("space") else str(r["trials"]),
+            "per min": _fmt(r.get("trials_per_min"), ".1f"),
+            "best": _fmt(best, ".4f"),
+            "re-timed": _fmt(final_ms, ".4f"),
             "% of cuBLAS": _fmt(_ratio(cublas and 100 * cublas, final_ms), ".1f", "%"),
+            "key": keys[id(r)],
         })
-    lines += [markdown_table(summary), ""]
+    lines += ["trials: run / in the space, where it is finite; per min: trials a minute; best "
+              "(ms): the fastest candidate; re-timed (ms): that kernel timed in full next to "
+              "cuBLAS; key: its column below.", "", markdown_table(summary), ""]
     longest = max(len(r["curve"]) for r in searches)
     marks = [n for n in CHECKPOINTS if n < longest] + [longest]
     rows = []
     for n in marks:
         row = {"trials": str(n)}
         for r in searches:
-            row[_search_name(r)] = _fmt(r["curve"][n - 1][1] if len(r["curve"]) >= n else None,
-                                        ".4f")
+            row[keys[id(r)]] = _fmt(r["curve"][n - 1][1] if len(r["curve"]) >= n else None,
+                                    ".4f")
         rows.append(row)
     for label, ms in refs.items():
-        rows.append({"trials": label, **{_search_name(r): f"{ms:.4f}" for r in searches}})
+        rows.append({"trials": label, **{keys[id(r)]: f"{ms:.4f}" for r in searches}})
     lines += ["Best time so far (ms) after each number of trials; the last rows are the "
               "references from the same report.", "", markdown_table(rows), ""]
     if figure:
@@ -265,21 +401,33 @@ def plot_curves(searches: list[dict], run: list[dict] | None, title: str, path: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in searches:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for index, r in enumerate(searches):
         points = [(n, t) for n, t in r["curve"] if t is not None]
         if points:
-            ax.step(*zip(*points), where="post", label=_search_name(r))
+            colour, style = curve_style(index)
+            ax.step(*zip(*points), where="post", color=colour, linestyle=style, linewidth=1.6,
+                    label=f"S{index + 1}: {_search_name(r)}")
     for (label, ms), style in zip(_references(run).items(), ("--", ":")):
-        ax.axhline(ms, linestyle=style, color="gray", label=label)
+        ax.axhline(ms, linestyle=style, color="black", linewidth=1.0, label=label)
     ax.set_xlabel("trials")
     ax.set_ylabel("best time so far (ms)")
     ax.set_yscale("log")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+
+CURVE_STYLES = ("-", "--", "-.", ":")
+
+
+def curve_style(n: int) -> tuple[str, str]:
+    """The n-th search's colour and line style: nine colours of tab10 (not its gray) and four
+    styles, both changing from one curve to the next, so that no two of 36 curves look alike
+    and neighbours differ even in grey."""
+    colours = [f"C{i}" for i in range(10) if i != 7]
+    return colours[n % len(colours)], CURVE_STYLES[n % len(CURVE_STYLES)]
 
 
 def compute_label(ceiling: dict) -> str:
@@ -287,75 +435,128 @@ def compute_label(ceiling: dict) -> str:
     return f"cuBLAS {ceiling['params']['size']}^3 {ceiling['dtype']}, this run"
 
 
-MARKERS = {"rung": ("o", "tab:blue", "rungs"), "tuned": ("^", "tab:green", "searched"),
-           "baseline": ("s", "tab:red", "baselines")}
+GROUP_MARKERS = "osD^vP*X"
 
 
-def plot_roofline(run: list[dict], title: str, path: str) -> list[tuple[str, float]]:
-    """One workload's roofline: the TFLOP/s of each correct kernel of the run at the workload's
+def group_style(n: int) -> tuple[str, str]:
+    """The n-th group's colour and marker on the roofline: ten colours and eight markers, both
+    changing from one group to the next, so that no two of 40 groups look alike."""
+    return f"C{n % 10}", GROUP_MARKERS[n % len(GROUP_MARKERS)]
+
+
+def spread(xs: list[float], step: float = 1.2, widest: float = 1.6) -> list[float]:
+    """The intensities at which to draw runs: runs within 5% of each other (fp16 and bf16 of one
+    shape, say) are set side by side, `step` apart on the log axis around their geometric mean
+    (closer where that would spread them over more than a factor `widest`, so no point moves
+    far from its intensity), so their points are not drawn on one vertical line; the others
+    stay where they are."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    clusters: list[list[int]] = []
+    for i in order:
+        if clusters and xs[i] <= xs[clusters[-1][0]] * 1.05:
+            clusters[-1].append(i)
+        else:
+            clusters.append([i])
+    drawn = list(xs)
+    for cluster in clusters:
+        centre = math.exp(sum(math.log(xs[i]) for i in cluster) / len(cluster))
+        apart = min(step, widest ** (1 / max(len(cluster) - 1, 1)))
+        for j, i in enumerate(cluster):
+            drawn[i] = centre * apart ** (j - (len(cluster) - 1) / 2)
+    return drawn
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the mean of the two middle ones)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def roofs(runs: list[list[dict]]) -> tuple[float | None, dict[str, dict]]:
+    """The ceilings a report's roofline draws: the copy bandwidth (the median over the runs
+    that measured it; they agree within a few percent) and, per input dtype, the compute
+    ceiling record of median TFLOP/s among the runs that measured one."""
+    bandwidths = [run[0]["copy_gbps"] for run in runs if run[0].get("copy_gbps")]
+    computes: dict[str, list[dict]] = {}
+    for run in runs:
+        if run[0].get("compute_ceiling"):
+            computes.setdefault(run[0]["dtype"], []).append(run[0]["compute_ceiling"])
+    chosen = {dtype: min(found, key=lambda c: abs(c["compute_tflops"] - median(
+        [f["compute_tflops"] for f in found]))) for dtype, found in computes.items()}
+    return (median(bandwidths) if bandwidths else None), chosen
+
+
+def draw_roofs(ax, runs: list[list[dict]], x_lo: float, x_hi: float) -> None:
+    """The copy bandwidth's slope and each dtype's compute ceiling, in black, each line in its
+    own style and named in the legend."""
+    bandwidth, computes = roofs(runs)
+    top = max((c["compute_tflops"] for c in computes.values()), default=None)
+    if bandwidth:
+        x_top = 1e3 * top / bandwidth if top else x_hi
+        ax.plot([x_lo, x_top], [bandwidth * x_lo / 1e3, bandwidth * x_top / 1e3], color="black",
+                label=f"copy bandwidth, measured: {bandwidth:.0f} GB/s")
+    for style, (dtype, ceiling) in zip(("--", "-.", ":", (0, (5, 1))), sorted(computes.items())):
+        peak = ceiling["compute_tflops"]
+        ax.plot([1e3 * peak / bandwidth if bandwidth else x_lo, x_hi], [peak, peak],
+                color="black", linestyle=style, linewidth=1.0,
+                label=f"{compute_label(ceiling)}: {peak:.0f} TFLOP/s")
+
+
+def plot_roofline(runs: list[list[dict]], title: str, path: str,
+                  group_of=lambda run: workload_of(run[0]).label()) -> list[tuple]:
+    """One roofline for a whole report: every correct kernel of every run at its workload's
     arithmetic intensity (FLOP per byte of its minimum traffic), under the ceilings measured in
-    the same run, the copy bandwidth and, where measured, the compute ceiling, which meet at the
-    ridge point. Labels are spread upwards so close points stay readable: rungs on the right,
-    searched kernels and baselines on the left. Returns the points drawn, (label, TFLOP/s)."""
+    the runs. A run's group (its workload; a suite report passes the suite) sets the colour and
+    marker, named in the legend; our fastest kernel is drawn large and filled, cuBLAS large and
+    hollow, the other kernels small, so the legend, not labels at the points, says what each
+    is. Returns the points drawn, (group, kernel, TFLOP/s)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    wl = workload_of(run[0])
-    intensity = wl.flops / wl.min_bytes
-    points = [(schedule_label(r), r["kind"], wl.flops / (r["timing"]["median_ms"] * 1e9))
-              for r in timed_correct(run)]
-    bandwidth = run[0].get("copy_gbps")  # TFLOP/s at x FLOP/byte: bandwidth * x / 1000
-    compute = run[0].get("compute_ceiling")
-    peak = compute and compute["compute_tflops"]
-    ridge = peak and bandwidth and 1e3 * peak / bandwidth
-    x_lo, x_hi = min(intensity, ridge or intensity) / 30, max(intensity, ridge or intensity) * 30
-    roof = peak or (bandwidth and bandwidth * intensity / 1e3)  # the top that must show
-    heights = [p[2] for p in points] + ([roof] if roof else [])
-    y_lo, y_hi = min(heights, default=1.0) / 5, max(heights, default=1.0) * 5
-    fig, ax = plt.subplots(figsize=(8, 7))
-    if bandwidth:
-        x_top = ridge or x_hi
-        ax.plot([x_lo, x_top], [bandwidth * x_lo / 1e3, bandwidth * x_top / 1e3], color="black",
-                label=f"copy bandwidth, this run: {bandwidth:.0f} GB/s")
-    if peak:
-        ax.plot([ridge or x_lo, x_hi], [peak, peak], color="black", linestyle="--",
-                label=f"{compute_label(compute)}: {peak:.0f} TFLOP/s")
-    if ridge:
-        ax.plot([ridge], [peak], "kD", label=f"ridge: {ridge:.0f} FLOP/byte")
-    if not peak:
-        ax.text(0.02, 0.98, "compute ceiling not measured in this run", transform=ax.transAxes,
-                va="top", fontsize=8, color="dimgray")
-    ax.axvline(intensity, color="gray", linestyle=":", linewidth=0.8,
-               label=f"{wl.label()}: {intensity:.1f} FLOP/byte")
-    for kind, (marker, color, name) in MARKERS.items():
-        ys = [tflops for _, k, tflops in points if k == kind]
-        if ys:
-            ax.scatter([intensity] * len(ys), ys, marker=marker, color=color, zorder=3, label=name)
-    gap = math.log10(y_hi / y_lo) / 40  # one line of label text, in decades
-    for right in (True, False):
-        placed = -math.inf
-        for label, _, tflops in sorted((p for p in points if (p[1] == "rung") == right),
-                                       key=lambda p: p[2]):
-            placed = max(math.log10(tflops), placed + gap)
-            ax.annotate(label, (intensity, tflops), xytext=(intensity * (1.8 if right else 1 / 1.8),
-                        10 ** placed), fontsize=7, va="center", ha="left" if right else "right",
-                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
-                        arrowprops={"arrowstyle": "-", "color": "0.7", "linewidth": 0.5,
-                                    "relpos": (0, 0.5) if right else (1, 0.5)})
+    intensities = [workload_of(run[0]).flops / workload_of(run[0]).min_bytes for run in runs]
+    bandwidth, computes = roofs(runs)
+    ridges = [1e3 * c["compute_tflops"] / bandwidth for c in computes.values() if bandwidth]
+    x_lo, x_hi = min(intensities + ridges) / 10, max(intensities + ridges) * 10
+    groups = list(dict.fromkeys(group_of(run) for run in runs))
+    fig, ax = plt.subplots(figsize=(9, 6))
+    drawn = []
+    for run, x in zip(runs, spread(intensities)):
+        group = group_of(run)
+        colour, marker = group_style(groups.index(group))
+        wl, best, cublas = workload_of(run[0]), fastest(run), named(run, "cublas")
+        for r in timed_correct(run):
+            tflops = wl.flops / (median_ms(r) * 1e9)
+            big = r is best or r is cublas
+            ax.scatter([x], [tflops], marker=marker, s=60 if big else 14, zorder=3 if big else 2,
+                       facecolors="none" if r is cublas else colour, edgecolors=colour,
+                       linewidths=1.5, alpha=1.0 if big else 0.45)
+            drawn.append((group, schedule_label(r), tflops))
+    draw_roofs(ax, runs, x_lo, x_hi)
+    heights = [t for _, _, t in drawn] + [c["compute_tflops"] for c in computes.values()]
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(y_lo, y_hi)
+    ax.set_ylim(min(heights, default=1.0) / 3, max(heights, default=1.0) * 3)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of the workload's minimum traffic)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    ax.grid(True, which="major", color="0.9", linewidth=0.5)
+    key = [Line2D([], [], linestyle="", marker="o", color="black", label="fastest of ours"),
+           Line2D([], [], linestyle="", marker="o", markerfacecolor="none", color="black",
+                  label="cuBLAS"),
+           Line2D([], [], linestyle="", marker="o", markersize=4, color="black", alpha=0.45,
+                  label="other kernels")]
+    named_groups = [Line2D([], [], linestyle="", marker=group_style(n)[1],
+                           color=group_style(n)[0], label=group) for n, group in enumerate(groups)]
+    handles = ax.get_legend_handles_labels()[0] + key + named_groups
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
-    return [(label, tflops) for label, _, tflops in points]
+    return drawn
 
 
 def ceilings_text(first: dict) -> str:
@@ -370,30 +571,26 @@ def ceilings_text(first: dict) -> str:
     return "".join(f"; {part}" for part in parts)
 
 
-def roofline_section(first: dict, figure: str) -> list[str]:
-    """Markdown under a workload's table: its roofline, and what the run did not measure."""
-    lines = [f"![roofline of {workload_of(first).label()}]({figure})", ""]
-    missing = [name for name, key in (("the copy bandwidth", "copy_gbps"),
-                                      ("the compute ceiling", "compute_ceiling"))
-               if not first.get(key)]
+def roofline_section(runs: list[list[dict]], figure: str) -> list[str]:
+    """Markdown for the report's roofline: the figure, how to read it, and the ceilings that no
+    run measured (so none is drawn)."""
+    lines = [f"![roofline of every workload]({figure})", "",
+             "Filled: our fastest correct kernel; hollow: cuBLAS; small: the other correct "
+             "kernels. Workloads of nearly equal intensity are set side by side.", ""]
+    missing = [] if any(run[0].get("copy_gbps") for run in runs) else ["the copy bandwidth"]
+    dtypes = dict.fromkeys(run[0]["dtype"] for run in runs)
+    missing += [f"the compute ceiling for {dtype}" for dtype in dtypes
+                if not any(run[0].get("compute_ceiling") for run in runs
+                           if run[0]["dtype"] == dtype)]
     if missing:
-        lines += [f"*Not measured in this run, so not drawn: {' and '.join(missing)}.*", ""]
+        lines += [f"*Not measured in these runs, so not drawn: {', '.join(missing)}.*", ""]
     return lines
 
 
-def render(records: list[dict], title: str = "Performance report", notes: str | None = None,
-           figure_prefix: str | None = None) -> str:
-    """The whole markdown report; `notes` (markdown written by a person) go last, under Notes.
-    Searches get a section per workload; with `figure_prefix` their curves are also plotted to
-    `<figure_prefix>-<n>.png`, and each workload's roofline to `<figure_prefix>-roofline-<n>.png`
-    under its table, linked from the report by file name."""
-    runs = latest_runs(records)
-    searches = latest_searches(records)
-    if not runs and not searches:
-        raise RecordsError("no measurements to report (run on a GPU first)")
-    lines = [f"# {title}", ""]
-    if figure_prefix:  # the figures are written before the report, maybe into a new folder
-        os.makedirs(os.path.dirname(os.path.abspath(figure_prefix)), exist_ok=True)
+def method_lines(runs: list[list[dict]], searches: dict[tuple, list[dict]]) -> list[str]:
+    """The report's methodology: GPUs, driver and TVM, timing, what % of peak is of, how
+    searches were timed and how correctness was checked."""
+    lines = []
     facts = sorted({(r[0]["gpu"], r[0]["driver"], r[0]["tvm"]) for r in runs}
                    | {(r["gpu"], r["driver"], r["tvm"]) for rs in searches.values() for r in rs})
     for gpu, driver, tvm in facts:
@@ -418,21 +615,51 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
         + (f"; {NVFP4_INPUTS}" if any(workload_of(r[0]).is_nvfp4 for r in runs) else "")
     )
     lines.append("")
-    for n, run in enumerate(runs, start=1):
-        first = run[0]
-        wl = workload_of(first)
-        lines.append(f"## {wl.label()}")
-        lines.append("")
-        where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
-        where += f"; before each timed launch: {FLUSHES[flush_of(first)]}"
-        lines.append(where + ceilings_text(first) + ".")
-        lines.append("")
-        lines.append(markdown_table(table_rows(run)))
-        lines.append("")
-        if figure_prefix:
-            figure = f"{figure_prefix}-roofline-{n}.png"
-            plot_roofline(run, f"{wl.label()} on {first['gpu']}\nrun {first['run_id']}", figure)
-            lines += roofline_section(first, os.path.basename(figure))
+    return lines
+
+
+def run_section(run: list[dict]) -> tuple[list[str], list[str]]:
+    """One workload's section, where and how its run measured it and its detail table, and
+    its part of the appendix: the long columns, by schedule."""
+    first = run[0]
+    wl = workload_of(first)
+    where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
+    where += f"; before each timed launch: {FLUSHES[flush_of(first)]}"
+    detail, extra = split_columns(table_rows(run), APPENDIX_COLUMNS, ("schedule",))
+    section = [f"## {wl.label()}", "", where + ceilings_text(first) + ".", "",
+               markdown_table(detail), ""]
+    return section, [f"### {wl.label()}", "", markdown_table(extra), ""]
+
+
+def render(records: list[dict], title: str = "Performance report", notes: str | None = None,
+           figure_prefix: str | None = None) -> str:
+    """The whole markdown report. It opens with the headline table and the conclusion (the
+    notes' first paragraph); then the method, the roofline, a section per workload and per
+    workload's searches; the rest of the notes (written by a person) under Notes; last the
+    appendix of long columns. With `figure_prefix`, the roofline of every workload is drawn to
+    `<figure_prefix>-roofline.png` and each workload's tuning curves to
+    `<figure_prefix>-<n>.png`, linked from the report by file name."""
+    runs = latest_runs(records)
+    searches = latest_searches(records)
+    if not runs and not searches:
+        raise RecordsError("no measurements to report (run on a GPU first)")
+    if figure_prefix:  # the figures are written before the report, maybe into a new folder
+        os.makedirs(os.path.dirname(os.path.abspath(figure_prefix)), exist_ok=True)
+    conclusion, notes = split_notes(notes)
+    lines = opening(title, [headline_row(run) for run in runs],
+                    "best: our fastest correct kernel, a rung or a searched one. " + LIMIT_NOTE,
+                    conclusion)
+    lines += method_lines(runs, searches)
+    if figure_prefix and runs:
+        figure = f"{figure_prefix}-roofline.png"
+        gpus = ", ".join(dict.fromkeys(run[0]["gpu"] for run in runs))
+        plot_roofline(runs, f"{title}: every workload on {gpus}", figure)
+        lines += roofline_section(runs, os.path.basename(figure))
+    appendix = []
+    for run in runs:
+        section, details = run_section(run)
+        lines += section
+        appendix += details
     run_of = {(r[0].get("gpu"), *workload_key(r[0])): r for r in runs}
     for n, (key, found) in enumerate(sorted(searches.items(), key=str), start=1):
         wl = workload_of(found[0])
@@ -443,7 +670,10 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
             plot_curves(found, run_of.get(key), f"{wl.label()} on {key[0]}", figure)
         lines += search_section(found, run_of.get(key), figure and os.path.basename(figure))
     if notes:
-        lines += ["## Notes", "", notes.strip(), ""]
+        lines += ["## Notes", "", notes, ""]
+    if appendix:
+        lines += ["## Appendix: calls, spread, registers, shared memory, errors, status",
+                  "", *appendix]
     return "\n".join(lines)
 
 

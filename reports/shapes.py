@@ -15,8 +15,10 @@ import math
 import os
 
 from facts import FLUSHES
-from reports.render import (MEMORY_BOUND, flush_of, latest_runs, markdown_table, median_ms,
-                            schedule_label, workload_of)
+from reports.render import (LIMIT_NOTE, fastest, flush_of, latest_runs, markdown_table,
+                            median_ms, named, opening, percent_of_cublas, percent_of_limit,
+                            plot_roofline, roofline_section, schedule_label, split_columns,
+                            split_notes, time_text, workload_of)
 from schedules import suites
 from schedules.errors import RecordsError
 from schedules.workloads import Workload
@@ -25,34 +27,12 @@ from schedules.workloads import Workload
 def best_rung(run: list[dict]) -> dict | None:
     """The fastest rung of a shape's run that passed its check; None where none did. Failed,
     skipped and unbuilt rungs are never ranked."""
-    correct = [r for r in run if r.get("kind") == "rung" and median_ms(r) is not None]
-    return min(correct, key=median_ms, default=None)
-
-
-def named(run: list[dict], schedule: str) -> dict | None:
-    """The record of `schedule` in a shape's run (cuBLAS is `cublas`: same output dtype, TF32
-    off; `cublas-tf32` is another row)."""
-    return next((r for r in run if r["schedule"] == schedule), None)
-
-
-def percent_of_cublas(run: list[dict], record: dict | None) -> float | None:
-    """cuBLAS's time / the record's time x 100, both from this run; None unless both are
-    correct and timed."""
-    mine, cublas = median_ms(record), median_ms(named(run, "cublas"))
-    return 100 * cublas / mine if mine and cublas else None
+    return fastest(run, ("rung",))
 
 
 def geomean(values: list[float]) -> float | None:
     """The geometric mean of positive values; None of none."""
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
-def _time(record: dict | None, wl: Workload) -> str:
-    """A record's median time, in us for memory-bound ops and ms otherwise; '-' untimed."""
-    ms = median_ms(record)
-    if ms is None:
-        return "-"
-    return f"{ms * 1e3:.2f} us" if wl.op in MEMORY_BOUND else f"{ms:.4f} ms"
 
 
 def _percent(value: float | None) -> str:
@@ -82,10 +62,10 @@ def shape_row(run: list[dict]) -> dict:
         "shape": _shape(wl),
         "dtype": wl.dtypes,
         "best rung": best["schedule"] if best else "none correct",
-        "time": _time(best, wl),
-        "cuBLAS": _time(named(run, "cublas"), wl),
+        "time": time_text(best, wl),
+        "cuBLAS": time_text(named(run, "cublas"), wl),
         "% of cuBLAS": _percent(percent_of_cublas(run, best)),
-        "dlight % of cuBLAS": _percent(percent_of_cublas(run, named(run, "dlight"))),
+        "dlight %": _percent(percent_of_cublas(run, named(run, "dlight"))),
         "rungs correct": f"{sum(median_ms(r) is not None for r in rungs)}/{len(rungs)}",
         "not ranked": ", ".join(f"{r['schedule']} ({r.get('status')})" for r in rungs
                                 if median_ms(r) is None) or "-",
@@ -104,10 +84,10 @@ def geomean_rows(runs: list[list[dict]]) -> list[dict]:
         best = [p for p in (percent_of_cublas(run, best_rung(run)) for run in group) if p]
         dlight = [p for p in (percent_of_cublas(run, named(run, "dlight")) for run in group) if p]
         rows.append({"op": op, "dtype": dtypes, "shapes": str(len(group)),
-                     "best rung: shapes in the mean": str(len(best)),
-                     "best rung, geomean % of cuBLAS": _percent(geomean(best)),
-                     "dlight: shapes in the mean": str(len(dlight)),
-                     "dlight, geomean % of cuBLAS": _percent(geomean(dlight))})
+                     "best: in mean": str(len(best)),
+                     "best: geomean": _percent(geomean(best)),
+                     "dlight: in mean": str(len(dlight)),
+                     "dlight: geomean": _percent(geomean(dlight))})
     return rows
 
 
@@ -128,13 +108,13 @@ def ragged_rows(runs: list[list[dict]]) -> list[dict]:
         rows.append({
             "model": first.get("model", "-"), "layer": first.get("layer", "-"),
             "dtype": wl.dtypes, "ragged": _shape(wl),
-            "best rung": best["schedule"] if best else "none correct", "time": _time(best, wl),
+            "best rung": best["schedule"] if best else "none correct", "time": time_text(best, wl),
             "aligned": "x".join(map(str, first["aligned"])),
-            "best rung (aligned)": (best_aligned["schedule"] if best_aligned else
+            "best (aligned)": (best_aligned["schedule"] if best_aligned else
                                     "none correct" if aligned else "not measured"),
-            "time (aligned)": _time(best_aligned, wl),
-            "ragged / aligned": _ratio(median_ms(best), median_ms(best_aligned)),
-            "cuBLAS ragged / aligned": _ratio(median_ms(named(run, "cublas")), median_ms(cublas_aligned)),
+            "time (aligned)": time_text(best_aligned, wl),
+            "ratio": _ratio(median_ms(best), median_ms(best_aligned)),
+            "cuBLAS ratio": _ratio(median_ms(named(run, "cublas")), median_ms(cublas_aligned)),
         })
     return rows
 
@@ -149,24 +129,56 @@ def sections(records: list[dict]) -> dict[tuple[str, str], list[list[dict]]]:
     return found
 
 
-def tables(runs: list[list[dict]]) -> list[str]:
+SHAPE_APPENDIX = ("model", "cuBLAS", "rungs correct", "not ranked")
+RAGGED_APPENDIX = ("model", "best (aligned)", "time (aligned)")
+
+
+def tables(runs: list[list[dict]]) -> tuple[list[str], list[str]]:
     """Markdown of one suite's shapes: the per-shape table, the geometric means and, where the
-    suite has ragged shapes, those next to their aligned neighbours."""
-    lines = [markdown_table([shape_row(run) for run in runs]), "",
+    suite has ragged shapes, those next to their aligned neighbours; and, for the appendix,
+    their long columns (models, cuBLAS's time, the rungs not ranked)."""
+    shapes, shapes_extra = split_columns([shape_row(run) for run in runs], SHAPE_APPENDIX,
+                                         ("shape", "dtype"))
+    lines = [markdown_table(shapes), "",
              "Geometric mean of % of cuBLAS, over the shapes where the schedule and cuBLAS "
-             "both ran correctly:", "", markdown_table(geomean_rows(runs)), ""]
+             "both ran correctly (in mean: how many):", "", markdown_table(geomean_rows(runs)),
+             ""]
+    appendix = [markdown_table(shapes_extra), ""]
     ragged = ragged_rows(runs)
     if ragged:
-        lines += ["Ragged shapes next to their aligned neighbours (time of the ragged shape / "
-                  "time of the aligned one; above 1.00x the ragged shape is slower):", "",
-                  markdown_table(ragged), ""]
-    return lines
+        ragged, ragged_extra = split_columns(ragged, RAGGED_APPENDIX, ("ragged", "dtype"))
+        lines += ["Ragged shapes next to their aligned neighbours (ratio: time of the ragged "
+                  "shape's best rung / time of the aligned one's, cuBLAS's likewise; above "
+                  "1.00x the ragged shape is slower):", "", markdown_table(ragged), ""]
+        appendix += [markdown_table(ragged_extra), ""]
+    return lines, appendix
 
 
 def suite_tables(records: list[dict]) -> str:
-    """The tables of every suite in `records`, without the report around them (what a suite
-    run prints at its end)."""
-    return "\n".join(line for runs in sections(records).values() for line in tables(runs))
+    """The tables of every suite in `records`, their long columns after them, without the
+    report around them (what a suite run prints at its end)."""
+    return "\n".join(line for runs in sections(records).values()
+                     for part in tables(runs) for line in part)
+
+
+def headline_row(name: str, runs: list[list[dict]]) -> dict:
+    """A suite's line in the headline table: how many shapes, the (at most three) rungs that
+    were fastest most often, and the geometric means of the best rung's % of cuBLAS and % of
+    the hardware limit (render.percent_of_limit) over the shapes that have them, with the
+    lowest % of cuBLAS."""
+    best = [best_rung(run) for run in runs]
+    counts: dict[str, int] = {}
+    for r in best:
+        if r:
+            counts[r["schedule"]] = counts.get(r["schedule"], 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])[:3]
+    cublas = [p for p in (percent_of_cublas(run, r) for run, r in zip(runs, best)) if p]
+    limits = [found[0] for found in map(percent_of_limit, best) if found]
+    return {"suite": name, "shapes": str(len(runs)),
+            "best rung (shapes)": ", ".join(f"{s} ({n})" for s, n in ranked) or "none correct",
+            "% of cuBLAS": _percent(geomean(cublas)),
+            "lowest": _percent(min(cublas, default=None)),
+            "% of limit": _percent(geomean(limits))}
 
 
 def summary_line(run: list[dict]) -> str:
@@ -235,9 +247,10 @@ def _where(runs: list[list[dict]]) -> str:
     return "Measured in " + ", ".join(said) + "."
 
 
-def suite_section(name: str, gpu: str, runs: list[list[dict]], figure: str | None) -> list[str]:
+def suite_section(name: str, gpu: str, runs: list[list[dict]], figure: str | None
+                  ) -> tuple[list[str], list[str]]:
     """Markdown for one suite on one GPU: what it is, where and how it was measured, which
-    schedules ran, the tables and the chart."""
+    schedules ran, the tables and the chart; and its part of the appendix."""
     lines = [f"## Suite `{name}` on {gpu}", ""]
     suite = suites.SUITES.get(name)
     if suite:
@@ -250,23 +263,32 @@ def suite_section(name: str, gpu: str, runs: list[list[dict]], figure: str | Non
     if suite and suite.left_out:
         lines += [f"Not run: {suite.left_out}."]
     lines.append("")
-    lines += tables(runs)
+    detail, appendix = tables(runs)
+    lines += detail
     if figure:
         lines += [f"![% of cuBLAS per shape, {name}]({figure})", ""]
-    return lines
+    return lines, [f"### Suite `{name}` on {gpu}", "", *appendix]
 
 
 def render(records: list[dict], title: str = "Suite report", notes: str | None = None,
            figure_prefix: str | None = None) -> str:
-    """The whole markdown report of the suite runs in `records`; `notes` (written by a person)
-    go last. With `figure_prefix`, each suite's chart is drawn to `<figure_prefix>-<suite>.png`
-    (`-<suite>-<n>.png` for its n-th GPU after the first), linked by file name."""
+    """The whole markdown report of the suite runs in `records`. It opens with a headline line
+    per suite and the conclusion (the notes' first paragraph), then the method, the roofline of
+    every shape, a section per suite, the rest of the notes (written by a person) and the
+    appendix of long columns. With `figure_prefix`, each suite's chart is drawn to
+    `<figure_prefix>-<suite>.png` (`-<suite>-<n>.png` for its n-th GPU after the first) and the
+    roofline to `<figure_prefix>-roofline.png`, linked by file name."""
     found = sections(records)
     if not found:
         raise RecordsError("no suite measurements to report (run `runner.py --suite NAME` on a "
                            "GPU)")
     firsts = [run[0] for runs in found.values() for run in runs]
-    lines = [f"# {title}", ""]
+    several = len({gpu for _, gpu in found}) > 1
+    headline = [headline_row(f"{name} ({gpu})" if several else name, runs)
+                for (name, gpu), runs in found.items()]
+    conclusion, notes = split_notes(notes)
+    lines = opening(title, headline, "Geometric means over each suite's shapes of the best "
+                    "correct rung's %; lowest: its lowest % of cuBLAS. " + LIMIT_NOTE, conclusion)
     for gpu, driver, tvm in sorted({(r["gpu"], r["driver"], r["tvm"]) for r in firsts}):
         lines.append(f"- GPU: **{gpu}**, driver {driver}; TVM {tvm}")
     methods = {r["timing"]["method"] for runs in found.values() for run in runs for r in run
@@ -282,14 +304,24 @@ def render(records: list[dict], title: str = "Suite report", notes: str | None =
         "- Geometric means are over the shapes where both ran correctly; the tables say how many",
         "",
     ]
+    if figure_prefix:
+        every = [run for runs in found.values() for run in runs]
+        figure = f"{figure_prefix}-roofline.png"
+        plot_roofline(every, f"{title}: every shape", figure,
+                      group_of=lambda run: run[0]["suite"])
+        lines += roofline_section(every, os.path.basename(figure))
     drawn: dict[str, int] = {}  # charts drawn per suite: one per GPU
+    appendix = []
     for (name, gpu), runs in found.items():
         figure = None
         if figure_prefix:
             drawn[name] = drawn.get(name, 0) + 1
             figure = f"{figure_prefix}-{name}{'' if drawn[name] == 1 else f'-{drawn[name]}'}.png"
             plot_suite(runs, f"suite {name} on {gpu}: best correct rung, % of cuBLAS", figure)
-        lines += suite_section(name, gpu, runs, figure and os.path.basename(figure))
+        section, details = suite_section(name, gpu, runs, figure and os.path.basename(figure))
+        lines += section
+        appendix += details
     if notes:
-        lines += ["## Notes", "", notes.strip(), ""]
+        lines += ["## Notes", "", notes, ""]
+    lines += ["## Appendix: models, cuBLAS's times, rungs not ranked", "", *appendix]
     return "\n".join(lines)

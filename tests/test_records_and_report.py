@@ -170,7 +170,8 @@ def test_cublas_rows_say_which_call_and_output_dtype_they_timed():
     run = seed_run()
     run[5] = {**run[5], "params": {"tf32": False, "call": "torch.mm"}}
     rows = table_rows(run)
-    assert rows[5]["schedule"] == "cublas (torch.mm)" and rows[5]["% of cuBLAS"] == "100.0%"
+    assert rows[5]["schedule"] == "cublas" and rows[5]["call"] == "torch.mm"
+    assert rows[5]["% of cuBLAS"] == "100.0%"
 
 
 def test_fp8_operands_and_reference_carry_the_per_tensor_scales():
@@ -218,14 +219,17 @@ def compute_ceiling(run_id="r1", dtype="float32", tflops=50.0):
                    compute_tflops=tflops)
 
 
-def test_each_workload_gets_a_roofline_linked_under_its_table(tmp_path):
-    text = render(seed_run() + [ceiling(), compute_ceiling()], "t",
+def test_one_roofline_per_report_has_every_workload_before_the_sections(tmp_path):
+    other = [{**m, "run_id": "r2", "shape": [4096, 4096, 4096]} for m in seed_run()]
+    text = render(seed_run() + other + [ceiling(), compute_ceiling()], "t",
                   figure_prefix=str(tmp_path / "new" / "t"))  # a folder not made yet
-    assert (tmp_path / "new" / "t-roofline-1.png").read_bytes().startswith(b"\x89PNG")
-    link = text.index("![roofline of gemm 1024x512x2048 float32 nn](t-roofline-1.png)")
-    assert link > text.index("| cublas ")  # under the workload's table
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["t-roofline.png"]
+    assert (tmp_path / "new" / "t-roofline.png").read_bytes().startswith(b"\x89PNG")
+    assert text.count("![roofline") == 1
+    link = text.index("![roofline of every workload](t-roofline.png)")
+    assert link < text.index("## gemm 1024x512x2048") < text.index("## gemm 4096x4096x4096")
     assert "cuBLAS 8192^3 float32, this run: 50 TFLOP/s" in text
-    assert "Not measured in this run" not in text
+    assert "Not measured" not in text  # r1 measured both ceilings; r2 borrows none
 
 
 def test_a_run_without_a_compute_ceiling_says_so_and_draws_none(tmp_path):
@@ -233,8 +237,8 @@ def test_a_run_without_a_compute_ceiling_says_so_and_draws_none(tmp_path):
     other_dtype = compute_ceiling("r1", dtype="float16")
     text = render(seed_run() + [ceiling(), other_run, other_dtype], "t",
                   figure_prefix=str(tmp_path / "t"))
-    assert (tmp_path / "t-roofline-1.png").exists() and "(t-roofline-1.png)" in text
-    assert "*Not measured in this run, so not drawn: the compute ceiling.*" in text
+    assert (tmp_path / "t-roofline.png").exists() and "(t-roofline.png)" in text
+    assert "*Not measured in these runs, so not drawn: the compute ceiling for float32.*" in text
     assert "cuBLAS 8192^3" not in text
 
 
@@ -245,7 +249,8 @@ def test_the_roofline_draws_correct_kernels_only(tmp_path):
     measured[3] = measurement("v3", None, status="failed", error="relative error 0.5 > 1e-05")
     measured[1] = {**measured[1], "status": "skipped"}
     (run,) = latest_runs(measured + [ceiling(), compute_ceiling()])
-    points = dict(plot_roofline(run, "t", str(tmp_path / "r.png")))
+    points = {kernel: tflops for _, kernel, tflops in
+              plot_roofline([run], "t", str(tmp_path / "r.png"))}
     assert set(points) == {"naive", "v2", "dlight", "cublas"}
     assert points["cublas"] == pytest.approx(2 * 1024 * 512 * 2048 / 0.06e-3 / 1e12)
 
@@ -329,3 +334,40 @@ def test_every_committed_record_passes_its_field_checks():
     assert committed
     for path in committed:
         assert records.load(path, check=records.measurement_problem).problems == []
+
+
+def test_a_report_leads_with_its_headline_and_conclusion_on_the_first_screen():
+    notes = "**The answer.** v3 is 15 times slower than cuBLAS.\n\nHow it was measured."
+    first_screen = render(seed_run() + [ceiling()], "t", notes=notes).splitlines()[:40]
+    head = next(n for n, line in enumerate(first_screen) if line.startswith("| workload"))
+    cells = [cell.strip() for cell in first_screen[head].split("|")[1:-1]]
+    assert cells == ["workload", "best", "time", "% of cuBLAS", "% of limit"]
+    assert [cell.strip() for cell in first_screen[head + 2].split("|")[1:-1]] == [
+        "gemm 1024x512x2048 float32 nn", "v3", "0.9000 ms", "6.7%", "3.6% of peak"]
+    assert first_screen.index("**The answer.** v3 is 15 times slower than cuBLAS.") > head
+    assert first_screen.index("**The answer.** v3 is 15 times slower than cuBLAS.") < min(
+        n for n, line in enumerate(first_screen) if line.startswith("- GPU"))
+
+
+def test_notes_that_open_with_a_heading_have_no_conclusion_and_stay_whole():
+    text = render(seed_run(), "t", notes="## Runs\n\nFirst.")
+    assert text.index("## Notes\n\n## Runs\n\nFirst.") > text.index("## gemm")
+
+
+def test_detail_tables_drop_empty_columns_and_move_long_ones_to_the_appendix():
+    run = [m for m in seed_run() if m["schedule"] != "naive"]  # no naive: vs naive all '-'
+    run[0] = {**run[0], "resources": {"k": {"registers": 255, "spill_stores": 8}}}
+    body, appendix = render(run, "t").split("## Appendix")
+    assert "vs naive" not in body and "vs previous" in body and "| v3 " in body
+    assert "regs" not in body and "rel. error" not in body and "SPILLS 8 B" in appendix
+
+
+@pytest.mark.parametrize("name", ["gemm-seed", "gemm-ladder", "gemv", "nvfp4-gemv", "tuning",
+                                  "v8"])
+def test_no_detail_table_of_a_committed_report_is_over_120_characters(name):
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "reports", f"h100-{name}")
+    body = render(records.load(path + ".jsonl").records, "t").split("## Appendix")[0]
+    wide = [line for line in body.splitlines() if line.startswith("|") and len(line) > 120]
+    assert not wide and "| cublas" in body

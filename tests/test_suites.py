@@ -298,14 +298,14 @@ def test_the_report_ranks_the_best_correct_rung_against_cublas_and_takes_geomean
     rows = [shapes.shape_row(run) for run in runs]
     assert [(r["best rung"], r["time"], r["% of cuBLAS"]) for r in rows] == [
         ("v7", "0.1000 ms", "100.0%"), ("v6", "0.4000 ms", "25.0%"), ("none correct", "-", "-")]
-    assert rows[0]["dlight % of cuBLAS"] == "25.0%" and rows[1]["dlight % of cuBLAS"] == "-"
+    assert rows[0]["dlight %"] == "25.0%" and rows[1]["dlight %"] == "-"
     assert rows[1]["rungs correct"] == "1/3"
     assert rows[1]["not ranked"] == "v5t (skipped), v7 (failed)"
     assert rows[0]["cuBLAS"] == "0.1000 ms"  # plain cuBLAS, never the cublas-tf32 row
     mean, = shapes.geomean_rows(runs)
-    assert mean["best rung: shapes in the mean"] == "2" and mean["shapes"] == "3"
-    assert mean["best rung, geomean % of cuBLAS"] == f"{math.sqrt(100 * 25):.1f}%" == "50.0%"
-    assert mean["dlight, geomean % of cuBLAS"] == "25.0%"
+    assert mean["best: in mean"] == "2" and mean["shapes"] == "3"
+    assert mean["best: geomean"] == f"{math.sqrt(100 * 25):.1f}%" == "50.0%"
+    assert mean["dlight: geomean"] == "25.0%"
     prefix = tmp_path / "suite"
     text = shapes.render(records, title="LLM shapes", notes="By hand.", figure_prefix=str(prefix))
     assert text.startswith("# LLM shapes\n") and "- GPU: **NVIDIA H100 80GB HBM3**" in text
@@ -315,7 +315,16 @@ def test_the_report_ranks_the_best_correct_rung_against_cublas_and_takes_geomean
     assert "Not run: naive, v1, v2, v3, because" in text
     assert "![% of cuBLAS per shape, llm-bf16](suite-llm-bf16.png)" in text
     assert (tmp_path / "suite-llm-bf16.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert text.rstrip().endswith("## Notes\n\nBy hand.")
+    assert text.count("![roofline") == 1 and (tmp_path / "suite-roofline.png").exists()
+    # the headline (a line per suite) and the conclusion open the report
+    first_screen = text.splitlines()[:40]
+    assert [c.strip() for c in first_screen[4].split("|")[1:-1]] == [
+        "llm-bf16", "3", "v7 (1), v6 (1)", "50.0%", "25.0%", "8.8%"]  # of 3000 GB/s: 16.9, 4.6%
+    assert first_screen[8] == "By hand."
+    # the long columns are in the appendix, the tables within 120 characters
+    body, appendix = text.split("## Appendix")
+    assert "not ranked" not in body and "v5t (skipped), v7 (failed)" in appendix
+    assert max(len(line) for line in body.splitlines() if line.startswith("|")) <= 120
 
 
 def test_ragged_gemvs_are_set_next_to_their_aligned_neighbours():
@@ -329,11 +338,11 @@ def test_ragged_gemvs_are_set_next_to_their_aligned_neighbours():
                                                          aligned=[4096, 4096])
                + gemv((3584, 3583), 0.02, 0.02, aligned=[3584, 3584]))  # neighbour not measured
     rows = shapes.ragged_rows(shapes.sections(records)[("llm-gemv", FACTS["gpu"])])
-    assert [(r["ragged"], r["time"], r["time (aligned)"], r["ragged / aligned"],
-             r["cuBLAS ragged / aligned"]) for r in rows] == [
+    assert [(r["ragged"], r["time"], r["time (aligned)"], r["ratio"],
+             r["cuBLAS ratio"]) for r in rows] == [
         ("4096x4095 nt", "15.00 us", "10.00 us", "1.50x", "1.50x"),
         ("3584x3583 nt", "20.00 us", "-", "-", "-")]
-    assert rows[1]["best rung (aligned)"] == "not measured"
+    assert rows[1]["best (aligned)"] == "not measured"
     assert "Ragged shapes next to their aligned neighbours" in shapes.suite_tables(records)
 
 
