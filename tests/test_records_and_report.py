@@ -371,3 +371,13 @@ def test_no_detail_table_of_a_committed_report_is_over_120_characters(name):
     body = render(records.load(path + ".jsonl").records, "t").split("## Appendix")[0]
     wide = [line for line in body.splitlines() if line.startswith("|") and len(line) > 120]
     assert not wide and "| cublas" in body
+
+
+@pytest.mark.parametrize("name", ["v8", "tuning", "gemm-ladder"])  # the three longest
+def test_the_longest_committed_reports_hold_their_conclusion_on_the_first_screen(name):
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "reports", f"h100-{name}.md")
+    with open(path) as f:
+        first_screen = [next(f) for _ in range(40)]
+    assert first_screen[2].startswith("| workload") and "**The answer.**" in "".join(first_screen)

@@ -250,7 +250,8 @@ def test_on_a_gpu_every_record_of_a_suite_run_is_one_run_tagged_and_appended_as_
     assert written[3]["error"] == "v5t copies A ...: float32 only"
     assert "gemm 128x128x128 float32 nn: best rung v5t 1.0000 ms, cuBLAS 0.9000 ms: 90.0% of " \
         "cuBLAS; not ranked: -" in out
-    assert "| Test-1B | square  | 128x128x128 nn" in out  # the suite's table at the end
+    assert "| square | 128x128x128 nn" in out  # the suite's table at the end
+    assert "| Test-1B |" in out  # its models, in the long columns printed after it
     # and its report, from those records
     report = tmp_path / "tiny.md"
     code, out, err = run(capsys, "--report", str(report), "--results", str(results), "--title", "T")
