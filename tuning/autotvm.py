@@ -33,13 +33,14 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
+import numpy as np
 import tvm
 
 from schedules.errors import RecordsError, ScheduleNotApplicable, SearchFailed, UsageError
-from schedules.registry import ScheduleEntry
+from schedules.registry import ScheduleEntry, TunedSchedule
 from schedules.workloads import Workload
 
-from . import candidates
+from . import candidates, measure
 from . import records as store
 from .candidates import Counts, Outcome, Status
 from .progress import Progress
@@ -165,8 +166,7 @@ class XGBTuner(RandomTuner):
         if len(history) < self.warmup or not speeds:  # the model's first data: a small batch
             return super().propose(space, configs, history,
                                    min(n, max(1, self.warmup - len(history))), takes)
-        import numpy as np
-        import xgboost
+        import xgboost  # lazy: only the xgb tuner needs it, and it is slow to import
 
         slowest = min(speeds.values()) - 1.0  # failed configurations: worse than any that ran
         keys = list(history)
@@ -333,8 +333,6 @@ def tuned_entry(entry: ScheduleEntry, wl: Workload, records: list[dict], path: s
                 device: str | None):
     """`autotvm:<template>`: the template with the best configuration measured for `wl` on
     `device` with this TVM. With no device (no GPU here), the records' one device."""
-    from schedules.registry import TunedSchedule
-
     if device is None:
         devices = measured_on(records, wl, entry.name)
         if len(devices) > 1:
@@ -356,8 +354,6 @@ def records_device(rpc_tracker: str | None, rpc_key: str | None, asked: str | No
     (`rpc:<key>`) when it measures through a tracker, else this machine's GPU; with neither,
     the device `asked` for, which may be None: the records' only one. Asking for another device
     than the one this run measures on is refused."""
-    from . import measure
-
     here = (f"rpc:{rpc_key}" if rpc_tracker else
             measure.device_facts()["gpu"] if measure.gpu_present() else None)
     if here and asked and asked != here:

@@ -102,7 +102,7 @@ def measure_dequantizing(run: Run, wl: Workload, seed: int = 0) -> dict:
 def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
     """The TileLang seed's Triton GEMV on the same inputs and harness; None without triton."""
     try:
-        from . import triton_gemv
+        from . import triton_gemv  # lazy: triton is installed on GPU machines only
     except ImportError:
         return None
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import tvm
 from tvm.s_tir.stmt import SBlock
+from tvm.support.tar import tar
 from tvm.target import Target
 from tvm.tirx import stmt as S
 
@@ -201,8 +202,6 @@ def _compiled(mod: tvm.IRModule, target: Target):
 def build_artifact(job: tuple[tvm.IRModule, Target]) -> str:
     """Build one search candidate and export it as a tar that a runner (local or over RPC)
     loads; returns its path. Runs in a builder's worker process: it needs only tvm."""
-    from tvm.support.tar import tar
-
     mod, target = job
     path = os.path.join(tempfile.mkdtemp(prefix="candidate-"), "candidate.tar")
     build(mod, target).export_library(path, fcompile=tar)

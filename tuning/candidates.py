@@ -39,9 +39,11 @@ from typing import Callable
 
 import tvm
 from tvm.ir.utils import derived_object
+from tvm.rpc import base
 from tvm.s_tir import meta_schedule as ms
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+import schedules
 from schedules.errors import ScheduleNotApplicable, UsageError
 from schedules.registry import ScheduleEntry
 from schedules.workloads import Workload
@@ -69,7 +71,7 @@ def _warm_up(tensor_intrinsics: bool) -> None:
     need, outside the build's timeout (the tensor intrinsics only for tensor-core candidates:
     see build.has_warp_fragments)."""
     IGNORE_CTRL_C()
-    import tuning.build  # noqa: F401  (imports tvm)
+    import tuning.build  # noqa: F401  lazy: a builder worker's imports, after Ctrl-C is off
 
     if tensor_intrinsics:
         importlib.import_module(TENSOR_INTRINSICS)
@@ -87,8 +89,6 @@ def _first_build(target: tvm.target.Target) -> None:
     """A builder worker's first build, for a CUDA `target`, before the search's first batch: a
     32x32 GEMV by the naive rung, so that the CUDA compiler's libraries load then (on a GPU
     machine), not in a candidate's build."""
-    import schedules
-
     if target.kind.name == "cuda":
         wl = Workload("gemv", (32, 32), "float32")
         build.build(schedules.get("gemv", "naive").apply(wl, target), target)
@@ -167,10 +167,10 @@ def _warm_up_runner() -> None:
     """A runner worker's start: Ctrl-C ignored (IGNORE_CTRL_C), then torch, tvm and a CUDA
     context, outside the run's timeout."""
     IGNORE_CTRL_C()
-    from tuning import measure as harness
+    from tuning import measure as harness  # lazy: a runner worker's, after Ctrl-C is off
 
     harness.gpu_present()
-    import tvm  # noqa: F401  (the import every run needs)
+    import tvm  # noqa: F401  lazy: the import every run needs, in the runner worker
 
 
 @derived_object
@@ -281,8 +281,6 @@ def tracker_socket(host: str, port: int, timeout_s: float) -> socket.socket:
     own: TVM's TrackerSession retries a refused connection for 60 s, logging each retry, and
     waits without limit for an answer. A UsageError, within about `timeout_s`, if it cannot be
     reached or does not answer as a tracker."""
-    from tvm.rpc import base
-
     where = f"the RPC tracker at {host}:{port}"
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)
@@ -319,8 +317,6 @@ def _not_a_tracker(host: str, port: int, reason: str) -> UsageError:
 
 def _ask_tracker(host: str, port: int, timeout_s: float) -> dict:
     """The tracker's summary ({"queue_info": {key: {"free", "pending"}}, "server_info": [...]})."""
-    from tvm.rpc import base
-
     with tracker_socket(host, port, timeout_s) as sock:
         try:
             base.sendjson(sock, [base.TrackerCode.SUMMARY])

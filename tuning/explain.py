@@ -39,11 +39,15 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
-import facts
-from schedules.errors import BuildFailed, ExplorerError, ScheduleNotApplicable
-from schedules.workloads import Workload
+import tvm
+from tabulate import tabulate
 
-from . import build, records
+import facts
+from schedules import PRESETS, parse_shape
+from schedules.errors import BuildFailed, ExplorerError, ScheduleNotApplicable, UsageError
+from schedules.workloads import DEFAULT_DTYPES, Workload
+
+from . import bench, build, explore, measure, records
 
 COUNTERS = os.path.join("reports", "counters.jsonl")  # where recorded counters go by default
 
@@ -342,9 +346,7 @@ WARM_UP_CALLS = 2
 def launch(wl: Workload, schedule: str) -> None:
     """Build `schedule` for this GPU, launch it WARM_UP_CALLS times on random inputs, then once
     between cudaProfilerStart and Stop: the one launch ncu (--profile-from-start off) profiles."""
-    import torch
-
-    from . import explore, measure
+    import torch  # lazy: only a GPU's profiled launch needs torch
 
     made = explore.resolve(wl, schedule, explore.SearchResults())
     target = build.cuda_target(measure.device_facts()["arch"])
@@ -399,8 +401,6 @@ def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
     """Profile each schedule of `names` on `wl` warm and flushed (profile) and append a record
     of each to `path`, keyed as bench.Run keys timings, status 'counted'. Every launch is
     profiled before anything is written: a failure records nothing."""
-    from . import bench, explore, measure
-
     ncu_path()
     facts.check_writable(path, "--counters")
     profiled = []
@@ -423,8 +423,6 @@ def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
 def recorded(path: str, wl: Workload, schedule, warn: Callable[[str], None]) -> dict[str, dict]:
     """The latest counters recorded in `path` for `schedule` (name and params) on `wl` with
     this TVM, by flush ('none', 'read'); lines that fail counters_problem are named by `warn`."""
-    import tvm
-
     same = {"op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype, "out_dtype": wl.out_dtype,
             "layout": wl.layout, "schedule": schedule.name, "params": schedule.defaults,
             "tvm": tvm.__version__}
@@ -595,16 +593,12 @@ def static_counts(built: build.Built, mix: dict | None) -> dict:
 
 
 def _table(rows: list[list], headers: list[str]) -> str:
-    from tabulate import tabulate
-
     return tabulate(rows, headers=headers, tablefmt="github")
 
 
 def _built(wl: Workload, name: str, found, target, warn):
     """The schedule `name` (as --schedule reads it) and its build; refused as a schedule the
     user named is (explore.refusal)."""
-    from . import explore
-
     schedule = explore.resolve(wl, name, found, warn)
     try:
         return schedule, explore.build_schedule(schedule, wl, target)
@@ -620,8 +614,6 @@ def explain(wl: Workload, old: str, new: str, found, arch: str, say: Callable[[s
     that changed (warm L2 and flushed), and one sentence per large change (sentences). On a
     GPU, counters not yet recorded are profiled and recorded first (record_counters); without
     one, a line says they need a GPU."""
-    from . import measure
-
     target = build.cuda_target(arch)
     (a_schedule, a), (b_schedule, b) = (_built(wl, name, found, target, warn)
                                         for name in (old, new))
@@ -692,10 +684,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def workload_of(args: argparse.Namespace) -> Workload:
     """The workload of the flags: a preset (its dtype unless --dtype), else --op and --shape."""
-    from schedules import PRESETS, parse_shape
-    from schedules.errors import UsageError
-    from schedules.workloads import DEFAULT_DTYPES
-
     if args.preset:
         if args.preset not in PRESETS:
             raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")

@@ -20,13 +20,16 @@ import tvm
 
 import facts
 import schedules
+from reports.render import ceilings_text, flush_of, markdown_table, table_rows, with_ceilings
 from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
+from schedules.gemv import VECTOR_BYTES
 from schedules.registry import TunedSchedule
+from schedules.v8 import tma_refusal
 from schedules.workloads import DTYPE_BYTES, Workload
 
-from . import build, measure, records
+from . import autotvm, bench, build, measure, metaschedule, records
 
 # The template searches' records committed with the reports: what `best` reads without --records.
 COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -64,14 +67,10 @@ def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str],
     if name == "metaschedule":
         if not found.work_dir:
             raise UsageError("metaschedule needs the work dir of a MetaSchedule search")
-        from . import metaschedule
-
         return metaschedule.tuned_entry(wl, found.work_dir)
     if name.startswith("autotvm:"):
         if not found.records:
             raise UsageError(f"{name} needs the records of a template search")
-        from . import autotvm
-
         return autotvm.tuned_entry(schedules.get(wl.op, name[len("autotvm:"):]), wl,
                                    records.load_and_warn(found.records, warn), found.records,
                                    found.device)
@@ -103,8 +102,6 @@ def check_knob_list(name: str, knobs: str) -> None:
 def _tuned(measured: list[dict], wl: Workload, entry, device: str | None) -> bool:
     """Whether template-search records hold a correct configuration of `entry` for `wl` with
     this TVM: measured on `device`, or with none named, on any device."""
-    from . import autotvm
-
     return bool(autotvm.measured_on(measured, wl, entry.name) if device is None
                 else autotvm.best_record(measured, wl, entry.name, device))
 
@@ -116,8 +113,6 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
     baselines left out, see `_timed_runs`), the GPU as `_this_gpu` says; where they hold none,
     the rung that `rule` picks, with the knobs of its heuristic. Says which it picked and why,
     on one line, through `warn`."""
-    from . import autotvm
-
     path = found.records or COMMITTED_RECORDS
     searched = records.load_and_warn(path, warn)
     runs = _timed_runs(wl, records.measurements(found.results, warn) if found.results else [])
@@ -158,8 +153,6 @@ def _searched(op: str) -> list:
 def _correct_trials(searched: list[dict], wl: Workload, template: str, gpu: str | None) -> list:
     """The correct, timed configurations of `template` for `wl` measured on `gpu` with this
     TVM, by any tuner."""
-    from . import autotvm
-
     key = {k: v for k, v in autotvm.search_key(wl, template, gpu, "").items()
            if k not in ("tuner", "seed")}
     return [r for r in searched if autotvm.matches(r, key) and r.get("status") == "ok"
@@ -170,8 +163,6 @@ def _timed_runs(wl: Workload, results: list[dict]) -> list[dict]:
     """The run records of `wl` with this TVM that `best` weighs: correct, timed after the
     default read flush (the searches' too; warm or write-flushed times are not comparable),
     not a baseline, of a schedule `_rebuilt` can rebuild."""
-    from reports.render import flush_of
-
     same = {"op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype, "out_dtype": wl.out_dtype,
             "layout": wl.layout, "tvm": tvm.__version__, "status": "ok"}
     return [r for r in results if all(r.get(k) == v for k, v in same.items())
@@ -201,8 +192,6 @@ def _this_gpu(wl: Workload, asked: str | None, searched: list[dict], runs: list[
     """The GPU whose records `best` weighs: the one here, or the one asked for (--device);
     else the only one that the records measured `wl` on with this TVM (None where they
     measured it on none). Several, and none named, is refused."""
-    from . import autotvm
-
     here = autotvm.records_device(None, None, asked)
     if here:
         return here
@@ -231,8 +220,6 @@ def rule(wl: Workload) -> tuple[str, str]:
         return "dp4a", (f"{wl.op} on nvfp4 -> dp4a (the rung that looks codes up as int8s with "
                         "prmt and sums their products with dp4a)")
     if wl.op == "gemm" and wl.dtype != "float32":
-        from schedules.v8 import tma_refusal
-
         refusal = tma_refusal(wl)
         if not refusal:
             return "v8", f"{'fp8' if wl.is_fp8 else '16-bit'} GEMM whose rows TMA can load -> v8"
@@ -249,8 +236,6 @@ def rule(wl: Workload) -> tuple[str, str]:
                            f"{heuristics.H100_SMS} SMs -> v5t")
         return "v5k", (f"float32 GEMM whose {tiles} v5t tiles cannot fill the "
                        f"{heuristics.H100_SMS} SMs -> v5k (split K)")
-    from schedules.gemv import VECTOR_BYTES
-
     row_bytes = wl.dims["K"] * DTYPE_BYTES[wl.dtype]
     if row_bytes % VECTOR_BYTES:
         return "rowalign", (f"{wl.op} whose rows of {row_bytes} bytes are not whole 16-byte "
@@ -269,8 +254,6 @@ def selection(wl: Workload, name: str, found: SearchResults,
     """The schedules `name` stands for: one (see `resolve`), or for 'all' the ladder and
     baselines with the knobs they run `wl` with, plus the best of each search in `found` for
     `wl` on its device."""
-    from . import autotvm
-
     if name != "all":
         return [resolve(wl, name, found, warn)]
     chosen = [entry.for_workload(wl) for entry in schedules.entries(wl.op)]
@@ -361,15 +344,11 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
     """Lower, print, build, check, time and record each chosen schedule, then the baselines;
     warnings (a corrupt records line, a kernel that spills) go to `warn`. Returns the records
     of this run (none without a GPU)."""
-    from reports.render import ceilings_text, markdown_table, table_rows, with_ceilings
-
     # read first: a corrupt line is named, never rewritten
     records.measurements(settings.results, warn,
                          then="the line is kept as it is and new records are appended")
     run = None
     if measure.gpu_present():
-        from . import bench
-
         measure.require_memory(wl)  # before anything is built, allocated or written
         facts.check_writable(settings.results, "--results")
         run = bench.Run(flush=settings.flush)

@@ -27,7 +27,7 @@ from typing import Callable
 from schedules.errors import BuildFailed, KernelFailed, ScheduleNotApplicable, UsageError
 from schedules.workloads import Workload
 
-from . import build, loader, measure, records
+from . import bench, build, loader, measure, records
 from .explore import SearchResults, Settings, build_schedule, first_line, refusal, resolve
 
 
@@ -137,8 +137,6 @@ def refuse_unusable_directory(directory: str) -> None:
 def _measure(wl: Workload, schedule, built: build.Built, settings: Settings) -> dict:
     """Check and time the kernel as the runner does a rung (the record appended to
     settings.results); a kernel that fails its check is KernelFailed, and is not exported."""
-    from . import bench
-
     measure.require_memory(wl)
     run = bench.Run(flush=settings.flush)
     record = bench.measure_tvm(run, wl, schedule.name, schedule.kind, schedule.defaults,

@@ -36,7 +36,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import tvm
+from tvm import rpc
 from tvm.ir.utils import derived_object
+from tvm.rpc import base, server
+from tvm.rpc.tracker import Tracker
 from tvm.s_tir import meta_schedule as ms
 
 from schedules.errors import ExplorerError, FarmGone, UsageError
@@ -86,8 +90,6 @@ def _serve_in_process(sock, addr, opts, load_library) -> None:
     """Serve one session in this process (in place of TVM's `_serving`, which forks a process
     per session and stops the server for good when that process fails). The session only
     uploads bytes and calls _evaluate, whose runner keeps kernels out of this process."""
-    from tvm.rpc import server
-
     work = server.utils.tempdir()
     try:
         server._server_env(load_library, work)
@@ -100,9 +102,6 @@ def _serve_in_process(sock, addr, opts, load_library) -> None:
 
 def serve(tracker: str, key: str, host: str) -> None:
     """Register with the tracker under `key` and serve sessions, one at a time, for ever."""
-    import tvm
-    from tvm.rpc import server
-
     tracker_host, tracker_port = candidates.parse_tracker(tracker)
     tvm.register_global_func(EVALUATE, _evaluate, override=True)
     server._serving = _serve_in_process
@@ -211,9 +210,6 @@ class FarmRunner(ms.runner.PyRunner):
 
     def _session(self):
         """A session with a free server, once the tracker hands one out."""
-        from tvm import rpc
-        from tvm.rpc import base
-
         host, port = candidates.parse_tracker(self.tracker)
         try:
             sock = candidates.tracker_socket(host, port, candidates.TRACKER_TIMEOUT_S)
@@ -368,8 +364,6 @@ def run_farm(args: argparse.Namespace) -> None:
     gpus = None if args.servers else (args.gpus.split(",") if args.gpus else gpus_here())
     tracker = None
     if not args.tracker:
-        from tvm.rpc.tracker import Tracker
-
         tracker = Tracker(args.host, port=args.port, port_end=args.port + 1, silent=True)
     address = args.tracker or f"{'127.0.0.1' if args.host == '0.0.0.0' else args.host}:{args.port}"
     farm = Farm(address, args.key, args.host, gpus, args.servers or 0)

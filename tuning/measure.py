@@ -33,7 +33,7 @@ def tolerance(wl: Workload, tf32: bool = False) -> float:
 
 
 def _torch():
-    import torch
+    import torch  # lazy: seconds to import; only a GPU check or measurement needs it
 
     return torch
 
@@ -283,7 +283,7 @@ def relative_error(out, ref) -> float:
 
 def tvm_runner(executable, wl: Workload, inputs: list, out) -> Callable[[], object]:
     """A no-argument launch of the built TVM function on `inputs`, writing `out`."""
-    import tvm_ffi
+    import tvm_ffi  # lazy: no TVM at measure's top, so workers load torch before TVM
 
     func = executable["main"]
 
@@ -409,7 +409,7 @@ def evaluate_artifact(wl: Workload, flush: str, artifact_path: str,
     inputs, then time it with this module's harness (a short budget; CUTOFF_SAMPLES only where
     it is SLOWER_THAN_BEST times `best_ms`, the search's best so far). Returns the median in
     seconds; a wrong result raises WrongResult."""
-    import tvm
+    import tvm  # lazy: no TVM at measure's top, so workers load torch before TVM
 
     executable = tvm.runtime.load_module(artifact_path)
     inputs = random_inputs(wl)

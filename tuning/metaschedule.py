@@ -30,6 +30,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Instruction, Trace
 
 from schedules.errors import RecordsError, SearchFailed, UsageError
+from schedules.registry import TunedSchedule
 from schedules.workloads import Workload
 
 from . import records, rungspace
@@ -584,8 +585,6 @@ def curve(work_dir: str) -> list[tuple[int, float | None]]:
 
 def tuned_entry(wl: Workload, work_dir: str):
     """`metaschedule`: the best schedule in the work dir's database."""
-    from schedules.registry import TunedSchedule
-
     check_work_dir(work_dir, must_exist=True)
     return TunedSchedule(wl.op, "metaschedule", {"work_dir": work_dir},
                          lambda w, target: best_module(w, target, work_dir))

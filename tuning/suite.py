@@ -22,14 +22,17 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import tvm
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+from tvm.support.tar import tar
 
 import facts
+from reports import shapes
 from schedules.errors import BuildFailed, ScheduleNotApplicable
 from schedules.suites import Entry, Suite
 from schedules.workloads import Workload
 
-from . import build, candidates, explore, measure, records
+from . import bench, build, candidates, explore, measure, records
 from .progress import Progress
 
 LOG = logging.getLogger(__name__)  # what a library call reports, where the caller gives no say
@@ -64,8 +67,6 @@ class Prepared:
 
 def _export(executable) -> str:
     """The built module as a tar that tvm.runtime.load_module loads; returns its path."""
-    from tvm.support.tar import tar
-
     path = os.path.join(tempfile.mkdtemp(prefix="suite-"), "kernel.tar")
     executable.export_library(path, fcompile=tar)
     return path
@@ -129,8 +130,6 @@ def _gpu_run(flush: str):
     """The bench.Run every record of this suite run belongs to; None without a GPU."""
     if not measure.gpu_present():
         return None
-    from . import bench
-
     return bench.Run(flush=flush)
 
 
@@ -186,9 +185,6 @@ def _warn_spills(wl: Workload, names: list[str], prepared: list[Prepared],
 def _measure_one(run, wl: Workload, name: str, prepared: Prepared, tags: dict) -> dict:
     """The record of one pair: skipped or build_failed as built, else checked and timed (a
     module that does not load is failed)."""
-    import tvm
-
-    from . import bench
 
     entry = explore.resolve(wl, name, explore.SearchResults())
     if prepared.status != "built":
@@ -207,9 +203,6 @@ def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]]
              say: Callable[[str], None]) -> list[dict]:
     """On the GPU, shape by shape: each built kernel checked and timed, then the baselines;
     then the copy ceiling. Every record is appended to `results` as soon as it is measured."""
-    from reports import shapes
-
-    from . import bench
 
     measured = []
     progress = Progress(len(suite.entries), f"suite {suite.name}", "shape", bar=False)
