@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
 import tvm
 
 import schedules
@@ -164,9 +166,6 @@ def launcher(candidate: Candidate, layer: LayerShape, function):
     """run(x2d, weight, bias) -> y2d for the candidate: `function` is its built kernel's entry
     ("main"), None for torch's (F.linear, its bias fused). A GEMV takes the row and writes y as
     vectors; v8 takes x, W and y whole; both then add the bias, where there is one."""
-    import torch
-    import torch.nn.functional as F
-
     n, k, dtype = layer.out_features, layer.in_features, getattr(torch, layer.dtype)
     if candidate.rung == TORCH:
         return F.linear

@@ -23,6 +23,7 @@ from multiprocessing import get_context
 from typing import Callable
 
 import torch
+import tvm
 
 from schedules.errors import KernelFailed
 from tuning import loader, measure
@@ -90,8 +91,6 @@ def _build_to_file(job: tuple) -> str:
 
 def _load(path: str):
     """The entry function of a built kernel.so."""
-    import tvm
-
     return tvm.runtime.load_module(path)["main"]
 
 

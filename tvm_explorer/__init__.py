@@ -28,6 +28,7 @@ from schedules import PRESETS, Workload
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, ScheduleNotApplicable,
                               SearchFailed, UsageError, WorkloadError)
 from tuning import build as _build
+from tuning import search as _search
 from tuning.build import Built
 from tuning.explore import SearchResults, build_schedule, resolve
 from tuning.export import compile as _compile
@@ -93,7 +94,5 @@ def search(workload: Workload, method: str = "metaschedule", trials: int = 64, *
     The other settings are tuning.search.Request's. Returns the search's summary record (its
     `schedule` is the name build() takes with the same work_dir or records). Progress goes to
     the `tuning` loggers."""
-    from tuning import search as _search
-
     request = _search.Request(method, trials, reproducible="seed" in settings, **settings)
     return _search.run(workload, request, LOG.info, LOG.warning)
