@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import sys
+from importlib import metadata
 
 from . import commands
 from .base import DEFAULT_SCHEDULE, Refused
@@ -237,8 +238,6 @@ def top_parser() -> Parser:
 
 def version() -> str:
     """The installed distribution's version (no TVM import)."""
-    from importlib import metadata
-
     try:
         return metadata.version("tvm-schedule-explorer")
     except metadata.PackageNotFoundError:

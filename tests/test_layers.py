@@ -1,15 +1,22 @@
 """The import layering (issue 50 item 2): import-linter's contracts in pyproject.toml, kept, and
 covering every package the project ships, so that a new package or a new import loop fails
-here, in the CPU tier, rather than in review."""
+here, in the CPU tier, rather than in review; and every function-local import says why it is
+not at the top of its module."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Lazy by a rule stated once rather than on each line: the handlers' module, whose docstring
+# says each handler imports what its mode needs (so --help imports no TVM or torch), and
+# matplotlib, which a figure loads after choosing its Agg backend.
+LAZY_MODULES = {os.path.join("cli", "commands.py")}
+LAZY_LIBRARIES = {"matplotlib"}
 
 
 def _pyproject() -> dict:
@@ -36,3 +43,44 @@ def test_the_contracts_cover_every_top_level_package_the_wheel_ships():
     assert set(linter["root_packages"]) == shipped
     (top,) = [c for c in linter["contracts"] if c["type"] == "layers" and "containers" not in c]
     assert sorted(top["layers"]) == sorted(shipped)
+
+
+def _product_files() -> list[str]:
+    """The Python files of the packages the wheel ships, and runner.py."""
+    packages = _pyproject()["tool"]["setuptools"]["packages"]
+    files = ["runner.py"]
+    for package in packages:
+        folder = os.path.join(ROOT, *package.split("."))
+        files += [os.path.relpath(os.path.join(folder, f), ROOT)
+                  for f in sorted(os.listdir(folder)) if f.endswith(".py")]
+    return files
+
+
+def _unexplained_lazy_imports(path: str) -> list[str]:
+    """`path:line` of each import inside a function of `path` with no comment on its line."""
+    with open(os.path.join(ROOT, path)) as f:
+        source = f.read()
+    lines = source.splitlines()
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            if all(n.split(".")[0] in LAZY_LIBRARIES for n in names):
+                continue
+            if "#" not in lines[node.lineno - 1]:
+                found.append(f"{path}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_every_function_local_import_says_why_it_is_lazy():
+    unexplained = [where for path in _product_files() if path not in LAZY_MODULES
+                   for where in _unexplained_lazy_imports(path)]
+    assert not unexplained, ("imports inside functions with no comment saying why they are not "
+                             f"at the top: {unexplained}")
