@@ -22,7 +22,7 @@ from . import measure
 class Run:
     """Identity and environment shared by every record of one run."""
 
-    flush: str = "read"  # what runs before each timed launch: measure.FLUSHES
+    flush: str = "read"  # what runs before each timed launch: facts.FLUSHES
     facts: dict = field(default_factory=measure.device_facts)
     started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 

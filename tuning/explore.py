@@ -40,7 +40,7 @@ COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath
 class Settings:
     results: str  # the JSONL file every measurement is appended to
     arch: str = "sm_90"  # what to build for when there is no GPU here
-    flush: str = "read"  # what runs before each timed launch (measure.FLUSHES)
+    flush: str = "read"  # what runs before each timed launch (facts.FLUSHES)
     show_ir: bool = True
     show_cuda: bool = False
     explicit: bool = False  # one schedule the user named: a refusal or failure is an error
