@@ -47,7 +47,7 @@ def _fmt(value, spec: str, suffix: str = "") -> str:
 
 
 def flush_of(record: dict) -> str:
-    """What ran before each timed launch (measure.FLUSHES); records from before --flush say
+    """What ran before each timed launch (facts.FLUSHES); records from before --flush say
     flush_l2, and their flush was a read."""
     return record.get("flush") or ("read" if record.get("flush_l2", True) else "none")
 
