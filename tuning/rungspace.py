@@ -91,8 +91,9 @@ class Rungs:
         self.applied: dict = {}  # (rung, codes) -> its module, or the refusal
         self.taken: dict = {}  # (rung, codes) -> whether the rung takes them: each setting asked
         # MetaSchedule postprocesses in several threads; a rung is applied by one at a time
-        # (v7 registers its wgmma intrinsic if it is not yet: two threads both found it not)
-        self.lock = threading.Lock()
+        # (v7 registers its wgmma intrinsic if it is not yet: two threads both found it not),
+        # and a setting is put to the refusal check by one (which may apply it: reentrant)
+        self.lock = threading.RLock()
         for entry in entries_:
             candidates.refuse_unless_taken(entry, wl, target, f"design space {entry.name}")
 
@@ -114,12 +115,13 @@ class Rungs:
         `refuse` check where it has one, since a search's population asks hundreds of settings
         a batch, else by applying it), asked once per setting and counted (`counts`)."""
         key = (name, tuple(sorted(codes.items())))
-        if key not in self.taken:
-            refused = candidates.refusal(self.entries[name], self.wl, self._decoded(name, codes),
-                                         lambda _: self.apply(name, codes))
-            with self.lock:
-                self.taken.setdefault(key, refused is None)
-        return self.taken[key]
+        with self.lock:  # two threads drawing one setting: the second finds the first's answer
+            if key not in self.taken:
+                refused = candidates.refusal(self.entries[name], self.wl,
+                                             self._decoded(name, codes),
+                                             lambda _: self.apply(name, codes))
+                self.taken[key] = refused is None
+            return self.taken[key]
 
     def counts(self, measured: int) -> candidates.Counts:
         """The settings the search proposed (asked `takes` about), those refused, and the
