@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
-from schedules.errors import UsageError
+from tuning.export import refuse_unusable_directory
 
 MANIFEST, LIBRARY = "manifest.json", "kernel.so"
 DIRECTORY_VARIABLE = "TVM_EXPLORER_CACHE"
@@ -156,9 +156,7 @@ def export_entries(directories: list[str], target: str) -> int:
     """Copy cache entries (their directories) into `target`, a new or empty directory, which
     then serves as a cache of its own (Cache(target)): written beside it and renamed, so that a
     failed export leaves nothing. Returns how many entries were copied."""
-    if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
-        raise UsageError(f"export directory {target} exists and is not an empty directory: name "
-                         "a new or empty one (nothing was written)")
+    refuse_unusable_directory(target)
     parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".linear-export-", dir=parent)

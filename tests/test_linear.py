@@ -135,7 +135,7 @@ def test_export_copies_entries_into_a_cache_of_their_own(tmp_path):
     exported = Cache(target)
     assert open(exported.read(_key()).library, "rb").read() == b"library"
     assert exported.read(_key(bucket="M=1")) is None
-    with pytest.raises(UsageError, match="not an empty directory"):
+    with pytest.raises(UsageError, match="exists and is not empty"):
         cache_module.export_entries([kept.directory], target)
 
 
