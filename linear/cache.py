@@ -15,11 +15,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
 from tuning.export import refuse_unusable_directory
+from tuning.staging import staged
 
 MANIFEST, LIBRARY = "manifest.json", "kernel.so"
 DIRECTORY_VARIABLE = "TVM_EXPLORER_CACHE"
@@ -132,23 +132,12 @@ class Cache:
         """Write the entry of `key`: manifest.json, and kernel.so by `library(path)` where the
         choice is built. Another process's entry that landed first is kept (and returned)."""
         directory = self.directory(key)
-        os.makedirs(self.root, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".entry-", dir=self.root)
-        try:
+        with staged(directory, ".entry-", first_wins=True) as staging:
             if library:
                 library(os.path.join(staging, LIBRARY))
             with open(os.path.join(staging, MANIFEST), "w") as f:
                 json.dump({**manifest, "key": key, "built": library is not None}, f, indent=2)
                 f.write("\n")
-            try:
-                os.rename(staging, directory)
-            except OSError:
-                if not os.path.isdir(directory):
-                    raise
-                shutil.rmtree(staging, ignore_errors=True)  # another process was first
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return Entry(directory, self.read(key).manifest)
 
 
@@ -157,16 +146,8 @@ def export_entries(directories: list[str], target: str) -> int:
     then serves as a cache of its own (Cache(target)): written beside it and renamed, so that a
     failed export leaves nothing. Returns how many entries were copied."""
     refuse_unusable_directory(target)
-    parent = os.path.dirname(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".linear-export-", dir=parent)
-    try:
-        unique = sorted(set(directories))
+    unique = sorted(set(directories))
+    with staged(target, ".linear-export-", mode=0o755) as staging:
         for directory in unique:
             shutil.copytree(directory, os.path.join(staging, os.path.basename(directory)))
-        os.chmod(staging, 0o755)
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return len(unique)

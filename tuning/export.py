@@ -16,11 +16,11 @@ version and measured time, which the loader checks before it runs anything.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
-import tempfile
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -29,6 +29,7 @@ from schedules.workloads import Workload
 
 from . import bench, build, loader, measure, records
 from .explore import SearchResults, Settings, build_schedule, first_line, refusal, resolve
+from .staging import staged
 
 
 def _gpu() -> dict | None:
@@ -156,13 +157,8 @@ def _cannot_export(directory: str, error: OSError) -> UsageError:
 def _write(directory: str, built: build.Built, written: dict) -> None:
     """The export's files, written into a fresh directory beside `directory` and then renamed to
     it, so that a failure leaves nothing behind and nothing that was there is overwritten."""
-    parent = os.path.dirname(os.path.abspath(directory))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
-    except OSError as e:
-        raise _cannot_export(directory, e) from None
-    try:
+    refused = functools.partial(_cannot_export, directory)
+    with staged(directory, ".export-", mode=0o755, refused=refused) as staging:
         with open(os.path.join(staging, loader.SOURCE), "w") as f:
             f.write(built.source)
         try:
@@ -173,14 +169,6 @@ def _write(directory: str, built: build.Built, written: dict) -> None:
         with open(os.path.join(staging, loader.MANIFEST), "w") as f:
             json.dump(written, f, indent=2)
             f.write("\n")
-        os.chmod(staging, 0o755)
-        try:
-            os.rename(staging, directory)  # replaces an empty directory, never a full one
-        except OSError as e:
-            raise _cannot_export(directory, e) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def export(wl: Workload, name: str, directory: str, found: SearchResults, settings: Settings,
