@@ -1117,3 +1117,35 @@ def test_the_builder_builds_tensor_core_candidates():
     assert failed.error.startswith("tvm.error.InternalError: Check failed: (device_id_) is false")
     assert len(seconds) == 1 and 0 < seconds[0] < candidates.BUILD_TIMEOUT_S
     assert builder.seconds == []  # the failed batch built nothing
+
+
+@pytest.mark.parametrize("tuner", ["random", "xgb"])
+def test_a_search_killed_and_resumed_measures_what_an_undisturbed_one_does(tmp_path, tuner):
+    """A tuner's proposals depend on its seed and history only: a search whose head dies in
+    its third batch, resumed from its records, measures the same configurations as one that
+    ran undisturbed, none twice, and ends at the same best."""
+    grid = recorded_grid("seed_template")
+    undisturbed, _ = search(tuner, 5, grid, 64, SEED_SPACE)
+    path = str(tmp_path / "at.jsonl")
+    key = autotvm.search_key(SEED_GEMM, "seed_template", "H100", tuner, 5)
+    batches = []
+
+    def dies_in_the_third_batch(configs):
+        batches.append(configs)
+        if len(batches) == 3:
+            raise KeyboardInterrupt
+        return replay(grid)(configs)
+
+    def record(config, outcome):
+        records.append(path, autotvm.trial_record(key, config, outcome, 0))
+
+    with pytest.raises(KeyboardInterrupt):
+        autotvm.tune(SEED_SPACE, autotvm.TUNERS[tuner](5), dies_in_the_third_batch, {}, 64, 16,
+                     record)
+    resumed = autotvm.history_of(records.load(path).records, key)
+    assert 0 < len(resumed) < 64
+    search(tuner, 5, grid, 64 - len(resumed), SEED_SPACE, history=resumed, record=record)
+    measured = [autotvm.config_key(r["config"]) for r in records.load(path).records]
+    assert len(measured) == len(set(measured)) == 64
+    assert set(measured) == set(undisturbed)
+    assert autotvm.best(resumed) == autotvm.best(undisturbed)

@@ -127,14 +127,22 @@ class GridTuner:
 
 
 class RandomTuner:
-    """Configurations in a seeded random order."""
+    """Configurations in a seeded random order. Each batch draws from a stream seeded by the
+    seed and how many configurations the history holds, so what a tuner proposes depends on
+    its seed and history only: a search killed between batches and resumed from its records
+    proposes what it would have proposed undisturbed."""
 
     def __init__(self, seed: int = 0):
-        self.rng = random.Random(seed)
+        self.seed = seed
 
     def propose(self, space: Space, configs: list[dict], history: History, n: int,
                 takes: Callable[[dict], bool] = _taken) -> list[dict]:
+        self._reseed(history)
         return self._draw(_unmeasured(configs, history), n, takes)
+
+    def _reseed(self, history: History) -> None:
+        """This batch's random stream: the seed's, at the history's length."""
+        self.rng = random.Random(f"{self.seed}/{len(history)}")
 
     def _draw(self, left: list[dict], n: int, takes: Callable[[dict], bool]) -> list[dict]:
         """Up to `n` of `left` at random that `takes` accepts, each asked about once: drawn as
@@ -155,12 +163,13 @@ class XGBTuner(RandomTuner):
 
     def __init__(self, seed: int = 0, warmup: int = 8, explore: float = 0.2):
         super().__init__(seed)
-        self.seed, self.warmup, self.explore = seed, warmup, explore
+        self.warmup, self.explore = warmup, explore
 
     def propose(self, space: Space, configs: list[dict], history: History, n: int,
                 takes: Callable[[dict], bool] = _taken) -> list[dict]:
         """The model's `n` best that `takes` accepts, `explore` of them drawn at random from
         the rest instead."""
+        self._reseed(history)
         left = _unmeasured(configs, history)
         speeds = {k: -math.log(o.time_ms) for k, o in history.items() if o.status == Status.OK}
         if len(history) < self.warmup or not speeds:  # the model's first data: a small batch
