@@ -16,7 +16,10 @@
 #   bash scripts/gpu-session.sh farm         # the farm's GPU tier (tests/test_rpc.py), then the seed
 #                                          # GEMM's search ($TRIALS: 64) once for each of $FARM_SETS
 #                                          # (here all): here, or through a farm of those GPUs (all,
-#                                          # or a list such as 0,1), into $OUT only
+#                                          # or a list such as 0,1), into $OUT only; $FARM_SEARCH
+#                                          # replaces the search (e.g. "--shape 4096x4096x4096
+#                                          # --dtype float16 --tune autotvm:v8"), $FARM_TESTS=0
+#                                          # skips the tier
 #   bash scripts/gpu-session.sh at-gemm at-gemv   # template searches: $TUNERS (grid random xgb)
 #   bash scripts/gpu-session.sh tuning-final      # ladder + searches' bests + baselines, one run
 #                                                 # per preset of $PRESETS (both)
@@ -97,15 +100,16 @@ for part in "$@"; do
         --work-dir "reports/tuning/ms-$preset$([ "$space" = tvm ] || echo "-${space//,/-}")" \
         2>&1 | tee -a "$out/$part.log" ;;
     farm)
-      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_rpc.py 2>&1 | tee "$out/pytest-gpu-farm.log"
-      search="--preset gemm-seed --tune metaschedule --trials ${TRIALS:-64} --no-ir --results $out/farm.jsonl"
+      [ "${FARM_TESTS:-1}" = 0 ] || python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_rpc.py 2>&1 | tee "$out/pytest-gpu-farm.log"
+      search="${FARM_SEARCH:---preset gemm-seed --tune metaschedule} --trials ${TRIALS:-64} --no-ir --results $out/farm.jsonl"
+      state() { case "$search" in *autotvm*) echo --records "/tmp/farm-work/$1.jsonl" ;; *) echo --work-dir "/tmp/farm-work/$1" ;; esac; }
       # work dirs outside $OUT: only 8 files come back from it
       mkdir -p /tmp/farm-work
-      port=9190  # a port per farm: the last one's may not be free yet
+      port=${FARM_PORT:-9190}  # a port per farm: the last one's may not be free yet
       { for gpus in ${FARM_SETS:-here all}; do
           echo "== $gpus"
           if [ "$gpus" = here ]; then
-            python3 runner.py $search --work-dir "/tmp/farm-work/here"; continue
+            python3 runner.py $search $(state "here-$$"); continue
           fi
           port=$((port + 1))
           scripts/rpc-farm.sh --key gpus --host 127.0.0.1 --port $port \
@@ -114,10 +118,10 @@ for part in "$@"; do
           farm=$!
           for _ in $(seq 120); do grep -q "farm ready" "/tmp/farm-work/ready-$gpus.log" && break; sleep 1; done
           cat "/tmp/farm-work/ready-$gpus.log"
-          python3 runner.py $search --work-dir "/tmp/farm-work/farm-$gpus" \
+          python3 runner.py $search $(state "farm-$gpus-$$") \
             --rpc-tracker 127.0.0.1:$port --rpc-key gpus
           kill -INT $farm; wait $farm
-        done; } 2>&1 | tee "$out/farm.log" ;;
+        done; } 2>&1 | tee -a "$out/farm.log" ;;
     ms-rungs)
       space=${MS_SPACE:-v7,v8}
       args="--shape ${SHAPE:-4096x4096x4096} --dtype ${DTYPE:-float16} --layout ${LAYOUT:-nn}"

@@ -8,7 +8,9 @@ Every tracker, server and farm is started here and stopped in `finally`; every c
 under a time limit."""
 
 import contextlib
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +18,7 @@ import sys
 import time
 
 import pytest
+import tvm
 
 from schedules.errors import FarmGone, UsageError
 from schedules.workloads import Workload
@@ -25,6 +28,7 @@ from tuning.candidates import Outcome, Status
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI_LIMIT_S = 90  # a command still running after this is killed and the test fails
 REFUSED_WITHIN_S = 20  # what a refusal may take, Python's and TVM's imports included
+LLVM = tvm.target.Target("llvm")
 
 
 def free_port() -> int:
@@ -268,14 +272,21 @@ def _line_within(proc, words: str, seconds: float) -> str:
     pytest.fail(f"no '{words}' within {seconds} s")
 
 
+def _shipped(mod, target):
+    """A candidate as a farm search sends it: its module file (farm.FarmBuilder)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning import farm as farms
+
+    (path,) = farms.FarmBuilder().artifacts([ms.builder.BuilderInput(mod, target)])
+    return candidates.runner_input(mod, path, target)
+
+
 def _llvm_candidate(kind: str):
-    """A built llvm candidate that adds one to a 4-vector: as it should ('good'), or ending the
+    """An llvm candidate that adds one to a 4-vector: as it should ('good'), or ending the
     process that runs it ('crash', libc's abort) or never ending ('hang')."""
     import tvm
-    from tvm.s_tir import meta_schedule as ms
     from tvm.script import tirx as T
-
-    from tuning import build
 
     @T.prim_func
     def good(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
@@ -294,10 +305,7 @@ def _llvm_candidate(kind: str):
             B[0] = T.abs(B[0]) + A[0] * A[0]
 
     func = {"good": good, "crash": crash, "hang": hang}[kind].with_attr("global_symbol", "main")
-    mod = tvm.IRModule({"main": func})
-    target = tvm.target.Target("llvm")
-    path = build.build_artifact((mod, target))
-    return ms.runner.RunnerInput(path, "cpu", ms.arg_info.ArgInfo.from_prim_func(func))
+    return _shipped(tvm.IRModule({"main": func}), LLVM)
 
 
 def _last_outcomes(log) -> dict:
@@ -305,7 +313,7 @@ def _last_outcomes(log) -> dict:
     last = {}
     for line in log.read_text().splitlines():
         name, _, said = line.partition("] ")
-        if name.startswith("[") and said and not said.startswith("serving"):
+        if name.startswith("[") and said and not said.startswith(("serving", "building")):
             last[name[1:]] = said.split(":")[0].split()[0]
     return last
 
@@ -329,7 +337,8 @@ def test_a_farm_server_outlives_a_crashing_and_a_hanging_candidate(farm):
     from tuning import farm as farms
 
     address, _, log = farm
-    runner = farms.FarmRunner(address, "farm", Workload("gemm", (32, 32, 32)), timeout_sec=5)
+    runner = farms.FarmRunner(address, "farm", Workload("gemm", (32, 32, 32)), LLVM,
+                              timeout_sec=5)
     (crash, hang), after = _bad_then_good(
         runner, [_llvm_candidate("crash"), _llvm_candidate("hang")], _llvm_candidate("good"),
         log, ["cpu0", "cpu1"])
@@ -342,13 +351,12 @@ def test_a_farm_server_outlives_a_crashing_and_a_hanging_candidate(farm):
 
 
 def _cuda_candidate(kind: str, wl: Workload, target):
-    """A built CUDA candidate for the GEMM `wl`: v2's kernel ('good'), or one with its
+    """A CUDA candidate for the GEMM `wl`: v2's kernel ('good'), or one with its
     arguments that faults (`__trap()`: the CUDA context is lost) or never ends ('hang')."""
     import tvm
     from tvm.script import tirx as T
 
     import schedules
-    from tuning import build
 
     m, n, k = wl.shape
 
@@ -372,7 +380,7 @@ def _cuda_candidate(kind: str, wl: Workload, target):
     else:
         mod = tvm.IRModule({"main": {"fault": fault, "hang": hang}[kind].with_attr(
             "global_symbol", "main")})
-    return candidates.runner_input(mod, build.build_artifact((mod, target)), target)
+    return _shipped(mod, target)
 
 
 @pytest.mark.gpu
@@ -385,7 +393,7 @@ def test_a_gpu_farm_server_outlives_a_faulting_and_a_hanging_kernel(tmp_path):
     target = build.cuda_target(measure.device_facts()["arch"])
     log = tmp_path / "farm.log"
     with started_farm(log, "--gpus", "0,0") as (address, _):
-        runner = farms.FarmRunner(address, "farm", wl, timeout_sec=10)
+        runner = farms.FarmRunner(address, "farm", wl, target, timeout_sec=10)
         (fault, hang), after = _bad_then_good(
             runner, [_cuda_candidate("fault", wl, target), _cuda_candidate("hang", wl, target)],
             _cuda_candidate("good", wl, target), log, ["gpu0.0", "gpu0.1"])
@@ -455,13 +463,85 @@ def test_a_search_on_the_farm_records_its_summary_under_the_servers_device(farm,
     assert "search summary recorded in results.jsonl (measured on CPU (" in out
 
 
+def _search_on_the_farm(address: str, work_dir, trials: int) -> subprocess.Popen:
+    """A MetaSchedule search of the 32^3 GEMM on this CPU, on the farm at `address`."""
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "runner.py"), "--tune", "metaschedule", "--target",
+         "llvm", "--shape", "32x32x32", "--trials", str(trials), "--seed", "3",
+         "--work-dir", str(work_dir), "--rpc-tracker", address, "--rpc-key", "farm"],
+        cwd=os.path.dirname(work_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+
+def _measured_traces(work_dir) -> list[str]:
+    """The trace of every candidate in a MetaSchedule work dir's database, a failed one too."""
+    with open(os.path.join(work_dir, "database_tuning_record.json")) as f:
+        return [json.dumps(json.loads(line)[1][0]) for line in f if line.strip()]
+
+
+def _server_pid(log, name: str) -> int:
+    """The process of the farm server `name`, as its last 'serving' line says."""
+    serving = [line for line in log.read_text().splitlines()
+               if line.startswith(f"[{name}] serving on port ")]
+    return int(serving[-1].rsplit("pid ", 1)[1])
+
+
+def test_a_server_killed_with_a_chunk_costs_nothing_its_chunk_goes_to_another(farm, tmp_path):
+    """A server killed while it builds and measures its chunk: the chunk goes to the next free
+    server, one line says so, and the search ends with every trial measured and none failed."""
+    address, _, log = farm
+    search = _search_on_the_farm(address, tmp_path / "ms", 64)
+    try:
+        deadline = time.time() + CLI_LIMIT_S
+        while "[cpu0] building and measuring" not in log.read_text():
+            assert time.time() < deadline and search.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.05)
+        os.kill(_server_pid(log, "cpu0"), signal.SIGKILL)
+        out, err = search.communicate(timeout=CLI_LIMIT_S)
+    finally:
+        if search.poll() is None:
+            os.killpg(search.pid, signal.SIGKILL)
+    assert search.returncode == 0 and "Traceback" not in out + err, err[-2000:]
+    lost = [line for line in out.splitlines() if line.startswith("farm: a server went away")]
+    assert len(lost) == 1 and lost[0].endswith("they go to the next free server"), out[-2000:]
+    traces = _measured_traces(tmp_path / "ms")
+    assert len(traces) == len(set(traces)) == 64
+    assert "; this run: 64 proposed, 0 refused, 64 measured" in out
+    batches = re.findall(r"\((\d+) of this batch failed\)", out)
+    assert batches == ["0", "0"], out[-2000:]
+
+
+def test_a_search_whose_head_is_killed_resumes_and_measures_nothing_twice(farm, tmp_path):
+    """The search's own process killed mid-search: the batch it had recorded is kept, and the
+    same command resumes and measures only new candidates."""
+    address, _, _ = farm
+    work_dir = tmp_path / "ms"
+    search = _search_on_the_farm(address, work_dir, 64)
+    try:
+        _line_within(search, "[33/64]", CLI_LIMIT_S)  # the first batch of 32 recorded
+        os.killpg(search.pid, signal.SIGKILL)
+        search.wait()
+    finally:
+        if search.poll() is None:
+            os.killpg(search.pid, signal.SIGKILL)
+    kept = _measured_traces(work_dir)
+    assert 32 <= len(kept) < 64
+    status, out, err, _ = run_cli(
+        ["--tune", "metaschedule", "--target", "llvm", "--shape", "32x32x32", "--trials",
+         str(64 - len(kept)), "--seed", "3", "--work-dir", str(work_dir), "--rpc-tracker",
+         address, "--rpc-key", "farm"], tmp_path)
+    assert status == 0 and "Traceback" not in out + err, err[-2000:]
+    traces = _measured_traces(work_dir)
+    assert traces[:len(kept)] == kept and len(traces) == len(set(traces)) == 64
+
+
 def test_a_farm_runner_ends_a_search_whose_servers_measure_on_two_kinds_of_gpu():
     """The first device a server names is the search's; another kind ends the search in one
     line (its times and records would mix two kinds of GPU)."""
     from tuning import farm as farms
 
     with tracker_with_a_server("gpu") as (address, _):
-        runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)))
+        runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)), LLVM)
         h100 = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580", "arch": "sm_90"}
         runner.measured_on(h100)
         runner.measured_on({**h100, "driver": "581"})  # the same kind of GPU
@@ -475,15 +555,15 @@ def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():
     from tuning import farm as farms
 
     with tracker_with_a_server("gpu") as (address, server):
-        runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)),
+        runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)), LLVM,
                                   gone_after_s=2)
         server.terminate()
         start = time.time()
         with pytest.raises(FarmGone, match="no RPC server under key 'gpu' .* for 2 s"):
-            runner.measure(_llvm_candidate("good"))
+            runner.measure([_llvm_candidate("good")])
         assert time.time() - start < 15
         with pytest.raises(FarmGone):  # and every candidate after it, at once
-            runner.measure(_llvm_candidate("good"))
+            runner.measure([_llvm_candidate("good")])
 
 
 def test_a_search_refuses_servers_that_are_not_the_farms_in_one_line(

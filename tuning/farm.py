@@ -1,9 +1,14 @@
-"""A farm of GPUs for searches: one RPC server per GPU behind TVM's RPC tracker, and the runner
-that measures a search's candidates on all of them at once.
+"""A farm of GPUs for searches: one RPC server per GPU behind TVM's RPC tracker, each building
+and measuring what it is sent, and the runner that sends a search's candidates to all of them.
 
     scripts/rpc-farm.sh --key h200                          # this host: a tracker, a server per GPU
     scripts/rpc-farm.sh --key h200 --tracker host1:9190     # another host: its servers join host1's
     python runner.py --tune metaschedule --rpc-tracker host1:9190 --rpc-key h200 ...
+
+The engine is TVM's RPC: its tracker hands out free servers, its sessions carry a chunk of
+candidates (their modules as TVM's JSON) and their Outcomes back. Each host builds what it
+measures, on its own cores shared among its servers, so adding a host adds building as well as
+measuring; a search's own host only proposes candidates (FarmBuilder writes their modules).
 
 Why not TVM's own `tvm.exec.rpc_server` (tried on the two-H200 host, issue 25): it serves each
 session in a forked process, in which every candidate failed with cudaErrorInitializationError;
@@ -11,14 +16,15 @@ with `--no-fork`, a candidate whose kernel faulted ended the session's process w
 status, which TVM's listen loop raises out of: the server stayed registered with the tracker,
 served no more, and the search waited on it until killed.
 
-A farm server (`serve`) serves sessions in its own process, which never touches the GPU, and
-measures each candidate with the runner a search on that host would use
-(candidates.local_runner): on CUDA, a worker process that checks the candidate against float64
-and times it with this project's harness, replaced after a crash or a timeout. So a faulting or
-hanging kernel costs its candidate only, and records from the farm are checked like local ones.
-The farm (`main`) restarts a server process that exits all the same. A search's FarmRunner
-measures on every server under its key at once and ends the search with FarmGone, rather than
-waiting, when the tracker or every server under the key has gone.
+A farm server (`serve`) serves sessions in its own process, which never touches the GPU: it
+builds each candidate in worker processes (candidates.WarmBuilder) and measures it with the
+runner a search on that host would use (candidates.local_runner): on CUDA, a worker process
+that checks the candidate against float64 and times it with this project's harness, replaced
+after a crash or a timeout. So a candidate that fails to build, faults or hangs costs that
+candidate only, and records from the farm are checked like local ones. The farm (`main`)
+restarts a server process that exits all the same, and a search's FarmRunner sends the chunk a
+lost server held to the next free one. It ends the search with FarmGone, rather than waiting,
+when the tracker or every server under the key has gone.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
 
 import tvm
 from tvm import rpc
@@ -49,41 +56,54 @@ from schedules.workloads import Workload
 from . import candidates
 from .candidates import Outcome, Status
 
-EVALUATE = "explorer.farm.evaluate"  # the servers' remote function (see _evaluate)
+BUILD_AND_EVALUATE = "explorer.farm.build_and_evaluate"  # the servers' remote function
+BUILD_WORKERS_VARIABLE = "FARM_BUILD_WORKERS"  # a server's build workers (_build_workers)
 TRACKER_PORT = 9190
 GONE_AFTER_S = 30.0  # no server under the key for this long: the farm has gone (a restart takes seconds)
 POLL_S = 1.0  # how often a candidate waiting for a server asks whether any is left
-CONNECT_TRIES = 3  # a server the tracker handed out may go away before the candidate reaches it
+CONNECT_TRIES = 3  # a server the tracker handed out may go away before the chunk reaches it
+LOST_TRIES = 3  # servers that may go away with one chunk before its candidates count as failed
 READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how many did
 
 
-# -- a server: measures the candidates sent to it ------------------------------------------------
+# -- a server: builds and measures the candidates sent to it ----------------------------------------
 
-_measuring: dict = {}  # the server's runner: {"asked": what it measures, "runner": the runner}
+_searching: dict = {}  # the server's search: {"asked": its settings, "builder", "runner", "device"}
 
 
-def _evaluate(artifact: bytearray, request: str) -> str:
-    """The servers' remote function: one candidate (its artifact's bytes; `request`, JSON of its
-    device, workload, flush, run timeout and arguments), measured by local_runner on this
-    host. Returns the candidate's Outcome as JSON, with the device that measured it
-    (candidates.measuring_device)."""
+def _build_and_evaluate(request: str) -> str:
+    """The servers' remote function: a chunk of one search's candidates (`request`, JSON of the
+    search's workload, target, device, flush and run timeout, and the candidates' modules as
+    TVM's JSON), built in this server's build workers (its share of the host's cores) and
+    measured by local_runner on this host as they are built. Returns each candidate's Outcome,
+    in order, with the device that measured them (candidates.measuring_device), as JSON."""
     asked = json.loads(request)
-    args_info = asked.pop("args_info")
-    if _measuring.get("asked") != asked:  # a new search: its runner replaces the last one's
-        candidates.shut_down(_measuring.get("runner"))
+    modules = asked.pop("modules")
+    if _searching.get("asked") != asked:  # a new search: its workers replace the last one's
+        candidates.shut_down(_searching.get("builder"), _searching.get("runner"))
         wl = Workload(**{**asked["workload"], "shape": tuple(asked["workload"]["shape"])})
+        target = tvm.ir.load_json(asked["target"])
         runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"])
-        _measuring.update(asked=asked, runner=runner, device=candidates.measuring_device(runner))
-    with tempfile.TemporaryDirectory(prefix="farm-") as work:
-        path = os.path.join(work, "candidate.tar")
-        with open(path, "wb") as f:
-            f.write(bytes(artifact))
-        runner_input = ms.runner.RunnerInput(path, asked["device"],
-                                             [ms.arg_info.ArgInfo.from_json(a) for a in args_info])
-        outcome = candidates.outcomes_of(_measuring["runner"], [runner_input])[0]
-    time_ms = f" {outcome.time_ms:.4f} ms" if outcome.time_ms is not None else ""
-    _say(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
-    return json.dumps({**dataclasses.asdict(outcome), "device": _measuring["device"]})
+        builder = candidates.WarmBuilder(_build_workers(),
+                                         on_built=getattr(runner, "measure_soon", None))
+        builder.start(target)
+        _searching.update(asked=asked, builder=builder, runner=runner, target=target,
+                          device=candidates.measuring_device(runner))
+    _say(f"building and measuring {len(modules)} candidate{'s' * (len(modules) > 1)}")
+    outcomes = candidates.measure_modules([tvm.ir.load_json(m) for m in modules],
+                                          _searching["target"], _searching["builder"],
+                                          _searching["runner"])
+    for outcome in outcomes:
+        time_ms = f" {outcome.time_ms:.4f} ms" if outcome.time_ms is not None else ""
+        _say(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
+    return json.dumps({"outcomes": [dataclasses.asdict(o) for o in outcomes],
+                       "device": _searching["device"]})
+
+
+def _build_workers() -> int:
+    """This server's build workers: FARM_BUILD_WORKERS (the farm gives each server its share of
+    the host's cores), else every core."""
+    return int(os.environ.get(BUILD_WORKERS_VARIABLE) or os.cpu_count() or 1)
 
 
 def _serve_in_process(sock, addr, opts, load_library) -> None:
@@ -103,7 +123,7 @@ def _serve_in_process(sock, addr, opts, load_library) -> None:
 def serve(tracker: str, key: str, host: str) -> None:
     """Register with the tracker under `key` and serve sessions, one at a time, for ever."""
     tracker_host, tracker_port = candidates.parse_tracker(tracker)
-    tvm.register_global_func(EVALUATE, _evaluate, override=True)
+    tvm.register_global_func(BUILD_AND_EVALUATE, _build_and_evaluate, override=True)
     server._serving = _serve_in_process
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -118,7 +138,35 @@ def _say(line: str) -> None:
     print(f"[{os.environ.get('FARM_SERVER', 'server')}] {line}", file=sys.stderr, flush=True)
 
 
-# -- a search's side: candidates measured on every server at once ---------------------------------
+# -- a search's side: candidates built and measured on every server at once -----------------------
+
+
+@derived_object
+class FarmBuilder(ms.builder.PyBuilder):
+    """A farm search's builder, which builds nothing here: each candidate's module is written
+    as TVM's JSON, the 'artifact' a FarmRunner sends to a server, which builds it on its own
+    host's cores and measures it there. So a farm's builds grow with its hosts; built on the
+    search's host, they kept a second GPU from speeding a search up."""
+
+    pool = None  # no workers of its own (candidates.shut_down)
+
+    def start(self, target: tvm.target.Target) -> None:
+        """Nothing to start here: each server starts its build workers at its first chunk."""
+
+    def build(self, build_inputs):
+        """MetaSchedule's interface: each candidate's module file as its artifact."""
+        return [ms.builder.BuilderResult(path, None) for path in self.artifacts(build_inputs)]
+
+    def artifacts(self, build_inputs) -> list[str]:
+        """Each candidate's module as TVM's JSON, in a fresh directory of its own (which
+        candidates.measure_modules removes once the candidate has run)."""
+        paths = []
+        for b in build_inputs:
+            path = os.path.join(tempfile.mkdtemp(prefix="farm-candidate-"), "module.json")
+            with open(path, "w") as f:
+                f.write(tvm.ir.save_json(b.mod))
+            paths.append(path)
+        return paths
 
 
 @derived_object
@@ -136,46 +184,100 @@ class _FarmFuture(ms.runner.PyRunnerFuture):
         return candidates.runner_result(self.future.result())
 
 
+def _parts(chunk: Future, count: int) -> list[Future]:
+    """A future per candidate of a chunk's future (which gives their Outcomes in order)."""
+    parts = [Future() for _ in range(count)]
+
+    def settle(done: Future) -> None:
+        error = done.exception()
+        for n, part in enumerate(parts):
+            if error is None:
+                part.set_result(done.result()[n])
+            else:
+                part.set_exception(error)
+
+    chunk.add_done_callback(settle)
+    return parts
+
+
 @derived_object
 class FarmRunner(ms.runner.PyRunner):
-    """Measures candidates on the servers registered with a tracker under a key, a thread per
-    server: each candidate asks the tracker for a free server, sends it the artifact, and gets
-    its Outcome back. While it waits, it asks every POLL_S whether any server is left; after
-    `gone_after_s` with none (or with no tracker), it raises FarmGone, and so does every
-    candidate after it. What ended the search is kept as `stopped_by`: MetaSchedule hands an
-    error raised in a runner back as another one.
+    """Builds and measures a search's candidates (a FarmBuilder's module files) on the servers
+    registered with a tracker under a key: each batch is split into one chunk per server, and
+    each chunk, on a thread of its own, asks the tracker for a free server, sends it the
+    modules and gets their Outcomes back. A server that goes away with a chunk costs that try
+    only: the chunk goes to the next free server (one line to `say`), up to LOST_TRIES times.
+    While a chunk waits for a server, it asks every POLL_S whether any is left; after
+    `gone_after_s` with none (or with no tracker), it raises FarmGone, and so does every chunk
+    after it. What ended the search is kept as `stopped_by`: MetaSchedule hands an error raised
+    in a runner back as another one.
     `servers_device` is the GPU (or CPU) the servers measure on, as their replies name it: one
     search's times are all from one kind, so a server that names another one ends the search."""
 
-    def __init__(self, tracker: str, key: str, wl: Workload, flush: str = "read",
-                 timeout_sec: float = candidates.RUN_TIMEOUT_S,
-                 gone_after_s: float = GONE_AFTER_S):
+    def __init__(self, tracker: str, key: str, wl: Workload, target: tvm.target.Target,
+                 flush: str = "read", timeout_sec: float = candidates.RUN_TIMEOUT_S,
+                 gone_after_s: float = GONE_AFTER_S, say: Callable[[str], None] | None = None):
         super().__init__()
         self.tracker, self.key, self.gone_after_s = tracker, key, gone_after_s
-        self.request = {"workload": dataclasses.asdict(wl), "flush": flush,
-                        "timeout_s": timeout_sec}
+        self.request = {"workload": dataclasses.asdict(wl), "target": tvm.ir.save_json(target),
+                        "flush": flush, "timeout_s": timeout_sec}
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped_by: ExplorerError | None = None
         self.servers_device: dict | None = None
-        self.pool = ThreadPoolExecutor(max_workers=candidates.check_rpc(tracker, key))
+        self.servers = candidates.check_rpc(tracker, key)
+        self.pool = ThreadPoolExecutor(max_workers=self.servers)
 
     def run(self, runner_inputs):
         """MetaSchedule's interface: a future per candidate, all of them measured at once."""
-        return [_FarmFuture(self.pool.submit(self.measure, i)) for i in runner_inputs]
+        return [_FarmFuture(part) for part in self._submit(list(runner_inputs))]
 
     def outcomes(self, runner_inputs) -> list[Outcome]:
         """Each candidate's Outcome (candidates.outcomes_of)."""
-        return [future.result() for future in
-                [self.pool.submit(self.measure, i) for i in runner_inputs]]
+        return [part.result() for part in self._submit(list(runner_inputs))]
 
-    def measure(self, runner_input) -> Outcome:
-        """One candidate, measured on the first free server: a server that goes away before the
-        candidate reaches it is passed over; one that goes away while measuring it costs it
-        (run_failed)."""
-        with open(runner_input.artifact_path, "rb") as f:
-            artifact = bytearray(f.read())
-        request = json.dumps({**self.request, "device": runner_input.device_type,
-                              "args_info": [a.as_json() for a in runner_input.args_info]},
-                             default=int)
+    def _submit(self, runner_inputs: list) -> list[Future]:
+        """A future per candidate: the candidates split into one chunk per server."""
+        size = max(1, -(-len(runner_inputs) // self.servers))
+        parts = []
+        for at in range(0, len(runner_inputs), size):
+            chunk = runner_inputs[at:at + size]
+            parts += _parts(self.pool.submit(self.measure, chunk), len(chunk))
+        return parts
+
+    def measure(self, runner_inputs: list) -> list[Outcome]:
+        """A chunk of candidates, built and measured on the first free server: a server that
+        goes away before the chunk reaches it is passed over (CONNECT_TRIES times); one that
+        goes away with it sends it to the next (LOST_TRIES times), after which each of its
+        candidates is run_failed."""
+        modules = []
+        for runner_input in runner_inputs:
+            with open(runner_input.artifact_path) as f:
+                modules.append(f.read())
+        request = json.dumps({**self.request, "device": runner_inputs[0].device_type,
+                              "modules": modules})
+        count, why = len(runner_inputs), ""
+        for attempt in range(1, LOST_TRIES + 1):
+            build_and_evaluate = self._remote_function()
+            if isinstance(build_and_evaluate, Outcome):
+                return [build_and_evaluate] * count
+            try:
+                reply = json.loads(build_and_evaluate(request))
+            except Exception as e:  # noqa: BLE001  the server (or its host) went away
+                why = candidates.error_summary(str(e))
+                self.say(f"farm: a server went away with {count} candidate"
+                         f"{'s' * (count > 1)} ({why}); " + (
+                             "they go to the next free server" if attempt < LOST_TRIES else
+                             f"{LOST_TRIES} servers lost them: they count as run_failed"))
+                continue
+            self.measured_on(reply["device"])
+            return [Outcome(Status(o["status"]), o["time_ms"], o["error"])
+                    for o in reply["outcomes"]]
+        return [Outcome(Status.RUN_FAILED, error=f"{LOST_TRIES} RPC servers went away while "
+                        f"building and measuring it; the last: {why}"[:300])] * count
+
+    def _remote_function(self):
+        """The build-and-measure function of the first free server, or the run_failed Outcome
+        of a chunk no server could be reached for."""
         for attempt in range(CONNECT_TRIES):
             try:
                 session = self._session()
@@ -185,17 +287,10 @@ class FarmRunner(ms.runner.PyRunner):
                     return Outcome(Status.RUN_FAILED, error=candidates.error_summary(
                         f"no RPC server reached in {CONNECT_TRIES} tries: {e}"))
         try:
-            evaluate = session.get_function(EVALUATE)
-        except Exception:
+            return session.get_function(BUILD_AND_EVALUATE)
+        except Exception:  # noqa: BLE001  TVM's own server, or an older farm's
             self._stop(UsageError(f"the RPC servers under key '{self.key}' are not this "
                                   "project's farm servers: start them with scripts/rpc-farm.sh"))
-        try:
-            reply = json.loads(evaluate(artifact, request))
-        except Exception as e:
-            return Outcome(Status.RUN_FAILED, error=candidates.error_summary(
-                f"the RPC server went away while measuring: {e}"))
-        self.measured_on(reply["device"])
-        return Outcome(Status(reply["status"]), reply["time_ms"], reply["error"])
 
     def measured_on(self, device: dict) -> None:
         """Note the device a server measured on: the first one is the search's; another kind
@@ -271,7 +366,8 @@ def gpus_here() -> list[str]:
 
 class Farm:
     """The server processes of this host, one per GPU (pinned with CUDA_VISIBLE_DEVICES) or
-    `count` unpinned ones, each restarted when it exits."""
+    `count` unpinned ones, each restarted when it exits; each builds its candidates on its share
+    of the host's cores."""
 
     def __init__(self, tracker: str, key: str, host: str, gpus: list[str] | None, count: int):
         self.tracker, self.key, self.host = tracker, key, host
@@ -282,7 +378,8 @@ class Farm:
         self.procs: list[subprocess.Popen | None] = [None] * len(self.names)
 
     def start(self, i: int) -> None:
-        env = {**os.environ, "FARM_SERVER": self.names[i]}
+        env = {**os.environ, "FARM_SERVER": self.names[i],
+               BUILD_WORKERS_VARIABLE: str(max(1, (os.cpu_count() or 1) // len(self.names)))}
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[i]
         self.procs[i] = subprocess.Popen(

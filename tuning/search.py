@@ -21,7 +21,7 @@ from schedules.errors import UsageError
 from schedules.workloads import Workload
 
 from . import autotvm, build, candidates, measure, metaschedule
-from .farm import FarmRunner
+from .farm import FarmBuilder, FarmRunner
 
 LOG = logging.getLogger(__name__)  # what a library call reports, where the caller gives no say
 
@@ -61,8 +61,9 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
     or this CPU."""
     search = _checked(wl, request, say, warn)
     target = _target(request)
-    runner = _runner(target, wl, request)
-    builder = candidates.WarmBuilder(on_built=getattr(runner, "measure_soon", None))
+    runner = _runner(target, wl, request, say)
+    builder = (FarmBuilder() if request.rpc_tracker else
+               candidates.WarmBuilder(on_built=getattr(runner, "measure_soon", None)))
     builder.start(target)
     try:
         found = search(target, builder, runner)
@@ -80,12 +81,15 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
     return summary
 
 
-def _runner(target: tvm.target.Target, wl: Workload, request: Request):
+def _runner(target: tvm.target.Target, wl: Workload, request: Request,
+            say: Callable[[str], None]):
     """What measures the candidates. Over RPC (a tracker's host:port, and the key its servers
-    registered under): the farm's servers (tuning/farm.py), which measure as local_runner does,
-    there. Here: candidates.local_runner."""
+    registered under): the farm's servers (tuning/farm.py), which build them and measure them
+    as local_runner does, there; a lost server's candidates said to `say`. Here:
+    candidates.local_runner."""
     if request.rpc_tracker:
-        return FarmRunner(request.rpc_tracker, request.rpc_key, wl, request.flush)
+        return FarmRunner(request.rpc_tracker, request.rpc_key, wl, target, request.flush,
+                          say=say)
     return candidates.local_runner(candidates.device_of(target), wl, request.flush)
 
 
