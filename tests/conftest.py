@@ -27,21 +27,36 @@ def target():
 
 
 @pytest.fixture(scope="session")
-def compiled():
-    """compiled(op, name, wl) -> (lowered IR text, CUDA source, KernelSummary), cached."""
+def _builds():
+    """build(op, name, wl) -> (lowered IRModule, lowered IR text, CUDA source, KernelSummary),
+    cached for the session."""
     from schedules import get
     from tuning import build
 
     cache = {}
     target = build.cuda_target("sm_90")
 
-    def compile_one(name, wl, **params):
+    def build_one(name, wl, **params):
         key = (name, wl, tuple(sorted(params.items())))
         if key not in cache:
             mod = get(wl.op, name).apply(wl, target, **params)
             lowered = build.lower(mod, target)
             source = build.cuda_source(build.build(mod, target))
-            cache[key] = (build.ir_text(lowered), source, build.summarize(lowered, source))
+            cache[key] = (lowered, build.ir_text(lowered), source,
+                          build.summarize(lowered, source))
         return cache[key]
 
-    return compile_one
+    return build_one
+
+
+@pytest.fixture(scope="session")
+def compiled(_builds):
+    """compiled(op, name, wl) -> (lowered IR text, CUDA source, KernelSummary), cached."""
+    return lambda name, wl, **params: _builds(name, wl, **params)[1:]
+
+
+@pytest.fixture(scope="session")
+def lowered(_builds):
+    """lowered(name, wl, **knobs) -> the lowered IRModule of the rung (tests/kernel_facts.py
+    reads it), from the same builds as `compiled`."""
+    return lambda name, wl, **params: _builds(name, wl, **params)[0]

@@ -9,13 +9,17 @@ import subprocess
 import tempfile
 
 import pytest
+import tvm
+import tvm_ffi
+from tvm.tirx import stmt as S
 
+import kernel_facts as kf
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from schedules.v8.cuda import SETTLE
+from schedules.v8.cuda import SETTLE, split_k_helpers
 from schedules.v8.geometry import box_bytes
 from schedules.workloads import FP8
-from tuning import build
+from tuning import build, lowering
 
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
                                 reason="nvcc is not on PATH: the generated CUDA is not compiled")
@@ -54,82 +58,128 @@ def test_v8_builds_and_nvcc_compiles_it_without_spills(wl, compiled):
 @pytest.mark.parametrize("knobs, wgmma", [({"block_m": 64, "block_n": 64}, "m64n32k16"),
                                           ({"block_m": 128, "block_n": 80}, "m64n80k16"),
                                           ({"block_m": 256, "block_n": 176}, "m64n176k16")])
-def test_v8_takes_b_in_widths_of_16_columns_in_nt(knobs, wgmma, compiled):
+def test_v8_takes_b_in_widths_of_16_columns_in_nt(knobs, wgmma, compiled, lowered):
     """nt loads B's rows whole, so a consumer's share of block_n need only be whole 16-column
     pieces of C (how the epilogue stores it), not nn's 64-column boxes."""
-    _, source, _ = compiled("v8", gemm((300, 520, 272), "bfloat16", "bfloat16", "nt"), **knobs)
-    assert f"wgmma.mma_async.sync.aligned.{wgmma}.f32.bf16.bf16" in source
-    (usage,) = build.nvcc_resources(source, "sm_90").values()
+    wl = gemm((300, 520, 272), "bfloat16", "bfloat16", "nt")
+    mmas = kf.calls(lowered("v8", wl, **knobs), "ptx.wgmma_bf16_ss")
+    assert mmas and {kf.words(c)[3:7] for c in mmas} == {(wgmma, "f32", "bf16", "bf16")}
+    (usage,) = build.nvcc_resources(compiled("v8", wl, **knobs)[1], "sm_90").values()
     assert not usage.get("spill_stores")
 
 
-def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled):
+def _tile_loops(kernel, var: str, tiles: int) -> list:
+    """The loops over `var` whose body skips the steps past the last of `tiles` tiles."""
+    return [f for f in kf.loop(kernel, var)
+            if any(isinstance(i.condition, tvm.tirx.LT) and int(i.condition.b) == tiles
+                   for i in lowering.find(f.body, S.IfThenElse, outermost=True))]
+
+
+def test_v8_cuda_is_a_persistent_warp_specialized_tma_kernel(compiled, lowered):
     wl = gemm((4096, 4096, 4096), "float16", "float16", "nt")
-    _, source, summary = compiled("v8", wl)
+    summary, ir = compiled("v8", wl)[2], lowered("v8", wl)
+    kernel = kf.kernel(ir)
     assert summary.grid == {"blockIdx.x": 132}  # one CTA per SM ...
-    assert "for (int j = 0; j < 4; ++j)" in source  # ... each walking 4 of the 512 tiles
-    assert "((j * 132) + ((int)blockIdx.x)) < 512" in source
+    # ... whose producer (j) and consumers (turn) each walk 4 of the 512 tiles
+    assert [int(f.extent) for f in _tile_loops(kernel, "j", 512)] == [4]
+    assert [int(f.extent) for f in _tile_loops(kernel, "turn", 512)] == [4]
     # the ring, tma_store's four boxes of 64 rows of 128 bytes, the barriers
     assert summary.shared_bytes == 4 * (128 + 256) * 128 + 1024 + 4 * 64 * 128 + 2 * 4 * 8
-    assert ("(const __grid_constant__ CUtensorMap A_map, const __grid_constant__ CUtensorMap B_map, "
-            "const __grid_constant__ CUtensorMap C_map)") in source
-    for instruction in ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
-                        "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx", "mbarrier.init",
-                        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
-                        "setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 232",
-                        "prefetch.tensormap"):
-        assert instruction in source, instruction
+    assert kf.params(ir) == ["A_map", "B_map", "C_map"]
+    assert {str(p.ty) for p in kernel.params} == {"T.TensorMap()"}
+    assert kf.count(kernel, "ptx.cp_async_bulk_tensor_g2s_cluster", "2d", "shared::cluster",
+                    "global", "mbarrier::complete_tx::bytes") == 2  # A's box and B's
+    assert len(kf.calls(kernel, "cuda.mbarrier_wait")) == 2  # for an empty and a full stage
+    assert len(kf.calls(kernel, "ptx.mbarrier_arrive_expect_tx")) == 1
+    assert len(kf.calls(kernel, "ptx.mbarrier_init")) == 2 * 4  # full and empty, 4 stages
+    assert kf.count(kernel, "ptx.wgmma_f16_ss", "mma_async", "m64n256k16", "f32", "f16") == 4
+    assert {(kf.ints(c)[0], kf.words(c)[0]) for c in kf.calls(kernel, "ptx.setmaxnreg")} \
+        == {(40, "dec"), (232, "inc")}
+    assert kf.count(kernel, "ptx.prefetch", "tensormap") == 3
     # the accumulators pass through SETTLE after the last wait, and C is converted from them
-    body = source[source.index("__global__ void"):]
-    assert body.index(f"{SETTLE[0]}(acc_ptr[0])") > body.index("wait_group_sync_aligned_0()")
-    assert body.index("v8_stage_pair_float16(") > body.index(f"{SETTLE[0]}(acc_ptr[127])")
+    waited = kf.at(kernel, lambda n: kf.called("ptx.wgmma_wait_group")(n) and kf.ints(n)[0] == 0)
+    settles = kf.at(kernel, kf.called(SETTLE[0]))
+    stores = kf.at(kernel, kf.called("v8_stage_pair_float16"))
+    assert len(waited) == 1 and len(settles) == 128 and stores
+    assert waited[0] < min(settles) and max(settles) < min(stores)
 
 
-def test_v8_on_fp8_takes_the_scales_and_multiplies_by_their_product_before_storing_c(compiled):
+def _scaled(kernel) -> tuple[list, list]:
+    """The kernel's binds of `scale`, and where in its events the stores that multiply an
+    accumulator by it stand."""
+    binds = [b for b in lowering.find(kernel, S.Bind) if b.var.name == "scale"]
+    scale = [b.var for b in binds]
+    multiplied = kf.at(kernel, lambda n: isinstance(n, S.BufferStore) and n.buffer.name == "acc"
+                       and isinstance(n.value, tvm.tirx.Mul)
+                       and any(n.value.b.same_as(v) for v in scale))
+    return binds, multiplied
+
+
+def test_v8_on_fp8_takes_the_scales_and_multiplies_by_their_product_before_storing_c(lowered):
     """fp8: TMA loads bytes in 128-element boxes, wgmma's e4m3 k32 form, the scales as the
-    kernel's parameters after B, their product applied to each accumulator once, after the
-    last wait and before the stores."""
-    _, source, _ = compiled("v8", gemm((4096, 4096, 4096), FP8, layout="nt"))
-    assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3" in source
-    assert "float* __restrict__ A_scale_ptr" in source and "float* __restrict__ B_scale_ptr" in source
-    body = source[source.index("__global__ void"):]
-    assert body.count("float scale = (A_scale_ptr[0] * B_scale_ptr[0]);") == 1
-    assert body.count("* scale);") == 128  # each of a consumer thread's accumulators
-    assert body.index(f"{SETTLE[0]}(acc_ptr[127])") < body.index("* scale);") \
-        < body.index("v8_stage_pair_bfloat16(")
+    kernel's parameters, their product applied to each accumulator once, after the last wait
+    and before the stores."""
+    ir = lowered("v8", gemm((4096, 4096, 4096), FP8, layout="nt"))
+    kernel = kf.kernel(ir)
+    assert kf.count(kernel, "ptx.wgmma_fp8_ss", "m64n256k32", "f32", "e4m3") == 4
+    assert {"A_scale_ptr", "B_scale_ptr"} <= set(kf.params(ir))
+    (bind,), multiplied = _scaled(kernel)
+    assert isinstance(bind.value, tvm.tirx.Mul)
+    assert {bind.value.a.source.name, bind.value.b.source.name} == {"A_scale", "B_scale"}
+    assert len(multiplied) == 128  # each of a consumer thread's accumulators
+    settles = kf.at(kernel, kf.called(SETTLE[0]))
+    stores = kf.at(kernel, kf.called("v8_stage_pair_bfloat16"))
+    assert max(settles) < min(multiplied) and max(multiplied) < min(stores)
 
 
-def test_v8_takes_no_scales_where_the_inputs_are_16_bit(compiled):
-    _, source, _ = compiled("v8", gemm((4096, 4096, 4096), "float16", "float16", "nt"))
-    assert "scale_ptr" not in source and "float scale" not in source
+def test_v8_takes_no_scales_where_the_inputs_are_16_bit(lowered):
+    ir = lowered("v8", gemm((4096, 4096, 4096), "float16", "float16", "nt"))
+    assert not [p for p in kf.params(ir) if "scale" in p]
+    assert _scaled(kf.kernel(ir)) == ([], [])
 
 
-def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled):
-    _, source, summary = compiled("v8", gemm((16, 6144, 4096), "bfloat16", layout="nt"))
-    assert summary.grid == {"blockIdx.x": 96}  # 48 tiles of 64x128 in 2 K slices: the heuristic's
-    assert "m64n64k16.f32.bf16.bf16" in source
+def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled, lowered):
+    wl = gemm((16, 6144, 4096), "bfloat16", layout="nt")
+    assert compiled("v8", wl)[2].grid == {"blockIdx.x": 96}  # 48 tiles of 64x128 in 2 K slices
+    assert kf.count(kf.kernel(lowered("v8", wl)), "ptx.wgmma_bf16_ss", "m64n64k16", "f32",
+                    "bf16") == 4
 
 
-def test_v8_stores_whole_sectors_of_c_where_its_rows_allow(compiled):
+def _addresses_c(call) -> bool:
+    """Whether a store helper's first argument is the address of an element of C."""
+    address = call.args[1]
+    return (isinstance(address, tvm.ir.Call) and address.op.name == "tirx.address_of"
+            and address.args[0].source.name == "C")
+
+
+def _guarded(kernel, test) -> list:
+    """The nodes passing `test` that lie inside an if."""
+    return [n for i in lowering.find(kernel, S.IfThenElse)
+            for n in lowering.find(i.then_case, (tvm.ir.Call, S.BufferStore)) if test(n)]
+
+
+def test_v8_stores_whole_sectors_of_c_where_its_rows_allow(lowered):
     """float32 C, N even: a thread's two neighbouring columns in one 8-byte store. 16-bit C, N a
-    multiple of 4: neighbouring threads swap a pair (a shuffle every lane makes) and each stores
-    4 columns in 8 bytes. Else element by element, each guarded."""
-    def body(wl):
-        return compiled("v8", wl)[1].split("__global__")[-1]
-
-    fp32 = body(gemm((64, 256, 64), "bfloat16", "float32", "nt"))
-    assert "v8_store_pair((&(C_ptr[" in fp32 and "C_ptr[" not in fp32.replace("(&(C_ptr[", "")
-    quads = compiled("v8", gemm((64, 256, 64), "bfloat16", "bfloat16", "nt"))[1]
-    assert "__shfl_xor_sync(0xffffffffu, mine, 1)" in quads and "__floats2bfloat162_rn(a0, a1)" in quads
-    kernel = quads.split("__global__")[-1]
-    assert "v8_store_quad_bfloat16((&(C_ptr[" in kernel and "if (" not in kernel.split("v8_settle")[-1]
+    multiple of 4: neighbouring threads swap a pair (a shuffle every lane makes, so no store
+    is behind an if) and each stores 4 columns in 8 bytes. Else element by element, those
+    that may lie past N guarded."""
+    fp32 = kf.kernel(lowered("v8", gemm((64, 256, 64), "bfloat16", "float32", "nt")))
+    pairs = kf.calls(fp32, "v8_store_pair")
+    assert pairs and all(_addresses_c(c) for c in pairs) and not kf.stores_to(fp32, "C")
+    quads = kf.kernel(lowered("v8", gemm((64, 256, 64), "bfloat16", "bfloat16", "nt")))
+    stored = kf.calls(quads, "v8_store_quad_bfloat16")
+    assert stored and all(_addresses_c(c) for c in stored) and not kf.stores_to(quads, "C")
+    assert not _guarded(quads, kf.called("v8_store_quad_bfloat16"))
     for ragged in (gemm((64, 255, 64), "bfloat16", "bfloat16", "nt"),
                    gemm((64, 254, 64), "float16", "float16", "nt")):
-        scalar = body(ragged)
-        assert "v8_store" not in scalar and "acc_ptr[1])" in scalar
+        scalar = kf.kernel(lowered("v8", ragged))
+        assert not [c for c in kf.calls(scalar) if kf.name(c).startswith("v8_store")]
+        stores = kf.stores_to(scalar, "C")  # one per accumulator, those past N guarded
+        assert sorted(int(s.value.value.indices[0]) for s in stores) == list(range(32))
+        assert _guarded(scalar, lambda n: isinstance(n, S.BufferStore) and n.buffer.name == "C")
 
 
-def test_v8_stores_c_through_shared_boxes_by_tma_with_tma_store(compiled):
+def test_v8_stores_c_through_shared_boxes_by_tma_with_tma_store(lowered):
     """4096^3, float32 C: each consumer fills its 8 boxes of 64 rows x 32 columns in turn, two
     boxes taking turns: the first thread waits until at most one store still reads shared
     memory, the warpgroup meets at its own barrier (2 or 3), fills the box, fences it for the
@@ -137,77 +187,122 @@ def test_v8_stores_c_through_shared_boxes_by_tma_with_tma_store(compiled):
     thread; before the kernel ends the first thread waits for every store. tma_store=False
     stores from the registers."""
     wl = gemm((4096, 4096, 4096), "bfloat16", "float32", "nt")
-    body = compiled("v8", wl)[1].split("__global__")[-1]
-    assert "C_ptr" not in body
-    sends = body.count("cp_async_bulk_tensor_s2g_async_bulk_tensor_2d_global_shared__cta_bulk_group(")
-    assert sends == 8 and body.count("cp_async_bulk_commit_group_async_bulk_commit_group()") == 8
-    assert body.count("cp_async_bulk_wait_group_async_bulk_wait_group_read_1()") == 8
-    assert body.count("v8_stage_pair_float32(") == 8 * 8  # a thread's 4 x 2 pairs per box
-    barrier = "tvm_builtin_ptx_bar_sync_count_sync(((uint)((((int)threadIdx.x) >> 7) + 1)), (uint)128)"
-    assert body.count(barrier) == 16
-    at = 0
-    for step in ("wait_group_read_1()", barrier, "v8_stage_pair_float32(",
-                 "fence_proxy_proxy_async_shared__cta()", barrier, "_s2g_", "commit_group()"):
-        at = body.index(step, at)  # each after the one before
-    assert body.rindex("cp_async_bulk_wait_group_async_bulk_wait_group_0()") > body.rindex("_s2g_")
-    plain = compiled("v8", wl, tma_store=False)[1].split("__global__")[-1]
-    assert "_s2g_" not in plain and "v8_store_pair((&(C_ptr[" in plain
+    kernel = kf.kernel(lowered("v8", wl))
+    assert not kf.stores_to(kernel, "C") and not kf.calls(kernel, "v8_store_pair")
+    assert kf.count(kernel, "ptx.cp_async_bulk_tensor_s2g", "global", "shared::cta") == 8
+    assert len(kf.calls(kernel, "ptx.cp_async_bulk_commit_group")) == 8
+    read_1 = lambda n: kf.called("ptx.cp_async_bulk_wait_group", "read")(n) and kf.ints(n) == (1,)  # noqa: E731
+    assert len(kf.at(kernel, read_1)) == 8
+    assert len(kf.calls(kernel, "v8_stage_pair_float32")) == 8 * 8  # a thread's 4 x 2 pairs a box
+
+    def own_barrier(n):  # the warpgroup's 128 threads, at a barrier its thread index picks
+        return (kf.called("ptx.bar_sync_count")(n) and kf.ints(n) == (128,)
+                and not isinstance(n.args[0], tvm.tirx.IntImm))
+
+    assert len(kf.at(kernel, own_barrier)) == 16
+    steps = (read_1, own_barrier, kf.called("v8_stage_pair_float32"),
+             kf.called("ptx.fence_proxy", "async", "shared::cta"), own_barrier,
+             kf.called("ptx.cp_async_bulk_tensor_s2g"), kf.called("ptx.cp_async_bulk_commit_group"))
+    nodes, at = kf.events(kernel), 0
+    for step in steps:  # each after the one before
+        at = next(i for i in range(at, len(nodes)) if step(nodes[i]))
+    last_wait = kf.at(kernel, lambda n: kf.called("ptx.cp_async_bulk_wait_group")(n)
+                      and kf.ints(n) == (0,))
+    assert len(last_wait) == 1 and last_wait[0] > max(kf.at(kernel, steps[5]))
+    plain = kf.kernel(lowered("v8", wl, tma_store=False))
+    assert not kf.calls(plain, "ptx.cp_async_bulk_tensor_s2g")
+    assert kf.calls(plain, "v8_store_pair") and all(_addresses_c(c)
+                                                   for c in kf.calls(plain, "v8_store_pair"))
+
+
+def _swizzle_masks(kernel) -> set[int]:
+    """The masks of the kernel's `(offset >> 7) & mask` (TMA's swizzle, cuda.swizzled)."""
+    return {int(e.b) for e in lowering.find(kernel, tvm.tirx.BitwiseAnd)
+            if isinstance(e.a, tvm.tirx.RShift) and isinstance(e.a.b, tvm.tirx.IntImm)
+            and int(e.a.b) == 7 and isinstance(e.b, tvm.tirx.IntImm)}
 
 
 @pytest.mark.parametrize("block_m, block_n, out_dtype, span", [
     (128, 256, "float32", 128), (128, 256, "bfloat16", 128), (128, 80, "float32", 64),
     (128, 80, "bfloat16", 32), (64, 64, "bfloat16", 64), (256, 144, "float32", 64)])
 def test_tma_store_boxes_have_the_widest_swizzle_that_divides_a_consumers_columns(
-        block_m, block_n, out_dtype, span, compiled):
+        block_m, block_n, out_dtype, span, lowered):
     """A consumer's columns (block_n, or half of it with 64-row tiles) go out in boxes whose
     rows are the widest swizzle span that divides their bytes; the kernel writes a box as
     TMA swizzles that span (16-byte chunk number xor bits 7 and up of the offset)."""
     assert box_bytes(block_m, block_n, out_dtype) == span
     wl = gemm((1000, 1000, 1000), "bfloat16", out_dtype, "nt")
-    source = compiled("v8", wl, block_m=block_m, block_n=block_n, tma_store=True)[1]
-    assert f") >> 7) & {span // 16 - 1}) << 4)" in source
+    kernel = kf.kernel(lowered("v8", wl, block_m=block_m, block_n=block_n, tma_store=True))
+    assert span // 16 - 1 in _swizzle_masks(kernel)
 
 
-def test_v8_splits_k_over_ctas_that_add_their_partials_through_a_workspace(compiled):
+def _split_k(kernel, tag: str) -> dict:
+    """The calls of each split-K helper of `tag` (stash, gather, arrive, rearm)."""
+    return {role: kf.calls(kernel, f"v8_{role}_{tag}")
+            for role in ("stash", "gather", "arrive", "rearm")}
+
+
+def _arrived(count: int):
+    """A test of a node: an equality of split K's `arrived` word with `count`."""
+    return lambda e: (isinstance(e, tvm.tirx.EQ) and isinstance(e.a, tvm.ir.TensorLoad)
+                      and e.a.source.name == "arrived" and int(e.b) == count)
+
+
+def test_v8_splits_k_over_ctas_that_add_their_partials_through_a_workspace(compiled, lowered):
     """128x4096x4096 bf16: 32 tiles of 128x128 in 4 K slices (16 K blocks each) on 128 CTAs;
     each slice's consumers stash their partial tile, the count tells the last, which gathers
     the other three, rearms the counter and stores C. Without a split, none of it."""
-    _, source, summary = compiled("v8", gemm((128, 4096, 4096), "bfloat16", layout="nt"),
-                                  block_m=128, block_n=128, split_k=4)
-    assert summary.grid == {"blockIdx.x": 128}
+    wl = gemm((128, 4096, 4096), "bfloat16", layout="nt")
+    assert compiled("v8", wl, block_m=128, block_n=128, split_k=4)[2].grid == {"blockIdx.x": 128}
+    kernel = kf.kernel(lowered("v8", wl, block_m=128, block_n=128, split_k=4))
     tag = "128x4096x4096_128x128x4_0"  # shape, tile, slices, whole tiles before the split ones
-    body = source[source.index("__global__ void"):]
-    assert f"__device__ float4 v8_partials_{tag}[{128 * 16 * 256}];" in source  # 128 units
-    assert f"__device__ unsigned v8_arrivals_{tag}[32];" in source
-    assert body.count(f"v8_stash_{tag}(") == 16 and body.count(f"v8_gather_{tag}(") == 16
-    assert "int k0 = (((((int)blockIdx.x) & 3) * 1024) + (kt * 64));" in body  # the slice's K
-    stash, count = body.index(f"v8_stash_{tag}("), body.index(f"v8_arrive_{tag}(")
-    last = body.index("if (arrived_ptr[0] == (uint)3)")
-    assert stash < body.index("tvm_builtin_cuda_thread_fence()") < count < last
-    assert last < body.index(f"v8_gather_{tag}(") < body.index(f"v8_rearm_{tag}(") \
-        < body.index("C_ptr[")
-    assert body.count("tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256)") == 2
-    _, plain, _ = compiled("v8", gemm((128, 4096, 4096), "bfloat16", layout="nt"), split_k=1)
-    assert "v8_partials" not in plain and "bar_sync_count" not in plain
+    helpers = _split_k(kernel, tag)
+    assert {role: len(c) for role, c in helpers.items()} == {"stash": 16, "gather": 16,
+                                                             "arrive": 1, "rearm": 1}
+    made = split_k_helpers(tag, 128 * 16 * 256, 32)  # 128 units' partials, 32 tiles' counters
+    assert {c.args[-1].value for role in made for c in helpers[role]} \
+        == {source for _, source in made.values()}
+    assert [int(f.extent) for f in kf.loop(kernel, "kt")] == [16, 16]  # a slice's K blocks
+    order = [kf.at(kernel, kf.called(f"v8_stash_{tag}"))[0],
+             kf.at(kernel, kf.called("cuda.thread_fence"))[0],
+             kf.at(kernel, kf.called(f"v8_arrive_{tag}"))[0],
+             kf.at(kernel, lambda n: isinstance(n, S.IfThenElse) and _arrived(3)(n.condition))[0],
+             kf.at(kernel, kf.called(f"v8_gather_{tag}"))[0],
+             kf.at(kernel, kf.called(f"v8_rearm_{tag}"))[0],
+             kf.at(kernel, lambda n: kf.called("v8_store_pair")(n) and _addresses_c(n))[0]]
+    assert order == sorted(order)
+    assert len(kf.at(kernel, lambda n: kf.called("ptx.bar_sync_count")(n)
+                     and kf.ints(n) == (1, 256))) == 2
+    plain = kf.kernel(lowered("v8", wl, split_k=1))
+    assert not any(_split_k(plain, tag).values()) and not kf.calls(plain, "ptx.bar_sync_count")
+    assert not [c for c in kf.calls(plain) if kf.name(c).startswith(("v8_stash", "v8_arrive"))]
 
 
-def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled):
+def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled, lowered):
     """1000x4608x3584: 144 tiles of 128x256 on 132 SMs. The first 132 units are whole tiles;
     the last 12 tiles come in 8 K slices each (7 K blocks), 96 more units, so the second round
     is an eighth of a tile long. Only those have partials and counters."""
     wl = gemm((1000, 4608, 3584), "bfloat16", layout="nt")
-    _, source, summary = compiled("v8", wl, block_m=128, block_n=256, split_k=8, split_tail=True)
-    assert summary.grid == {"blockIdx.x": 132}
+    knobs = dict(block_m=128, block_n=256, split_k=8, split_tail=True)
+    assert compiled("v8", wl, **knobs)[2].grid == {"blockIdx.x": 132}
+    kernel = kf.kernel(lowered("v8", wl, **knobs))
     tag = "1000x4608x3584_128x256x8_132"
-    assert f"__device__ float4 v8_partials_{tag}[{96 * 32 * 256}];" in source
-    assert f"__device__ unsigned v8_arrivals_{tag}[12];" in source
-    body = source[source.index("__global__ void"):]
-    assert "for (int j = 0; j < 2; ++j)" in body  # 228 units: two rounds
-    # a unit past the whole tiles is a slice: tile 132 + (unit - 132) / 8, 7 K blocks from
-    # 7 x ((unit - 132) mod 8); a whole tile's K blocks are all 56
-    assert "(((((j * 132) + ((int)blockIdx.x)) - 132) >> 3) + 132)" in body
-    assert "((j < 1) ? 56 : 7)" in body.replace("((j_1 < 1) ? 56 : 7)", "((j < 1) ? 56 : 7)")
-    assert "if ((turn < 1) || (arrived_ptr[0] == (uint)7))" in body  # the consumers' loop
+    made = split_k_helpers(tag, 96 * 32 * 256, 12)  # 96 slices' partials, 12 tiles' counters
+    helpers = _split_k(kernel, tag)
+    assert all(helpers.values())
+    assert {c.args[-1].value for role in made for c in helpers[role]} \
+        == {source for _, source in made.values()}
+    # 228 units: two rounds, the first of whole tiles (56 K blocks), the second of slices (7)
+    assert sorted(int(f.extent) for f in kf.loop(kernel, "j")) == [2]
+    assert sorted(int(f.extent) for f in kf.loop(kernel, "turn")) == [2]
+    binds = lowering.find(kernel, S.Bind)
+    extents = [next(b.value for b in binds if b.var.same_as(f.extent))
+               for f in kf.loop(kernel, "kt")]  # the producer's and the consumers' K loops
+    assert len(extents) == 2 and all(isinstance(e, tvm.tirx.Select) for e in extents)
+    assert {(int(e.true_value), int(e.false_value)) for e in extents} == {(56, 7)}
+    # the consumers store C in the first round, and in the second where the slice came last
+    assert [i for i in lowering.find(kernel, S.IfThenElse)
+            if isinstance(i.condition, tvm.tirx.Or) and _arrived(7)(i.condition.b)]
     # 132 tiles exactly: no partial wave, so split_tail leaves the kernel as it was
     whole_waves = gemm((1536, 2816, 512), "bfloat16", layout="nt")
     assert compiled("v8", whole_waves, split_k=2, split_tail=True)[1] == compiled("v8", whole_waves)[1]
@@ -236,35 +331,54 @@ def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
     assert conversions and min(conversions) > final_wait
 
 
+def _stage_arrivals(kernel) -> list[int]:
+    """How many arrivals free a stage: the counts the `empty` barriers are initialised with."""
+    return [kf.ints(c)[0] for c in kf.calls(kernel, "ptx.mbarrier_init")
+            if {load.source.name for load in lowering.find(c, tvm.ir.TensorLoad)} == {"empty"}]
+
+
+def _uses(expr, var_name: str) -> bool:
+    return any(v.name == var_name for v in lowering.find(expr, tvm.tirx.Var))
+
+
 @needs_nvcc
-def test_v8_clusters_of_two_ctas_share_a_by_multicast(compiled):
-    """cluster_n=2: CTAs in pairs (a cluster launch, cluster_ctarank), each loading its half of
-    A's box (64 of 128 rows) by one multicast TMA into both CTAs' stage; the empty barriers
-    count one thread per consumer warpgroup and CTA (4), each freeing the stage in the CTA of
-    its rank (mapa), predicated in its asm, not behind a branch in the K loop; the pair meets at
-    a cluster barrier after the barriers' init, and each producer waits until every stage is
-    freed before its CTA ends. cluster_n=1 has none of it, and frees stages with one thread per
-    warpgroup (2). nvcc compiles both."""
+def test_v8_clusters_of_two_ctas_share_a_by_multicast(compiled, lowered):
+    """cluster_n=2: CTAs in pairs (a cluster launch, its rank clusterCtaIdx), each loading its
+    half of A's box (64 of 128 rows) by one multicast TMA into both CTAs' stage; the empty
+    barriers count one thread per consumer warpgroup and CTA (4), each freeing the stage in
+    the CTA of its rank (mapa), predicated in its asm, not behind a branch in the K loop; the
+    pair meets at a cluster barrier after the barriers' init, and each producer waits until
+    every stage is freed before its CTA ends. cluster_n=1 has none of it, and frees stages
+    with one thread per warpgroup (2). nvcc compiles both."""
     wl = gemm((4096, 4096, 4096), "bfloat16", "float32", "nt")
-    clustered, plain = compiled("v8", wl, cluster_n=2)[1], compiled("v8", wl)[1]
-    body = clustered.split("__global__")[-1]
-    assert body.count("v8_tma_load_multicast(") == 1 and "(ushort)3)" in body
-    assert "tvm_builtin_cluster_ctaid_x()) * 8192)" in body  # the rank's 64 rows of A
-    assert body.count("(&(empty_ptr[0]))), (uint)4);") == 1 and body.count("v8_free_stage(") == 2
-    assert "& 127) < 2))" in body and "& 127) < 2) {" not in body  # a predicate, not a branch
-    assert body.index("v8_cluster_sync();") < body.index("setmaxnreg")
-    tail = body[body.rindex("v8_tma_load_multicast("):body.index("setmaxnreg_inc")]
-    assert "for (int i = 0; i < 4; ++i)" in tail and "mbarrier_wait((&(empty_ptr[" in tail
-    kernel = plain.split("__global__")[-1]
-    assert "multicast" not in kernel and "cluster_sync" not in kernel and "cluster_ctaid" not in kernel
-    assert kernel.count("(&(empty_ptr[0]))), (uint)2);") == 1
-    for source in (clustered, plain):
+    kernel, plain = kf.kernel(lowered("v8", wl, cluster_n=2)), kf.kernel(lowered("v8", wl))
+    assert kf.thread_extents(kernel)["clusterCtaIdx.x"] == 2
+    (multicast,) = kf.calls(kernel, "v8_tma_load_multicast")
+    dst, _, _, row, _, ctas = multicast.args[1:7]
+    assert int(ctas) == 3  # both CTAs of the pair
+    assert _uses(dst, "clusterCtaIdx.x") and _uses(row, "clusterCtaIdx.x")  # the rank's rows
+    assert _stage_arrivals(kernel) == [4] * 4 and _stage_arrivals(plain) == [2] * 4
+    frees = kf.calls(kernel, "v8_free_stage")
+    assert len(frees) == 2
+    for free in frees:  # a predicate, not a branch
+        signals = free.args[3]
+        assert not isinstance(signals, tvm.tirx.IntImm)
+        assert not [i for i in lowering.find(kernel, S.IfThenElse)
+                    if tvm_ffi.structural_equal(i.condition, signals)]
+    assert kf.at(kernel, kf.called("v8_cluster_sync"))[0] \
+        < kf.at(kernel, kf.called("ptx.setmaxnreg"))[0]
+    (drain,) = kf.loop(kernel, "i")  # the producer's wait for every stage to be freed
+    assert int(drain.extent) == 4 and kf.calls(drain, "cuda.mbarrier_wait")
+    assert kf.at(kernel, lambda n: n.same_as(drain)) > kf.at(kernel, kf.called("v8_tma_load_multicast"))
+    assert not kf.calls(plain, "v8_tma_load_multicast") and not kf.calls(plain, "v8_cluster_sync")
+    assert "clusterCtaIdx.x" not in kf.thread_extents(plain)
+    for source in (compiled("v8", wl, cluster_n=2)[1], compiled("v8", wl)[1]):
         (usage,) = build.nvcc_resources(source, "sm_90").values()
         assert usage["registers"] <= 168 and not usage.get("spill_stores")
 
 
 @needs_nvcc
-def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled):
+def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
     """pingpong: each consumer multiplies whole 128x192 tiles (two m64n192 wgmmas a k step),
     every other unit of the CTA from its own first (the ring's position starts at
     consumer * 64 K blocks and skips the other's 64); one thread frees a stage (the empty
@@ -273,21 +387,31 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled):
     its last wgmmas are issued, before it waits for them, where the CTA has a next unit. The
     default consumers share each tile and take no turns. nvcc compiles it without spills."""
     wl = gemm((4096, 4096, 4096), "bfloat16", "bfloat16", "nt")
+    kernel = kf.kernel(lowered("v8", wl, block_n=192, stages=4, pingpong=True))
+    assert kf.count(kernel, "ptx.wgmma_bf16_ss", "m64n192k16", "f32", "bf16") == 8  # 4 k steps, 2 m64
+    assert _stage_arrivals(kernel) == [1] * 4
+    used = kf.stores_to(kernel, "used")
+    start = [s for s in used if isinstance(s.value, tvm.tirx.Sub) and int(s.value.b) == 64
+             and isinstance(s.value.a, tvm.tirx.Mul) and int(s.value.a.b) == 64]
+    skip = [s for s in used if isinstance(s.value, tvm.tirx.Add)
+            and isinstance(s.value.a, tvm.ir.TensorLoad) and s.value.a.source.name == "used"
+            and int(s.value.b) == 128]
+    assert len(start) == 1 and len(skip) == 1
+
+    def both_warpgroups(mode):
+        return lambda n: kf.called("ptx.bar_" + mode + ("_count" if mode == "sync" else ""))(n) \
+            and kf.ints(n) == (256,)
+
+    (wait,), (give,) = kf.at(kernel, both_warpgroups("sync")), kf.at(kernel, both_warpgroups("arrive"))
+    loop = kf.at(kernel, lambda n: isinstance(n, S.For) and n.loop_var.name == "kt")[1]  # consumers'
+    finished = kf.at(kernel, lambda n: kf.called("ptx.wgmma_wait_group")(n) and kf.ints(n) == (0,))
+    assert wait < loop < give < finished[0]
+    turn = [i for i in lowering.find(kernel, S.IfThenElse)
+            if kf.at(i.then_case, both_warpgroups("sync"))][-1]  # the innermost
+    assert isinstance(turn.condition, tvm.tirx.LT) and int(turn.condition.a) == 1  # not the first
+    plain = kf.kernel(lowered("v8", wl))
+    assert not kf.calls(plain, "ptx.bar_arrive") and _stage_arrivals(plain) == [2] * 4
     source = compiled("v8", wl, block_n=192, stages=4, pingpong=True)[1]
-    body = source.split("__global__")[-1]
-    consumers = body[body.index("setmaxnreg_inc"):]
-    assert "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16" in source
-    assert consumers.count("m64n192k16_f32_bf16_bf16_1_1_0_0(acc_ptr[") == 8  # 4 k steps, 2 m64
-    assert "(&(empty_ptr[0]))), (uint)1);" in body
-    assert "used_ptr[0] = (((((int)threadIdx.x) >> 7) * 64) - 64);" in consumers
-    assert "used_ptr[0] = (used_ptr[0] + 128);" in consumers
-    wait = consumers.index("bar_sync_count_sync(((uint)((((int)threadIdx.x) >> 7) + 3)), (uint)256)")
-    give = consumers.index("bar_arrive_arrive(((uint)(6 - (((int)threadIdx.x) >> 7))), (uint)256)")
-    loop = consumers.index("for (int kt_1 = 0;")  # the consumers' K loop
-    assert wait < loop < give < consumers.index("wait_group_sync_aligned_0()")
-    assert "1 < ((turn * 2) + (((int)threadIdx.x) >> 7))" in consumers  # not the CTA's first
-    plain = compiled("v8", wl)[1].split("__global__")[-1]
-    assert "bar_arrive" not in plain and "(&(empty_ptr[0]))), (uint)2);" in plain
     (usage,) = build.nvcc_resources(source, "sm_90").values()
     assert not usage.get("spill_stores") and not usage.get("stack_bytes")
 

@@ -1,0 +1,109 @@
+"""What the tests of the rungs v4..v8 read off a lowered kernel instead of its CUDA text
+(issue 50): the calls it makes (PTX intrinsics by op, whose string arguments say the form, e.g.
+a wgmma's shape and types; the CUDA helpers it calls by name), in program order, its loops
+and their extents, its buffers and their scopes, its parameters. A test then names what must
+be there, how often and in which order, and a renamed variable or a reformatted line of the
+generated CUDA cannot break it, nor a substring that happens to occur elsewhere satisfy it.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm.tirx import stmt as S
+
+from tuning import lowering
+
+FUNC_CALL = "tirx.cuda.func_call"  # a CUDA helper of the kernel's own (register_helper & co.)
+
+
+def kernel(lowered: tvm.IRModule):
+    """The one kernel of a lowered module."""
+    (only,) = [fn for _, fn in lowered.functions_items()]
+    return only
+
+
+def name(call) -> str:
+    """A call's name: the helper's for a CUDA helper (`v8_settle`), else its op's without
+    `tirx.` (`ptx.wgmma_f16_ss`, `cuda.mbarrier_wait`)."""
+    op = call.op.name
+    if op == FUNC_CALL:
+        return call.args[0].value
+    return op.removeprefix("tirx.")
+
+
+def calls(root, *names: str) -> list:
+    """The calls in `root` in program order (a call before the calls in its arguments); only
+    those named one of `names` where given."""
+    found = lowering.find(root, tvm.ir.Call)
+    return [c for c in found if isinstance(c.op, tvm.ir.Op) and (not names or name(c) in names)]
+
+
+def words(call) -> tuple[str, ...]:
+    """A call's string arguments (a PTX intrinsic's modifiers: `m64n256k16`, `f32`, `bf16` ...),
+    without the helper's own name and source."""
+    if call.op.name == FUNC_CALL:
+        return ()
+    return tuple(a.value for a in call.args if isinstance(a, tvm.ir.StringImm))
+
+
+def ints(call) -> tuple[int, ...]:
+    """A call's integer constant arguments (setmaxnreg's count, a wait_group's depth)."""
+    return tuple(int(a.value) for a in call.args if isinstance(a, tvm.tirx.IntImm))
+
+
+def count(root, call_name: str, *wanted: str) -> int:
+    """How many calls named `call_name` in `root` have every word of `wanted`."""
+    return sum(set(wanted) <= set(words(c)) for c in calls(root, call_name))
+
+
+def called(call_name: str, *wanted: str):
+    """A test of a node: a call named `call_name` with every word of `wanted`."""
+    return lambda node: (isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op)
+                         and name(node) == call_name and set(wanted) <= set(words(node)))
+
+
+def events(root) -> list:
+    """The calls, stores, ifs and loops of `root` in program order (each before what it holds),
+    for tests of what comes before what."""
+    return lowering.find(root, (tvm.ir.Call, S.BufferStore, S.IfThenElse, S.For))
+
+
+def at(root, test) -> list[int]:
+    """Where in events(root) the nodes that pass `test` stand."""
+    return [i for i, node in enumerate(events(root)) if test(node)]
+
+
+def thread_extents(root) -> dict:
+    """The launch's thread tags (blockIdx.x, threadIdx.x, clusterCtaIdx.x ...) -> extent."""
+    return {a.node.var.name if hasattr(a.node, "var") else str(a.node): int(a.value)
+            for a in lowering.find(root, S.AttrStmt) if a.attr_key == "thread_extent"}
+
+
+def loops(root) -> list[tuple[str, int]]:
+    """Every loop of `root` as (its variable's name, its extent), outer before inner."""
+    return [(f.loop_var.name, int(f.extent) if isinstance(f.extent, tvm.tirx.IntImm)
+             else f.extent) for f in lowering.find(root, S.For)]
+
+
+def loop(root, var: str):
+    """The loops of `root` over a variable named `var`."""
+    return [f for f in lowering.find(root, S.For) if f.loop_var.name == var]
+
+
+def buffers(root) -> dict[str, tuple[str, tuple, str]]:
+    """The buffers `root` allocates: name -> (scope, shape, dtype)."""
+    found = {}
+    for alloc in lowering.find(root, S.AllocBuffer):
+        buf = alloc.buffer
+        found[buf.name] = (buf.scope(), tuple(int(d) for d in buf.shape), str(buf.dtype))
+    return found
+
+
+def params(lowered: tvm.IRModule) -> list[str]:
+    """The kernel's parameters by name."""
+    return [p.name for p in kernel(lowered).params]
+
+
+def stores_to(root, buffer_name: str) -> list:
+    """The stores of `root` into the buffer named `buffer_name`."""
+    return [s for s in lowering.find(root, S.BufferStore) if s.buffer.name == buffer_name]
