@@ -10,6 +10,7 @@ import tvm
 import tvm_ffi
 from tvm.tirx import stmt as S
 
+import kernel_facts as kf
 import schedules
 from schedules import ScheduleNotApplicable, Workload
 from schedules.workloads import DTYPE_BYTES, FP8
@@ -760,23 +761,39 @@ def test_v6_refuses_what_tensor_cores_cannot_take(wl, reason, target):
         schedules.get("gemm", "v6").apply(wl, target)
 
 
+def _reaches(expr, kind, binds: dict) -> bool:
+    """Whether `expr`, or the value bound to a variable it reads (and so on), holds a `kind`."""
+    if lowering.find(expr, kind):
+        return True
+    return any(_reaches(binds[v.name], kind, binds) for v in lowering.find(expr, tvm.ir.Var)
+               if v.name in binds)
+
+
 @pytest.mark.parametrize("dtype, layout", [("float16", "nn"), ("bfloat16", "nt")])
-def test_v7_multiplies_with_wgmma_from_shared_memory(dtype, layout, compiled):
+def test_v7_multiplies_with_wgmma_from_shared_memory(dtype, layout, compiled, lowered):
     wl = Workload("gemm", (256, 256, 256), dtype, layout=layout)
     _, source, s = compiled("v7", wl, block_n=256)
+    kernel = kf.kernel(lowered("v7", wl, block_n=256))
     short = {"float16": "f16", "bfloat16": "bf16"}[dtype]
-    assert f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{short}.{short}" in source
+    mmas = kf.calls(kernel, f"ptx.wgmma_{short}_ss")
+    assert mmas and {kf.words(c)[:7] for c in mmas} == {
+        ("mma_async", "sync", "aligned", "m64n256k16", "f32", short, short)}
     # B is K x N in nn: wgmma transposes it (the last immediate); in nt it is already K-major.
-    assert re.search(r"ps0, 1, 1, 0, (\d);", source).group(1) == ("1" if layout == "nn" else "0")
-    # every descriptor asks for the 128-byte swizzle, and the copies store with the same xor
-    descriptors = {int(v) for v in re.findall(r"\| \(uint64_t\)(\d+)ULL\)", source)}
-    assert descriptors and all(d >> 62 == 1 for d in descriptors)
-    assert re.search(r"ptx_cp_async\w*\(buf_dyn_shmem_ptr, [^;]* \^ ", source)
+    assert {kf.ints(c)[-1] for c in mmas} == {1 if layout == "nn" else 0}
+    # both operands come from shared memory by descriptor, each asking for the 128-byte
+    # swizzle (bits 62-63), and the copies store with the same xor
+    descriptors = [[a for a in c.args if isinstance(a, tvm.tirx.BitwiseOr)] for c in mmas]
+    assert {len(d) for d in descriptors} == {2}  # A's and B's
+    assert all(int(d.b) >> 62 == 1 for pair in descriptors for d in pair)
+    binds = {b.var.name: b.value for b in lowering.find(kernel, S.Bind)}
+    copies = kf.calls(kernel, "s_tir.cp_async_raw")
+    assert copies and all(_reaches(c, tvm.tirx.BitwiseXor, binds) for c in copies)
     # shared memory written by cp.async is fenced for wgmma's reads; a chunk's wgmmas stay in
     # flight while the next chunk loads (wait for all but one), the store waits for all
-    assert "fence.proxy.async.shared::cta" in source
-    assert "wgmma.wait_group.sync.aligned 1" in source and "wgmma.wait_group.sync.aligned 0" in source
-    assert "cp.async" in source and "ldmatrix" not in source  # no operand fragments in registers
+    assert kf.count(kernel, "ptx.fence_proxy", "async", "shared::cta")
+    assert {kf.ints(c)[0] for c in kf.calls(kernel, "ptx.wgmma_wait_group")} == {0, 1}
+    assert not [c for c in kf.calls(kernel) if "ldmatrix" in kf.name(c)]  # no operand fragments
+    assert kf.buffers(kernel)["C_local"] == ("local", (128,), "float32")  # in registers
     assert s.block == {"threadIdx.y": 8, "threadIdx.x": 32}  # two warpgroups
     if shutil.which("nvcc"):
         usage = build.nvcc_resources(source, "sm_90")["main_kernel"]
@@ -813,11 +830,13 @@ def test_tensor_core_rungs_pad_ragged_shapes_inside_the_kernel(rung, compiled):
     assert "_pad" not in whole_ir and "@p cp.async" not in whole_source
 
 
-def test_v7_stores_c_after_waiting_for_every_wgmma(compiled):
-    _, source, _ = compiled("v7", Workload("gemm", (256, 256, 256), "float16"))
-    tail = source[source.rindex("wgmma_commit_group"):]
-    wait_all = tail.index("wgmma_wait_group_wait_group_sync_aligned_0();")
-    assert wait_all < tail.index("*(float2*)(C_ptr")  # the wait comes before the first store
+def test_v7_stores_c_after_waiting_for_every_wgmma(lowered):
+    kernel = kf.kernel(lowered("v7", Workload("gemm", (256, 256, 256), "float16")))
+    last_commit = kf.at(kernel, kf.called("ptx.wgmma_commit_group"))[-1]
+    wait_all = [i for i in kf.at(kernel, kf.called("ptx.wgmma_wait_group"))
+                if kf.ints(kf.events(kernel)[i]) == (0,) and i > last_commit]
+    stores = kf.at(kernel, lambda n: isinstance(n, S.BufferStore) and n.buffer.name == "C")
+    assert wait_all and stores and wait_all[0] < stores[0]  # the wait comes before the first store
 
 
 def test_v7_m_tiles_first_launches_blocks_along_m(compiled):
