@@ -313,7 +313,7 @@ def _last_outcomes(log) -> dict:
     last = {}
     for line in log.read_text().splitlines():
         name, _, said = line.partition("] ")
-        if name.startswith("[") and said and not said.startswith(("serving", "building")):
+        if name.startswith("[") and said and not said.startswith(("serving", "building", "chunk")):
             last[name[1:]] = said.split(":")[0].split()[0]
     return last
 

@@ -376,13 +376,15 @@ def records_device(rpc_tracker: str | None, rpc_key: str | None, asked: str | No
 
 def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], list[Outcome]], *,
            path: str, device: str, tuner: str, seed: int, trials: int,
-           refusal: Callable[[dict], str | None] | None = None,
+           refusal: Callable[[dict], str | None] | None = None, batch: int = BATCH,
            say: Callable[[str], None] = print, warn: Callable[[str], None] = print) -> dict:
     """Search `entry`'s space on `wl` with `tuner`, resuming from the records at `path` of the
     same search on `device`; each measured configuration is appended there as it comes and said,
     and each the template's `refusal` check refuses is passed over (Configurations.refusal).
     Returns the search's summary record, with what this run proposed, refused and measured
-    (`candidates`). A search with no correct configuration fails, with the most common reason.
+    (`candidates`). `batch` configurations are built and measured at a time (a farm's search:
+    a batch per server). A search with no correct configuration fails, with the most common
+    reason.
 
     The rung's own configuration for `wl` (its defaults as its shape heuristic sets them) is
     measured first where the space holds it: records override that heuristic (`--schedule
@@ -413,7 +415,7 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
 
     own = entry.own_choice(wl)
     with contextlib.closing(progress):
-        counts = tune(space, TUNERS[tuner](seed), measure, history, trials, BATCH, on_measured,
+        counts = tune(space, TUNERS[tuner](seed), measure, history, trials, batch, on_measured,
                       first=() if own is None else (own,), refusal=refusal)
     if counts.measured < trials:
         say(f"the space is exhausted: {counts.measured} new configurations measured")

@@ -77,6 +77,7 @@ def _build_and_evaluate(request: str) -> str:
     TVM's JSON), built in this server's build workers (its share of the host's cores) and
     measured by local_runner on this host as they are built. Returns each candidate's Outcome,
     in order, with the device that measured them (candidates.measuring_device), as JSON."""
+    started = time.monotonic()
     asked = json.loads(request)
     modules = asked.pop("modules")
     if _searching.get("asked") != asked:  # a new search: its workers replace the last one's
@@ -96,6 +97,9 @@ def _build_and_evaluate(request: str) -> str:
     for outcome in outcomes:
         time_ms = f" {outcome.time_ms:.4f} ms" if outcome.time_ms is not None else ""
         _say(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
+    builds = _searching["builder"].seconds
+    _say(f"chunk done in {time.monotonic() - started:.1f} s; builds: "
+         f"{f'slowest {max(builds):.1f} s, mean {sum(builds) / len(builds):.1f} s' if builds else 'none'}")
     return json.dumps({"outcomes": [dataclasses.asdict(o) for o in outcomes],
                        "device": _searching["device"]})
 

@@ -428,14 +428,15 @@ def seeded_search(seed: int):
 
 def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, space: str,
            builder, runner, seed: int = 0, say: Callable[[str], None] = print,
-           reproducible: bool = False) -> dict:
+           reproducible: bool = False, batch: int = BATCH) -> dict:
     """Run `trials` new MetaSchedule trials on `wl` over the design space `space` (see SPACES)
     into `work_dir`, then say the best and save it (BEST_TRACE, BEST_MODULE); returns the
     search's summary record, with what this run proposed, refused and measured (`candidates`:
     over rung spaces, the settings drawn and those the rungs refused before anything was built;
     TVM's rules have no refusal check). A search with no correct candidate at all fails, with
     the most common reason. `reproducible`: the same seed proposes the same candidates
-    (seeded_search)."""
+    (seeded_search). `batch`: the candidates of one iteration (a farm's search: a batch per
+    server)."""
     check_work_dir(work_dir, must_exist=False)
     os.makedirs(work_dir, exist_ok=True)
     database = open_database(work_dir)
@@ -457,7 +458,7 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
     else:
         rungs = rungspace.Rungs(space.split(","), wl, target)
         rules = f"knob space of {space.replace(',', ', ')}"
-        builder, cost_model = rungspace.RungBuilder(builder, rungs), rungs.cost_model(BATCH)
+        builder, cost_model = rungspace.RungBuilder(builder, rungs), rungs.cost_model(batch)
         first = [] if state["trials"] else rungs.own_choices(mod)
         strategy = rungspace.OwnChoiceFirst(
             ms.search_strategy.EvolutionarySearch(population_size=RUNG_POPULATION), first)
@@ -477,7 +478,7 @@ def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, 
         state["clock"].since = time.time()
         generator = (design_space(mod, target, space, tensor_cores) if space in SPACES
                      else rungs.design_space())
-        ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=BATCH,
+        ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=batch,
                     builder=builder, runner=runner, database=database, cost_model=cost_model,
                     strategy=strategy,
                     measure_callbacks=[*ms.MeasureCallback.create("default"), callback],

@@ -1,10 +1,12 @@
 """Progress of a long loop (a search's trials, a portfolio's builds): a tqdm bar on a terminal,
 and the rate over a moving window, which the loops' own lines print where there is no bar.
 
-The rate is that of the last WINDOW steps, from the step before them (or the start): where a
+The rate is that of the last WINDOW steps, from the arrival before them (or the start): where a
 batch of candidates lands at once after a long build, it says so (8 trials in 38 s: 12.6 a
-minute), where a rate since the start climbed from 1.9 to 60.8 in that instant. The ETA is the
-steps left at that rate.
+minute), where a rate since the start climbed from 1.9 to 60.8 in that instant. Steps that land
+together (within TOGETHER_S) are one arrival, all counted: a batch of 16 landing 22 s after the
+last is 16 in 22 s, not 8 in the microseconds between its own steps. The ETA is the steps left
+at that rate.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import time
 
 from tqdm import tqdm
 
-WINDOW = 8  # steps the rate is taken over
+WINDOW = 8  # steps the rate is taken over (at least: whole arrivals)
+TOGETHER_S = 0.1  # steps this close to the one before landed together: one arrival
 
 
 class Progress:
@@ -28,7 +31,8 @@ class Progress:
                  clock=time.monotonic):
         self.total, self.unit, self.clock = total, unit, clock
         self.done = 0
-        self.times = collections.deque([clock()], maxlen=WINDOW + 1)
+        # (time, steps) of the last arrivals, from the start's (its steps: 0)
+        self.arrivals = collections.deque([(clock(), 0)], maxlen=WINDOW + 1)
         self.bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
                         disable=not (bar and sys.stderr.isatty()), dynamic_ncols=True,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
@@ -42,14 +46,24 @@ class Progress:
     def step(self, postfix: str = "") -> None:
         """One step done; `postfix` (e.g. the best so far) leads the bar's right side."""
         self.done += 1
-        self.times.append(self.clock())
+        now = self.clock()
+        last, steps = self.arrivals[-1]
+        if steps and now - last <= TOGETHER_S:
+            self.arrivals[-1] = (now, steps + 1)
+        else:
+            self.arrivals.append((now, 1))
         self.bar.set_postfix_str("; ".join(filter(None, (postfix, self.pace()))), refresh=False)
         self.bar.update(1)
 
     def rate(self) -> float:
-        """Steps per minute over the last WINDOW steps (0 before the first)."""
-        span = self.times[-1] - self.times[0]
-        return 60 * (len(self.times) - 1) / span if span > 0 else 0.0
+        """Steps per minute over the last arrivals that hold WINDOW steps, from the arrival
+        before them (0 before the first step)."""
+        steps, since = 0, len(self.arrivals) - 1
+        while since > 0 and steps < WINDOW:
+            steps += self.arrivals[since][1]
+            since -= 1
+        span = self.arrivals[-1][0] - self.arrivals[since][0]
+        return 60 * steps / span if span > 0 else 0.0
 
     def pace(self) -> str:
         """The rate and, where steps are left, the ETA at that rate: '12.6 trials/min, ETA

@@ -107,7 +107,7 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
         def metaschedule_search(target, builder, runner):
             return metaschedule.search(wl, target, request.work_dir, request.trials, space,
                                        builder, runner, request.seed, say,
-                                       request.reproducible)
+                                       request.reproducible, metaschedule.BATCH * _servers(runner))
 
         return metaschedule_search
     if request.search.startswith("autotvm:"):
@@ -122,11 +122,18 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
             return autotvm.search(
                 entry, wl, configurations.measure, refusal=configurations.refusal,
                 path=request.records, device=request.device, tuner=tuner,
-                seed=request.seed, trials=request.trials, say=say, warn=warn)
+                seed=request.seed, trials=request.trials, batch=autotvm.BATCH * _servers(runner),
+                say=say, warn=warn)
 
         return template_search
     raise UsageError(f"unknown search '{request.search}'; valid: metaschedule, "
                      "autotvm:<template>")
+
+
+def _servers(runner) -> int:
+    """How many servers measure a search's candidates: a farm's (each gets a batch of its own,
+    which it builds on its host's cores while it measures), else one."""
+    return getattr(runner, "servers", 1)
 
 
 def _target(request: Request) -> tvm.target.Target:
