@@ -355,7 +355,7 @@ def explain(args, wl, found) -> None:
     SASS diff."""
     from tuning.explain import explain as explain_pair
 
-    explain_pair(wl, *args.explain, found, args.arch, say, warn, args.show_cuda)
+    explain_pair(wl, *args.explain, found, args.arch, say, warn, show_sass=args.show_cuda)
 
 
 def run(args) -> None:

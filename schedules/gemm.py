@@ -183,7 +183,7 @@ def _require_whole_vectors(name: str, wl: Workload, vector: int) -> None:
 
 
 def _tile_for_registers(sch: Schedule, wl: Workload, C, name: str, threads: tuple[int, int],
-                        thread_m: int, thread_n: int, k_split: list[int], group_n: int = 0,
+                        thread_m: int, thread_n: int, k_split: list[int], *, group_n: int = 0,
                         group_m: int = 0):
     """Block tiles on blockIdx, thread tiles on threadIdx (x along the contiguous N axis), and
     thread_m x thread_n register tiles innermost; K split by k_split, its loops between the
@@ -419,7 +419,7 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     # Step 1. v4's tiling, with the K step split again into fragment-wide slices, and a thread's
     # column groups a row of threads apart (B's vectors are read without bank conflicts).
     tx, (ko, k_step, *_) = _tile_for_registers(
-        sch, wl, C, name, threads, thread_m, thread_n, k_split, group, group_m)
+        sch, wl, C, name, threads, thread_m, thread_n, k_split, group_n=group, group_m=group_m)
     # The register tile goes out in 16-byte float32 vectors (K slices' partials: never cast), or
     # is added into C atomically.
     if tiles.atomic_sum:  # k_slices > 1 here: _require_atomic_adds refused the rest
@@ -478,7 +478,7 @@ V5P_SPACE = {**V5_SPACE, "stages": [1, 2, 3]}
 
 
 @schedule("gemm", "v5p", space=V5P_SPACE, heuristic=heuristics.register_tiles)
-def v5p(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
+def v5p(sch: Schedule, wl: Workload, *, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
         thread_n: int = 4, tile_k: int = 32, stages: int = 2, single_barrier: bool = True) -> None:
     """v5 + a cp.async pipeline: the next stages - 1 K tiles load asynchronously, into shared
     buffers of their own, while this one is multiplied. With single_barrier, each K tile starts
@@ -497,7 +497,7 @@ V5K_SPACE = {**V5P_SPACE, "k_slices": [1, 2, 4, 8], "atomic_sum": [False, True]}
 
 
 @schedule("gemm", "v5k", space=V5K_SPACE, heuristic=heuristics.split_k)
-def v5k(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
+def v5k(sch: Schedule, wl: Workload, *, block_m: int = 64, block_n: int = 64, thread_m: int = 8,
         thread_n: int = 4, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
         k_slices: int = 4, atomic_sum: bool = False, overlap_zeroing: bool = True) -> None:
     """v5p + split K: k_slices blocks (blockIdx.z) share each C tile, each over 1/k_slices of
@@ -521,7 +521,7 @@ def v5k(sch: Schedule, wl: Workload, block_m: int = 64, block_n: int = 64, threa
                                 "thread_m": [8, 16], "thread_n": [8, 16], "tile_k": [16, 32],
                                 "stages": [2, 3], "k_slices": [1, 4, 8],
                                 "fragment_stages": [1, 2]}, heuristic=heuristics.split_k)
-def v5t(sch: Schedule, wl: Workload, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
+def v5t(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
         thread_n: int = 16, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
         k_slices: int = 1, atomic_sum: bool = False, overlap_zeroing: bool = True,
         fragment_stages: int = 2) -> None:

@@ -220,7 +220,7 @@ class TunedSchedule:
 _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 
 
-def schedule(op: str, name: str, baseline: bool = False, template: bool = False,
+def schedule(op: str, name: str, *, baseline: bool = False, template: bool = False,
              space: dict | None = None, heuristic: Callable | None = None,
              compute: Callable | None = None, dtypes: tuple | None = None,
              refuse: Callable | None = None):

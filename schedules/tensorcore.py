@@ -136,7 +136,7 @@ def warp_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
                                "warp_tiles_m": [1, 2, 4], "warp_tiles_n": [1, 2, 4],
                                "chunk_k": [2, 4], "stages": [2, 3, 4]},
           heuristic=warp_tiles)
-def v6(sch: Schedule, wl: Workload, warps_m: int = 2, warps_n: int = 2, warp_tiles_m: int = 4,
+def v6(sch: Schedule, wl: Workload, *, warps_m: int = 2, warps_n: int = 2, warp_tiles_m: int = 4,
        warp_tiles_n: int = 4, chunk_k: int = 4, stages: int = 3, overlap_ldmatrix: bool = True) -> None:
     """Tensor cores: each warp owns warp_tiles_m x warp_tiles_n tiles of 16x16 and multiplies
     them with mma.sync (fp16/bf16 in, fp32 accumulators in registers), its operands loaded from

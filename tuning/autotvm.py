@@ -194,7 +194,7 @@ DEFAULT_TUNER = "xgb"
 
 
 def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], history: History,
-         trials: int, batch_size: int, on_measured: Callable[[dict, Outcome], None],
+         trials: int, batch_size: int, on_measured: Callable[[dict, Outcome], None], *,
          first: tuple[dict, ...] = (),
          refusal: Callable[[dict], str | None] | None = None) -> Counts:
     """Measure up to `trials` configurations that `history` does not hold yet, `batch_size` at a

@@ -607,7 +607,7 @@ def _built(wl: Workload, name: str, found, target, warn):
 
 
 def explain(wl: Workload, old: str, new: str, found, arch: str, say: Callable[[str], None],
-            warn: Callable[[str], None], show_sass: bool = False,
+            warn: Callable[[str], None], *, show_sass: bool = False,
             counters: str = COUNTERS) -> None:
     """--explain OLD NEW: the IR diff, the static counts (instruction mix, registers, shared
     memory) side by side with their delta, SASS diff with `show_sass`, the recorded counters

@@ -427,7 +427,7 @@ def seeded_search(seed: int):
 
 
 def search(wl: Workload, target: tvm.target.Target, work_dir: str, trials: int, space: str,
-           builder, runner, seed: int = 0, say: Callable[[str], None] = print,
+           builder, runner, *, seed: int = 0, say: Callable[[str], None] = print,
            reproducible: bool = False, batch: int = BATCH) -> dict:
     """Run `trials` new MetaSchedule trials on `wl` over the design space `space` (see SPACES)
     into `work_dir`, then say the best and save it (BEST_TRACE, BEST_MODULE); returns the

@@ -106,8 +106,9 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
 
         def metaschedule_search(target, builder, runner):
             return metaschedule.search(wl, target, request.work_dir, request.trials, space,
-                                       builder, runner, request.seed, say,
-                                       request.reproducible, metaschedule.BATCH * _servers(runner))
+                                       builder, runner, seed=request.seed, say=say,
+                                       reproducible=request.reproducible,
+                                       batch=metaschedule.BATCH * _servers(runner))
 
         return metaschedule_search
     if request.search.startswith("autotvm:"):
