@@ -62,13 +62,13 @@ TRACKER_PORT = 9190
 GONE_AFTER_S = 30.0  # no server under the key for this long: the farm has gone (a restart takes seconds)
 POLL_S = 1.0  # how often a candidate waiting for a server asks whether any is left
 CONNECT_TRIES = 3  # a server the tracker handed out may go away before the chunk reaches it
-LOST_TRIES = 3  # servers that may go away with one chunk before its candidates count as failed
+LOST_TRIES = 3  # servers that may lose one chunk before its candidates count as failed
 READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how many did
 
 
-# -- a server: builds and measures the candidates sent to it ----------------------------------------
+# -- a server: builds and measures the candidates sent to it -------------------------------------
 
-_searching: dict = {}  # the server's search: {"asked": its settings, "builder", "runner", "device"}
+_searching: dict = {}  # this server's search: "asked" (its settings), builder, runner, target...
 
 
 def _build_and_evaluate(request: str) -> str:
@@ -97,11 +97,18 @@ def _build_and_evaluate(request: str) -> str:
     for outcome in outcomes:
         time_ms = f" {outcome.time_ms:.4f} ms" if outcome.time_ms is not None else ""
         _say(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
-    builds = _searching["builder"].seconds
     _say(f"chunk done in {time.monotonic() - started:.1f} s; builds: "
-         f"{f'slowest {max(builds):.1f} s, mean {sum(builds) / len(builds):.1f} s' if builds else 'none'}")
+         f"{_build_times(_searching['builder'].seconds)}")
     return json.dumps({"outcomes": [dataclasses.asdict(o) for o in outcomes],
                        "device": _searching["device"]})
+
+
+def _build_times(seconds: list[float]) -> str:
+    """A chunk's builds, as its log line says them: the slowest (which the chunk waits for)
+    and the mean."""
+    if not seconds:
+        return "none"
+    return f"slowest {max(seconds):.1f} s, mean {sum(seconds) / len(seconds):.1f} s"
 
 
 def _build_workers() -> int:
