@@ -107,3 +107,46 @@ def params(lowered: tvm.IRModule) -> list[str]:
 def stores_to(root, buffer_name: str) -> list:
     """The stores of `root` into the buffer named `buffer_name`."""
     return [s for s in lowering.find(root, S.BufferStore) if s.buffer.name == buffer_name]
+
+
+def pointer(arg) -> str | None:
+    """The name of the buffer data a call's argument points into (`buffer_data(A_shared_dyn)`
+    or a `tvm_access_ptr` into it), else None."""
+    if isinstance(arg, tvm.ir.Call) and isinstance(arg.op, tvm.ir.Op):
+        if arg.op.name == "tirx.buffer_data":
+            return arg.args[0].name
+        if arg.op.name == "tirx.tvm_access_ptr":
+            return pointer(arg.args[1])
+    return None
+
+
+def pointers(call) -> tuple[str, ...]:
+    """The buffers' data a call points into, in argument order (an ldmatrix's destination
+    `A_shared_dyn_warp`, then its source `A_shared_dyn`; a cp.async's destination, then its
+    source)."""
+    return tuple(p for p in map(pointer, call.args) if p is not None)
+
+
+def copies(root) -> list[tuple[int, bool]]:
+    """The cp.async copies of `root` (`s_tir.cp_async_raw(dst, dst_offset, src, src_offset,
+    bytes[, predicate])`) as (bytes, whether a predicate guards it: where it is off, the codegen
+    zero-fills the destination instead)."""
+    return [(int(c.args[4].value), len(c.args) > 5) for c in calls(root, "s_tir.cp_async_raw")]
+
+
+def variables(root) -> set[str]:
+    """The names of the variables in `root`, buffers' data among them (a buffer merged into
+    the dynamic shared memory is gone from buffers() but its data keeps its name here)."""
+    return {v.name for v in lowering.find(root, tvm.tirx.Var)}
+
+
+def inside_ifs(root, kind) -> list:
+    """The nodes of type `kind` in `root` that lie in the then-branch of an if (a guarded
+    store, a predicated load)."""
+    return [node for branch in lowering.find(root, S.IfThenElse)
+            for node in lowering.find(branch.then_case, kind)]
+
+
+def among(nodes, others) -> bool:
+    """Whether every node of `nodes` is one of `others` (the same IR node, not an equal one)."""
+    return all(any(n.same_as(o) for o in others) for n in nodes)

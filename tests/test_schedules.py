@@ -739,14 +739,23 @@ def test_v5t_refuses_16_bit_inputs(target):
 
 
 @pytest.mark.parametrize("dtype, layout", [("float16", "nn"), ("float16", "nt"), ("bfloat16", "nn"), ("bfloat16", "nt")])
-def test_v6_runs_on_tensor_cores(dtype, layout, compiled):
+def test_v6_runs_on_tensor_cores(dtype, layout, compiled, lowered):
     wl = Workload("gemm", (256, 256, 256), dtype, layout=layout)
-    ir, source, s = compiled("v6", wl)
-    short = {"float16": "f16", "bfloat16": "bf16"}[dtype]
-    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{short}.{short}.f32" in source
-    # B is K x N in nn: ldmatrix transposes it on the way in; in nt it is already K-major.
-    assert ("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in source) == (layout == "nn")
-    assert "cp.async" in source and s.block == {"threadIdx.y": 4, "threadIdx.x": 32}
+    _, source, s = compiled("v6", wl)
+    kernel = kf.kernel(lowered("v6", wl))
+    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    mmas = kf.calls(kernel, "ptx_legacy.mma")
+    assert mmas and {kf.words(c) for c in mmas} == {("m16n8k16", "row", "col", short, short, "fp32")}
+    # operands come from shared memory as x4 ldmatrix fragments; B is K x N in nn: ldmatrix
+    # transposes it on the way in (its first argument); in nt it is already K-major, like A.
+    loads = kf.calls(kernel, "ptx_legacy.ldmatrix")
+    transposed = {kf.pointers(c)[0].split("_")[0]: bool(kf.ints(c)[0]) for c in loads}
+    assert {kf.ints(c)[1] for c in loads} == {4} and {kf.words(c) for c in loads} == {(".b16",)}
+    assert transposed == {"A": False, "B": layout == "nn"}
+    # global->shared by cp.async, 16 bytes a copy; the accumulators stay in the warps' registers
+    assert kf.copies(kernel) and set(kf.copies(kernel)) == {(16, False)}
+    assert kf.buffers(kernel)["C_warp"][0] == "warp"
+    assert s.block == {"threadIdx.y": 4, "threadIdx.x": 32}
     if shutil.which("nvcc"):
         usage = build.nvcc_resources(source, "sm_90")["main_kernel"]
         assert usage["stack_bytes"] == 0 and usage["spill_stores"] == 0
@@ -815,19 +824,25 @@ def test_v7_refuses_tiles_wgmma_cannot_take(knobs, reason, target):
 
 
 @pytest.mark.parametrize("rung", ["v6", "v7"])
-def test_tensor_core_rungs_pad_ragged_shapes_inside_the_kernel(rung, compiled):
+def test_tensor_core_rungs_pad_ragged_shapes_inside_the_kernel(rung, lowered):
     """M, N and K not whole tiles: the loads zero-fill past A's and B's edges (16-byte cp.async
     with a predicate where the rows are whole vectors) and the store stops at C's edges."""
-    ir, source, _ = compiled(rung, Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt"))
-    assert "@p cp.async.cg.shared.global [%0], [%1], %2;" in source  # predicated, 16 bytes
-    assert "@!p st.shared.v4.u32" in source  # zeroes where the predicate is off
-    assert "C_pad" in ir  # the padded product, in registers or staged in shared memory
+    kernel = kf.kernel(lowered(rung, Workload("gemm", (1000, 136, 200), "bfloat16", layout="nt")))
+    # every copy predicated, 16 bytes (the codegen zero-fills where the predicate is off)
+    assert kf.copies(kernel) and set(kf.copies(kernel)) == {(16, True)}
+    # the padded product, in registers or staged in shared memory, and every store into C
+    # under an if (inside C)
+    assert any(v.startswith("C_pad") for v in kf.variables(kernel))
+    stores = kf.stores_to(kernel, "C")
+    assert stores and kf.among(stores, kf.inside_ifs(kernel, S.BufferStore))
     # rows that are not whole 16-byte vectors (K = 65): narrower loads, not cp.async's 16 bytes
-    _, odd_source, _ = compiled(rung, Workload("gemm", (257, 129, 65), "bfloat16", layout="nt"))
-    assert "cp.async.cg.shared.global [%0], [%1], %2" not in odd_source
+    odd = kf.kernel(lowered(rung, Workload("gemm", (257, 129, 65), "bfloat16", layout="nt")))
+    assert (16, True) not in kf.copies(odd) and (16, False) not in kf.copies(odd)
     # whole tiles: no padding at all
-    whole_ir, whole_source, _ = compiled(rung, Workload("gemm", (256, 256, 256), "float16"))
-    assert "_pad" not in whole_ir and "@p cp.async" not in whole_source
+    whole = kf.kernel(lowered(rung, Workload("gemm", (256, 256, 256), "float16")))
+    assert not [v for v in kf.variables(whole) if "_pad" in v]
+    assert kf.copies(whole) and not [c for c in kf.copies(whole) if c[1]]
+    assert not kf.inside_ifs(whole, S.BufferStore)
 
 
 def test_v7_stores_c_after_waiting_for_every_wgmma(lowered):

@@ -1,7 +1,6 @@
 """The tensor-core rungs' parts: the bfloat16 intrinsics that v6 derives from TVM's float16 ones
-(read off their IR, then off the CUDA they produce), and the preconditions v6 and v7 share."""
-
-import re
+(read off their IR, then off the lowered kernel they produce), and the preconditions v6 and v7
+share."""
 
 import pytest
 import tvm
@@ -9,6 +8,7 @@ import tvm_ffi
 from tvm.ir import Call, PrimType, StringImm
 from tvm.s_tir import TensorIntrin
 
+import kernel_facts as kf
 import schedules
 from schedules import ScheduleNotApplicable, Workload
 from schedules.tensorcore import intrinsics, require_tensor_core_gemm
@@ -57,12 +57,15 @@ def test_float16_intrinsics_are_tvms_own_and_left_as_they_were():
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt"])
-def test_bfloat16_v6_loads_with_ldmatrix_and_multiplies_bf16(layout, compiled):
-    _, source, _ = compiled("v6", Workload("gemm", (256, 256, 256), "bfloat16", layout=layout))
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in source
-    loads = re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16", source)
+def test_bfloat16_v6_loads_with_ldmatrix_and_multiplies_bf16(layout, lowered):
+    kernel = kf.kernel(lowered("v6", Workload("gemm", (256, 256, 256), "bfloat16", layout=layout)))
+    mmas = kf.calls(kernel, "ptx_legacy.mma")
+    assert mmas and {kf.words(c) for c in mmas} == {("m16n8k16", "row", "col", "bf16", "bf16", "fp32")}
+    loads = kf.calls(kernel, "ptx_legacy.ldmatrix")
+    assert loads and {(str(c.ty), kf.ints(c)[1], kf.words(c)) for c in loads} == {("bfloat16", 4, (".b16",))}
     # A is M x K: loaded as it is; B is transposed on the way in where it is K x N (nn)
-    assert "" in loads and (".trans" in loads) == (layout == "nn")
+    transposed = {(kf.pointers(c)[0].split("_")[0], bool(kf.ints(c)[0])) for c in loads}
+    assert transposed == {("A", False), ("B", layout == "nn")}
 
 
 TENSOR_CORE_RUNGS = {"v6": {}, "v7": {"block_n": 64}}  # v7's N tile narrowed for the huge-M case
