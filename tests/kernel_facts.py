@@ -150,3 +150,15 @@ def inside_ifs(root, kind) -> list:
 def among(nodes, others) -> bool:
     """Whether every node of `nodes` is one of `others` (the same IR node, not an equal one)."""
     return all(any(n.same_as(o) for o in others) for n in nodes)
+
+
+def lanes(store) -> int:
+    """How many elements a store writes at once (4 for a float32x4 vector, 1 for a scalar)."""
+    ty = str(getattr(store.value, "ty", None) or store.value.dtype)
+    return int(ty.rsplit("x", 1)[1]) if "x" in ty else 1
+
+
+def attrs(root, key: str) -> list:
+    """The values of the attributes named `key` in `root` (`async_wait_inflight_count`: the
+    cp.async groups a wait leaves in flight)."""
+    return [a.value for a in lowering.find(root, S.AttrStmt) if a.attr_key == key]

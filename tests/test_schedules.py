@@ -566,31 +566,44 @@ def test_v4_has_coalesced_threads_and_a_register_tile(compiled):
     assert s.shared_bytes == 2 * 64 * 16 * 4
 
 
-def test_v5_loads_vectors_into_padded_rows_without_a_pipeline(compiled):
-    ir, source, s = compiled("v5", SEED)  # 64x64 block tile, 8x4 per thread, K tiles of 32
-    assert "A_shared_dyn_local = T.alloc_local((32,)" in ir and "T.Ramp(" in ir  # 8 rows x 4 k
-    assert "] = *(float4*)(A_ptr + " in source  # global->shared in 16-byte vectors
-    assert "cp_async" not in ir and s.syncthreads == 2  # synchronous loads, v4's two barriers
+def test_v5_loads_vectors_into_padded_rows_without_a_pipeline(compiled, lowered):
+    _, _, s = compiled("v5", SEED)  # 64x64 block tile, 8x4 per thread, K tiles of 32
+    kernel = kf.kernel(lowered("v5", SEED))
+    assert kf.buffers(kernel)["A_shared.dyn_local"] == ("local", (32,), "float32")  # 8 rows x 4 k
+    # global->shared and shared->registers in 16-byte vectors
+    for buffer in ("A_shared.dyn", "B_shared.dyn", "A_shared.dyn_local", "B_shared.dyn_local"):
+        stores = kf.stores_to(kernel, buffer)
+        assert stores and {kf.lanes(st) for st in stores} == {4}, buffer
+    assert {st.value.source.name for st in kf.stores_to(kernel, "A_shared.dyn")} == {"A"}
+    assert not kf.copies(kernel) and s.syncthreads == 2  # synchronous loads, v4's two barriers
     # A's 32-float rows padded to 36 (the next row starts 4 banks on), B's 64 to 68: one stage
     assert s.shared_bytes == (64 * 36 + 32 * 68) * 4
 
 
-def test_v5_unrolls_a_tiles_k_steps_and_writes_c_in_vectors(compiled):
-    _, source, _ = compiled("v5", SEED)  # K tiles of 32 = 8 steps of 4
+def test_v5_unrolls_a_tiles_k_steps_and_writes_c_in_vectors(lowered):
+    kernel = kf.kernel(lowered("v5", SEED))  # K tiles of 32 = 8 steps of 4
     # The step loop is gone: 8 fragment loads of A's 8 rows, each a 16-byte vector.
-    assert source.count("*(float4*)(A_shared_dyn_local_ptr") == 8
-    assert "*(float4*)(C_ptr + " in source and "C_ptr[" not in source
+    fragments = kf.stores_to(kernel, "A_shared.dyn_local")
+    assert len(fragments) == 8 and {kf.lanes(st) for st in fragments} == {4}
+    assert not kf.loop(kernel, "k_1")
+    stores = kf.stores_to(kernel, "C")
+    assert stores and {kf.lanes(st) for st in stores} == {4}  # no scalar stores into C
 
 
-def test_v5p_pipelines_the_k_tiles_with_cp_async(compiled):
-    ir, source, s = compiled("v5p", SEED)  # v5's tiles, two stages
-    assert "cp_async" in ir and "async_wait_inflight_count" in ir
-    assert "(k_0 + 1) % 2" in ir  # the next K tile goes into the other buffer
-    assert "ax0 * 36" in ir  # the padded rows of v5, now in two buffers
-    assert "cp.async.cg.shared.global" in source
+def test_v5p_pipelines_the_k_tiles_with_cp_async(compiled, lowered):
+    _, _, s = compiled("v5p", SEED)  # v5's tiles, two stages
+    kernel = kf.kernel(lowered("v5p", SEED))
+    # A's and B's tiles by 16-byte cp.async (cg), waited for before they are read
+    assert kf.copies(kernel) and set(kf.copies(kernel)) == {(16, False)}
+    assert {p[0] for p in map(kf.pointers, kf.calls(kernel, "s_tir.cp_async_raw"))} == {
+        "A_shared.dyn", "B_shared.dyn"}
+    assert kf.attrs(kernel, "async_wait_inflight_count")
+    # the first tile loads before the K loop, which then runs one tile short: the next tile
+    # loads while this one is multiplied
+    assert [int(f.extent) for f in kf.loop(kernel, "k_0")] == [2048 // 32 - 1]
     assert s.shared_bytes == 2 * (64 * 36 + 32 * 68) * 4  # two stages of padded A and B tiles
     # The last tile is multiplied after the loop (the pipeline's epilogue): 8 more fragment loads
-    assert source.count("*(float4*)(A_shared_dyn_local_ptr") == 2 * 8
+    assert len(kf.stores_to(kernel, "A_shared.dyn_local")) == 2 * 8
 
 
 def test_v5k_sums_float32_partials_in_a_second_kernel(compiled):
