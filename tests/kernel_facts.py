@@ -9,6 +9,7 @@ generated CUDA cannot break it, nor a substring that happens to occur elsewhere 
 from __future__ import annotations
 
 import tvm
+import tvm.sym
 from tvm.tirx import stmt as S
 
 from tuning import lowering
@@ -162,3 +163,20 @@ def attrs(root, key: str) -> list:
     """The values of the attributes named `key` in `root` (`async_wait_inflight_count`: the
     cp.async groups a wait leaves in flight)."""
     return [a.value for a in lowering.find(root, S.AttrStmt) if a.attr_key == key]
+
+
+def first_lane(index):
+    """Where a vector index's first element lies (a Ramp's base, plus the value of a Broadcast
+    added to it); a scalar index as it is."""
+    if isinstance(index, tvm.tirx.Ramp):
+        return index.base
+    if isinstance(index, tvm.tirx.Broadcast):
+        return index.value
+    if isinstance(index, tvm.tirx.Add):
+        return first_lane(index.a) + first_lane(index.b)
+    return index
+
+
+def distance(start, end) -> int:
+    """How many elements `end` lies past `start`, two indices that differ by a constant."""
+    return int(tvm.sym.Analyzer().simplify(end - start))

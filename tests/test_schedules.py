@@ -731,19 +731,29 @@ def test_v5p_loads_ragged_rows_in_the_widest_vectors_they_are_made_of(shape, lan
     assert summary.shared_bytes == aligned_summary.shared_bytes
 
 
-def test_v5t_transposes_a_in_shared_memory_and_double_buffers_fragments(compiled):
-    ir, source, s = compiled("v5t", SEED)  # 128x256 block tile, 8x16 per thread, K tiles of 32
+def test_v5t_transposes_a_in_shared_memory_and_double_buffers_fragments(compiled, lowered):
+    _, _, s = compiled("v5t", SEED)  # 128x256 block tile, 8x16 per thread, K tiles of 32
+    kernel = kf.kernel(lowered("v5t", SEED))
     assert s.block == {"threadIdx.y": 16, "threadIdx.x": 16} and s.grid == {"blockIdx.y": 8, "blockIdx.x": 2}
-    assert "C_local = T.alloc_local((128,)" in ir
+    assert kf.buffers(kernel)["C_local"] == ("local", (128,), "float32")
     # A's tile is [k, m] with rows of 128 + 4 floats, filled 4 bytes at a time; B's as in v5.
     assert s.shared_bytes == 2 * (32 * 132 + 32 * 260) * 4
-    assert "cp.async.ca.shared.global [%0], [%1], %2;" in source and "ptx_cp_async_legacy_ca_4_4_4" in source
-    assert "ptx_cp_async_legacy_cg_16_4_4" in source
+    sizes = {}
+    for copy in kf.calls(kernel, "s_tir.cp_async_raw"):
+        sizes.setdefault(kf.pointers(copy)[0], set()).add(int(copy.args[4]))
+    assert sizes == {"A_shared.dyn": {4}, "B_shared.dyn": {16}}
     # A thread's 8 rows of one K step are two 16-byte vectors of a [k, m] row; the next K
     # step's (132 floats on) go to the fragment's second buffer while this one's are used.
-    assert "A_shared_dyn_local = T.alloc_local((16,)" in ir and "B_shared_dyn_local = T.alloc_local((32,)" in ir
-    this_step = re.search(r"A_shared_dyn_local\[0:4\] = A_shared_dyn\[T.Ramp\((cse_v\d+), 1, 4\)", ir)
-    assert this_step and f"A_shared_dyn_local[4:8] = A_shared_dyn[T.Ramp({this_step[1]} + 132, 1, 4)" in ir
+    buffers = kf.buffers(kernel)
+    assert buffers["A_shared.dyn_local"][:2] == ("local", (16,))
+    assert buffers["B_shared.dyn_local"][:2] == ("local", (32,))
+    reads = [(int(st.indices[0].base), kf.first_lane(st.value.indices[0]))
+             for st in kf.stores_to(kernel, "A_shared.dyn_local")]
+    assert {kf.lanes(st) for st in kf.stores_to(kernel, "A_shared.dyn_local")} == {4}
+    this_step = [at for slot, at in reads if slot == 0]
+    next_step = [at for slot, at in reads if slot == 4]
+    assert this_step and len(this_step) == len(next_step)
+    assert {kf.distance(a, b) for a, b in zip(this_step, next_step)} == {132}
 
 
 def test_v5t_refuses_16_bit_inputs(target):
