@@ -180,3 +180,33 @@ def first_lane(index):
 def distance(start, end) -> int:
     """How many elements `end` lies past `start`, two indices that differ by a constant."""
     return int(tvm.sym.Analyzer().simplify(end - start))
+
+
+def kernels(lowered: tvm.IRModule) -> dict:
+    """The kernels of a lowered module by name (`main_kernel`, `main_kernel_1` ...)."""
+    return {str(fn.attrs["global_symbol"]): fn for _, fn in lowered.functions_items()}
+
+
+def declared(root) -> dict[str, tuple]:
+    """The buffers `root` declares over memory it does not allocate (a parameter's, say):
+    name -> shape."""
+    return {d.buffer.name: tuple(int(x) for x in d.buffer.shape)
+            for d in lowering.find(root, S.DeclBuffer)}
+
+
+def loads_from(root, buffer_name: str) -> list:
+    """The loads of `root` from the buffer named `buffer_name`."""
+    return [t for t in lowering.find(root, tvm.ir.TensorLoad) if t.source.name == buffer_name]
+
+
+def multipliers(root, var: str) -> set[int]:
+    """The constants that the variable named `var` is multiplied by in `root`'s indices
+    (`blockIdx_z * 704`: where a K slice starts)."""
+    return {int(m.b) for m in lowering.find(root, tvm.tirx.Mul)
+            if isinstance(m.a, tvm.tirx.Var) and m.a.name == var
+            and isinstance(m.b, tvm.tirx.IntImm)}
+
+
+def params_of(fn) -> list[str]:
+    """A kernel's parameters by name (of one kernel of a module with several)."""
+    return [p.name for p in fn.params]

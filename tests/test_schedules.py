@@ -606,40 +606,54 @@ def test_v5p_pipelines_the_k_tiles_with_cp_async(compiled, lowered):
     assert len(kf.stores_to(kernel, "A_shared.dyn_local")) == 2 * 8
 
 
-def test_v5k_sums_float32_partials_in_a_second_kernel(compiled):
-    ir, source, s = compiled("v5k", SEED)  # 4 K slices
+def test_v5k_sums_float32_partials_in_a_second_kernel(compiled, lowered):
+    _, _, s = compiled("v5k", SEED)  # 4 K slices
     assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
-    assert "C_rf = T.decl_buffer((2097152,)" in ir  # 4 slices x 1024 x 512 float32 partials
+    kernels = kf.kernels(lowered("v5k", SEED))
+    main, sum_kernel = kernels["main_kernel"], kernels["main_kernel_1"]
+    # 4 slices x 1024 x 512 float32 partials, written by the first kernel, read by the second
+    assert kf.declared(main)["C.rf"] == kf.declared(sum_kernel)["C.rf"] == (4 * 1024 * 512,)
+    assert "C.rf_ptr" in kf.params_of(main) and kf.params_of(sum_kernel) == ["C_ptr", "C.rf_ptr"]
     # The second kernel: 4 outputs per thread, the 4 slices' partials read as 16-byte vectors
     # and summed in registers, C written as one 16-byte vector.
-    sum_kernel = source[source.rindex("main_kernel_1("):]
-    assert "float4 v__1 = *(float4*)(C_rf_ptr + " in sum_kernel
-    assert "*(float4*)(C_ptr + " in sum_kernel
+    partials = kf.loads_from(sum_kernel, "C.rf")
+    assert partials and {str(load.ty) for load in partials} == {"float32x4"}
+    assert [f.extent for f in kf.loop(sum_kernel, "k_0")] == [4]
+    stores = kf.stores_to(sum_kernel, "C")
+    assert stores and {kf.lanes(st) for st in stores} == {4}
 
 
 @pytest.mark.parametrize("k, slices, slice_k", [(2048, 3, 704), (72, 4, 32), (264, 4, 96)])
-def test_v5k_slices_are_whole_k_tiles_the_last_ones_shorter(k, slices, slice_k, compiled):
+def test_v5k_slices_are_whole_k_tiles_the_last_ones_shorter(k, slices, slice_k, compiled, lowered):
     """K need not be whole slices: each slice is whole K tiles of 32 and the last ones are cut
     short by K (slices of 704 K, the third ending at 2048; at K=72, the fourth slice is empty)."""
     wl = Workload("gemm", (256, 128, k))
-    ir, _, s = compiled("v5k", wl, k_slices=slices)
+    _, _, s = compiled("v5k", wl, k_slices=slices)
     assert s.kernels == 2 and s.grid["blockIdx.z"] == slices
-    assert f"blockIdx_z * {slice_k}" in ir
+    main = kf.kernels(lowered("v5k", wl, k_slices=slices))["main_kernel"]
+    # a slice starts slice_k columns on in A's rows, slice_k rows of 128 on in B
+    assert {slice_k, slice_k * 128} <= kf.multipliers(main, "blockIdx.z")
 
 
-def test_v5k_atomic_sum_adds_partials_into_a_zeroed_c_without_a_partial_buffer(compiled):
-    ir, source, s = compiled("v5k", SEED, atomic_sum=True)
+def test_v5k_atomic_sum_adds_partials_into_a_zeroed_c_without_a_partial_buffer(compiled, lowered):
+    _, source, s = compiled("v5k", SEED, atomic_sum=True)
     assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
-    assert "C_rf = T.decl_buffer" not in ir and "C_rf_ptr" not in source  # partials in registers
-    zero = source[source.rindex("main_kernel(float* __restrict__ C_ptr"):source.rindex("main_kernel_1(")]
-    assert "*(float4*)(C_ptr + " in zero and "= make_float4(0x0p+0f" in zero and "A_ptr" not in zero
-    adds = source[source.rindex("main_kernel_1("):]
+    kernels = kf.kernels(lowered("v5k", SEED, atomic_sum=True))
+    zero, adds = kernels["main_kernel"], kernels["main_kernel_1"]
+    # partials in registers: no partial buffer anywhere
+    assert not [b for k in (zero, adds) for b in kf.declared(k) if b.startswith("C.rf")]
+    assert kf.params_of(zero) == ["C_ptr"] and kf.params_of(adds) == ["A_ptr", "B_ptr", "C_ptr"]
+    zeroes = kf.stores_to(zero, "C")
+    assert zeroes and {kf.lanes(st) for st in zeroes} == {4}
+    assert all(isinstance(st.value, tvm.tirx.Broadcast) and float(st.value.value) == 0 for st in zeroes)
     # 8 x 4 outputs per thread: one add of 4 consecutive floats per row, from the registers
-    rows = adds[adds.rindex("for (int ax0"):]
-    assert rows.startswith("for (int ax0_32 = 0; ax0_32 < 8; ++ax0_32)")
-    assert rows.count("tvm_builtin_ptx_red_vec_f32_global_add_v4_f32((&(C_ptr[") == 1
-    assert "C_rf_local_ptr[((ax0_32 * 4) + 3)]);" in rows
-    assert "red.global.add.v4.f32" in source
+    (rows,) = [f for f in kf.loop(adds, "ax0") if kf.calls(f, "ptx.red_vec_f32")]
+    assert rows.extent == 8
+    (add,) = kf.calls(rows, "ptx.red_vec_f32")
+    assert {"global", "add", "v4", "f32"} <= set(kf.words(add)) and kf.pointers(add)[0] == "C"
+    values = [a for a in add.args if isinstance(a, tvm.ir.TensorLoad)]
+    assert [v.source.name for v in values] == ["C.rf_local"] * 4
+    assert [kf.distance(values[0].indices[0], v.indices[0]) for v in values] == [0, 1, 2, 3]
     build.nvcc_resources(source, "sm_90")  # nvcc accepts the inline PTX
 
 
