@@ -657,30 +657,33 @@ def test_v5k_atomic_sum_adds_partials_into_a_zeroed_c_without_a_partial_buffer(c
     build.nvcc_resources(source, "sm_90")  # nvcc accepts the inline PTX
 
 
-def _launch_tags(ir: str, kernel: str) -> str:
+def _launch_tags(kernel) -> list[str]:
     """The launch tags (`tirx.kernel_launch_params`) of one lowered kernel."""
-    head = ir[ir.index(f"def {kernel}("):]
-    return re.search(r'"tirx.kernel_launch_params": \[([^\]]*)\]', head).group(1)
+    return [str(tag) for tag in kernel.attrs["tirx.kernel_launch_params"]]
 
 
-def test_overlap_zeroing_launches_the_adding_kernel_early_and_waits_before_its_adds(compiled):
-    ir, source, _ = compiled("v5k", SEED, atomic_sum=True)  # overlap: the default
-    plain_ir, plain, _ = compiled("v5k", SEED, atomic_sum=True, overlap_zeroing=False)
-    zero = source[source.rindex("main_kernel(float* __restrict__ C_ptr"):source.rindex("main_kernel_1(")]
-    adds = source[source.rindex("main_kernel_1("):]
+def test_overlap_zeroing_launches_the_adding_kernel_early_and_waits_before_its_adds(lowered):
+    kernels = kf.kernels(lowered("v5k", SEED, atomic_sum=True))  # overlap: the default
+    zero, adds = kernels["main_kernel"], kernels["main_kernel_1"]
+    plain = kf.kernels(lowered("v5k", SEED, atomic_sum=True, overlap_zeroing=False))
     # The zeroing releases the main kernel before its stores; the main kernel's K loop does not
     # wait, and each add waits for the zeroing kernel to be done first.
-    assert zero.index("tvm_builtin_ptx_griddepcontrol_launch_dependents();") < zero.index("make_float4(0x0p+0f")
-    rows = adds[adds.rindex("for (int ax0"):]
-    assert "griddepcontrol" not in adds[:adds.rindex("for (int ax0")]
-    assert rows.index("tvm_builtin_ptx_griddepcontrol_wait();") < rows.index("ptx_red_vec_f32_global_add")
+    release = kf.at(zero, kf.called("ptx.griddepcontrol", "launch_dependents"))
+    zeroes = kf.at(zero, lambda node: isinstance(node, S.BufferStore) and node.buffer.name == "C")
+    assert len(release) == 1 and zeroes and release[0] < min(zeroes)
+    (rows,) = [f for f in kf.loop(adds, "ax0") if kf.calls(f, "ptx.red_vec_f32")]
+    assert kf.among(kf.calls(adds, "ptx.griddepcontrol"), kf.calls(rows, "ptx.griddepcontrol"))
+    waits = kf.at(rows, kf.called("ptx.griddepcontrol", "wait"))
+    assert len(waits) == 1 and waits[0] < min(kf.at(rows, kf.called("ptx.red_vec_f32")))
     # Only the kernel that waits is launched with programmatic dependent launch, and the tag
     # goes before the dynamic shared memory's, which TVM wants last.
-    assert _launch_tags(ir, "main_kernel_1").endswith(
-        '"tirx.use_programtic_dependent_launch", "tirx.use_dyn_shared_memory"')
-    assert "programtic" not in _launch_tags(ir, "main_kernel")
-    assert "griddepcontrol" not in plain and "programtic" not in plain_ir
-    assert "tvm_builtin_ptx_red_vec_f32_global_add_v4_f32" in plain
+    assert _launch_tags(adds)[-2:] == ["tirx.use_programtic_dependent_launch",
+                                       "tirx.use_dyn_shared_memory"]
+    assert "tirx.use_programtic_dependent_launch" not in _launch_tags(zero)
+    for kernel in plain.values():
+        assert not kf.calls(kernel, "ptx.griddepcontrol")
+        assert "tirx.use_programtic_dependent_launch" not in _launch_tags(kernel)
+    assert kf.calls(plain["main_kernel_1"], "ptx.red_vec_f32")
 
 
 @pytest.mark.parametrize("wl, knobs, reason", [
