@@ -210,3 +210,19 @@ def multipliers(root, var: str) -> set[int]:
 def params_of(fn) -> list[str]:
     """A kernel's parameters by name (of one kernel of a module with several)."""
     return [p.name for p in fn.params]
+
+
+def stride(root, index, var: str) -> int:
+    """How many elements `index` (an index in `root`) moves on when the variable named `var`
+    grows by one, the variables that `root` binds (`cse_v3 = threadIdx_x * 4`) seen through:
+    4 for a thread that writes 4 consecutive columns, 1 for a loop along a row."""
+    (moved,) = {v for v in lowering.find(root, tvm.tirx.Var) if v.name == var}
+
+    def with_value(value):
+        analyzer = tvm.sym.Analyzer()
+        for bind in lowering.find(root, S.Bind):
+            analyzer.bind(bind.var, bind.value)
+        analyzer.bind(moved, value)
+        return analyzer.simplify(index)
+
+    return distance(with_value(0), with_value(1))

@@ -557,12 +557,17 @@ def test_rowalign_loads_b_and_x_in_aligned_16_byte_vectors_on_any_k(k, compiled)
 # -- past the seed: v4, v5, v5p, v5k, v5t, v6 -------------------------------------------------------------
 
 
-def test_v4_has_coalesced_threads_and_a_register_tile(compiled):
-    ir, source, s = compiled("v4", SEED)
-    assert "C_local = T.alloc_local((16,))" in ir  # 4x4 outputs per thread
+def test_v4_has_coalesced_threads_and_a_register_tile(compiled, lowered):
+    _, _, s = compiled("v4", SEED)
+    kernel = kf.kernel(lowered("v4", SEED))
+    assert kf.buffers(kernel)["C_local"] == ("local", (16,), "float32")  # 4x4 outputs per thread
     assert s.block == {"threadIdx.y": 16, "threadIdx.x": 16} and s.grid == {"blockIdx.y": 16, "blockIdx.x": 8}
-    # threadIdx.x runs along N: a warp writes consecutive columns of C, 4 per thread.
-    assert "(((int)threadIdx.x) * 4)) + ax1)] = C_local_ptr[((ax0 * 4) + ax1)]" in source
+    # threadIdx.x runs along N: a warp writes consecutive columns of C, 4 per thread, from the
+    # register tile.
+    (store,) = kf.stores_to(kernel, "C")
+    assert store.value.source.name == "C_local"
+    assert kf.stride(kernel, store.indices[0], "threadIdx.x") == 4
+    assert kf.stride(kernel, store.indices[0], "ax1") == 1
     assert s.shared_bytes == 2 * 64 * 16 * 4
 
 
@@ -736,15 +741,17 @@ def test_single_barrier_refuses_a_loop_that_is_not_an_async_pipeline(target):
 
 
 @pytest.mark.parametrize("shape, lanes", [((257, 130, 66), 2), ((257, 129, 65), 1)])
-def test_v5p_loads_ragged_rows_in_the_widest_vectors_they_are_made_of(shape, lanes, compiled):
-    aligned, _, aligned_summary = compiled("v5p", SEED)
-    ragged, _, summary = compiled("v5p", Workload("gemm", shape), block_m=64, block_n=64)
+def test_v5p_loads_ragged_rows_in_the_widest_vectors_they_are_made_of(shape, lanes, compiled, lowered):
+    _, _, aligned_summary = compiled("v5p", SEED)
+    ragged_wl = Workload("gemm", shape)
+    _, _, summary = compiled("v5p", ragged_wl, block_m=64, block_n=64)
+    aligned = kf.kernel(lowered("v5p", SEED))
+    ragged = kf.kernel(lowered("v5p", ragged_wl, block_m=64, block_n=64))
     # rows of K=66 and N=130 are whole pairs, of K=65 only whole elements; shared rows stay padded
     # for the fragments' 16-byte reads, so the shared tiles are those of the aligned shape
-    assert re.search(r"cp_async_raw\([^\n]*, 16\)", aligned)
-    # (padded to whole tiles: a ragged copy's size is followed by its predicate)
-    assert re.search(rf"cp_async_raw\([^\n]*, {4 * lanes}, ", ragged)
-    assert not re.search(r"cp_async_raw\([^\n]*, 16[,)]", ragged)
+    assert set(kf.copies(aligned)) == {(16, False)}
+    # (padded to whole tiles: a ragged copy is predicated)
+    assert kf.copies(ragged) and set(kf.copies(ragged)) == {(4 * lanes, True)}
     assert summary.shared_bytes == aligned_summary.shared_bytes
 
 
