@@ -704,26 +704,45 @@ def test_v5k_atomic_sum_refusals(wl, knobs, reason, target):
         schedules.get("gemm", "v5k").apply(SEED, build.cuda_target("sm_80"), atomic_sum=True)
 
 
-def _k_tile_head(source: str) -> list[str]:
+def _k_tile_head(kernel) -> list[str]:
     """What the pipelined K loop does before a tile's first fragment load: barriers, cp.async
-    waits (with the groups they leave in flight), global->shared copies and commits."""
-    loop = source[source.index("for (int k_0 = 0"):]
-    head = loop[:loop.index("A_shared_dyn_local_ptr")]
-    events = re.findall(r"__syncthreads|wait_group_\d(?=\(\);)|commit_group(?=\(\);)|ptx_cp_async_legacy", head)
-    return [e for i, e in enumerate(events) if e != "ptx_cp_async_legacy" or events[i - 1] != e]
+    waits (with the groups they leave in flight), global->shared copies and commits (a commit
+    scope's group is committed after what it holds)."""
+    (loop,) = kf.loop(kernel, "k_0")
+    nodes = lowering.find(loop.body, (tvm.ir.Call, S.AttrStmt, S.BufferStore))
+    commits = {}
+    for at, node in enumerate(nodes):
+        if isinstance(node, S.AttrStmt) and node.attr_key == "async_commit_queue_scope":
+            end = at + 1 + len(lowering.find(node.body, (tvm.ir.Call, S.AttrStmt, S.BufferStore)))
+            commits[end] = commits.get(end, 0) + 1
+    events = []
+    for at, node in enumerate(nodes):
+        events += ["commit_group"] * commits.get(at, 0)
+        if isinstance(node, S.BufferStore) and node.buffer.name.endswith("_local"):
+            break  # the first fragment load
+        if isinstance(node, S.AttrStmt) and node.attr_key == "async_wait_inflight_count":
+            events.append(f"wait_group_{int(node.value)}")
+        elif isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op):
+            if kf.name(node) == "tvm_storage_sync":
+                events.append("__syncthreads")
+            elif kf.name(node) == "s_tir.cp_async_raw" and events[-1:] != ["cp_async"]:
+                events.append("cp_async")
+    return events
 
 
 @pytest.mark.parametrize("name, stages", [("v5p", 2), ("v5p", 3), ("v5t", 2)])
-def test_pipelined_k_loop_syncs_once_per_tile_after_its_wait(compiled, name, stages):
-    _, single, single_s = compiled(name, SEED, stages=stages)  # single_barrier: the default
-    _, double, double_s = compiled(name, SEED, stages=stages, single_barrier=False)
+def test_pipelined_k_loop_syncs_once_per_tile_after_its_wait(compiled, lowered, name, stages):
+    _, _, single_s = compiled(name, SEED, stages=stages)  # single_barrier: the default
+    _, _, double_s = compiled(name, SEED, stages=stages, single_barrier=False)
+    single = kf.kernel(lowered(name, SEED, stages=stages))
+    double = kf.kernel(lowered(name, SEED, stages=stages, single_barrier=False))
     # TVM's order: sync (the loads overwrite the tile before last), loads, commit, wait for this
     # tile, sync. One barrier per tile: wait (one group fewer in flight: this tile's loads are
     # not committed yet), sync, loads, commit.
-    assert _k_tile_head(double) == ["__syncthreads", "ptx_cp_async_legacy", "commit_group",
+    assert _k_tile_head(double) == ["__syncthreads", "cp_async", "commit_group",
                                     f"wait_group_{stages - 1}", "__syncthreads"]
     assert _k_tile_head(single) == [f"wait_group_{stages - 2}", "__syncthreads",
-                                    "ptx_cp_async_legacy", "commit_group"]
+                                    "cp_async", "commit_group"]
     assert single_s.syncthreads == double_s.syncthreads - 1
 
 
