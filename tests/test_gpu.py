@@ -244,6 +244,13 @@ def test_v7_is_correct(wl, knobs, target):
      {"block_n": 128, "cluster_m": 2, "pingpong": True}),
     (Workload("gemm", (2000, 1504, 520), "float16", layout="nn"),
      {"block_n": 128, "cluster_n": 2, "tma_store": True, "pingpong": True}),
+    # promote_k (fp8): every K block promoted, or every other with an odd count left for the
+    # tail; split K's uneven slices; 64-row tiles; 128x192 tiles (96 sums a thread)
+    (Workload("gemm", (256, 512, 16384), FP8, "float32"), {"block_n": 128, "promote_k": 128}),
+    (Workload("gemm", (1100, 4608, 1024), FP8),
+     {"block_n": 128, "split_k": 3, "split_tail": True, "promote_k": 256}),
+    (Workload("gemm", (77, 301, 144), FP8, "float32"), {"block_m": 64, "promote_k": 256}),
+    (Workload("gemm", (1000, 2000, 3000), FP8, "float16"), {"block_n": 192, "promote_k": 128}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
@@ -252,9 +259,37 @@ def test_v8_is_correct(wl, knobs, target):
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
     only the last wave's tiles, split_tail), fp8 with its scales, C stored by TMA (tma_store),
     clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), ping-pong consumers
-    taking turns at whole tiles (pingpong), and a second call into
+    taking turns at whole tiles (pingpong), fp8's sums promoted into float32 (promote_k), and
+    a second call into
     the same output (split K's arrival counters rearmed by the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
+
+
+def test_v8_promoted_fp8_errs_like_scaled_mms_default_not_its_fast_accumulation(target):
+    """fp8 at K = 16384, each output's error scaled by sqrt(K) rms(A) rms(B) (the issue's
+    measure): v8 with promote_k=128 at most 1.2x the largest error of torch._scaled_mm's
+    default (float32 promotion), and below v8's fast accumulation (wgmma's own sums)."""
+    import torch
+
+    wl = Workload("gemm", (512, 1024, 16384), FP8, "float32", "nt")
+    inputs = measure.random_inputs(wl, 3)
+    reference = measure.reference(wl, inputs)
+    a, b, scale_a, scale_b = inputs[:4]
+    scale = (wl.dims["K"] ** 0.5 * a.float().pow(2).mean().sqrt() * b.float().pow(2).mean().sqrt()
+             * scale_a * scale_b)
+
+    def worst(out) -> float:
+        return float(((out.double() - reference).abs() / scale.double()).max())
+
+    def v8(**knobs) -> float:
+        mod = schedules.get("gemm", "v8").apply(wl, target, block_n=128, **knobs)
+        run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
+        return worst(run())
+
+    default = worst(torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=torch.float32))
+    promoted, fast = v8(promote_k=128), v8()
+    assert promoted <= 1.2 * default, (promoted, default)
+    assert promoted < fast, (promoted, fast)
 
 
 @pytest.mark.parametrize("name, knobs", [("bitdecode", {"warps": 2, "rows": 1}), ("bitdecode", {"warps": 8, "rows": 8}),

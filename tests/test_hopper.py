@@ -462,3 +462,62 @@ def test_only_tirx_kernels_take_the_tirx_pipeline(target):
     v5p = schedules.get("gemm", "v5p").apply(gemm((256, 256, 256), "float32"), target)
     assert build.pipeline_of(v8) == ("tirx", {})
     assert build.pipeline_of(v5p) == ("explorer", build.pass_config(v5p))
+
+
+def _scale_d(wgmma) -> object:
+    """A wgmma call's scale-d operand: whether it adds to its accumulators (the third argument
+    after them, past the two descriptors)."""
+    first = next(i for i, a in enumerate(wgmma.args)
+                 if not (isinstance(a, tvm.ir.TensorLoad) and a.source.name == "acc"))
+    return wgmma.args[first + 2]
+
+
+def test_v8_promote_k_adds_wgmmas_sums_into_float32_sums_every_promote_k_elements(lowered):
+    """promote_k=256 on fp8 (two K blocks of 128): a K block whose count reaches two waits for
+    every wgmma and adds the accumulators into the float32 sums, inside an if in the K loop; the
+    next block's first k step starts wgmma's sums afresh (its scale-d `kt % 2 != 0`), its other
+    steps add; after the loop the blocks since the last promotion are added too and the sums
+    become the accumulators (the scales then apply as before). Without promote_k: one set of
+    accumulators, every wgmma adds, one wait for all after the loop."""
+    wl = gemm((4096, 4096, 4096), FP8, layout="nt")
+    promoted = kf.kernel(lowered("v8", wl, block_n=128, promote_k=256))
+    plain = kf.kernel(lowered("v8", wl, block_n=128))
+    scale_d = [_scale_d(c) for c in kf.calls(promoted, "ptx.wgmma_fp8_ss")]
+    assert len(scale_d) == 4 and all(isinstance(s, tvm.tirx.IntImm) for s in scale_d[1:])
+    fresh = scale_d[0]
+    assert not isinstance(fresh, tvm.tirx.IntImm) and "kt" in kf.variables(fresh)
+    assert all(int(_scale_d(c)) == 1 for c in kf.calls(plain, "ptx.wgmma_fp8_ss"))
+    assert kf.buffers(promoted)["sums"] == ("local", (64,), "float32")
+    assert not kf.stores_to(plain, "sums")
+    (k_loop,) = [f for f in kf.loop(promoted, "kt") if kf.calls(f, "ptx.wgmma_fp8_ss")]
+    in_the_loop = kf.inside_ifs(k_loop, S.BufferStore)
+    assert [s for s in in_the_loop if s.buffer.name == "sums"]
+    assert [kf.ints(c) for c in kf.calls(k_loop, "ptx.wgmma_wait_group")] == [(1,), (0,)]
+    assert [kf.ints(c) for c in kf.calls(plain, "ptx.wgmma_wait_group")] == [(1,), (0,)]
+    last_wait = max(kf.at(promoted, kf.called("ptx.wgmma_wait_group")))
+    taken = kf.at(promoted, lambda n: isinstance(n, S.BufferStore) and n.buffer.name == "acc"
+                  and isinstance(n.value, tvm.ir.TensorLoad) and n.value.source.name == "sums")
+    assert taken and min(taken) > last_wait
+
+
+@pytest.mark.parametrize("wl, knobs, words", [
+    (gemm((4096, 4096, 4096), "bfloat16", layout="nt"), {"promote_k": 128},
+     "bfloat16 wgmma accumulates in float32 already"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"), {"promote_k": 192, "block_n": 128},
+     "promote_k=192 is not a positive multiple of 128"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"), {"promote_k": 128},
+     "2 x 128 registers a consumer thread for a 128x256 tile; at most 192"),
+])
+def test_v8_refuses_promotion_it_cannot_make_in_one_line(wl, knobs, words):
+    with pytest.raises(ScheduleNotApplicable, match=re.escape(words)):
+        schedules.get("gemm", "v8").apply(wl, build.cuda_target("sm_90"), **knobs)
+
+
+@needs_nvcc
+def test_v8_with_promote_k_compiles_without_spilling(compiled):
+    """The float32 sums double a consumer's accumulators: 128x192 tiles (96 each) still fit
+    without spills."""
+    _, source, _ = compiled("v8", gemm((4096, 4096, 4096), FP8, layout="nt"), block_n=192,
+                            promote_k=128)
+    (resources,) = build.nvcc_resources(source, "sm_90").values()
+    assert resources["spill_stores"] == resources["spill_loads"] == 0

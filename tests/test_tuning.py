@@ -328,7 +328,7 @@ def test_a_search_measures_the_rungs_own_configuration_for_the_shape_first(tmp_p
     first = records.load(path).records[0]["config"]
     assert first == {"block_m": 128, "block_n": 256, "stages": 4, "group_m": 8, "split_k": 8,
                      "split_tail": True, "tma_store": True, "cluster_m": 1, "cluster_n": 1,
-                     "pingpong": False}
+                     "pingpong": False, "promote_k": None}
 
 
 def test_curve_is_the_best_so_far_of_one_search():

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from tvm import tirx
 from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder
 
 from ..common import TIRX_KERNEL, cuda_call
 from ..tensorcore import WARPGROUP
@@ -51,8 +52,8 @@ class Operands(NamedTuple):
 
 class Consumer(NamedTuple):
     """A consumer thread: its warpgroup (0 or 1), its thread among the consumers, warp and lane
-    within the warpgroup, its accumulators, its ring position (K blocks passed) and tma_store's
-    count of boxes sent."""
+    within the warpgroup, its accumulators, its ring position (K blocks passed), tma_store's
+    count of boxes sent and (promote_k) the float32 sums the accumulators are promoted into."""
 
     consumer: object
     thread: object
@@ -61,6 +62,7 @@ class Consumer(NamedTuple):
     acc: object
     used: object
     sent: object
+    sums: object
 
 
 class Unit(NamedTuple):
@@ -174,11 +176,40 @@ def produce(plan, cta, rank, tx, shared, maps):
                                      ((loaded[0] + i) // stages + 1) % 2)
 
 
+def float32_sums(plan, acc):
+    """promote_k: the float32 sums a consumer thread promotes its accumulators into, allocated
+    here; else none to allocate (the accumulators stand in, unused)."""
+    if not plan.promotes:
+        return acc
+    return IRBuilder.name("sums", T.alloc_local((plan.accumulators,), "float32"))
+
+
+def adds_to_sums(plan, kt, ks):
+    """wgmma's scale-d: whether k step ks of K block kt adds to the accumulators (always, but
+    at the first step after a promotion, where it starts them afresh)."""
+    if not plan.promotes:
+        return T.bool(True)
+    return T.Or(ks > 0, kt % plan.promote_blocks != 0)
+
+
+@T.macro
+def promote(plan, me):
+    """promote_k: wait for every wgmma in flight, then add the accumulators into the float32
+    sums (the next K block's first wgmma starts them afresh)."""
+    T.ptx.wgmma.wait_group.sync.aligned(0)
+    for i in T.unroll(plan.accumulators):
+        cuda_call(FENCE_OPERAND, me.acc[i])
+    for i in T.unroll(plan.accumulators):
+        me.sums[i] = me.sums[i] + me.acc[i]
+
+
 @T.macro
 def k_loop(plan, me, shared, count):
     """The consumer's K loop over its unit's `count` K blocks: wait for a stage's bytes,
     multiply its part of the tile with wgmma, and free the stage of the K block before (whose
-    wgmmas wait_group 1 has seen finish)."""
+    wgmmas wait_group 1 has seen finish). promote_k: every promote_blocks K blocks, wgmma's
+    sums are added into the float32 sums once they are done (promote), and the next block's
+    first wgmma starts them afresh (its scale-d predicate false)."""
     stages = T.meta_var(plan.knobs.stages)
     acc = T.meta_var(me.acc)
     for kt in range(count):
@@ -195,11 +226,14 @@ def k_loop(plan, me, shared, count):
                                       16, ATOM),
                            descriptor(stage + T.Cast("uint32", plan.b_offset(me.consumer, ks)),
                                       plan.b_leading, ATOM),
-                           T.bool(True), 1, 1, *plan.transpose)
+                           adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
         T.ptx.wgmma.commit_group.sync.aligned()
         T.ptx.wgmma.wait_group.sync.aligned(1)
         for i in T.unroll(plan.accumulators):
             cuda_call(FENCE_OPERAND, acc[i])
+        if plan.promotes:
+            if (kt + 1) % plan.promote_blocks == 0:
+                promote(plan, me)
         if kt > 0:  # the K block before's wgmmas are done: free its stage
             cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
                       me.thread % (WARPGROUP * 32), plan.frees(me.thread))
@@ -208,11 +242,15 @@ def k_loop(plan, me, shared, count):
 @T.macro
 def multiply(plan, me, shared, cta, j, count):
     """The consumer's unit j: accumulators zeroed, the K loop (pingpong: in its turn, then the
-    other consumer's turn given), the last wgmmas waited for and settled, the last stage freed
-    and the ring position moved past the unit (pingpong: past the other's unit too)."""
+    other consumer's turn given), the last wgmmas waited for and settled (promote_k: the last
+    K blocks' promoted, and the sums taken as the accumulators), the last stage freed and the
+    ring position moved past the unit (pingpong: past the other's unit too)."""
     acc, used = T.meta_var((me.acc, me.used))
     for i in T.unroll(plan.accumulators):
         acc[i] = T.float32(0)
+    if plan.promotes:
+        for i in T.unroll(plan.accumulators):
+            me.sums[i] = T.float32(0)
     if plan.knobs.pingpong:
         if j > 0:  # the other consumer has issued the unit before's wgmmas
             T.ptx.bar.sync(T.uint32(TURN_BARRIER + me.consumer), T.uint32(CONSUMER_THREADS))
@@ -223,6 +261,12 @@ def multiply(plan, me, shared, cta, j, count):
     T.ptx.wgmma.wait_group.sync.aligned(0)
     for i in T.unroll(plan.accumulators):
         cuda_call(SETTLE, acc[i])
+    if plan.promotes:
+        if count % plan.promote_blocks != 0:  # the blocks since the last promotion
+            for i in T.unroll(plan.accumulators):
+                me.sums[i] = me.sums[i] + acc[i]
+        for i in T.unroll(plan.accumulators):
+            acc[i] = me.sums[i]
     cuda_call(FREE_STAGE, shared.empty.ptr_to([(used[0] + count - 1) % plan.knobs.stages]),
               me.thread % (WARPGROUP * 32), plan.frees(me.thread))
     used[0] = used[0] + count * plan.turns
@@ -386,6 +430,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
     consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
     acc = T.alloc_local((plan.accumulators,), "float32")
+    sums = T.meta_var(float32_sums(plan, acc))
     used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed
     used[0] = plan.first_unit(consumer) * plan.k_blocks  # (pingpong: no split K, units alike)
     sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
@@ -393,7 +438,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     thread: T.let[T.int32] = tx - WARPGROUP * 32
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
-    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent))
+    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums))
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)

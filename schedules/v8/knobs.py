@@ -19,3 +19,4 @@ class Knobs:
     cluster_m: int
     cluster_n: int
     pingpong: bool
+    promote_k: int | None = None  # fp8: K elements between promotions of wgmma's sums

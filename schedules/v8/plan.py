@@ -47,6 +47,7 @@ class Plan:
     k_step: int
     per_wgmma: int
     accumulators: int
+    promote_blocks: int  # fp8: K blocks between promotions into float32 (0: fast accumulation)
     # the tiles, units and launch
     cluster: int
     tiles_m: object
@@ -94,6 +95,11 @@ class Plan:
         return cls(**shape, **multiply, **walk, **memory, **workspace)
 
     # -- derived where the kernel's script needs them ------------------------------------------
+    @property
+    def promotes(self) -> bool:
+        """Whether wgmma's sums are promoted into float32 sums (promote_k)."""
+        return self.promote_blocks > 0
+
     @property
     def wgmma(self):
         """The consumer's wgmma instruction: m64, its columns, k16 (16-bit) or k32 (fp8)."""
@@ -263,7 +269,8 @@ def _multiply(dtype: str, layout: str, knobs: Knobs) -> dict:
     return {"element_bytes": element_bytes, "block_k": ROW_BYTES // element_bytes,
             "nt": layout == "nt", "wg_m": wg_m, "wg_n": wg_n, "step_m": step_m,
             "step_n": step_n, "m_wgmmas": m_wgmmas, "k_step": 32 // element_bytes,
-            "per_wgmma": per_wgmma, "accumulators": m_wgmmas * per_wgmma}
+            "per_wgmma": per_wgmma, "accumulators": m_wgmmas * per_wgmma,
+            "promote_blocks": (knobs.promote_k or 0) * element_bytes // ROW_BYTES}
 
 
 def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict:

@@ -64,6 +64,27 @@ def _register_refusal(wl: Workload, knobs: Knobs) -> str | None:
             f"accumulators{whole}; at most {MOST_ACCUMULATORS} fit (block_n={widest} does)")
 
 
+def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """promote_k: fp8 only (16-bit wgmma keeps float32 sums), whole K blocks, and a second set
+    of accumulators (the float32 sums) within MOST_ACCUMULATORS."""
+    promote_k = knobs.promote_k
+    if promote_k is None:
+        return None
+    block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
+    if wl.dtype != FP8:
+        return (f"v8 promotes fp8 wgmma's sums into float32 (promote_k); {wl.dtype} wgmma "
+                f"accumulates in float32 already: promote_k must be none, not {promote_k}")
+    if promote_k % block_k:
+        return (f"v8 promotes after whole K blocks of {block_k} {wl.dtype} elements: "
+                f"promote_k={promote_k} is not a positive multiple of {block_k}")
+    accumulators = consumer_accumulators(knobs.block_m, knobs.block_n, knobs.pingpong)
+    if 2 * accumulators > MOST_ACCUMULATORS:
+        return (f"v8 with promote_k keeps wgmma's and the float32 sums, 2 x {accumulators} "
+                f"registers a consumer thread for a {knobs.block_m}x{knobs.block_n} tile; at "
+                f"most {MOST_ACCUMULATORS} fit (promote_k=none, or a narrower block_n)")
+    return None
+
+
 def _shared_memory_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """The ring (at least 2 stages) and tma_store's boxes fit a Hopper block's shared memory,
     and tma_store's C has rows TMA can store."""
@@ -128,8 +149,8 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
     return None
 
 
-CHECKS = (_tile_shape_refusal, _register_refusal, _shared_memory_refusal, _split_refusal,
-          _workspace_refusal)
+CHECKS = (_tile_shape_refusal, _register_refusal, _promotion_refusal, _shared_memory_refusal,
+          _split_refusal, _workspace_refusal)
 
 
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:

@@ -42,12 +42,12 @@ def v8_kernel_any_m(wl: Workload, **knobs):
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
-                               "pingpong": [False, True]},
+                               "pingpong": [False, True], "promote_k": [None, 128, 256]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals)
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
        tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
-       pingpong: bool = False) -> None:
+       pingpong: bool = False, promote_k: int | None = None) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -69,7 +69,10 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     on an H100 no faster than two consumers on one tile, reports/h100-v8.md). Ragged M, N, K:
     TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in nn).
     fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied to the
-    accumulators before C is stored. A TIRx kernel (schedules/v8/), sm_90a only.
+    accumulators before C is stored. fp8's wgmma keeps its sums in fewer bits than float32
+    (torch._scaled_mm's use_fast_accum=True has the same numerics); promote_k adds them
+    into float32 registers every promote_k K elements and starts wgmma's sums afresh, as
+    DeepGEMM and cuBLAS's default do (twice the accumulator registers). A TIRx kernel (schedules/v8/), sm_90a only.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
