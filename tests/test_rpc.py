@@ -463,6 +463,31 @@ def test_a_search_on_the_farm_records_its_summary_under_the_servers_device(farm,
     assert "search summary recorded in results.jsonl (measured on CPU (" in out
 
 
+def test_a_farm_server_builds_its_next_chunk_while_it_finishes_the_last(farm):
+    """Two batches in flight (a template search's on a farm): four chunks on two servers, each
+    server holding two at once (farm.SESSIONS), and every candidate measured."""
+    from tuning import farm as farms
+
+    address, _, log = farm
+    runner = farms.FarmRunner(address, "farm", Workload("gemm", (32, 32, 32)), LLVM)
+    try:
+        batches = [runner.run([_llvm_candidate("good") for _ in range(6)]) for _ in range(2)]
+        results = [future.result() for batch in batches for future in batch]
+    finally:
+        candidates.shut_down(runner)
+    assert len(results) == 12 and not [r.error_msg for r in results if r.error_msg], results
+    most_at_once = {}
+    for line in log.read_text().splitlines():
+        name, _, said = line.partition("] ")
+        held = most_at_once.setdefault(name, [0, 0])  # now, most
+        if said.startswith("building and measuring"):
+            held[0] += 1
+            held[1] = max(held)
+        elif said.startswith("chunk done"):
+            held[0] -= 1
+    assert [most for _, most in most_at_once.values() if most] == [2, 2], log.read_text()[-2000:]
+
+
 def _search_on_the_farm(address: str, work_dir, trials: int) -> subprocess.Popen:
     """A MetaSchedule search of the 32^3 GEMM on this CPU, on the farm at `address`."""
     return subprocess.Popen(

@@ -41,8 +41,10 @@ def replay(grid: dict):
     return lambda configs: [grid[autotvm.config_key(c)] for c in configs]
 
 
-def search(tuner: str, seed: int, grid: dict, trials: int, space, history=None, record=None):
-    """Run a tuner on recorded timings; returns (history, outcomes in measured order)."""
+def search(tuner: str, seed: int, grid: dict, trials: int, space, history=None, record=None,
+           in_flight: int = 1):
+    """Run a tuner on recorded timings (`in_flight` batches at once); returns (history,
+    outcomes in measured order)."""
     history = {} if history is None else history
     order = []
 
@@ -52,7 +54,7 @@ def search(tuner: str, seed: int, grid: dict, trials: int, space, history=None, 
             record(config, outcome)
 
     autotvm.tune(space, autotvm.TUNERS[tuner](seed), replay(grid), history, trials, 16,
-                 on_measured)
+                 on_measured, in_flight=in_flight)
     return history, order
 
 
@@ -1119,13 +1121,16 @@ def test_the_builder_builds_tensor_core_candidates():
     assert builder.seconds == []  # the failed batch built nothing
 
 
+@pytest.mark.parametrize("in_flight", [1, 2])
 @pytest.mark.parametrize("tuner", ["random", "xgb"])
-def test_a_search_killed_and_resumed_measures_what_an_undisturbed_one_does(tmp_path, tuner):
-    """A tuner's proposals depend on its seed and history only: a search whose head dies in
-    its third batch, resumed from its records, measures the same configurations as one that
-    ran undisturbed, none twice, and ends at the same best."""
+def test_a_search_killed_and_resumed_measures_what_an_undisturbed_one_does(tmp_path, tuner,
+                                                                             in_flight):
+    """A tuner's proposals depend on its seed and the configurations known only: a search
+    whose head dies in its third batch, resumed from its records, measures the same
+    configurations as one that ran undisturbed, none twice, and ends at the same best; with
+    one batch at a time, and with two in flight (a farm's)."""
     grid = recorded_grid("seed_template")
-    undisturbed, _ = search(tuner, 5, grid, 64, SEED_SPACE)
+    undisturbed, _ = search(tuner, 5, grid, 64, SEED_SPACE, in_flight=in_flight)
     path = str(tmp_path / "at.jsonl")
     key = autotvm.search_key(SEED_GEMM, "seed_template", "H100", tuner, 5)
     batches = []
@@ -1141,10 +1146,11 @@ def test_a_search_killed_and_resumed_measures_what_an_undisturbed_one_does(tmp_p
 
     with pytest.raises(KeyboardInterrupt):
         autotvm.tune(SEED_SPACE, autotvm.TUNERS[tuner](5), dies_in_the_third_batch, {}, 64, 16,
-                     record)
+                     record, in_flight=in_flight)
     resumed = autotvm.history_of(records.load(path).records, key)
     assert 0 < len(resumed) < 64
-    search(tuner, 5, grid, 64 - len(resumed), SEED_SPACE, history=resumed, record=record)
+    search(tuner, 5, grid, 64 - len(resumed), SEED_SPACE, history=resumed, record=record,
+           in_flight=in_flight)
     measured = [autotvm.config_key(r["config"]) for r in records.load(path).records]
     assert len(measured) == len(set(measured)) == 64
     assert set(measured) == set(undisturbed)

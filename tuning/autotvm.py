@@ -22,6 +22,8 @@ report.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -91,8 +93,10 @@ def best(history: History) -> tuple[dict, float] | None:
     return min(timed, key=lambda item: item[1]) if timed else None
 
 
-def _unmeasured(configs: list[dict], history: History) -> list[dict]:
-    return [c for c in configs if config_key(c) not in history]
+def _unmeasured(configs: list[dict], history: History, pending=frozenset()) -> list[dict]:
+    """The configurations neither measured (in `history`) nor `pending` (keys of those known
+    otherwise: in flight, or measured but not yet shown to the tuner)."""
+    return [c for c in configs if config_key(c) not in history and config_key(c) not in pending]
 
 
 def _taken(config: dict) -> bool:
@@ -120,29 +124,29 @@ class GridTuner:
         pass
 
     def propose(self, space: Space, configs: list[dict], history: History, n: int,
-                takes: Callable[[dict], bool] = _taken) -> list[dict]:
-        """The next `n` unmeasured configurations that `takes` accepts (tune's refusal check:
-        one it refuses is passed over, and asked about once)."""
-        return _first_taken(_unmeasured(configs, history), n, takes)[0]
+                takes: Callable[[dict], bool] = _taken, pending=frozenset()) -> list[dict]:
+        """The next `n` configurations neither measured nor `pending` that `takes` accepts
+        (tune's refusal check: one it refuses is passed over, and asked about once)."""
+        return _first_taken(_unmeasured(configs, history, pending), n, takes)[0]
 
 
 class RandomTuner:
     """Configurations in a seeded random order. Each batch draws from a stream seeded by the
-    seed and how many configurations the history holds, so what a tuner proposes depends on
-    its seed and history only: a search killed between batches and resumed from its records
-    proposes what it would have proposed undisturbed."""
+    seed and how many configurations are known (measured or pending), so what a tuner proposes
+    depends on its seed and what it knows only: a search killed between batches and resumed
+    from its records proposes what it would have proposed undisturbed."""
 
     def __init__(self, seed: int = 0):
         self.seed = seed
 
     def propose(self, space: Space, configs: list[dict], history: History, n: int,
-                takes: Callable[[dict], bool] = _taken) -> list[dict]:
-        self._reseed(history)
-        return self._draw(_unmeasured(configs, history), n, takes)
+                takes: Callable[[dict], bool] = _taken, pending=frozenset()) -> list[dict]:
+        self._reseed(len(history) + len(pending))
+        return self._draw(_unmeasured(configs, history, pending), n, takes)
 
-    def _reseed(self, history: History) -> None:
-        """This batch's random stream: the seed's, at the history's length."""
-        self.rng = random.Random(f"{self.seed}/{len(history)}")
+    def _reseed(self, known: int) -> None:
+        """This batch's random stream: the seed's, at `known` configurations."""
+        self.rng = random.Random(f"{self.seed}/{known}")
 
     def _draw(self, left: list[dict], n: int, takes: Callable[[dict], bool]) -> list[dict]:
         """Up to `n` of `left` at random that `takes` accepts, each asked about once: drawn as
@@ -166,15 +170,15 @@ class XGBTuner(RandomTuner):
         self.warmup, self.explore = warmup, explore
 
     def propose(self, space: Space, configs: list[dict], history: History, n: int,
-                takes: Callable[[dict], bool] = _taken) -> list[dict]:
-        """The model's `n` best that `takes` accepts, `explore` of them drawn at random from
-        the rest instead."""
-        self._reseed(history)
-        left = _unmeasured(configs, history)
+                takes: Callable[[dict], bool] = _taken, pending=frozenset()) -> list[dict]:
+        """The model's `n` best that `takes` accepts (trained on `history`; `pending` ones
+        never proposed), `explore` of them drawn at random from the rest instead."""
+        self._reseed(len(history) + len(pending))
+        left = _unmeasured(configs, history, pending)
         speeds = {k: -math.log(o.time_ms) for k, o in history.items() if o.status == Status.OK}
         if len(history) < self.warmup or not speeds:  # the model's first data: a small batch
             return super().propose(space, configs, history,
-                                   min(n, max(1, self.warmup - len(history))), takes)
+                                   min(n, max(1, self.warmup - len(history))), takes, pending)
         import xgboost  # lazy: only the xgb tuner needs it, and it is slow to import
 
         slowest = min(speeds.values()) - 1.0  # failed configurations: worse than any that ran
@@ -196,14 +200,22 @@ DEFAULT_TUNER = "xgb"
 def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], history: History,
          trials: int, batch_size: int, on_measured: Callable[[dict, Outcome], None], *,
          first: tuple[dict, ...] = (),
-         refusal: Callable[[dict], str | None] | None = None) -> Counts:
+         refusal: Callable[[dict], str | None] | None = None, in_flight: int = 1) -> Counts:
     """Measure up to `trials` configurations that `history` does not hold yet, `batch_size` at a
     time: those of `first` (in one batch), then in the order `tuner` proposes; `on_measured`
-    sees (and records) each as it comes. Each proposed configuration is first put to `refusal`
-    (the template's check: why it refuses it, or None): a refused one is neither measured nor
-    proposed again, and costs no trial. Returns what was proposed, refused and measured: fewer
-    than `trials` measured when the space runs out."""
+    sees (and records) each as it lands, batch by batch in the order they were proposed. Each
+    proposed configuration is first put to `refusal` (the template's check: why it refuses it,
+    or None): a refused one is neither measured nor proposed again, and costs no trial.
+    `in_flight` batches are measured at once (a farm's: 2, so that a batch's slowest build
+    overlaps the next batch), each proposed before the last has landed; the tuner then sees
+    the history but its newest (in_flight - 1) batches' worth, so that what it proposes depends
+    on how many configurations are known, not on when they landed, and a resumed search
+    proposes what an undisturbed one did (propose_now). Returns what was proposed, refused and
+    measured: fewer than `trials` measured when the space runs out."""
     counts, refused = Counts(), set()
+    flying: dict[str, dict] = {}  # config key -> config: proposed, not yet landed
+    landing: collections.deque = collections.deque()  # (batch, its future), in proposed order
+    pool = concurrent.futures.ThreadPoolExecutor(in_flight) if in_flight > 1 else None
 
     def takes(config: dict) -> bool:
         counts.proposed += 1
@@ -213,24 +225,54 @@ def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], hi
         refused.add(config_key(config))
         return False
 
-    def run(batch: list[dict]) -> None:
-        for config, outcome in zip(batch, measure(batch) if batch else []):
+    def launch(batch: list[dict]) -> None:
+        flying.update((config_key(c), c) for c in batch)
+        landing.append((batch, pool.submit(measure, batch) if pool else None))
+
+    def land() -> None:
+        batch, future = landing.popleft()
+        for config, outcome in zip(batch, future.result() if future else measure(batch)):
+            del flying[config_key(config)]
             history[config_key(config)] = outcome
             on_measured(config, outcome)
             counts.measured += 1
 
     configs = space.configs()
-    run([c for c in first if config_key(c) not in history and takes(c)][:trials])
-    while counts.measured < trials:
-        if refused:  # out of the tuners' sight
-            configs = [c for c in configs if config_key(c) not in refused]
-            refused.clear()
-        batch = tuner.propose(space, configs, history, min(batch_size, trials - counts.measured),
-                              takes)
-        if not batch:
-            break
-        run(batch)
-    return counts
+    try:
+        own = [c for c in first if config_key(c) not in history and takes(c)][:trials]
+        if own:
+            launch(own)
+        exhausted = False
+        while True:
+            while (not exhausted and len(landing) < in_flight
+                   and counts.measured + len(flying) < trials):
+                if refused:  # out of the tuners' sight
+                    configs = [c for c in configs if config_key(c) not in refused]
+                    refused.clear()
+                batch = propose_now(tuner, space, configs, history, flying,
+                                    min(batch_size, trials - counts.measured - len(flying)),
+                                    takes, (in_flight - 1) * batch_size)
+                if batch:
+                    launch(batch)
+                exhausted = not batch
+            if not landing:
+                return counts
+            land()
+    finally:
+        if pool:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def propose_now(tuner, space: Space, configs: list[dict], history: History, flying: dict,
+                n: int, takes: Callable[[dict], bool], lag: int) -> list[dict]:
+    """The tuner's next `n` with the configurations known now (measured, or `flying`): it is
+    shown the history but the newest `lag` of them, which, with those in flight, it only
+    must not propose again. An undisturbed search proposes with `lag` in flight; one resumed
+    from its records, with none in flight, is shown the same configurations."""
+    known = len(history) + len(flying)
+    seen = dict(itertools.islice(history.items(), max(0, known - lag)))
+    pending = (history.keys() - seen.keys()) | flying.keys()
+    return tuner.propose(space, configs, seen, n, takes, pending)
 
 
 class Configurations:
@@ -377,14 +419,15 @@ def records_device(rpc_tracker: str | None, rpc_key: str | None, asked: str | No
 def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], list[Outcome]], *,
            path: str, device: str, tuner: str, seed: int, trials: int,
            refusal: Callable[[dict], str | None] | None = None, batch: int = BATCH,
-           say: Callable[[str], None] = print, warn: Callable[[str], None] = print) -> dict:
+           in_flight: int = 1, say: Callable[[str], None] = print,
+           warn: Callable[[str], None] = print) -> dict:
     """Search `entry`'s space on `wl` with `tuner`, resuming from the records at `path` of the
     same search on `device`; each measured configuration is appended there as it comes and said,
     and each the template's `refusal` check refuses is passed over (Configurations.refusal).
     Returns the search's summary record, with what this run proposed, refused and measured
     (`candidates`). `batch` configurations are built and measured at a time (a farm's search:
-    a batch per server). A search with no correct configuration fails, with the most common
-    reason.
+    a batch per server), `in_flight` batches at once (tune). A search with no correct
+    configuration fails, with the most common reason.
 
     The rung's own configuration for `wl` (its defaults as its shape heuristic sets them) is
     measured first where the space holds it: records override that heuristic (`--schedule
@@ -416,7 +459,8 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
     own = entry.own_choice(wl)
     with contextlib.closing(progress):
         counts = tune(space, TUNERS[tuner](seed), measure, history, trials, batch, on_measured,
-                      first=() if own is None else (own,), refusal=refusal)
+                      first=() if own is None else (own,), refusal=refusal,
+                      in_flight=in_flight)
     if counts.measured < trials:
         say(f"the space is exhausted: {counts.measured} new configurations measured")
     found = best(history)

@@ -32,6 +32,7 @@ import shutil
 import signal
 import socket
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -112,6 +113,7 @@ class WarmBuilder(ms.builder.PyBuilder):
         self.on_built = on_built
         self.pool = None
         self.tensor_intrinsics = False  # whether the workers have imported them
+        self.starting = threading.Lock()  # the workers (re)started by one caller at a time
         self.seconds: list[float] = []  # each built candidate's build time, the last batch
 
     def start(self, target: tvm.target.Target) -> None:
@@ -140,26 +142,29 @@ class WarmBuilder(ms.builder.PyBuilder):
     def artifacts(self, build_inputs) -> list[str | Outcome]:
         """Build each candidate in the workers: its artifact's path, or the Outcome of a build
         that timed out or failed."""
-        pool = self._pool(any(build.has_warp_fragments(b.mod) for b in build_inputs))
+        with self.starting:  # a farm server's two sessions may ask at once
+            pool = self._pool(any(build.has_warp_fragments(b.mod) for b in build_inputs))
         futures = {pool.submit(_timed_build, (b.mod, b.target)): n
                    for n, b in enumerate(build_inputs)}
         results: list[str | Outcome | None] = [None] * len(build_inputs)
-        self.seconds = []
+        seconds: list[float] = []
         for future in concurrent.futures.as_completed(futures):
-            built = results[futures[future]] = self._artifact(future)
+            built = results[futures[future]] = self._artifact(future, seconds)
             if isinstance(built, str) and self.on_built:
                 self.on_built(built)
+        self.seconds = seconds
         return results
 
-    def _artifact(self, future: concurrent.futures.Future) -> str | Outcome:
-        """A finished build's artifact path (its build time kept), or why it has none."""
+    def _artifact(self, future: concurrent.futures.Future, seconds: list[float]) -> str | Outcome:
+        """A finished build's artifact path (its build time added to `seconds`), or why it
+        has none."""
         try:
-            path, seconds = future.result()
+            path, took = future.result()
         except TimeoutError:
             return Outcome(Status.TIMEOUT, error=f"build timed out after {self.timeout_sec:.0f} s")
         except Exception as e:  # noqa: BLE001  whatever the build raised, in the worker
             return Outcome(Status.BUILD_FAILED, error=error_summary(f"build failed: {e}"))
-        self.seconds.append(seconds)
+        seconds.append(took)
         return path
 
 

@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
@@ -63,12 +64,15 @@ GONE_AFTER_S = 30.0  # no server under the key for this long: the farm has gone 
 POLL_S = 1.0  # how often a candidate waiting for a server asks whether any is left
 CONNECT_TRIES = 3  # a server the tracker handed out may go away before the chunk reaches it
 LOST_TRIES = 3  # servers that may lose one chunk before its candidates count as failed
+SESSIONS = 2  # chunks a server holds at once: it builds the next while the last finishes
 READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how many did
 
 
 # -- a server: builds and measures the candidates sent to it -------------------------------------
 
 _searching: dict = {}  # this server's search: "asked" (its settings), builder, runner, target...
+_new_search = threading.Lock()  # its sessions, at a new search's first chunks
+_sessions = threading.BoundedSemaphore(SESSIONS)  # the sessions this server serves at once
 
 
 def _build_and_evaluate(request: str) -> str:
@@ -80,16 +84,9 @@ def _build_and_evaluate(request: str) -> str:
     started = time.monotonic()
     asked = json.loads(request)
     modules = asked.pop("modules")
-    if _searching.get("asked") != asked:  # a new search: its workers replace the last one's
-        candidates.shut_down(_searching.get("builder"), _searching.get("runner"))
-        wl = Workload(**{**asked["workload"], "shape": tuple(asked["workload"]["shape"])})
-        target = tvm.ir.load_json(asked["target"])
-        runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"])
-        builder = candidates.WarmBuilder(_build_workers(),
-                                         on_built=getattr(runner, "measure_soon", None))
-        builder.start(target)
-        _searching.update(asked=asked, builder=builder, runner=runner, target=target,
-                          device=candidates.measuring_device(runner))
+    with _new_search:
+        if _searching.get("asked") != asked:  # a new search: its workers replace the last's
+            _start_search(asked)
     _say(f"building and measuring {len(modules)} candidate{'s' * (len(modules) > 1)}")
     outcomes = candidates.measure_modules([tvm.ir.load_json(m) for m in modules],
                                           _searching["target"], _searching["builder"],
@@ -101,6 +98,20 @@ def _build_and_evaluate(request: str) -> str:
          f"{_build_times(_searching['builder'].seconds)}")
     return json.dumps({"outcomes": [dataclasses.asdict(o) for o in outcomes],
                        "device": _searching["device"]})
+
+
+def _start_search(asked: dict) -> None:
+    """A new search's build workers and runner (the last search's shut down): a WarmBuilder
+    on this server's share of the cores, handing each built candidate to the runner."""
+    candidates.shut_down(_searching.get("builder"), _searching.get("runner"))
+    wl = Workload(**{**asked["workload"], "shape": tuple(asked["workload"]["shape"])})
+    target = tvm.ir.load_json(asked["target"])
+    runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"])
+    builder = candidates.WarmBuilder(_build_workers(),
+                                     on_built=getattr(runner, "measure_soon", None))
+    builder.start(target)
+    _searching.update(asked=asked, builder=builder, runner=runner, target=target,
+                      device=candidates.measuring_device(runner))
 
 
 def _build_times(seconds: list[float]) -> str:
@@ -118,17 +129,28 @@ def _build_workers() -> int:
 
 
 def _serve_in_process(sock, addr, opts, load_library) -> None:
-    """Serve one session in this process (in place of TVM's `_serving`, which forks a process
-    per session and stops the server for good when that process fails). The session only
-    uploads bytes and calls _evaluate, whose runner keeps kernels out of this process."""
+    """Serve one session in a thread of this process (in place of TVM's `_serving`, which forks
+    a process per session and stops the server for good when that process fails), once fewer
+    than SESSIONS are served: TVM's listen loop then registers the server again, so the tracker
+    can hand it the next chunk while it still builds this one. A session only calls
+    _build_and_evaluate, whose workers keep kernels out of this process; its runner measures
+    one candidate at a time, whichever session sent it."""
+    _sessions.acquire()
+    threading.Thread(target=_serve_session, args=(sock, addr, load_library),
+                     daemon=True).start()
+
+
+def _serve_session(sock, addr, load_library) -> None:
+    """One session, to its end (a client that went away mid-session ends only its own)."""
     work = server.utils.tempdir()
     try:
         server._server_env(load_library, work)
         server._ffi_api.ServerLoop(sock.detach())  # which closes the connection
-    except Exception as e:  # a client that went away mid-session: serve the next one
+    except Exception as e:  # noqa: BLE001  a client that went away: serve the others
         _say(f"session from {addr[0]} ended: {candidates.error_summary(str(e))}")
     finally:
         work.remove()
+        _sessions.release()
 
 
 def serve(tracker: str, key: str, host: str) -> None:
@@ -146,7 +168,9 @@ def serve(tracker: str, key: str, host: str) -> None:
 
 
 def _say(line: str) -> None:
-    print(f"[{os.environ.get('FARM_SERVER', 'server')}] {line}", file=sys.stderr, flush=True)
+    """One line of this server's log, written whole (its sessions' threads say at once)."""
+    sys.stderr.write(f"[{os.environ.get('FARM_SERVER', 'server')}] {line}\n")
+    sys.stderr.flush()
 
 
 # -- a search's side: candidates built and measured on every server at once -----------------------
@@ -225,6 +249,8 @@ class FarmRunner(ms.runner.PyRunner):
     `servers_device` is the GPU (or CPU) the servers measure on, as their replies name it: one
     search's times are all from one kind, so a server that names another one ends the search."""
 
+    sessions = SESSIONS  # batches a search keeps in flight on the farm (autotvm.tune)
+
     def __init__(self, tracker: str, key: str, wl: Workload, target: tvm.target.Target,
                  flush: str = "read", timeout_sec: float = candidates.RUN_TIMEOUT_S,
                  gone_after_s: float = GONE_AFTER_S, say: Callable[[str], None] | None = None):
@@ -236,7 +262,7 @@ class FarmRunner(ms.runner.PyRunner):
         self.stopped_by: ExplorerError | None = None
         self.servers_device: dict | None = None
         self.servers = candidates.check_rpc(tracker, key)
-        self.pool = ThreadPoolExecutor(max_workers=self.servers)
+        self.pool = ThreadPoolExecutor(max_workers=self.servers * SESSIONS)
 
     def run(self, runner_inputs):
         """MetaSchedule's interface: a future per candidate, all of them measured at once."""

@@ -124,7 +124,7 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
                 entry, wl, configurations.measure, refusal=configurations.refusal,
                 path=request.records, device=request.device, tuner=tuner,
                 seed=request.seed, trials=request.trials, batch=autotvm.BATCH * _servers(runner),
-                say=say, warn=warn)
+                in_flight=getattr(runner, "sessions", 1), say=say, warn=warn)
 
         return template_search
     raise UsageError(f"unknown search '{request.search}'; valid: metaschedule, "
