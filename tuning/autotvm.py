@@ -29,6 +29,7 @@ import itertools
 import json
 import math
 import random
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -286,6 +287,8 @@ class Configurations:
         self.entry, self.wl, self.target = entry, wl, target
         self.builder, self.runner = builder, runner
         self.applied: dict[str, object] = {}  # config key -> _apply's, until it is measured
+        self.applying = threading.RLock()  # one configuration applied at a time (batches in
+        # flight measure in threads; a rung's TVMScript and intrinsics are not built for two)
 
     def refusal(self, config: dict) -> str | None:
         """Why the template refuses `config` here, or None (candidates.refusal: a template
@@ -310,15 +313,16 @@ class Configurations:
         """The template applied with `config`, kept until it is measured: its module, its
         refusal (ScheduleNotApplicable), or the build_failed Outcome of a schedule error."""
         key = config_key(config)
-        if key not in self.applied:
-            try:
-                self.applied[key] = self.entry.apply(self.wl, self.target, **config)
-            except ScheduleNotApplicable as refused:
-                self.applied[key] = refused
-            except Exception as e:  # noqa: BLE001  a schedule error is this candidate's failure
-                self.applied[key] = Outcome(Status.BUILD_FAILED,
-                                            error=f"{type(e).__name__}: {e}"[:500])
-        return self.applied[key]
+        with self.applying:
+            if key not in self.applied:
+                try:
+                    self.applied[key] = self.entry.apply(self.wl, self.target, **config)
+                except ScheduleNotApplicable as refused:
+                    self.applied[key] = refused
+                except Exception as e:  # noqa: BLE001  a schedule error: this candidate's failure
+                    self.applied[key] = Outcome(Status.BUILD_FAILED,
+                                                error=f"{type(e).__name__}: {e}"[:500])
+            return self.applied[key]
 
 
 # -- records ------------------------------------------------------------------------------------
