@@ -488,6 +488,37 @@ def test_a_farm_server_builds_its_next_chunk_while_it_finishes_the_last(farm):
     assert [most for _, most in most_at_once.values() if most] == [2, 2], log.read_text()[-2000:]
 
 
+def test_a_server_that_hangs_with_a_chunk_loses_it_to_another(farm):
+    """A server stopped (SIGSTOP: its host hung, not gone) while it holds a chunk: after
+    lost_after_s without an answer, the chunk goes to the other server, one line says so, the
+    stopped one is handed no chunk again, and every candidate is measured."""
+    from tuning import farm as farms
+
+    address, _, log = farm
+    said = []
+    runner = farms.FarmRunner(address, "farm", Workload("gemm", (32, 32, 32)), LLVM,
+                              say=said.append, lost_after_s=10)
+    stopped = None
+    try:
+        futures = runner.run([_llvm_candidate("good") for _ in range(6)])
+        deadline = time.time() + CLI_LIMIT_S
+        while "[cpu0] building and measuring" not in log.read_text():
+            assert time.time() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        stopped = _server_pid(log, "cpu0")
+        os.kill(stopped, signal.SIGSTOP)
+        results = [future.result() for future in futures]
+    finally:
+        if stopped:
+            os.kill(stopped, signal.SIGCONT)
+        candidates.shut_down(runner)
+    assert len(results) == 6 and not [r.error_msg for r in results if r.error_msg], results
+    (lost,) = said
+    assert "no answer from 127.0.0.1:" in lost and "in 10 s" in lost, lost
+    assert lost.endswith("they go to the next free server"), lost
+    assert len(runner.hung) == 1
+
+
 def _search_on_the_farm(address: str, work_dir, trials: int) -> subprocess.Popen:
     """A MetaSchedule search of the 32^3 GEMM on this CPU, on the farm at `address`."""
     return subprocess.Popen(

@@ -65,6 +65,7 @@ POLL_S = 1.0  # how often a candidate waiting for a server asks whether any is l
 CONNECT_TRIES = 3  # a server the tracker handed out may go away before the chunk reaches it
 LOST_TRIES = 3  # servers that may lose one chunk before its candidates count as failed
 SESSIONS = 2  # chunks a server holds at once: it builds the next while the last finishes
+SETUP_S = 120.0  # a server's start of a new search: its workers, TVM's tensor intrinsics
 READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how many did
 
 
@@ -251,11 +252,14 @@ class FarmRunner(ms.runner.PyRunner):
 
     sessions = SESSIONS  # batches a search keeps in flight on the farm (autotvm.tune)
 
-    def __init__(self, tracker: str, key: str, wl: Workload, target: tvm.target.Target,
+    def __init__(self, tracker: str, key: str, wl: Workload, target: tvm.target.Target, *,
                  flush: str = "read", timeout_sec: float = candidates.RUN_TIMEOUT_S,
-                 gone_after_s: float = GONE_AFTER_S, say: Callable[[str], None] | None = None):
+                 gone_after_s: float = GONE_AFTER_S, say: Callable[[str], None] | None = None,
+                 lost_after_s: float | None = None):
         super().__init__()
         self.tracker, self.key, self.gone_after_s = tracker, key, gone_after_s
+        self.lost_after_s = lost_after_s  # None: lost_after's bound for the chunk
+        self.hung: set[str] = set()  # servers (host:port) that gave a chunk no answer
         self.request = {"workload": dataclasses.asdict(wl), "target": tvm.ir.save_json(target),
                         "flush": flush, "timeout_s": timeout_sec}
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -294,30 +298,68 @@ class FarmRunner(ms.runner.PyRunner):
                               "modules": modules})
         count, why = len(runner_inputs), ""
         for attempt in range(1, LOST_TRIES + 1):
-            build_and_evaluate = self._remote_function()
-            if isinstance(build_and_evaluate, Outcome):
-                return [build_and_evaluate] * count
             try:
-                reply = json.loads(build_and_evaluate(request))
-            except Exception as e:  # noqa: BLE001  the server (or its host) went away
+                answer = self._answer(request, count)
+            except ExplorerError:  # the farm gone, or not this project's: the search ends
+                raise
+            except Exception as e:  # noqa: BLE001  the server (or its host) went away or hung
                 why = candidates.error_summary(str(e))
                 self.say(f"farm: a server went away with {count} candidate"
                          f"{'s' * (count > 1)} ({why}); " + (
                              "they go to the next free server" if attempt < LOST_TRIES else
                              f"{LOST_TRIES} servers lost them: they count as run_failed"))
                 continue
+            if isinstance(answer, Outcome):  # no server reached
+                return [answer] * count
+            reply = json.loads(answer)
             self.measured_on(reply["device"])
             return [Outcome(Status(o["status"]), o["time_ms"], o["error"])
                     for o in reply["outcomes"]]
         return [Outcome(Status.RUN_FAILED, error=f"{LOST_TRIES} RPC servers went away while "
                         f"building and measuring it; the last: {why}"[:300])] * count
 
-    def _remote_function(self):
+    def lost_after(self, count: int) -> float:
+        """How long a chunk of `count` candidates may take before its server counts as lost
+        (a host that hangs rather than dies): its setup, then every build and run at its
+        timeout, one after another, its other session's chunk too."""
+        if self.lost_after_s is not None:
+            return self.lost_after_s
+        return SETUP_S + SESSIONS * count * (candidates.BUILD_TIMEOUT_S + self.request["timeout_s"])
+
+    def _answer(self, request: str, count: int):
+        """The first free server's reply to a chunk of `count` candidates (or the run_failed
+        Outcome of one no server could be reached for), asked in a thread of its own: a server
+        that gives no answer within lost_after(count) of being handed the chunk raises
+        TimeoutError, and is never handed a chunk again (its thread is left to wait)."""
+        done, box = threading.Event(), {"chosen": threading.Event()}
+
+        def ask() -> None:
+            try:
+                build_and_evaluate = self._remote_function(box)
+                box["answer"] = (build_and_evaluate if isinstance(build_and_evaluate, Outcome)
+                                 else build_and_evaluate(request))
+            except BaseException as e:  # noqa: BLE001  the caller's to raise
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, daemon=True).start()
+        while not (box["chosen"].wait(POLL_S) or done.is_set()):
+            pass  # the tracker has no free server yet (_none_since ends a farm that has gone)
+        if not done.wait(self.lost_after(count)):
+            self.hung.add(box.get("server"))
+            raise TimeoutError(f"no answer from {box.get('server', 'a server')} in "
+                               f"{self.lost_after(count):.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box["answer"]
+
+    def _remote_function(self, box: dict):
         """The build-and-measure function of the first free server, or the run_failed Outcome
         of a chunk no server could be reached for."""
         for attempt in range(CONNECT_TRIES):
             try:
-                session = self._session()
+                session = self._session(box)
                 break
             except (OSError, RuntimeError) as e:  # the server went before we reached it
                 if attempt == CONNECT_TRIES - 1:
@@ -340,8 +382,18 @@ class FarmRunner(ms.runner.PyRunner):
                 f"({self.servers_device['gpu']} and {device['gpu']}): one search's times must "
                 "come from one kind of GPU; give each kind its own key"))
 
-    def _session(self):
-        """A session with a free server, once the tracker hands one out."""
+    def _session(self, box: dict):
+        """A session with a free server, once the tracker hands out one that has not hung
+        (its address kept in `box`)."""
+        while True:
+            url, server_port, match_key = self._free_server()
+            if f"{url}:{server_port}" not in self.hung:
+                box["server"] = f"{url}:{server_port}"
+                box["chosen"].set()
+                return rpc.connect(url, server_port, match_key)
+
+    def _free_server(self) -> tuple:
+        """(address, port, match key) of the next server the tracker hands out."""
         host, port = candidates.parse_tracker(self.tracker)
         try:
             sock = candidates.tracker_socket(host, port, candidates.TRACKER_TIMEOUT_S)
@@ -355,8 +407,7 @@ class FarmRunner(ms.runner.PyRunner):
             code, value = base.recvjson(sock)
         if code != base.TrackerCode.SUCCESS:
             raise RuntimeError(f"the tracker answered a request with code {code}")
-        url, server_port, match_key = value
-        return rpc.connect(url, server_port, match_key)
+        return tuple(value)
 
     def _none_since(self, since: float | None) -> float | None:
         """While waiting for a server: since when none has been under the key (None: one is);

@@ -88,7 +88,7 @@ def _runner(target: tvm.target.Target, wl: Workload, request: Request,
     as local_runner does, there; a lost server's candidates said to `say`. Here:
     candidates.local_runner."""
     if request.rpc_tracker:
-        return FarmRunner(request.rpc_tracker, request.rpc_key, wl, target, request.flush,
+        return FarmRunner(request.rpc_tracker, request.rpc_key, wl, target, flush=request.flush,
                           say=say)
     return candidates.local_runner(candidates.device_of(target), wl, request.flush)
 
