@@ -97,7 +97,7 @@ def best(history: History) -> tuple[dict, float] | None:
 def _unmeasured(configs: list[dict], history: History, pending=frozenset()) -> list[dict]:
     """The configurations neither measured (in `history`) nor `pending` (keys of those known
     otherwise: in flight, or measured but not yet shown to the tuner)."""
-    return [c for c in configs if config_key(c) not in history and config_key(c) not in pending]
+    return [c for c in configs if (key := config_key(c)) not in history and key not in pending]
 
 
 def _taken(config: dict) -> bool:

@@ -346,10 +346,11 @@ class FarmRunner(ms.runner.PyRunner):
         threading.Thread(target=ask, daemon=True).start()
         while not (box["chosen"].wait(POLL_S) or done.is_set()):
             pass  # the tracker has no free server yet (_none_since ends a farm that has gone)
-        if not done.wait(self.lost_after(count)):
+        lost_after = self.lost_after(count)
+        if not done.wait(lost_after):
             self.hung.add(box.get("server"))
             raise TimeoutError(f"no answer from {box.get('server', 'a server')} in "
-                               f"{self.lost_after(count):.0f} s")
+                               f"{lost_after:.0f} s")
         if "error" in box:
             raise box["error"]
         return box["answer"]
