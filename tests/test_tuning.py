@@ -41,6 +41,19 @@ def replay(grid: dict):
     return lambda configs: [grid[autotvm.config_key(c)] for c in configs]
 
 
+def replay_dying_in_the_third_batch(grid: dict):
+    """replay(grid), whose third call raises KeyboardInterrupt (a search's head killed)."""
+    calls = []
+
+    def measure(configs):
+        calls.append(configs)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return replay(grid)(configs)
+
+    return measure
+
+
 def search(tuner: str, seed: int, grid: dict, trials: int, space, history=None, record=None,
            in_flight: int = 1):
     """Run a tuner on recorded timings (`in_flight` batches at once); returns (history,
@@ -144,16 +157,9 @@ def test_an_interrupted_search_keeps_every_measured_record(tmp_path):
     grid = recorded_grid("seed_template")
     path = str(tmp_path / "at.jsonl")
     key = autotvm.search_key(SEED_GEMM, "seed_template", "H100", "random")
-    batches = []
-
-    def measure(configs):
-        batches.append(configs)
-        if len(batches) == 3:
-            raise KeyboardInterrupt
-        return replay(grid)(configs)
-
     with pytest.raises(KeyboardInterrupt):
-        autotvm.tune(SEED_SPACE, autotvm.RandomTuner(0), measure, {}, 100, 16,
+        autotvm.tune(SEED_SPACE, autotvm.RandomTuner(0), replay_dying_in_the_third_batch(grid),
+                     {}, 100, 16,
                      lambda c, o: records.append(path, autotvm.trial_record(key, c, o, 0)))
     assert len(autotvm.history_of(records.load(path).records, key)) == 32
 
@@ -1133,20 +1139,13 @@ def test_a_search_killed_and_resumed_measures_what_an_undisturbed_one_does(tmp_p
     undisturbed, _ = search(tuner, 5, grid, 64, SEED_SPACE, in_flight=in_flight)
     path = str(tmp_path / "at.jsonl")
     key = autotvm.search_key(SEED_GEMM, "seed_template", "H100", tuner, 5)
-    batches = []
-
-    def dies_in_the_third_batch(configs):
-        batches.append(configs)
-        if len(batches) == 3:
-            raise KeyboardInterrupt
-        return replay(grid)(configs)
 
     def record(config, outcome):
         records.append(path, autotvm.trial_record(key, config, outcome, 0))
 
     with pytest.raises(KeyboardInterrupt):
-        autotvm.tune(SEED_SPACE, autotvm.TUNERS[tuner](5), dies_in_the_third_batch, {}, 64, 16,
-                     record, in_flight=in_flight)
+        autotvm.tune(SEED_SPACE, autotvm.TUNERS[tuner](5), replay_dying_in_the_third_batch(grid),
+                     {}, 64, 16, record, in_flight=in_flight)
     resumed = autotvm.history_of(records.load(path).records, key)
     assert 0 < len(resumed) < 64
     search(tuner, 5, grid, 64 - len(resumed), SEED_SPACE, history=resumed, record=record,
