@@ -455,6 +455,10 @@ def test_a_kernel_over_the_targets_shared_memory_or_registers_is_refused():
     assert build.register_refusal(lowered, {"main_kernel": {"registers": 171}}, hopper) == (
         "main_kernel would need 171 registers x 384 threads = 65664 per block, over the 65536 "
         "a block has on sm_90a")
+    # a cluster's two CTAs are two blocks of 384 threads, not one of 768
+    clustered = build.lower(get("gemm", "v8").apply(wl, hopper, cluster_m=2), hopper)
+    assert build.launch_dims(build._kernels(clustered)[0])[1] == {"threadIdx.x": 384}
+    assert build.register_refusal(clustered, {"main_kernel": {"registers": 168}}, hopper) is None
 
 
 def test_a_report_names_and_skips_a_record_without_a_gpu_and_renders_the_rest(capsys, tmp_path):

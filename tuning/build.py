@@ -264,13 +264,15 @@ def _refuse(reason: str | None) -> None:
 def launch_dims(kernel: tvm.tirx.PrimFunc) -> tuple[dict, dict]:
     """A lowered kernel's launch: ({blockIdx.*: extent}, {threadIdx.*: extent}), each tag's
     first binding; an extent is a number, or the text of an expression of a size given at
-    each call."""
+    each call. Other tags (a cluster's clusterCtaIdx, a CTA's rank in its cluster) are
+    neither."""
     grid, block = {}, {}
     for launch in (attr for attr in lowering.find(kernel.body, S.AttrStmt)
                    if attr.attr_key == "thread_extent"):
         tag, extent = launch.node.thread_tag, launch.value
-        (grid if tag.startswith("blockIdx") else block).setdefault(
-            tag, int(extent) if isinstance(extent, tvm.tirx.IntImm) else str(extent))
+        kind = {"blockIdx": grid, "threadIdx": block}.get(tag.split(".")[0])
+        if kind is not None:
+            kind.setdefault(tag, int(extent) if isinstance(extent, tvm.tirx.IntImm) else str(extent))
     return grid, block
 
 
