@@ -110,7 +110,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     out."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
-    if v8.tma_refusal(wl):
+    if v8.workload_refusal(wl):
         return []
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (after `source .gpu-stage/b/unpack.sh`): the GPU test tier, then the runs
 # behind the committed reports. Logs and results go to $OUT (or ./gpu-out).
-#   bash scripts/gpu-session.sh tests        # pytest -m gpu
+#   bash scripts/gpu-session.sh tests        # pytest -m gpu: 8 at once, then those marked alone
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
 #   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
@@ -33,6 +33,11 @@
 #                                            # v5k, 4096^3
 #   bash scripts/gpu-session.sh odd-shapes   # the GPU tier on the rungs and shapes of issue 21
 #   bash scripts/gpu-session.sh shapes       # the shape suites ($SUITES: all three) into shapes.jsonl
+#   bash scripts/gpu-session.sh ragged       # v8's GPU tier, then the ragged-16bit suite (v8 beside
+#                                            # cuBLAS), the aligned neighbour of its first shape, v7
+#                                            # and v8 on ragged K with a float32 C
+#   bash scripts/gpu-session.sh fp8-promote  # v8 on $FP8_SHAPES: promoted sums (the default) and
+#                                            # fast accumulation, beside both _scaled_mm forms
 #   bash scripts/gpu-session.sh export       # the export tests (pytest -m gpu tests/test_export.py)
 #                                            # and the README's nn.Linear example, measured into
 #                                            # $out/h100-export.md and .json
@@ -59,7 +64,9 @@ export PYTHONUNBUFFERED=1
 results=reports/h100-tuning.jsonl
 for part in "$@"; do
   case "$part" in
-    tests) python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.log" ;;
+    tests)
+      { python3 -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8
+        python3 -m pytest -m "gpu and alone" -q -p no:cacheprovider; } 2>&1 | tee "$out/pytest-gpu.log" ;;
     nvfp4)
       python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k nvfp4 2>&1 \
         | tee "$out/pytest-gpu-nvfp4.log"
@@ -209,12 +216,28 @@ for part in "$@"; do
       for suite in ${SUITES:-fp32-ragged llm-gemv llm-bf16}; do
         python3 runner.py --suite "$suite" --results "$out/shapes.jsonl"
       done 2>&1 | tee -a "$out/shapes.log" ;;
+    ragged)
+      { python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k "v8"
+        python3 runner.py --suite ragged-16bit --schedule v8 --results "$out/ragged.jsonl"
+        python3 runner.py --shape 2000x3000x4096 --dtype bfloat16 --out-dtype bfloat16 --layout nt \
+          --schedule v8 --no-ir --results "$out/ragged.jsonl"
+        for rung in v7 v8; do
+          python3 runner.py --shape 4096x4096x4095 --dtype bfloat16 --layout nt --schedule "$rung" \
+            --no-ir --results "$out/ragged.jsonl"
+        done; } 2>&1 | tee "$out/ragged.log" ;;
+    fp8-promote)
+      for shape in ${FP8_SHAPES:-2048x10240x8192 1000x4096x14336 128x14336x4096 16x6144x4096}; do
+        for knobs in "" ":promote_k=none"; do
+          python3 runner.py --shape "$shape" --dtype float8_e4m3fn --schedule "v8$knobs" --no-ir \
+            --results "$out/fp8-promote.jsonl"
+        done
+      done 2>&1 | tee "$out/fp8-promote.log" ;;
     export)
       { python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_export.py
         python3 scripts/export_example.py --report "$out/h100-export.md"; } 2>&1 | tee "$out/export.log" ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
             "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v5p, at-v5k, at-v5t, at-v6, at-v7, gemm-fp32, gemm-16bit,"\
-            "profile, kernel-times, odd-shapes, shapes, export)"; exit 2 ;;
+            "profile, kernel-times, odd-shapes, shapes, ragged, fp8-promote, export)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume

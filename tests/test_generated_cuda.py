@@ -4,7 +4,8 @@ pinned by its sha256 in tests/golden/cuda-sha256.json. Moving or reshaping a run
 alter a kernel fails here until the golden file is regenerated and the diff reviewed.
 
 v8 is covered most densely (static M: nn/nt, fp16/bf16/fp8, float32 and 16-bit C, split_k,
-split_tail, tma_store on and off, clusters along M and N, pingpong, ragged shapes; and v8 for
+split_tail, tma_store on and off, clusters along M and N, pingpong, ragged shapes, rows staged
+for TMA, fp8's promoted sums; and v8 for
 any M, as linear/ builds it, whole and with a split last wave); every other rung family by one
 workload, but v6 and v7: their tensor intrinsics (tvm.s_tir.tensor_intrin) take about 45 s
 of one core to import, more than this whole test."""
@@ -43,9 +44,13 @@ V8_CASES = [
      {"split_k": 2}),
     ("v8-nt-bf16-split-tail", gemm((1000, 4608, 3584), "bfloat16", layout="nt"),
      {"block_m": 128, "block_n": 256, "split_k": 8, "split_tail": True, "tma_store": False}),
-    ("v8-nt-fp8-c16-4096", gemm((4096, 4096, 4096), FP8, layout="nt"), {}),
+    ("v8-nt-fp8-c16-4096", gemm((4096, 4096, 4096), FP8, layout="nt"),
+     {"block_n": 256, "stages": 4, "promote_k": None}),
     ("v8-nt-fp8-c32-ragged-split", gemm((1000, 1000, 1008), FP8, "float32", "nt"),
-     {"split_k": 2, "tma_store": False}),
+     {"split_k": 2, "tma_store": False, "promote_k": None}),
+    ("v8-nt-fp8-c16-4096-promoted", gemm((4096, 4096, 4096), FP8, layout="nt"), {}),
+    ("v8-nt-bf16-c16-staged-4095", gemm((2000, 3000, 4095), "bfloat16", "bfloat16", "nt"), {}),
+    ("v8-nn-f16-c16-staged-b", gemm((1000, 1001, 1024), "float16", "float16", "nn"), {}),
     ("v8-nt-bf16-tall-256x144", gemm((1000, 4608, 3584), "bfloat16", layout="nt"),
      {"block_m": 256, "block_n": 144, "tma_store": True, "stages": 3}),
     ("v8-nn-f16-cluster-m", gemm((2048, 2048, 1024), "float16", "float16", "nn"),

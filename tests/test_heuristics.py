@@ -11,9 +11,10 @@ import tvm
 import schedules
 from schedules import Workload, gemv, heuristics
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
+from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
 from schedules.v8.heuristic import tma_tiles
 from schedules.workloads import DENSE_DTYPES, FP8
-from tuning import explore, measure
+from tuning import build, explore, measure
 from tuning.explore import SearchResults, resolve, selection
 
 TVM = tvm.__version__
@@ -64,7 +65,7 @@ CHOICES = [
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 64, "block_n": 160, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((128, 4608, 3584), FP8, "nt"),
-     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
+     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False, "promote_k": 128}),
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nn"),
      {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
     ("v8", gemm((128, 6144, 4096), "float16", "nt"),
@@ -87,14 +88,19 @@ CHOICES = [
     # 27 waves of 128x256 tiles (8 or more): those, in clusters of 2 along M, in place of the
     # 256x160 ones that cost no more; fp8 and nn too; 6.8 waves (1000 x 28672) are not enough
     ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"), {"cluster_m": 2}),
-    ("v8", gemm((4096, 28672, 4096), FP8, "nt"), {"cluster_m": 2}),
+    # (fp8 promotes its sums by default: tiles of at most 128x192, no clusters; see below)
+    ("v8", gemm((4096, 28672, 4096), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "split_k": 3, "split_tail": True, "promote_k": 128}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
+    # ... but not where rows are staged (K = 4095): its grid's barrier needs no clusters
+    ("v8", gemm((4096, 28672, 4095), "bfloat16", "nt"),
+     {"block_m": 256, "block_n": 160, "stages": 3}),
     ("v8", gemm((1000, 28672, 4096), "bfloat16", "nt"),
      {"block_m": 256, "block_n": 176, "tma_store": False}),
     # the register stores where a stage would go for fp8, where boxes of 144 float32 columns
     # would have 64-byte rows, and where C's rows are not whole 16-byte multiples
     ("v8", gemm((4096, 6144, 4096), FP8, "nt"),
-     {"block_m": 256, "block_n": 192, "tma_store": False}),
+     {"block_n": 128, "stages": 6, "promote_k": 128}),
     ("v8", gemm((4096, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 256, "block_n": 144, "tma_store": False}),
     ("v8", gemm((4096, 4094, 4096), "float16", "nt"), {"tma_store": False}),
@@ -118,6 +124,23 @@ CHOICES = [
 
 def changed(entry, wl, chosen=None) -> dict:
     return {k: v for k, v in entry.defaults_for(wl, chosen).items() if v != entry.defaults[k]}
+
+
+@pytest.mark.parametrize("shape", [(4096, 28672, 4096), (4096, 6144, 4096), (2048, 10240, 8192),
+                                   (16, 6144, 4096), (4096, 4096, 4096)])
+def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
+    """fp8: promote_k=128 wherever the user leaves it to the heuristic (4096^3 too, whose
+    other rungs keep their defaults), on a tile whose two sets of sums fit a thread; asked
+    for none, the fast form's tiles (clusters and 256-row tiles included)."""
+    v8, wl = schedules.get("gemm", "v8"), gemm(shape, FP8, "nt")
+    knobs = v8.defaults_for(wl)
+    assert knobs["promote_k"] == 128
+    assert 2 * consumer_accumulators(knobs["block_m"], knobs["block_n"]) <= MOST_ACCUMULATORS
+    v8.apply(wl, build.cuda_target())  # not refused
+    fast = {(4096, 28672, 4096): {"cluster_m": 2},
+            (4096, 6144, 4096): {"block_m": 256, "block_n": 192, "tma_store": False}}
+    if shape in fast:
+        assert changed(v8, wl, {"promote_k": None}) == fast[shape]
 
 
 @pytest.mark.parametrize("rung, wl, expected", CHOICES,
@@ -244,9 +267,6 @@ def test_a_rung_named_alone_runs_and_records_its_heuristic_knobs(target):
 @pytest.mark.parametrize("wl, reason", [
     (gemm((3000, 1000, 2000)),  # the fp32-ragged suite's shape behind a KeyError in tma_tiles
      "v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, not float32"),
-    (gemm((2000, 3000, 4095), "bfloat16", "nt"),
-     "v8 loads A with TMA, which takes rows of whole 16-byte multiples: K=4095 bfloat16 rows "
-     "are 8190 bytes"),
 ])
 def test_a_workload_v8_refuses_gets_no_picks_and_one_line_saying_why(wl, reason, target):
     """`--schedule all` resolves every rung's knobs before it builds any: v8's heuristic picks
@@ -431,11 +451,11 @@ def test_best_reads_the_committed_search_records_by_default(here_no_gpu):
 
 
 RULES = [(gemm((4096, 4096, 4096), "bfloat16", "nt"), "v8"),
-         (gemm((4096, 4096, 4095), "bfloat16", "nt"), "v7"),  # float32 C, rows TMA refuses
+         (gemm((4096, 4096, 4095), "bfloat16", "nt"), "v8"),  # rows staged for TMA
          (Workload("gemm", (4096, 4096, 4096), "float16", "float16"), "v8"),
-         (Workload("gemm", (4096, 4096, 4095), "float16", "float16"), "v5k"),  # rows TMA refuses
+         (Workload("gemm", (4096, 4096, 4095), "float16", "float16"), "v8"),
          (gemm((16, 6144, 4096), "bfloat16", "nt"), "v8"),
-         (gemm((16, 6144, 4095), "bfloat16", "nt"), "v7"),
+         (gemm((16, 6144, 4095), "bfloat16", "nt"), "v8"),
          (gemm((4096, 4096, 4096)), "v5t"), (gemm((1024, 512, 2048)), "v5k"),
          (Workload("gemv", (7168, 16384), "float16"), "blockreduce"),
          (Workload("gemv", (4096, 1024), "float16"), "blockreduce"),

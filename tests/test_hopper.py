@@ -116,7 +116,7 @@ def test_v8_on_fp8_takes_the_scales_and_multiplies_by_their_product_before_stori
     """fp8: TMA loads bytes in 128-element boxes, wgmma's e4m3 k32 form, the scales as the
     kernel's parameters, their product applied to each accumulator once, after the last wait
     and before the stores."""
-    ir = lowered("v8", gemm((4096, 4096, 4096), FP8, layout="nt"))
+    ir = lowered("v8", gemm((4096, 4096, 4096), FP8, layout="nt"), block_n=256, promote_k=None)
     kernel = kf.kernel(ir)
     assert kf.count(kernel, "ptx.wgmma_fp8_ss", "m64n256k32", "f32", "e4m3") == 4
     assert {"A_scale_ptr", "B_scale_ptr"} <= set(kf.params(ir))
@@ -153,6 +153,29 @@ def _guarded(kernel, test) -> list:
     """The nodes passing `test` that lie inside an if."""
     return [n for i in lowering.find(kernel, S.IfThenElse)
             for n in lowering.find(i.then_case, (tvm.ir.Call, S.BufferStore)) if test(n)]
+
+
+def test_v8_stages_rows_tma_cannot_load_before_a_barrier_of_the_grid(lowered):
+    """bf16 K = 4095 (8190-byte rows, nt): every thread first copies its share of A's and B's
+    rows into workspaces of 4096-element rows (given to the kernel beside A and B), then the
+    grid's barrier, then the ring's barriers are set; nn with N odd stages B alone; rows TMA
+    can load stage nothing."""
+    both = kf.kernel(lowered("v8", gemm((2000, 3000, 4095), "bfloat16", "bfloat16", "nt")))
+    order = [kf.name(c) for c in kf.calls(both, "v8_stage_rows_16", "v8_grid_sync",
+                                            "ptx.mbarrier_init")]
+    assert order[:4] == ["v8_stage_rows_16", "v8_stage_rows_16", "v8_grid_sync",
+                         "ptx.mbarrier_init"]
+    staged = kf.calls(both, "v8_stage_rows_16")
+    assert [kf.pointers(c) for c in staged] == [("A", "A_rows"), ("B", "B_rows")]
+    assert [kf.ints(c) for c in staged] == [(2000, 4095, 4096), (3000, 4095, 4096)]
+    assert {"A_rows_ptr", "B_rows_ptr"} <= set(kf.params_of(both))
+    b_only = kf.kernel(lowered("v8", gemm((1000, 1001, 1024), "float16", "float16", "nn")))
+    assert [kf.ints(c) for c in kf.calls(b_only, "v8_stage_rows_16")] == [(1024, 1001, 1008)]
+    fp8 = kf.kernel(lowered("v8", gemm((300, 777, 1000), FP8, "bfloat16", "nt")))
+    assert [kf.ints(c) for c in kf.calls(fp8, "v8_stage_rows_8")] == [(300, 1000, 1008),
+                                                                      (777, 1000, 1008)]
+    aligned = kf.kernel(lowered("v8", gemm((2000, 3000, 4096), "bfloat16", "bfloat16", "nt")))
+    assert not kf.calls(aligned, "v8_stage_rows_16", "v8_grid_sync")
 
 
 def test_v8_stores_whole_sectors_of_c_where_its_rows_allow(lowered):
@@ -407,14 +430,13 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
 
 @pytest.mark.parametrize("wl, knobs, reason", [
     (gemm((256, 256, 256), "float32"), {}, "v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, not float32"),
-    (gemm((256, 256, 100), FP8, layout="nt"), {}, "v8 loads A with TMA, which takes rows of whole "
-                                                    "16-byte multiples: K=100 float8_e4m3fn rows "
-                                                    "are 100 bytes"),
+    (gemm((256, 256, 100), FP8, layout="nt"), {"cluster_n": 2},
+     "v8 copies A and B's rows, which TMA cannot load (float8_e4m3fn, K=100, N=256, nt: not "
+     "whole 16-byte multiples), before a barrier of the whole grid, which clusters cannot "
+     "promise: cluster_m and cluster_n must be 1, not 1 and 2"),
     (gemm((256, 256, 256), FP8, layout="nt"), {"split_k": 3}, "splits K=256 into 1 to 2 slices"),
-    (gemm((256, 256, 100)), {}, "v8 loads A with TMA, which takes rows of whole 16-byte multiples: "
-                                "K=100 float16 rows are 200 bytes"),
-    (gemm((64, 100, 64), layout="nn"), {}, "v8 loads B with TMA, which takes rows of whole 16-byte "
-                                           "multiples: N=100 float16 rows are 200 bytes"),
+    (gemm((64, 100, 64), layout="nn"), {"cluster_m": 2}, "v8 copies B's rows, which TMA cannot "
+                                                        "load (float16, K=64, N=100, nn"),
     (gemm((256, 256, 256)), {"block_m": 96}, "block_m=96 is not 64, 128 or 256"),
     (gemm((256, 256, 256)), {"block_n": 320}, "block_n=320 with block_m=128 does not split so"),
     (gemm((256, 256, 256)), {"block_n": 144}, "a multiple of 64 columns (B in 64-column boxes)"),
@@ -481,7 +503,7 @@ def test_v8_promote_k_adds_wgmmas_sums_into_float32_sums_every_promote_k_element
     accumulators, every wgmma adds, one wait for all after the loop."""
     wl = gemm((4096, 4096, 4096), FP8, layout="nt")
     promoted = kf.kernel(lowered("v8", wl, block_n=128, promote_k=256))
-    plain = kf.kernel(lowered("v8", wl, block_n=128))
+    plain = kf.kernel(lowered("v8", wl, block_n=128, promote_k=None))
     scale_d = [_scale_d(c) for c in kf.calls(promoted, "ptx.wgmma_fp8_ss")]
     assert len(scale_d) == 4 and all(isinstance(s, tvm.tirx.IntImm) for s in scale_d[1:])
     fresh = scale_d[0]
@@ -505,7 +527,7 @@ def test_v8_promote_k_adds_wgmmas_sums_into_float32_sums_every_promote_k_element
      "bfloat16 wgmma accumulates in float32 already"),
     (gemm((4096, 4096, 4096), FP8, layout="nt"), {"promote_k": 192, "block_n": 128},
      "promote_k=192 is not a positive multiple of 128"),
-    (gemm((4096, 4096, 4096), FP8, layout="nt"), {"promote_k": 128},
+    (gemm((4096, 4096, 4096), FP8, layout="nt"), {"promote_k": 128, "block_n": 256},
      "2 x 128 registers a consumer thread for a 128x256 tile; at most 192"),
 ])
 def test_v8_refuses_promotion_it_cannot_make_in_one_line(wl, knobs, words):

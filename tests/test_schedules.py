@@ -64,7 +64,6 @@ NVFP4 = [Workload("gemv", (1024, 2048), "nvfp4"),
 for nvfp4_workload in NVFP4:
     WORKLOADS[nvfp4_workload.op].append(nvfp4_workload)
 NOT_NVFP4 = "{name} takes nvfp4 inputs, not {dtype}"
-TMA_ROWS = "v8 loads A with TMA, which takes rows of whole 16-byte multiples: K={k} {dtype} rows are {b} bytes"
 ODD = ("gemm 257x129x65 float32 nn", "gemm 257x129x65 bfloat16->float32 nt",
        "gemm 257x129x66 float16->float32 nt")  # the last one: the GPU tier's
 FP32_ONLY = "v5t copies A element by element with cp.async, which moves 4 bytes at least"
@@ -79,14 +78,6 @@ REFUSED = {
        for rung in ("v6", "v7") for wl in FP8_GEMMS},
     **{("v5t", wl.label()): FP32_ONLY for wl in (*FP8_GEMMS, ONLY_K_RAGGED_CAST)},
     **{(rung, ONLY_K_RAGGED_CAST.label()): f"{rung} writes the float32 accumulators" for rung in ("v6", "v7")},
-    ("v8", ONLY_K_RAGGED_CAST.label()): TMA_ROWS.format(k=100, dtype="bfloat16", b=200),
-    ("v8", FP8_GEMMS[2].label()): f"v8 loads A with TMA, which takes rows of whole 16-byte multiples: K=100 {FP8} rows are 100 bytes",
-    **{("v8", f"gemm {shape} {dtypes}"): TMA_ROWS.format(k=k, dtype=dtypes.split("->")[0], b=2 * k)
-       for shape, dtypes, k in (("257x129x65", "bfloat16->float32 nt", 65),
-                                ("1x1x1", "float16->float32 nn", 1),
-                                ("17x250x66", "float16->float32 nn", 66),
-                                ("257x129x66", "float16->float32 nt", 66),
-                                ("256x256x100", "float16->float32 nn", 100))},
     **{("v5t", label): FP32_ONLY for label in ODD[1:]},
     **{(name, wl.label()): NOT_NVFP4.format(name=name, dtype=wl.dtype)
        for name in ("staged", "pipelined", "bitdecode", "dp4a") for op in ("gemv", "batched_gemv")

@@ -26,7 +26,6 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
 from schedules.gemv import VECTOR_BYTES
 from schedules.registry import TunedSchedule
-from schedules.v8 import tma_refusal
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -204,11 +203,10 @@ def _this_gpu(wl: Workload, asked: str | None, searched: list[dict], runs: list[
 
 
 def rule(wl: Workload) -> tuple[str, str]:
-    """The rung `best` runs where no records say, and the rule in words: a 16-bit GEMM -> v8
-    wherever TMA can load its rows (the best rung on 30 of the 32 llm-bf16 shapes and at 4096^3
-    and 8192^3, reports/h100-shapes.md and reports/h100-v8.md), else v7 with a float32 C and
-    v5k with a 16-bit one (v6 and v7 write float32 only); an fp8 GEMM -> v8 likewise, else
-    v5k (v6 and v7 take 16-bit inputs only); a float32 GEMM -> v5t where its
+    """The rung `best` runs where no records say, and the rule in words: a 16-bit or fp8 GEMM ->
+    v8 (the best rung on 30 of the 32 llm-bf16 shapes and at 4096^3 and 8192^3,
+    reports/h100-shapes.md and reports/h100-v8.md; rows TMA cannot load, as with K = 4095, it
+    stages into padded rows first, reports/notes/h100-shapes.md); a float32 GEMM -> v5t where its
     default tiles give every SM one, else v5k (split K); a GEMV whose rows are not whole 16-byte
     vectors -> rowalign (the fastest rung on all eight such llm-gemv shapes,
     reports/h100-shapes.md), one whose rows are shorter than a 16-byte vector per lane of a warp
@@ -220,14 +218,7 @@ def rule(wl: Workload) -> tuple[str, str]:
         return "dp4a", (f"{wl.op} on nvfp4 -> dp4a (the rung that looks codes up as int8s with "
                         "prmt and sums their products with dp4a)")
     if wl.op == "gemm" and wl.dtype != "float32":
-        refusal = tma_refusal(wl)
-        if not refusal:
-            return "v8", f"{'fp8' if wl.is_fp8 else '16-bit'} GEMM whose rows TMA can load -> v8"
-        if wl.is_fp8:
-            return "v5k", f"fp8 GEMM, which only v8 multiplies on tensor cores, and {refusal}"
-        if wl.has_cast:
-            return "v5k", f"16-bit GEMM writing {wl.out_dtype}, which only v8 writes, and {refusal}"
-        return "v7", f"16-bit GEMM with a float32 C, and {refusal} -> v7"
+        return "v8", f"{'fp8' if wl.is_fp8 else '16-bit'} GEMM -> v8 (TMA and wgmma)"
     if wl.op == "gemm":
         v5t = schedules.get("gemm", "v5t").defaults
         tiles = heuristics.tile_count(wl, v5t["block_m"], v5t["block_n"])

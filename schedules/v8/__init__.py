@@ -22,8 +22,9 @@ The family, one module per concern:
 Ragged M, N and K: TMA fills the parts of a box past the tensor's edge with zeros (and still
 counts the whole box's bytes), so the main loop has no predicates; the epilogue guards its
 stores, or (tma_store) sends C out in boxes that TMA clips at C's edges. What TMA cannot take
-is a row stride that is not a whole number of 16 bytes: such workloads are refused (v7 takes
-them).
+is a row stride that is not a whole number of 16 bytes (bf16 K = 4095): the kernel first copies
+such an operand into a workspace of rows padded with zeros to 16-byte multiples, every CTA a
+share, and after a barrier of the whole grid loads the copy by TMA (`stage_rows`).
 
 fp8 (e4m3) inputs (workloads.FP8, layout nt only: fp8 wgmma has no transposed operands): k32
 wgmmas on 128-element K blocks (the same 128-byte rows), loaded by TMA as bytes; the kernel
@@ -32,8 +33,8 @@ product just before C is stored (after split K's sum).
 """
 
 from .geometry import ELEMENT_BYTES, any_m_partial_bytes, k_block_count
-from .refusals import tma_refusal
+from .refusals import workload_refusal
 from .rung import v8, v8_kernel, v8_kernel_any_m, v8_refusals
 
-__all__ = ["ELEMENT_BYTES", "any_m_partial_bytes", "k_block_count", "tma_refusal", "v8",
-           "v8_kernel", "v8_kernel_any_m", "v8_refusals"]
+__all__ = ["ELEMENT_BYTES", "any_m_partial_bytes", "k_block_count", "v8", "v8_kernel",
+           "v8_kernel_any_m", "v8_refusals", "workload_refusal"]

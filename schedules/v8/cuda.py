@@ -1,6 +1,7 @@
 """v8's CUDA and PTX: the instructions TVM 0.27's T.ptx names, and the small inline CUDA
 helpers (name, source) for what it cannot express: accumulator fences, cluster multicast and
-arrival, whole-sector stores of C, the staging of tma_store's boxes and split K's workspace.
+arrival, whole-sector stores of C, the staging of tma_store's boxes and split K's workspace,
+and the staging of rows TMA cannot load.
 Also the expressions the kernel builds its shared addresses, descriptors and tensor maps from.
 """
 
@@ -128,6 +129,69 @@ def stage_pair(out_dtype: str) -> tuple[str, str]:
                 '"r"(bits) : "memory");')
     return name, (f"\n{header.get(out_dtype, '')}__forceinline__ __device__ void {name}("
                   f"unsigned addr, float a, float b) {{\n  {body}\n}}\n")
+
+
+# Rows TMA cannot load (strides not whole 16 bytes, e.g. bf16 K = 4095) are staged: at the
+# kernel's start every CTA copies its share of such an operand into a workspace of rows padded
+# with zeros to whole 16-byte multiples (STAGE_ROWS: each thread builds one 16-byte chunk of a
+# padded row from single-element loads, since a source row may start at any element, and
+# stores it whole), then GRID_SYNC waits for every CTA's share before any TMA load. The grid
+# is persistent, one CTA per SM, so every CTA is resident and the barrier cannot deadlock.
+# GRID_SYNC counts the CTAs in on a counter that the last one sets back to zero before it
+# bumps a generation word the others spin on, so each launch finds the counter at zero (two
+# launches of one kernel must not run at once, as with split K). Its proxy fences order the
+# copies' generic stores before the TMA (async proxy) loads that read them.
+STAGE_ROWS = """
+__forceinline__ __device__ void v8_stage_rows_{bits}(const void* source, void* staged,
+                                                   long long rows, int cols, int padded) {{
+  typedef unsigned {element} E;
+  constexpr int per_chunk = 16 / sizeof(E);
+  const E* from = static_cast<const E*>(source);
+  long long chunks = rows * (padded / per_chunk);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < chunks;
+       i += (long long)gridDim.x * blockDim.x) {{
+    long long row = i / (padded / per_chunk);
+    int col = (int)(i % (padded / per_chunk)) * per_chunk;
+    union {{ uint4 chunk; E e[per_chunk]; }} out;
+#pragma unroll
+    for (int j = 0; j < per_chunk; ++j) out.e[j] = col + j < cols ? from[row * cols + col + j] : E(0);
+    reinterpret_cast<uint4*>(staged)[i] = out.chunk;
+  }}
+}}
+"""
+GRID_SYNC = ("v8_grid_sync", """
+#ifndef V8_GRID_SYNC
+#define V8_GRID_SYNC
+__device__ unsigned v8_grid_arrivals;
+__device__ volatile unsigned v8_grid_generation;
+#endif
+__forceinline__ __device__ void v8_grid_sync() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned generation = v8_grid_generation;
+    __threadfence();
+    if (atomicAdd(&v8_grid_arrivals, 1u) == gridDim.x - 1) {
+      v8_grid_arrivals = 0u;
+      __threadfence();
+      atomicAdd((unsigned*)&v8_grid_generation, 1u);
+    } else {
+      while (v8_grid_generation == generation) __nanosleep(64);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+""")
+
+
+def stage_rows(element_bytes: int) -> tuple[str, str]:
+    """STAGE_ROWS for elements of `element_bytes` bytes, as a CUDA helper (name, source) taking
+    (source, workspace, rows, cols, padded cols)."""
+    bits = 8 * element_bytes
+    element = {1: "char", 2: "short"}[element_bytes]
+    return f"v8_stage_rows_{bits}", STAGE_ROWS.format(bits=bits, element=element)
 
 
 def swizzled(offset, span: int):

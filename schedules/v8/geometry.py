@@ -37,6 +37,22 @@ SWIZZLE = {128: 3, 64: 2, 32: 1}  # CUtensorMapSwizzle of rows of so many bytes
 BLOCK_N_STEP = {"nn": (64, "B in 64-column boxes"), "nt": (16, "C stored 16 at a time")}
 
 
+def tma_columns(extent: int, element_bytes: int) -> int:
+    """The columns of a row TMA can load: `extent` rounded up to whole TMA_STRIDE_BYTES."""
+    per_chunk = TMA_STRIDE_BYTES // element_bytes
+    return -(-extent // per_chunk) * per_chunk
+
+
+def staged_operands(wl: Workload) -> tuple[str, ...]:
+    """The operands whose rows TMA cannot load in place, their strides not whole
+    TMA_STRIDE_BYTES: A (rows of K), B (rows of K in nt, of N in nn). v8 copies them into
+    rows of `tma_columns` first (STAGE_ROWS in schedules/v8/cuda.py)."""
+    element_bytes = ELEMENT_BYTES[wl.dtype]
+    row_of = {"A": wl.dims["K"], "B": wl.dims["K"] if wl.layout == "nt" else wl.dims["N"]}
+    return tuple(operand for operand, extent in row_of.items()
+                 if extent * element_bytes % TMA_STRIDE_BYTES)
+
+
 def k_block_count(K, element_bytes: int):
     """The K blocks of one swizzled row each (ROW_BYTES) that K makes, the last one ragged."""
     return -(-K * element_bytes // ROW_BYTES)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
-from ..workloads import DTYPE_BYTES, Workload
+from ..workloads import DTYPE_BYTES, FP8, Workload
 from .geometry import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes, box_bytes,
-                       consumer_accumulators, k_block_count, widest_fitting)
-from .refusals import c_rows_take_tma, tma_refusal
+                       consumer_accumulators, k_block_count, staged_operands,
+                       widest_fitting)
+from .refusals import c_rows_take_tma, workload_refusal
 
 TMA_NARROW_COST = 0.57  # a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
 TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
@@ -21,6 +22,7 @@ CLUSTER_WAVES = 8  # v8: 128x256 tiles in clusters of 2 where they take this man
 TMA_STORE_STAGES = {2: 3, 1: 4}  # tma_store: where its boxes leave room for so many stages,
 # by the bytes of an input element (fp8 lost a stage's worth)
 WGMMA_M = WARPGROUP * MMA  # one wgmma's rows: a decode batch's tile
+PROMOTE_K = 128  # fp8: K elements between promotions of wgmma's sums into float32 (DeepGEMM's)
 
 
 def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
@@ -78,6 +80,16 @@ def tall_tiles(wl: Workload, sms: int, space: dict, waves: float) -> int | None:
     return min(n for n, c in cost.items() if c == cheapest)
 
 
+def promoted_widths(block_m: int, layout: str, space: dict, knobs: dict) -> tuple[dict, dict]:
+    """The space's widths, and the default width (the widest of them), whose block_m-row tiles
+    leave room for promote_k's float32 sums: twice the accumulators within a thread's
+    MOST_ACCUMULATORS."""
+    widths = [n for n in space["block_n"]
+              if 2 * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS]
+    widest = widest_fitting(block_m, layout, False, widths) or knobs["block_n"]
+    return {**space, "block_n": widths}, {**knobs, "block_n": widest}
+
+
 def fitting_stages(block_m: int, block_n: int, space: dict, boxes: bool) -> list[int]:
     """The space's stages whose ring (and with `boxes`, tma_store's boxes) fits a Hopper
     block's shared memory."""
@@ -104,31 +116,41 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
       split_tail: only the last, partial wave's);
     - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
-      tiles take CLUSTER_WAVES waves or more; else 256-row tiles (`tall_tiles`, nt) where the
-      128-row ones take more than a wave and the 256-row ones cost no more;
+      tiles take CLUSTER_WAVES waves or more and no rows are staged (`staged_operands`); else
+      256-row tiles (`tall_tiles`, nt) where the 128-row ones take more than a wave and the
+      256-row ones cost no more;
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own);
-    - tma_store as `takes_tma_store` decides, and the most stages that fit.
+    - tma_store as `takes_tma_store` decides, and the most stages that fit;
+    - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
+      torch._scaled_mm's default), among the widths whose two sets of accumulators fit a
+      thread (`promoted_widths`; no clusters or tall tiles then), unless the user or a
+      search names promote_k (none: fast accumulation).
     Where the user asks for a cluster or pingpong, K is not split (they take whole tiles). Each
     knob only where the space holds the value. Nothing for a workload v8 refuses whatever its
-    knobs (`tma_refusal`): its refusal says why."""
-    if tma_refusal(wl):
+    knobs (`workload_refusal`): its refusal says why."""
+    if workload_refusal(wl):
         return {}
     pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster
     if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong:  # whole tiles
         space = {**space, "split_k": [1], "split_tail": [False]}
+    promote_k = knobs["promote_k"] if len(space["promote_k"]) == 1 else \
+        PROMOTE_K if wl.dtype == FP8 and PROMOTE_K in space["promote_k"] else None
     # Step 1. Decode batches: one wgmma's rows.
     decode = wl.dims["M"] <= WGMMA_M or (wl.dims["M"] <= 2 * WGMMA_M
                                          and tile_count(wl, 2 * WGMMA_M, 128) < sms)
     block_m = WGMMA_M if decode and WGMMA_M in space["block_m"] else knobs["block_m"]
+    if promote_k:
+        space, knobs = promoted_widths(block_m, wl.layout, space, knobs)
     # Step 2. The width, and K split to fill the SMs.
     block_n = tile_widths(wl, sms, block_m, knobs, space)
     waves, split_k, split_tail = split_plan(wl, sms, block_m, block_n, space["split_k"])
     # Step 3. Clusters where the tiles take many waves; else pingpong's or tall tiles.
-    clustered = (not decode and not pingpong and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
+    clustered = (not decode and not pingpong and not staged_operands(wl)
+                 and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
                  and 2 in space["cluster_m"] and 128 in space["block_m"]
                  and 256 in space["block_n"] and 1 in space["split_k"])
-    tall = None if decode or wl.layout != "nt" or TALL_M not in space["block_m"] \
+    tall = None if decode or promote_k or wl.layout != "nt" or TALL_M not in space["block_m"] \
         or tile_count(wl, block_m, block_n) <= sms else tall_tiles(wl, sms, space, waves)
     if clustered:
         block_m, block_n, split_k, split_tail = 128, 256, 1, False
@@ -144,4 +166,4 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
             "tma_store": tma_store,
             "split_k": split_k if split_k in space["split_k"] else knobs["split_k"],
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
-            **({"cluster_m": 2} if clustered else {})}
+            "promote_k": promote_k, **({"cluster_m": 2} if clustered else {})}

@@ -3,7 +3,48 @@ where the kernel calls it, so the kernel is one PrimFunc): the set-up, the produ
 consumer's K loop, split K's stash and gather of partial tiles, fp8's scales, and the three
 epilogues (tma_store's boxes, quad stores of 16-bit C, stores from registers). Each piece reads
 the plan (schedules/v8/plan.py) for every number; where a feature is off, its piece is simply
-not called, or expands to nothing."""
+not called, or expands to nothing.
+
+The kernel (`warp_specialized_gemm`):
+
+Warpgroup 0 is the producer (`produce`): it gives registers back (setmaxnreg.dec) and one
+thread loads every K block of every unit of the CTA into the ring of `stages` stages with
+TMA, after waiting for the consumers to empty the stage (`empty` mbarrier). Warpgroups 1 and
+2 are the consumers (`consume`, setmaxnreg.inc): per K block each waits for the stage's
+bytes (`full` mbarrier, which TMA completes), multiplies its part of the tile with wgmma,
+and frees the stage of the K block before (`k_loop`). The ring's position runs on from unit
+to unit, so the producer loads the next unit while the consumers store this one: straight
+from their accumulators, guarded at C's edges, or with tma_store through two shared boxes
+per consumer that TMA stores (clipped at C's edges) while the consumers go on to the next
+unit (EPILOGUES).
+
+Split K (split_k > 1): each slice's consumers put their partial tile in the workspace
+(`stash_partials`) and count themselves in at the tile's arrival counter; the slice that
+arrives last adds the others' partials to its own (`gather_partials`) and stores C. With
+split_tail, only the tiles of the last, partial wave are split (the units after the
+`whole` tiles): the SMs that wave would leave idle take slices of its tiles.
+
+Clusters (cluster_m or cluster_n = 2): a unit is a cluster's pair of tiles, side by side
+along M or N; the pair shares B's or A's loads by multicast (TMA_LOAD_MULTICAST), and a
+stage is free once both CTAs' consumers have freed it (FREE_STAGE).
+
+Ping-pong (pingpong, CUTLASS's sm90 "ping-pong" kernel; whole tiles: no split K): each
+consumer multiplies the whole block tile of every other unit of the CTA, consumer 0 the
+even ones, and its ring position skips the other's K blocks; a stage is then freed by one
+consumer (in each CTA of a cluster). The two take turns at the tensor cores
+(TURN_BARRIER: a consumer starts a unit's K loop once the other has issued the last
+wgmmas of the unit before), so each one's epilogue runs under the other's K loop. The
+turns also keep a consumer from waiting on a `full` barrier more than one phase ahead of
+its loads, which its parity could not tell apart.
+
+Rows TMA cannot load (plan.staged: strides not whole 16 bytes): the host allocates a
+workspace of padded rows for each such operand and encodes its tensor map over that; every
+CTA first copies its share of the rows into it (`stage_operand`) and waits for the whole grid
+(GRID_SYNC) before its warpgroups take their roles.
+
+M may be a symbolic size (plan.most_m set): the grid, the units and the tile walk are then
+computed from it on the host and in the kernel, and most_m sizes split K's workspace.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +58,9 @@ from ..common import TIRX_KERNEL, cuda_call
 from ..tensorcore import WARPGROUP
 from ..workloads import FP8, FP8_SCALES
 from .cuda import (BOX_BARRIER, CLUSTER_SYNC, CONSUMER_REGISTERS, FENCE_OPERAND, FREE_STAGE,
-                   PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER, TMA_LOAD,
+                   GRID_SYNC, PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER, TMA_LOAD,
                    TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word, descriptor,
-                   quad_store, stage_pair, swizzled)
+                   quad_store, stage_pair, stage_rows, swizzled)
 from .geometry import ATOM, BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ROW_BYTES, THREADS
 from .plan import Plan
 
@@ -93,6 +134,13 @@ def tma_load(plan: Plan, shares: int, dst, tensor_map, coords: tuple, barrier):
     if shares > 1:
         return cuda_call(TMA_LOAD_MULTICAST, dst, tensor_map, *coords, barrier, plan.every_cta)
     return TMA_LOAD(dst, tensor_map, *coords, barrier)
+
+
+@T.macro
+def stage_operand(plan, operand: str, source, staged):
+    """Rows TMA cannot load: this CTA's share of `operand`'s rows copied from `source` into the
+    workspace `staged`, zero-padded to rows it can (STAGE_ROWS); every thread of the CTA."""
+    cuda_call(stage_rows(plan.element_bytes), source.data, staged.data, *plan.staging(operand))
 
 
 @T.macro
@@ -466,39 +514,10 @@ def warp_specialized_gemm(plan: Plan):
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
     384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
     the grouped raster of the tiles.
+    How its warpgroups, split K, clusters, ping-pong, staged rows and M taken at each call
+    work together: the module's docstring."""
 
-    Warpgroup 0 is the producer (`produce`): it gives registers back (setmaxnreg.dec) and one
-    thread loads every K block of every unit of the CTA into the ring of `stages` stages with
-    TMA, after waiting for the consumers to empty the stage (`empty` mbarrier). Warpgroups 1 and
-    2 are the consumers (`consume`, setmaxnreg.inc): per K block each waits for the stage's
-    bytes (`full` mbarrier, which TMA completes), multiplies its part of the tile with wgmma,
-    and frees the stage of the K block before (`k_loop`). The ring's position runs on from unit
-    to unit, so the producer loads the next unit while the consumers store this one: straight
-    from their accumulators, guarded at C's edges, or with tma_store through two shared boxes
-    per consumer that TMA stores (clipped at C's edges) while the consumers go on to the next
-    unit (EPILOGUES).
-
-    Split K (split_k > 1): each slice's consumers put their partial tile in the workspace
-    (`stash_partials`) and count themselves in at the tile's arrival counter; the slice that
-    arrives last adds the others' partials to its own (`gather_partials`) and stores C. With
-    split_tail, only the tiles of the last, partial wave are split (the units after the
-    `whole` tiles): the SMs that wave would leave idle take slices of its tiles.
-
-    Clusters (cluster_m or cluster_n = 2): a unit is a cluster's pair of tiles, side by side
-    along M or N; the pair shares B's or A's loads by multicast (TMA_LOAD_MULTICAST), and a
-    stage is free once both CTAs' consumers have freed it (FREE_STAGE).
-
-    Ping-pong (pingpong, CUTLASS's sm90 "ping-pong" kernel; whole tiles: no split K): each
-    consumer multiplies the whole block tile of every other unit of the CTA, consumer 0 the
-    even ones, and its ring position skips the other's K blocks; a stage is then freed by one
-    consumer (in each CTA of a cluster). The two take turns at the tensor cores
-    (TURN_BARRIER: a consumer starts a unit's K loop once the other has issued the last
-    wgmmas of the unit before), so each one's epilogue runs under the other's K loop. The
-    turns also keep a consumer from waiting on a `full` barrier more than one phase ahead of
-    its loads, which its parity could not tell apart.
-
-    M may be a symbolic size (plan.most_m set): the grid, the units and the tile walk are then
-    computed from it on the host and in the kernel, and most_m sizes split K's workspace."""
+    staged_a, staged_b = "A" in plan.staged, "B" in plan.staged
 
     @T.prim_func
     def main(A_handle: T.handle, B_handle: T.handle, A_scale_handle: T.handle,
@@ -509,12 +528,19 @@ def warp_specialized_gemm(plan: Plan):
         A_scale = T.match_buffer(A_scale_handle, (1,), "float32")
         B_scale = T.match_buffer(B_scale_handle, (1,), "float32")
         C = T.match_buffer(C_handle, (plan.M, plan.N), plan.out_dtype, align=16)
+        if staged_a:  # the workspaces of staged rows, which TMA loads instead
+            A_rows = T.alloc_buffer((plan.M, plan.a_cols), plan.dtype, scope="global")
+        if staged_b:
+            B_rows = T.alloc_buffer((plan.staging("B")[0], plan.b_cols), plan.dtype,
+                                    scope="global")
+        a_loaded = T.meta_var(A_rows if staged_a else A)
+        b_loaded = T.meta_var(B_rows if staged_b else B)
         A_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, plan.tma_dtype, 2, A.data,
-                      *plan.a_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, plan.tma_dtype, 2,
+                      a_loaded.data, *plan.a_map)
         B_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, plan.tma_dtype, 2, B.data,
-                      *plan.b_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, plan.tma_dtype, 2,
+                      b_loaded.data, *plan.b_map)
         C_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)  # encoded for tma_store
         if plan.knobs.tma_store:
             T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, plan.out_dtype, 2, C.data,
@@ -524,6 +550,12 @@ def warp_specialized_gemm(plan: Plan):
         cta = T.cta_id([plan.grid])
         rank = T.meta_var(plan.cluster_rank())
         tx = T.thread_id([THREADS])
+        if staged_a:
+            stage_operand(plan, "A", A, A_rows)
+        if staged_b:
+            stage_operand(plan, "B", B, B_rows)
+        if staged_a or staged_b:  # every CTA's share staged before any TMA load
+            cuda_call(GRID_SYNC)
         arena = T.alloc_buffer((plan.ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
         full = T.alloc_buffer((plan.knobs.stages,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((plan.knobs.stages,), "uint64", scope="shared", align=8)

@@ -15,7 +15,8 @@ from ..tensorcore import WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
 from .geometry import (BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ELEMENT_BYTES, ROW_BYTES,
-                       arena_bytes, box_bytes, consumer_tile, k_block_count, split_tiles)
+                       arena_bytes, box_bytes, consumer_tile, k_block_count, split_tiles,
+                       staged_operands, tma_columns)
 from .knobs import Knobs
 from .refusals import CHECKS, any_m_workspace_refusal, refuse
 
@@ -73,6 +74,10 @@ class Plan:
     first_box: int
     a_rows: int
     b_rows: int
+    # the operands staged into rows TMA can load ("A", "B"), and the columns of the rows it loads
+    staged: tuple[str, ...]
+    a_cols: int
+    b_cols: int
     # split K's workspace
     quads: int
     most_tiles: object
@@ -92,7 +97,7 @@ class Plan:
         walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
         memory = _memory(wl.out_dtype, knobs)
         workspace = _workspace(shape, walk, multiply["accumulators"] // 4)
-        return cls(**shape, **multiply, **walk, **memory, **workspace)
+        return cls(**shape, **multiply, **walk, **memory, **_staging(wl), **workspace)
 
     # -- derived where the kernel's script needs them ------------------------------------------
     @property
@@ -128,14 +133,23 @@ class Plan:
     @property
     def a_map(self) -> list:
         """A's tensor map: this CTA's rows of the box (a cluster_n pair shares it) by 64 K."""
-        return tensor_map(self.M, self.K, self.a_rows, self.block_k, self.element_bytes)
+        return tensor_map(self.M, self.a_cols, self.a_rows, self.block_k, self.element_bytes)
 
     @property
     def b_map(self) -> list:
         """B's tensor map: rows of the box as A's (nt), or 64-column boxes of block_k rows."""
         if self.nt:
-            return tensor_map(self.N, self.K, self.b_rows, self.block_k, self.element_bytes)
-        return tensor_map(self.K, self.N, self.block_k, 64, self.element_bytes)
+            return tensor_map(self.N, self.b_cols, self.b_rows, self.block_k, self.element_bytes)
+        return tensor_map(self.K, self.b_cols, self.block_k, 64, self.element_bytes)
+
+    def staging(self, operand: str) -> tuple | None:
+        """(rows, cols, padded cols) of `operand` ("A" or "B") where it is staged, else None."""
+        if operand not in self.staged:
+            return None
+        if operand == "A":
+            return self.M, self.K, self.a_cols
+        rows, cols = (self.N, self.K) if self.nt else (self.K, self.N)
+        return rows, cols, self.b_cols
 
     @property
     def c_map(self) -> list:
@@ -310,6 +324,17 @@ def _memory(out_dtype: str, knobs: Knobs) -> dict:
             "first_box": knobs.stages * (a_bytes + b_bytes),
             # the rows of A's and B's (nt) boxes that each CTA of a cluster loads
             "a_rows": block_m // knobs.cluster_n, "b_rows": block_n // knobs.cluster_m}
+
+
+def _staging(wl: Workload) -> dict:
+    """The operands whose rows are staged (`staged_operands`), and the columns of the rows that
+    TMA loads: padded to whole 16-byte multiples where staged."""
+    element_bytes = ELEMENT_BYTES[wl.dtype]
+    staged = staged_operands(wl)
+    b_cols = wl.dims["K"] if wl.layout == "nt" else wl.dims["N"]
+    return {"staged": staged,
+            "a_cols": tma_columns(wl.dims["K"], element_bytes) if "A" in staged else wl.dims["K"],
+            "b_cols": tma_columns(b_cols, element_bytes) if "B" in staged else b_cols}
 
 
 def _workspace(shape: dict, walk: dict, quads: int) -> dict:

@@ -1,4 +1,4 @@
-"""What v8 cannot take: workloads TMA cannot load, and knobs outside its tile shapes,
+"""What v8 cannot take: workloads of other types, and knobs outside its tile shapes,
 registers, shared memory, clusters, split K's workspace or TMA's rows of C. Each check returns
 its one-line reason, or None; `refuse` raises the first as ScheduleNotApplicable."""
 
@@ -11,23 +11,15 @@ from ..workloads import DTYPE_BYTES, FP8, Workload
 from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_PARTIAL_BYTES,
                        ROW_BYTES, TMA_STRIDE_BYTES, any_m_partial_bytes, arena_bytes,
                        consumer_accumulators, consumer_tile, k_block_count, partial_bytes,
-                       split_tiles, widest_fitting)
+                       split_tiles, staged_operands, widest_fitting)
 from .knobs import Knobs
 
 
-def tma_refusal(wl: Workload) -> str | None:
+def workload_refusal(wl: Workload) -> str | None:
     """Why v8 cannot take the workload whatever its knobs, in one line (None where it can):
-    inputs other than 16-bit floats and fp8, or rows that TMA cannot load (not whole 16-byte
-    multiples)."""
+    inputs other than 16-bit floats and fp8."""
     if wl.dtype not in ELEMENT_BYTES:
         return f"v8 multiplies float16, bfloat16 or {FP8} on tensor cores, not {wl.dtype}"
-    M, N, K = wl.shape
-    element_bytes = ELEMENT_BYTES[wl.dtype]
-    strides = [("A", "K", K)] + ([("B", "N", N)] if wl.layout == "nn" else [("B", "K", K)])
-    for operand, axis, extent in strides:
-        if extent * element_bytes % TMA_STRIDE_BYTES:
-            return (f"v8 loads {operand} with TMA, which takes rows of whole 16-byte multiples: "
-                    f"{axis}={extent} {wl.dtype} rows are {extent * element_bytes} bytes")
     return None
 
 
@@ -126,6 +118,20 @@ def _split_refusal(wl: Workload, knobs: Knobs) -> str | None:
     return None
 
 
+def _staging_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """Rows TMA cannot load are staged before a grid-wide barrier, which needs every CTA of the
+    grid resident at once: one CTA per SM, not clusters (whose pairs of SMs may not all be
+    free at once)."""
+    staged = staged_operands(wl)
+    if not staged or knobs.cluster_m * knobs.cluster_n == 1:
+        return None
+    rows = " and ".join(staged)
+    return (f"v8 copies {rows}'s rows, which TMA cannot load ({wl.dtype}, K={wl.dims['K']}, "
+            f"N={wl.dims['N']}, {wl.layout}: not whole {TMA_STRIDE_BYTES}-byte multiples), "
+            f"before a barrier of the whole grid, which clusters cannot promise: cluster_m and "
+            f"cluster_n must be 1, not {knobs.cluster_m} and {knobs.cluster_n}")
+
+
 def _workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """Split K's partials for wl's tiles fit MOST_PARTIAL_BYTES."""
     block_m, block_n, split_k = knobs.block_m, knobs.block_n, knobs.split_k
@@ -150,12 +156,12 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 
 CHECKS = (_tile_shape_refusal, _register_refusal, _promotion_refusal, _shared_memory_refusal,
-          _split_refusal, _workspace_refusal)
+          _split_refusal, _staging_refusal, _workspace_refusal)
 
 
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:
     """Raise ScheduleNotApplicable with the first reason why v8 cannot take wl with `knobs`:
-    `tma_refusal`'s, then each of `checks` in turn."""
-    reason = tma_refusal(wl) or next(filter(None, (check(wl, knobs) for check in checks)), None)
+    `workload_refusal`'s, then each of `checks` in turn."""
+    reason = workload_refusal(wl) or next(filter(None, (check(wl, knobs) for check in checks)), None)
     if reason:
         raise ScheduleNotApplicable(reason)

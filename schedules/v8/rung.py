@@ -67,12 +67,15 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     two taking turns at the tensor cores, so that one's epilogue runs under the other's wgmmas
     (a tile's accumulators must then fit one consumer: 128x128, 128x192, 64x256; no split K;
     on an H100 no faster than two consumers on one tile, reports/h100-v8.md). Ragged M, N, K:
-    TMA zero-fills past the edges; rows must be whole 16-byte multiples (K, and N for B in nn).
+    TMA zero-fills past the edges; rows it cannot load (not whole 16-byte multiples: K, and N
+    for B in nn) the kernel first copies into zero-padded rows, behind a barrier of the grid.
     fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied to the
     accumulators before C is stored. fp8's wgmma keeps its sums in fewer bits than float32
     (torch._scaled_mm's use_fast_accum=True has the same numerics); promote_k adds them
     into float32 registers every promote_k K elements and starts wgmma's sums afresh, as
-    DeepGEMM and cuBLAS's default do (twice the accumulator registers). A TIRx kernel (schedules/v8/), sm_90a only.
+    DeepGEMM and cuBLAS's default do (twice the accumulator registers; the heuristic's
+    default for fp8 is 128, none is the fast form). A TIRx kernel (schedules/v8/), sm_90a
+    only.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
