@@ -28,10 +28,11 @@ def workload(args):
         if args.shape:
             raise Refused("give either --preset or --shape, not both")
         return Workload(preset.op, preset.shape, args.dtype or preset.dtype, args.out_dtype,
-                        args.layout)
+                        args.layout, args.scales)
     op = args.op or "gemm"
     shape = parse_shape(args.shape, op) if args.shape else DEFAULT_SHAPES.get(op, ())
-    return Workload(op, shape, args.dtype or DEFAULT_DTYPES.get(op), args.out_dtype, args.layout)
+    return Workload(op, shape, args.dtype or DEFAULT_DTYPES.get(op), args.out_dtype, args.layout,
+                    args.scales)
 
 
 def list_schedules() -> None:
@@ -139,7 +140,7 @@ def report(args) -> None:
     a staging directory (render.staged), so where it cannot be written is refused before any
     work and a failure leaves nothing behind; records that fail their checks are named and
     skipped."""
-    from reports import render, shapes
+    from reporting import render, shapes
     from schedules.errors import RecordsError
     from tuning import records
 

@@ -14,13 +14,16 @@ When the output dtype differs from the float32 accumulator, the reduction writes
 and an elementwise block casts it into the output; schedules keep that accumulator in registers.
 
 GEMM also takes fp8 (`float8_e4m3fn`) inputs, as Hopper's wgmma and torch._scaled_mm do: B stored
-N x K (layout nt), one float32 scale per tensor, the product written in bfloat16 by default:
+N x K (layout nt), float32 scales, the product written in bfloat16 by default. Its `scales` are
+one per tensor ("tensor", the default), or one per row of A and one per row of B ("row",
+_scaled_mm's rowwise form: a scale per token and per output feature):
 
     A        (M, K) e4m3
     B        (N, K) e4m3
-    A_scale  (1,) float32
-    B_scale  (1,) float32
+    A_scale  (1,) float32              "row": (M,)
+    B_scale  (1,) float32              "row": (N,)
     C        (M, N)                    C = (A @ B^T) * A_scale[0] * B_scale[0]
+                                       "row": C[m, n] = (A @ B^T)[m, n] * A_scale[m] * B_scale[n]
 
 GEMV and batched GEMV also take `nvfp4` inputs (schedules/fp4.py), the batched-GEMV seed's
 format, and write float16 by default. B and x then come as packed codes with their scales:
@@ -55,7 +58,8 @@ DTYPES = (*DENSE_DTYPES, FP8, fp4.NAME)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, FP8: 1, fp4.CODE_BYTES: 1}
 NVFP4_OUT_DTYPE = "float16"  # the seed's C
 FP8_OUT_DTYPE, FP8_LAYOUT = "bfloat16", "nt"  # torch._scaled_mm's usual C, and the B it takes
-FP8_SCALES = ("A_scale", "B_scale")  # fp8's per-tensor scales: float32 buffers of one element
+FP8_SCALES = ("A_scale", "B_scale")  # fp8's scales: float32 buffers, one element or a row's each
+FP8_SCALINGS = ("tensor", "row")  # a scale per tensor, or per row of A and of B
 SHAPE_AXES = {"gemm": ("M", "N", "K"), "gemv": ("N", "K"), "batched_gemv": ("L", "N", "K")}
 LAYOUTS = {"gemm": ("nn", "nt"), "gemv": ("nt",), "batched_gemv": ("nt",)}
 OPS = tuple(SHAPE_AXES)
@@ -65,13 +69,15 @@ INT32_MAX = 2**31 - 1  # the kernels index buffers with int32
 
 @dataclass(frozen=True)
 class Workload:
-    """One problem: the op, its shape (see SHAPE_AXES), input/output dtypes and B's layout."""
+    """One problem: the op, its shape (see SHAPE_AXES), input/output dtypes, B's layout and
+    (fp8) how its scales go: per tensor or per row (FP8_SCALINGS)."""
 
     op: str
     shape: tuple[int, ...]
     dtype: str = "float32"
     out_dtype: str | None = None
     layout: str | None = None
+    scales: str | None = None
 
     def __post_init__(self):
         if self.op not in OPS:
@@ -93,6 +99,7 @@ class Workload:
         object.__setattr__(self, "out_dtype", self.out_dtype or default_out)
         object.__setattr__(self, "layout", self.layout
                            or (FP8_LAYOUT if self.is_fp8 else LAYOUTS[self.op][0]))
+        object.__setattr__(self, "scales", self.scales or (FP8_SCALINGS[0] if self.is_fp8 else None))
         for what, value, valid in (("dtype", self.dtype, DTYPES),
                                    ("output dtype", self.out_dtype, DENSE_DTYPES)):
             if value not in valid:
@@ -101,6 +108,9 @@ class Workload:
             self._check_nvfp4()
         if self.is_fp8:
             self._check_fp8()
+        elif self.scales is not None:
+            raise WorkloadError(f"scales are for {FP8} GEMMs; {self.dtype} takes none, not "
+                                f"'{self.scales}'")
         if self.layout not in LAYOUTS[self.op]:
             raise WorkloadError(
                 f"unknown layout '{self.layout}' for {self.op}; valid: {', '.join(LAYOUTS[self.op])}"
@@ -131,6 +141,8 @@ class Workload:
         if self.layout != FP8_LAYOUT:
             raise WorkloadError(f"{FP8} GEMM takes B stored N x K (layout {FP8_LAYOUT}), as "
                                 f"wgmma's e4m3 form and torch._scaled_mm do, not layout {self.layout}")
+        if self.scales not in FP8_SCALINGS:
+            raise WorkloadError(f"unknown scales '{self.scales}'; valid: {', '.join(FP8_SCALINGS)}")
 
     @property
     def is_nvfp4(self) -> bool:
@@ -140,12 +152,32 @@ class Workload:
     def is_fp8(self) -> bool:
         return self.dtype == FP8
 
+    @property
+    def rowwise(self) -> bool:
+        """fp8 with a scale per row of A and of B."""
+        return self.scales == "row"
+
+    def record_key(self) -> dict:
+        """The fields a record of this workload matches on: op, shape, dtypes, layout, and
+        "scales": "row" for fp8 by rows, else None (which a record without the field matches,
+        as every record from before rowwise scales is)."""
+        return {"op": self.op, "shape": list(self.shape), "dtype": self.dtype,
+                "out_dtype": self.out_dtype, "layout": self.layout,
+                "scales": "row" if self.rowwise else None}
+
+    def record_fields(self) -> dict:
+        """The workload as its records write it: `record_key` without the fields it leaves
+        None."""
+        return {k: v for k, v in self.record_key().items() if v is not None}
+
     def buffer_shapes(self) -> dict[str, tuple[int, ...]]:
         """Each buffer's shape by name: the inputs, then the output."""
         d = self.dims
         if self.op == "gemm":
             b = (d["K"], d["N"]) if self.layout == "nn" else (d["N"], d["K"])
-            scales = dict.fromkeys(FP8_SCALES, (1,)) if self.is_fp8 else {}
+            scales = {} if not self.is_fp8 else \
+                dict(zip(FP8_SCALES, ((d["M"],), (d["N"],)))) if self.rowwise else \
+                dict.fromkeys(FP8_SCALES, (1,))
             return {"A": (d["M"], d["K"]), "B": b, **scales, "C": (d["M"], d["N"])}
         batch = (d["L"],) if "L" in d else ()
         N, K = d["N"], d["K"]
@@ -209,7 +241,8 @@ class Workload:
         return self.dtype if self.out_dtype == self.dtype else f"{self.dtype}->{self.out_dtype}"
 
     def label(self) -> str:
-        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtypes} {self.layout}"
+        rowwise = " rowwise" if self.rowwise else ""
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtypes} {self.layout}{rowwise}"
 
     # -- the compute definition --------------------------------------------------------------
     def tensors(self) -> list[te.Tensor]:
@@ -229,25 +262,29 @@ def _acc(value: te.Tensor | object):
 
 def _with_cast(wl: Workload, shape, body, scale=None) -> te.Tensor:
     """The reduction, plus the epilogue that casts it when the output dtype is not float32,
-    and multiplies it by `scale` (a float32 expression) where one is given."""
+    and multiplies it by `scale(*indices)` (a float32 expression) where one is given."""
     acc = te.compute(shape, body, name=wl.reduction_block)
     if not wl.has_cast:
         return acc
-    scaled = (lambda *idx: acc(*idx) * scale) if scale is not None else acc
+    scaled = (lambda *idx: acc(*idx) * scale(*idx)) if scale is not None else acc
     return te.compute(shape, lambda *idx: scaled(*idx).astype(wl.out_dtype), name=wl.output)
 
 
 def _gemm(wl: Workload) -> list[te.Tensor]:
-    """C = A @ B (nn) or A @ B^T (nt), float32 accumulation; fp8: times A's and B's scales."""
+    """C = A @ B (nn) or A @ B^T (nt), float32 accumulation; fp8: times A's and B's scales (per
+    tensor, or A's of the row and B's of the column)."""
     M, N, K = wl.shape
     A = te.placeholder((M, K), wl.dtype, name="A")
     B = te.placeholder((K, N) if wl.layout == "nn" else (N, K), wl.dtype, name="B")
-    scales = [te.placeholder((1,), ACC_DTYPE, name=name) for name in FP8_SCALES] if wl.is_fp8 \
-        else []
+    shapes = wl.buffer_shapes()
+    scales = [te.placeholder(shapes[name], ACC_DTYPE, name=name) for name in FP8_SCALES] \
+        if wl.is_fp8 else []
     k = te.reduce_axis((0, K), name="k")
     b_at = (lambda kk, j: B[kk, j]) if wl.layout == "nn" else (lambda kk, j: B[j, kk])
+    scale = None if not scales else (lambda i, j: scales[0][i] * scales[1][j]) if wl.rowwise \
+        else (lambda i, j: scales[0][0] * scales[1][0])
     C = _with_cast(wl, (M, N), lambda i, j: te.sum(_acc(A[i, k]) * _acc(b_at(k, j)), axis=k),
-                   scales[0][0] * scales[1][0] if scales else None)
+                   scale)
     return [A, B, *scales, C]
 
 

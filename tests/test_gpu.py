@@ -31,7 +31,7 @@ WORKLOADS = [
     Workload("gemm", (17, 250, 66), "float16"),  # a decode-sized M, 4-byte rows
     Workload("gemm", (256, 256, 100), "float16"),  # only K ragged: no padded C to copy out
     ONLY_K_RAGGED_CAST,  # ... and a cast that reads the accumulators straight
-    *FP8_GEMMS,  # scaled per tensor: whole tiles; ragged M and N; rows TMA cannot load
+    *FP8_GEMMS,  # scaled per tensor (whole tiles; ragged M and N; rows TMA cannot load), by rows
     Workload("gemv", (1024, 1024), "float16"),  # the TileLang seed's problem
     Workload("gemv", (1001, 1000), "float16"),  # ragged rows and K steps
     Workload("gemv", (999, 1001), "float16"),  # odd K: single-element loads
@@ -260,6 +260,11 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (16, 4096, 4095), "float16", "float16", "nt"), {"split_k": 4}),
     (Workload("gemm", (1000, 1000, 999), "bfloat16", layout="nt"),
      {"block_n": 128, "pingpong": True}),
+    # fp8's scales by rows: promoted (the default) and fast, split K, a decode batch, tma_store
+    (Workload("gemm", (1000, 2000, 3000), FP8, "bfloat16", "nt", "row"), {}),
+    (Workload("gemm", (1100, 4608, 1024), FP8, "float16", "nt", "row"),
+     {"promote_k": None, "split_k": 3, "split_tail": True, "tma_store": True}),
+    (Workload("gemm", (16, 6144, 4096), FP8, "bfloat16", "nt", "row"), {}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
@@ -378,11 +383,12 @@ def test_cublas_baselines_are_correct(wl):
 
 
 @pytest.mark.parametrize("wl", [Workload("gemm", (256, 384, 512), FP8),
-                                Workload("gemm", (1000, 144, 208), FP8, "float32")],
+                                Workload("gemm", (1000, 144, 208), FP8, "float32"),
+                                Workload("gemm", (1000, 144, 208), FP8, scales="row")],
                          ids=lambda wl: wl.label())
 def test_scaled_mm_baselines_are_correct(wl):
-    """torch._scaled_mm with and without fast accumulation: the scales applied, within fp8's
-    tolerance."""
+    """torch._scaled_mm with and without fast accumulation, per tensor and rowwise: the scales
+    applied, within fp8's tolerance."""
     inputs = measure.random_inputs(wl, 4)
     for fast_accum in (False, True):
         check(wl, measure.cublas_runner(wl, inputs, fast_accum=fast_accum), inputs,

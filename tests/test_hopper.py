@@ -129,6 +129,23 @@ def test_v8_on_fp8_takes_the_scales_and_multiplies_by_their_product_before_stori
     assert max(settles) < min(multiplied) and max(multiplied) < min(stores)
 
 
+def test_v8_rowwise_multiplies_each_accumulator_by_its_rows_and_its_columns_scale(lowered):
+    """fp8 with rowwise scales: A_scale and B_scale are M and N long; each accumulator is
+    multiplied by an A_scale of its row and a B_scale of its column (indices clamped at C's
+    last row and column), not by one product; the per-tensor form reads element 0 of each."""
+    wl = Workload("gemm", (300, 520, 1024), FP8, "bfloat16", "nt", "row")
+    kernel = kf.kernel(lowered("v8", wl, block_n=128))
+    rows, cols = kf.loads_from(kernel, "A_scale"), kf.loads_from(kernel, "B_scale")
+    assert rows and cols and _scaled(kernel) == ([], [])
+    assert not [t for t in rows + cols if isinstance(t.indices[0], tvm.tirx.IntImm)]
+    clamps = {int(m.b) for m in lowering.find(kernel, tvm.tirx.Min)
+              if isinstance(m.b, tvm.tirx.IntImm)}
+    assert {299, 519} <= clamps  # (an index may be bound to a common subexpression first)
+    tensor = kf.kernel(lowered("v8", Workload("gemm", (300, 520, 1024), FP8, "bfloat16", "nt"),
+                               block_n=128))
+    assert {int(t.indices[0]) for t in kf.loads_from(tensor, "A_scale")} == {0}
+
+
 def test_v8_takes_no_scales_where_the_inputs_are_16_bit(lowered):
     ir = lowered("v8", gemm((4096, 4096, 4096), "float16", "float16", "nt"))
     assert not [p for p in kf.params(ir) if "scale" in p]

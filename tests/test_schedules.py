@@ -19,7 +19,8 @@ from tuning import build, lowering
 ONLY_K_RAGGED_CAST = Workload("gemm", (64, 64, 100), "bfloat16", "bfloat16", "nt")  # no padded C
 FP8_GEMMS = [Workload("gemm", (256, 384, 512), FP8),  # whole tiles, bfloat16 C
              Workload("gemm", (1000, 136, 208), FP8, "float32"),  # ragged M and N
-             Workload("gemm", (17, 250, 100), FP8, "float16")]  # 100-byte rows: no TMA
+             Workload("gemm", (17, 250, 100), FP8, "float16"),  # 100-byte rows: staged for TMA
+             Workload("gemm", (300, 520, 1000), FP8, layout="nt", scales="row")]  # rowwise
 WORKLOADS = {
     "gemm": [
         Workload("gemm", (1024, 512, 2048)),

@@ -59,6 +59,28 @@ def test_fp8_gemm_takes_b_n_by_k_and_a_scale_per_tensor():
     assert Workload("gemm", (64, 32, 48), "float8_e4m3fn", "float32").has_cast
 
 
+def test_rowwise_fp8_takes_a_scale_per_row_of_a_and_of_b_and_records_say_so():
+    wl = Workload("gemm", (64, 32, 48), "float8_e4m3fn", scales="row")
+    assert wl.rowwise and wl.label() == "gemm 64x32x48 float8_e4m3fn->bfloat16 nt rowwise"
+    assert wl.buffer_shapes() == {"A": (64, 48), "B": (32, 48), "A_scale": (64,),
+                                  "B_scale": (32,), "C": (64, 32)}
+    assert _buffer_shapes(wl) == wl.buffer_shapes()
+    assert wl.min_bytes == 64 * 48 + 32 * 48 + (64 + 32) * 4 + 2 * 64 * 32
+    tensor = Workload("gemm", (64, 32, 48), "float8_e4m3fn")
+    assert tensor.scales == "tensor" and not tensor.rowwise and tensor != wl
+    # records: rowwise ones say so; the others keep the fields they always had, and match a
+    # record without `scales`, which a rowwise one does not
+    assert wl.record_fields()["scales"] == "row" and "scales" not in tensor.record_fields()
+    old = {"op": "gemm", "shape": [64, 32, 48], "dtype": "float8_e4m3fn",
+           "out_dtype": "bfloat16", "layout": "nt"}
+    assert all(old.get(k) == v for k, v in tensor.record_key().items())
+    assert not all(old.get(k) == v for k, v in wl.record_key().items())
+    with pytest.raises(WorkloadError, match="scales are for float8_e4m3fn GEMMs; float16 takes"):
+        Workload("gemm", (64, 32, 48), "float16", scales="row")
+    with pytest.raises(WorkloadError, match="unknown scales 'block'; valid: tensor, row"):
+        Workload("gemm", (64, 32, 48), "float8_e4m3fn", scales="block")
+
+
 @pytest.mark.parametrize("op, shape, layout, message", [
     ("gemm", (64, 32, 48), "nn", "float8_e4m3fn GEMM takes B stored N x K (layout nt)"),
     ("gemv", (64, 48), None, "float8_e4m3fn inputs are for gemm; gemv takes"),

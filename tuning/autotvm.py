@@ -331,13 +331,15 @@ class Configurations:
 def search_key(wl: Workload, template: str, device: str, tuner: str, seed: int = 0) -> dict:
     """The fields that name one search in the records file: what was searched, on which
     device, with which TVM (a configuration's time holds for that pair only), by which tuner."""
-    return {"search": "autotvm", "op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype,
-            "out_dtype": wl.out_dtype, "layout": wl.layout, "schedule": template,
-            "device": device, "tvm": tvm.__version__, "tuner": tuner, "seed": seed}
+    return {"search": "autotvm", **wl.record_key(), "schedule": template, "device": device,
+            "tvm": tvm.__version__, "tuner": tuner, "seed": seed}
 
 
 def trial_record(key: dict, config: dict, outcome: Outcome, trial: int, **extra) -> dict:
-    return {**key, **extra, "trial": trial, "config": config, "status": outcome.status,
+    """One trial's record: its search's key (less the fields it leaves None), its config and
+    outcome."""
+    named = {k: v for k, v in key.items() if v is not None}
+    return {**named, **extra, "trial": trial, "config": config, "status": outcome.status,
             "time_ms": outcome.time_ms, "error": outcome.error}
 
 

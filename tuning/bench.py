@@ -44,8 +44,7 @@ class Run:
             "flush": self.flush,
         }
         if wl is not None:
-            base.update(op=wl.op, shape=list(wl.shape), dtype=wl.dtype,
-                        out_dtype=wl.out_dtype, layout=wl.layout)
+            base.update(wl.record_fields())
         return {**base, **fields}
 
 

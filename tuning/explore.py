@@ -20,7 +20,7 @@ import tvm
 
 import facts
 import schedules
-from reports.render import ceilings_text, flush_of, markdown_table, table_rows, with_ceilings
+from reporting.render import ceilings_text, flush_of, markdown_table, table_rows, with_ceilings
 from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
@@ -162,8 +162,7 @@ def _timed_runs(wl: Workload, results: list[dict]) -> list[dict]:
     """The run records of `wl` with this TVM that `best` weighs: correct, timed after the
     default read flush (the searches' too; warm or write-flushed times are not comparable),
     not a baseline, of a schedule `_rebuilt` can rebuild."""
-    same = {"op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype, "out_dtype": wl.out_dtype,
-            "layout": wl.layout, "tvm": tvm.__version__, "status": "ok"}
+    same = {**wl.record_key(), "tvm": tvm.__version__, "status": "ok"}
     return [r for r in results if all(r.get(k) == v for k, v in same.items())
             and r.get("kind") != "baseline" and flush_of(r) == "read"
             and isinstance((r.get("timing") or {}).get("median_ms"), (int, float))

@@ -82,8 +82,7 @@ def manifest(wl: Workload, schedule, target, gpu: dict | None, record: dict | No
     *inputs, output = _tensor_specs(wl)
     return {
         "label": wl.label(),
-        "op": wl.op, "shape": list(wl.shape), "dtype": wl.dtype, "out_dtype": wl.out_dtype,
-        "layout": wl.layout,
+        **wl.record_fields(),
         "schedule": schedule.name, "kind": schedule.kind, "knobs": schedule.defaults,
         "inputs": inputs, "output": output,
         "arch": arch, "compute_capability": f"{major}.{minor}",

@@ -245,9 +245,10 @@ def operands(wl: Workload, inputs: list, dtype) -> list:
     if wl.is_nvfp4:
         codes_b, scales_b, codes_x, scales_x = inputs
         return [dequantize(codes_b, scales_b, dtype), dequantize(codes_x, scales_x, dtype)]
-    if wl.is_fp8:
+    if wl.is_fp8:  # a scale per tensor, or per row of A and of B (N x K)
         a, b, scale_a, scale_b = inputs
-        return [a.to(dtype) * scale_a.to(dtype), b.to(dtype) * scale_b.to(dtype)]
+        return [a.to(dtype) * scale_a.to(dtype).view(-1, 1),
+                b.to(dtype) * scale_b.to(dtype).view(-1, 1)]
     return [t.to(dtype) for t in inputs]
 
 
@@ -313,8 +314,8 @@ def torch_call(wl: Workload, fast_accum: bool = False) -> str:
     v8 does, not moved to a float32 sum every few K steps); any other pair of dtypes has no
     such call, so the result is cast by a second kernel, and the name says so."""
     if wl.is_fp8:
-        return (f"torch._scaled_mm(out_dtype={wl.out_dtype}"
-                f"{', use_fast_accum=True' if fast_accum else ''})")
+        return (f"torch._scaled_mm({'rowwise scales, ' if wl.rowwise else ''}"
+                f"out_dtype={wl.out_dtype}{', use_fast_accum=True' if fast_accum else ''})")
     call, dtype = TORCH_CALLS[wl.op], dense_dtype(wl)
     if wl.out_dtype == dtype:
         return f"torch.{call}"
@@ -341,8 +342,10 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False,
     `inputs` (nvfp4's dequantized here, before any launch)."""
     torch = _torch()
     out = torch_dtype(wl.out_dtype)
-    if wl.is_fp8:
+    if wl.is_fp8:  # rowwise: A's scales as a column (M x 1), B's as a row (1 x N)
         a, b, scale_a, scale_b = inputs
+        if wl.rowwise:
+            scale_a, scale_b = scale_a.view(-1, 1), scale_b.view(1, -1)
         return lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out,
                                         use_fast_accum=fast_accum)
     a, b = operands(wl, inputs, torch_dtype(DEQUANTIZED)) if wl.is_nvfp4 else inputs

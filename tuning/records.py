@@ -102,9 +102,11 @@ def _workload_problem(record: dict) -> str | None:
     for name, kind in WORKLOAD.items():
         if problem := _type_problem(record, name, kind, optional=False):
             return problem
+    if problem := _type_problem(record, "scales", str, optional=True):  # fp8 by rows only
+        return problem
     try:
         wl = Workload(record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"],
-                      record["layout"])
+                      record["layout"], record.get("scales"))
     except ExplorerError as e:
         return str(e)
     for name in ("out_dtype", "layout"):  # an empty one would have been filled in

@@ -358,12 +358,25 @@ def gather_partials(plan, me, at):
 
 
 @T.macro
-def scale_accumulators(plan, me, operands):
-    """fp8: the accumulators times the product of the two per-tensor scales."""
+def scale_accumulators(plan, me, at, operands):
+    """fp8: the accumulators times the product of the two per-tensor scales, or (rowwise) each
+    times its row's A_scale and its column's B_scale (indices clamped at C's edges, where
+    nothing is stored)."""
     acc = T.meta_var(me.acc)
-    scale: T.let[T.float32] = operands.A_scale[0] * operands.B_scale[0]
-    for i in T.unroll(plan.accumulators):
-        acc[i] = acc[i] * scale
+    if plan.rowwise:
+        for n8 in T.unroll(plan.wg_n // 8):
+            for e in T.unroll(2):
+                b_scale: T.let[T.float32] = operands.B_scale[
+                    T.min(at.first_col + n8 * 8 + e, plan.N - 1)]
+                for mi in T.unroll(plan.m_wgmmas):
+                    for h in T.unroll(2):
+                        i = T.meta_var(mi * plan.per_wgmma + n8 * 4 + h * 2 + e)
+                        acc[i] = acc[i] * (operands.A_scale[
+                            T.min(at.first_row + mi * 64 + h * 8, plan.M - 1)] * b_scale)
+    else:
+        scale: T.let[T.float32] = operands.A_scale[0] * operands.B_scale[0]
+        for i in T.unroll(plan.accumulators):
+            acc[i] = acc[i] * scale
 
 
 @T.macro
@@ -464,7 +477,7 @@ def finish_unit(plan, me, at, operands, maps, shared):
             if plan.is_split(at.unit):
                 gather_partials(plan, me, at)
         if plan.dtype == FP8:
-            scale_accumulators(plan, me, operands)
+            scale_accumulators(plan, me, at, operands)
         store = T.meta_var(EPILOGUES[plan.epilogue])
         store(plan, me, at, operands, maps, shared)
 
@@ -510,7 +523,8 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
 
 def warp_specialized_gemm(plan: Plan):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
-    accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B), as a persistent
+    accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B, or rowwise
+    A_scale[m] * B_scale[n]), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
     384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
     the grouped raster of the tiles.
@@ -525,8 +539,8 @@ def warp_specialized_gemm(plan: Plan):
         T.func_attr({TIRX_KERNEL: True})
         A = T.match_buffer(A_handle, (plan.M, plan.K), plan.dtype, align=16)
         B = T.match_buffer(B_handle, plan.b_shape, plan.dtype, align=16)
-        A_scale = T.match_buffer(A_scale_handle, (1,), "float32")
-        B_scale = T.match_buffer(B_scale_handle, (1,), "float32")
+        A_scale = T.match_buffer(A_scale_handle, plan.scale_shapes[0], "float32")
+        B_scale = T.match_buffer(B_scale_handle, plan.scale_shapes[1], "float32")
         C = T.match_buffer(C_handle, (plan.M, plan.N), plan.out_dtype, align=16)
         if staged_a:  # the workspaces of staged rows, which TMA loads instead
             A_rows = T.alloc_buffer((plan.M, plan.a_cols), plan.dtype, scope="global")

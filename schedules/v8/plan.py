@@ -33,6 +33,7 @@ class Plan:
     dtype: str
     layout: str
     out_dtype: str
+    rowwise: bool  # fp8: a scale per row of A and of B, not per tensor
     knobs: Knobs
     sms: int
     most_m: int | None
@@ -92,7 +93,8 @@ class Plan:
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
-                 "out_dtype": wl.out_dtype, "knobs": knobs, "sms": sms, "most_m": most_m}
+                 "out_dtype": wl.out_dtype, "rowwise": wl.rowwise, "knobs": knobs, "sms": sms,
+                 "most_m": most_m}
         multiply = _multiply(wl.dtype, wl.layout, knobs)
         walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
         memory = _memory(wl.out_dtype, knobs)
@@ -125,6 +127,11 @@ class Plan:
     def tma_dtype(self) -> str:
         """The element type TMA moves: fp8 as bytes."""
         return "uint8" if self.dtype == FP8 else self.dtype
+
+    @property
+    def scale_shapes(self) -> tuple:
+        """fp8's A_scale and B_scale: one element each, or (rowwise) one per row of A and B."""
+        return ((self.M,), (self.N,)) if self.rowwise else ((1,), (1,))
 
     @property
     def b_shape(self) -> tuple:
