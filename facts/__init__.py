@@ -1,5 +1,5 @@
 """What a measurement record says about how it was taken, read both by tuning/ (which measures
-and writes the records) and by reports/ (which renders them), so that neither package imports
+and writes the records) and by reporting/ (which renders them), so that neither package imports
 the other for it: the flushes before a timed launch, the search candidates' timing budget, how
 nvfp4's inputs are drawn, the cards' datasheet peaks, the spills in a kernel's nvcc counts, and
 the check that a path the run writes to can be written.

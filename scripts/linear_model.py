@@ -1,6 +1,6 @@
 """A Llama-architecture decoder with every nn.Linear replaced by linear.Linear, against the same
 model with stock nn.Linear, in one run on the GPU (needs transformers; random weights, no
-download). Writes one JSON file that reports/model.py renders.
+download). Writes one JSON file that reporting/model.py renders.
 
     python scripts/linear_model.py --config 1b --out $OUT/model-1b.json
 

@@ -391,7 +391,7 @@ def test_a_report_that_cannot_be_written_is_refused_before_any_work(capsys, tmp_
 
 
 def test_a_report_whose_rendering_fails_leaves_nothing_behind(capsys, tmp_path, monkeypatch):
-    from reports import render
+    from reporting import render
     from schedules.errors import RecordsError
 
     def broken(*args, **kwargs):

@@ -119,7 +119,7 @@ def test_load_py_needs_only_torch_and_tvm_and_says_whether_it_loads_here(copied)
     directory, _ = copied
     probe = ("import runpy, sys; code = runpy.run_path(sys.argv[1])['main'](); "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-             "('tuning', 'schedules', 'reports', 'runner'))); sys.exit(code)")
+             "('tuning', 'schedules', 'reporting', 'runner'))); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", probe, str(directory / loader.LOADER)],
                           cwd=directory.parent, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(

@@ -45,6 +45,15 @@ def test_the_contracts_cover_every_top_level_package_the_wheel_ships():
     assert sorted(top["layers"]) == sorted(shipped)
 
 
+def test_reports_holds_outputs_only():
+    """The renderers are the package reporting/; reports/ holds what they and the runs write
+    (reports, records, notes, the searches' state) and no Python (issue 50 item 2)."""
+    code = [os.path.relpath(os.path.join(folder, name), ROOT)
+            for folder, _, names in os.walk(os.path.join(ROOT, "reports"))
+            for name in names if name.endswith(".py")]
+    assert not code, f"Python in the outputs folder reports/: {code}"
+
+
 def _product_files() -> list[str]:
     """The Python files of the packages the wheel ships, and runner.py."""
     packages = _pyproject()["tool"]["setuptools"]["packages"]

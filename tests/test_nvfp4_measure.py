@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from reports.render import latest_runs, plot_roofline, render, table_rows
+from reporting.render import latest_runs, plot_roofline, render, table_rows
 from schedules import Workload, fp4
 from tests.test_records_and_report import ceiling, measurement
 from tuning import bench, measure

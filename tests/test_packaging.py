@@ -24,7 +24,9 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     tree, out = tmp_path_factory.mktemp("tree"), tmp_path_factory.mktemp("wheel")
     for name in ("pyproject.toml", "runner.py", "README.md"):
         shutil.copy(os.path.join(ROOT, name), tree)
-    for package in ("tvm_explorer", "cli", "schedules", "tuning", "reports", "linear", "facts"):
+    # the packages, and reports/ for the one output the wheel ships (reports/tuning's records)
+    for package in ("tvm_explorer", "cli", "schedules", "tuning", "reporting", "linear", "facts",
+                    "reports"):
         shutil.copytree(os.path.join(ROOT, package), tree / package,
                         ignore=shutil.ignore_patterns("__pycache__", "ms-*", "*.png"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
@@ -38,7 +40,8 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 def test_the_wheel_ships_the_records_best_reads_the_command_and_the_api(wheel):
     names = set(wheel.namelist())
     assert {"reports/tuning/autotvm-h100.jsonl", "cli/__init__.py", "tvm_explorer/__init__.py",
-            "runner.py", "facts/__init__.py"} <= names
+            "runner.py", "facts/__init__.py", "reporting/render.py"} <= names
+    assert [n for n in names if n.startswith("reports/")] == ["reports/tuning/autotvm-h100.jsonl"]
     with open(explore.COMMITTED_RECORDS, "rb") as f:
         assert wheel.read("reports/tuning/autotvm-h100.jsonl") == f.read()
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from reports.render import render, table_rows
+from reporting.render import render, table_rows
 from schedules.errors import RecordsError
 from tuning import records
 
@@ -243,7 +243,7 @@ def test_a_run_without_a_compute_ceiling_says_so_and_draws_none(tmp_path):
 
 
 def test_the_roofline_draws_correct_kernels_only(tmp_path):
-    from reports.render import latest_runs, plot_roofline
+    from reporting.render import latest_runs, plot_roofline
 
     measured = seed_run()
     measured[3] = measurement("v3", None, status="failed", error="relative error 0.5 > 1e-05")
@@ -287,7 +287,7 @@ def test_measure_compute_records_the_ceiling_the_report_reads(monkeypatch):
 def test_searches_under_different_shared_memory_limits_are_told_apart():
     """A MetaSchedule search from before the targets had their GPU's limits (48 KB, none
     recorded) and one with them (227 KB) are two rows, named by their limit."""
-    from reports.render import _search_name, latest_searches
+    from reporting.render import _search_name, latest_searches
 
     base = {"kind": "search", "gpu": "H100", "op": "gemm", "shape": [8, 8, 8], "dtype": "float32",
             "out_dtype": "float32", "layout": "nn", "schedule": "metaschedule",

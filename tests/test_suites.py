@@ -1,5 +1,5 @@
 """Suites of real shapes (schedules/suites.py), running them (tuning/suite.py) and their report
-(reports/shapes.py), on a machine without a GPU: shapes derived from model configs, the
+(reporting/shapes.py), on a machine without a GPU: shapes derived from model configs, the
 command line's refusals, the builds, the GPU run's records (with the GPU's parts faked), and
 the report from synthetic records."""
 
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from reports import shapes
+from reporting import shapes
 from schedules import suites
 from schedules.workloads import Workload
 from tuning import measure

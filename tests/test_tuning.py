@@ -1066,7 +1066,7 @@ def test_bad_search_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 
 def test_the_tuning_report_has_curves_tables_and_plots(tmp_path):
-    from reports.render import render
+    from reporting.render import render
 
     loaded = records.load(os.path.join(ROOT, "reports", "h100-tuning.jsonl")).records
     text = render(loaded, "t", figure_prefix=str(tmp_path / "t"))

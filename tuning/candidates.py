@@ -10,7 +10,7 @@ Why not MetaSchedule's LocalBuilder: it starts fresh worker processes for every 
 default build function imports all of TVM's tensor intrinsics (`tvm.s_tir.tensor_intrin`: CUDA,
 ROCm, ARM, Hexagon...) inside the timed call. On the GPU machine that import alone takes 36-39 s,
 more than the builder's 30 s timeout, so every candidate timed out
-(reports/logs/h100-ms-builder-probe.log). WarmBuilder starts its workers once, imports TVM
+(notebook/logs/h100-ms-builder-probe.log). WarmBuilder starts its workers once, imports TVM
 before the first candidate (outside the timeout) and builds with `build.build_artifact`, which
 needs the intrinsics only for tensor-core candidates (their workers import them at start).
 

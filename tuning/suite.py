@@ -27,7 +27,7 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 from tvm.support.tar import tar
 
 import facts
-from reports import shapes
+from reporting import shapes
 from schedules.errors import BuildFailed, ScheduleNotApplicable
 from schedules.suites import Entry, Suite
 from schedules.workloads import Workload

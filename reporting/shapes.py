@@ -15,10 +15,10 @@ import math
 import os
 
 from facts import FLUSHES
-from reports.render import (LIMIT_NOTE, fastest, flush_of, latest_runs, markdown_table,
-                            median_ms, named, opening, percent_of_cublas, percent_of_limit,
-                            plot_roofline, roofline_section, schedule_label, split_columns,
-                            split_notes, time_text, workload_of)
+from reporting.render import (LIMIT_NOTE, fastest, flush_of, latest_runs, markdown_table,
+                              median_ms, named, opening, percent_of_cublas, percent_of_limit,
+                              plot_roofline, roofline_section, schedule_label, split_columns,
+                              split_notes, time_text, workload_of)
 from schedules import suites
 from schedules.errors import RecordsError
 from schedules.workloads import Workload

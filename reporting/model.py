@@ -1,7 +1,7 @@
 """The model report: a Llama-architecture decoder with linear.Linear against stock nn.Linear,
 rendered from the JSON files of scripts/linear_model.py runs (never a live run).
 
-    python -m reports.model reports/h100-model.md model-1b.json model-8b-layers.json
+    python -m reporting.model reports/h100-model.md model-1b.json model-8b-layers.json
 
 It opens with each model's step times and speed-up, then the call costs, then per layer shape
 and bucket the kernel the portfolio chose and how the best TVM candidate stood against torch's.
@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from reports.render import markdown_table
+from reporting.render import markdown_table
 
 
 def _step_name(row: dict) -> str:
@@ -138,7 +138,7 @@ def render(results: list[dict], notes: str | None = None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """python -m reports.model OUT.md RESULT.json... [--notes NOTES.md]"""
+    """python -m reporting.model OUT.md RESULT.json... [--notes NOTES.md]"""
     notes = None
     if "--notes" in argv:
         at = argv.index("--notes")
