@@ -30,7 +30,7 @@ from .base import DEFAULT_SCHEDULE, Refused
 PROG = "tvm-explorer"
 DEFAULT_RESULTS = os.path.join("reports", "results.jsonl")
 SEED_LIMIT = 2 ** 32  # numpy's and TVM's random engines take seeds in [0, 2^32)
-LOGGERS = ("cli", "schedules", "tuning", "linear", "reports", "tvm_explorer")  # the project's
+LOGGERS = ("cli", "schedules", "tuning", "linear", "reporting", "tvm_explorer")  # the project's
 
 
 class Parser(argparse.ArgumentParser):

@@ -135,8 +135,8 @@ def diff(args, wl, found) -> None:
 
 
 def report(args) -> None:
-    """--report: markdown from --results; a suite report (reports/shapes.py) where the records
-    are those of suite runs, else the exploration report (reports/render.py). Written through
+    """--report: markdown from --results; a suite report (reporting/shapes.py) where the records
+    are those of suite runs, else the exploration report (reporting/render.py). Written through
     a staging directory (render.staged), so where it cannot be written is refused before any
     work and a failure leaves nothing behind; records that fail their checks are named and
     skipped."""

@@ -6,7 +6,7 @@ same shared tiles and the same K split. v4 to v5t go past the seed on CUDA cores
 rung: v4 coalesced threads and register tiles, v5 16-byte vectors, v5p a cp.async pipeline, v5k
 split K, v5t A transposed in shared memory; v6 and v7, on tensor cores, are in tensorcore.py.
 The tiles of v5..v5k and of v6 come from knob sweeps on an H100
-(reports/logs/h100-gemm-sweep-*.log), v5t's from reports/logs/h100-v5t-sweep-*.log. Loop
+(notebook/logs/h100-gemm-sweep-*.log), v5t's from notebook/logs/h100-v5t-sweep-*.log. Loop
 names follow the seed: i/x is the row axis (M), j/y the column axis (N), k the reduction.
 Shapes that are not multiples of a tile get predicated tails from `split` up to v3; from v4
 on, the multiply is padded to whole tiles (common.pad_to_tiles), so only the loads (zero past

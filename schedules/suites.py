@@ -2,7 +2,7 @@
 
 `python runner.py --suite NAME` runs every shape of a suite through the suite's rungs and the
 baselines (tuning/suite.py); `--report` then shows, per shape, the best correct rung against
-cuBLAS (reports/shapes.py).
+cuBLAS (reporting/shapes.py).
 
 The LLM shapes are derived, not typed: a ModelConfig holds the fields of a model's
 config.json that its linear layers depend on, and a Layer says how N (output features) and K

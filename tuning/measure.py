@@ -20,7 +20,7 @@ from schedules.workloads import DTYPE_BYTES, FP8, Workload
 
 # fp8: the tensor cores add e4m3 products in an accumulator of fewer bits than float32's (v8, and
 # torch._scaled_mm with use_fast_accum, which then err alike): 1.3e-3 at K = 4096 and 2e-3 at 8192
-# on an H100 with a 16-bit C (reports/logs/h100-v8-check-fp8-2026-11-24.log), growing about as
+# on an H100 with a 16-bit C (notebook/logs/h100-v8-check-fp8-2026-11-24.log), growing about as
 # sqrt(K); the 16-bit inputs' 1e-2 leaves room for K in the hundreds of thousands.
 TOLERANCE = {"float32": 1e-5, "tf32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2, FP8: 1e-2,
              fp4.NAME: 1e-3}
