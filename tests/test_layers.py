@@ -54,6 +54,14 @@ def test_reports_holds_outputs_only():
     assert not code, f"Python in the outputs folder reports/: {code}"
 
 
+def test_the_notebook_indexes_every_log():
+    """Each file of notebook/logs/ has its line in notebook/README.md, the index the reports'
+    notes send a reader to."""
+    index = open(os.path.join(ROOT, "notebook", "README.md"), encoding="utf-8").read()
+    logs = sorted(os.listdir(os.path.join(ROOT, "notebook", "logs")))
+    assert logs and not [name for name in logs if f"(logs/{name})" not in index]
+
+
 def _product_files() -> list[str]:
     """The Python files of the packages the wheel ships, and runner.py."""
     packages = _pyproject()["tool"]["setuptools"]["packages"]
