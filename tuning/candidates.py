@@ -408,6 +408,13 @@ def local_runner(device: str, wl: Workload, flush: str = "read",
     return ms.runner.LocalRunner(timeout_sec=timeout_sec, initializer=IGNORE_CTRL_C)
 
 
+def built_candidates_to(runner: ms.runner.Runner) -> Callable[[str], None] | None:
+    """Where a WarmBuilder hands each candidate as it is built: a CheckingRunner's
+    measure_soon (it measures them as they come), else nowhere (TVM's runners measure when
+    asked)."""
+    return runner.measure_soon if isinstance(runner, CheckingRunner) else None
+
+
 def shut_down(*workers) -> None:
     """Stop the worker processes of builders and runners now, from this thread (left to the
     garbage collector after a Ctrl-C, TVM's pools fail to stop from their own threads)."""

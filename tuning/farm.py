@@ -109,7 +109,7 @@ def _start_search(asked: dict) -> None:
     target = tvm.ir.load_json(asked["target"])
     runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"])
     builder = candidates.WarmBuilder(_build_workers(),
-                                     on_built=getattr(runner, "measure_soon", None))
+                                     on_built=candidates.built_candidates_to(runner))
     builder.start(target)
     _searching.update(asked=asked, builder=builder, runner=runner, target=target,
                       device=candidates.measuring_device(runner))

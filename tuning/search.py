@@ -63,14 +63,13 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
     target = _target(request)
     runner = _runner(target, wl, request, say)
     builder = (FarmBuilder() if request.rpc_tracker else
-               candidates.WarmBuilder(on_built=getattr(runner, "measure_soon", None)))
+               candidates.WarmBuilder(on_built=candidates.built_candidates_to(runner)))
     builder.start(target)
     try:
         found = search(target, builder, runner)
     except Exception:
-        stopped_by = getattr(runner, "stopped_by", None)  # see farm.FarmRunner
-        if stopped_by:
-            raise stopped_by from None
+        if isinstance(runner, FarmRunner) and runner.stopped_by:  # what ended it, not TVM's
+            raise runner.stopped_by from None                     # wrapping of it
         raise
     finally:
         candidates.shut_down(builder, runner)
@@ -124,7 +123,7 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
                 entry, wl, configurations.measure, refusal=configurations.refusal,
                 path=request.records, device=request.device, tuner=tuner,
                 seed=request.seed, trials=request.trials, batch=autotvm.BATCH * _servers(runner),
-                in_flight=getattr(runner, "sessions", 1), say=say, warn=warn)
+                in_flight=_in_flight(runner), say=say, warn=warn)
 
         return template_search
     raise UsageError(f"unknown search '{request.search}'; valid: metaschedule, "
@@ -134,7 +133,13 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
 def _servers(runner) -> int:
     """How many servers measure a search's candidates: a farm's (each gets a batch of its own,
     which it builds on its host's cores while it measures), else one."""
-    return getattr(runner, "servers", 1)
+    return runner.servers if isinstance(runner, FarmRunner) else 1
+
+
+def _in_flight(runner) -> int:
+    """How many batches a template search keeps in flight: a farm's sessions per server (each
+    server builds the next while it measures the last), else one."""
+    return runner.sessions if isinstance(runner, FarmRunner) else 1
 
 
 def _target(request: Request) -> tvm.target.Target:
