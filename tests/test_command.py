@@ -16,7 +16,8 @@ from tuning import measure
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A value for each flag and each mode's positional arguments, so that the flag parses.
 VALUES = {"--op": "gemm", "--shape": "64x64x64", "--preset": "gemm-seed", "--dtype": "float16",
-          "--out-dtype": "float32", "--layout": "nn", "--schedule": "v3", "--arch": "sm_90",
+          "--out-dtype": "float32", "--layout": "nn", "--scales": "row", "--schedule": "v3",
+          "--arch": "sm_90",
           "--flush": "read", "--results": "r.jsonl", "--trials": "4", "--work-dir": "w",
           "--ms-space": "tvm", "--records": "r.jsonl", "--tuner": "grid", "--seed": "1",
           "--target": "llvm", "--rpc-tracker": "h:1", "--rpc-key": "k", "--device": "H100",
