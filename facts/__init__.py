@@ -1,8 +1,8 @@
 """What a measurement record says about how it was taken, read both by tuning/ (which measures
 and writes the records) and by reporting/ (which renders them), so that neither package imports
 the other for it: the flushes before a timed launch, the search candidates' timing budget, how
-nvfp4's inputs are drawn, the cards' datasheet peaks, the spills in a kernel's nvcc counts, and
-the check that a path the run writes to can be written.
+nvfp4's inputs are drawn, the cards' datasheet peaks, the spills in a kernel's nvcc counts, the
+check that a path the run writes to can be written, and the records' schema (`migrated`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,22 @@ FLUSHES = {
     "write": "an L2 flush (a 256 MB write, as do_bench's)",
     "none": "a GPU sleep (L2 stays warm)",
 }
+
+
+# The measurement records' schema. 1 (no `schema` field): what ran before each timed launch is
+# `flush` (read, write, none) or, in records from before --flush, the bool `flush_l2` (true: a
+# read), or neither (a read). 2: `flush` always, and `schema`.
+SCHEMA = 2
+
+
+def migrated(record: dict) -> dict:
+    """A measurement record in schema SCHEMA: one of schema 1 gets `flush` from `flush_l2`
+    (true or absent: a read), which it loses."""
+    if record.get("schema") == SCHEMA:
+        return record
+    flush = record.get("flush") or ("read" if record.get("flush_l2", True) else "none")
+    return {**{k: v for k, v in record.items() if k != "flush_l2"}, "flush": flush,
+            "schema": SCHEMA}
 
 
 SEARCH_BUDGET_MS = 300.0  # timing budget per search candidate; a chosen schedule gets measure.BUDGET_MS

@@ -23,7 +23,7 @@ import tempfile
 from typing import Iterator
 
 from facts import (FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, check_writable,
-                   spec_peaks, spilled_bytes)
+                   migrated, spec_peaks, spilled_bytes)
 from schedules.errors import RecordsError, UsageError
 from schedules.workloads import Workload
 
@@ -32,24 +32,18 @@ BANDWIDTHS = ("copy", "read")  # the bandwidth ceilings a run may measure: `<wha
 
 
 def workload_key(record: dict) -> tuple:
+    """What groups (and orders) the records of one workload: op, shape, dtypes, layout, and
+    "row" for fp8 scaled by rows."""
     return (record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"],
-            record["layout"])
+            record["layout"], record.get("scales") or "")
 
 
 def workload_of(record: dict) -> Workload:
-    return Workload(
-        record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"], record["layout"]
-    )
+    return Workload.from_record(record)
 
 
 def _fmt(value, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
-
-
-def flush_of(record: dict) -> str:
-    """What ran before each timed launch (facts.FLUSHES); records from before --flush say
-    flush_l2, and their flush was a read."""
-    return record.get("flush") or ("read" if record.get("flush_l2", True) else "none")
 
 
 def schedule_label(record: dict) -> str:
@@ -204,8 +198,8 @@ def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
         if key not in chosen or r["date"] >= chosen[key]["date"]:
             chosen[key] = r
     by_workload: dict[tuple, list[dict]] = {}
-    for key, r in chosen.items():
-        by_workload.setdefault(key[:6], []).append(r)
+    for r in chosen.values():
+        by_workload.setdefault((r.get("gpu"), *workload_key(r)), []).append(r)
     return by_workload
 
 
@@ -624,7 +618,7 @@ def run_section(run: list[dict]) -> tuple[list[str], list[str]]:
     first = run[0]
     wl = workload_of(first)
     where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
-    where += f"; before each timed launch: {FLUSHES[flush_of(first)]}"
+    where += f"; before each timed launch: {FLUSHES[first['flush']]}"
     detail, extra = split_columns(table_rows(run), APPENDIX_COLUMNS, ("schedule",))
     section = [f"## {wl.label()}", "", where + ceilings_text(first) + ".", "",
                markdown_table(detail), ""]
@@ -638,7 +632,9 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     workload's searches; the rest of the notes (written by a person) under Notes; last the
     appendix of long columns. With `figure_prefix`, the roofline of every workload is drawn to
     `<figure_prefix>-roofline.png` and each workload's tuning curves to
-    `<figure_prefix>-<n>.png`, linked from the report by file name."""
+    `<figure_prefix>-<n>.png`, linked from the report by file name. Records of an earlier
+    schema are read in the current one (facts.migrated)."""
+    records = [migrated(r) for r in records]
     runs = latest_runs(records)
     searches = latest_searches(records)
     if not runs and not searches:

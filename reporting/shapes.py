@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 import os
 
-from facts import FLUSHES
-from reporting.render import (LIMIT_NOTE, fastest, flush_of, latest_runs, markdown_table,
+from facts import FLUSHES, migrated
+from reporting.render import (LIMIT_NOTE, fastest, latest_runs, markdown_table,
                               median_ms, named, opening, percent_of_cublas, percent_of_limit,
                               plot_roofline, roofline_section, schedule_label, split_columns,
                               split_notes, time_text, workload_of)
@@ -240,7 +240,7 @@ def _where(runs: list[list[dict]]) -> str:
     said = []
     for run_id, first in measured.items():
         text = (f"run `{run_id}` ({first['date'][:19].replace('T', ' ')} UTC; before each timed "
-                f"launch: {FLUSHES[flush_of(first)]}")
+                f"launch: {FLUSHES[first['flush']]}")
         if first.get("copy_gbps"):
             text += f"; device copy bandwidth in the same run: {first['copy_gbps']:.0f} GB/s"
         said.append(text + ")")
@@ -277,8 +277,9 @@ def render(records: list[dict], title: str = "Suite report", notes: str | None =
     every shape, a section per suite, the rest of the notes (written by a person) and the
     appendix of long columns. With `figure_prefix`, each suite's chart is drawn to
     `<figure_prefix>-<suite>.png` (`-<suite>-<n>.png` for its n-th GPU after the first) and the
-    roofline to `<figure_prefix>-roofline.png`, linked by file name."""
-    found = sections(records)
+    roofline to `<figure_prefix>-roofline.png`, linked by file name. Records of an earlier
+    schema are read in the current one (facts.migrated)."""
+    found = sections([migrated(r) for r in records])
     if not found:
         raise RecordsError("no suite measurements to report (run `runner.py --suite NAME` on a "
                            "GPU)")

@@ -165,6 +165,13 @@ class Workload:
                 "out_dtype": self.out_dtype, "layout": self.layout,
                 "scales": "row" if self.rowwise else None}
 
+    @classmethod
+    def from_record(cls, record: dict) -> "Workload":
+        """The workload a record names (`record_fields`; records without `scales` are per
+        tensor)."""
+        return cls(record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"],
+                   record["layout"], record.get("scales"))
+
     def record_fields(self) -> dict:
         """The workload as its records write it: `record_key` without the fields it leaves
         None."""

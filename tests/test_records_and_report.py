@@ -1,9 +1,12 @@
 """The JSONL store and the markdown report, on recorded measurements (no GPU needed)."""
 
+import glob
 import json
+import os
 
 import pytest
 
+import facts
 from reporting.render import render, table_rows
 from schedules.errors import RecordsError
 from tuning import records
@@ -277,6 +280,7 @@ def test_measure_compute_records_the_ceiling_the_report_reads(monkeypatch):
         "ceiling", "compute", "device-compute", "bfloat16")
     assert record["params"] == {"size": 8192, "call": "torch.mm(out_dtype=float32)"}
     assert record["run_id"] == run.run_id and record["status"] == "ok"
+    assert (record["flush"], record["schema"]) == ("write", facts.SCHEMA)
     shape = (4096, 4096, 4096)
     measured = [measurement("v7", 0.5, run.run_id, shape=shape, dtype="bfloat16",
                             out_dtype="float32", date=record["date"])]
@@ -381,3 +385,23 @@ def test_the_longest_committed_reports_hold_their_conclusion_on_the_first_screen
     with open(path) as f:
         first_screen = [next(f) for _ in range(40)]
     assert first_screen[2].startswith("| workload") and "**The answer.**" in "".join(first_screen)
+
+
+def test_a_record_of_the_first_schema_is_read_in_the_current_one():
+    """Schema 1 said how L2 was flushed with the bool flush_l2 (or not at all: a read); it is
+    read as schema SCHEMA's `flush`, and a current record is read as it is."""
+    old = {"op": "gemm", "schedule": "v3", "flush_l2": False}
+    assert facts.migrated(old) == {"op": "gemm", "schedule": "v3", "flush": "none",
+                                   "schema": facts.SCHEMA}
+    assert facts.migrated({"op": "gemm"})["flush"] == "read"
+    current = {"op": "gemm", "schedule": "v3", "flush": "write", "schema": facts.SCHEMA}
+    assert facts.migrated(current) is current
+
+
+def test_every_committed_measurement_record_is_of_the_current_schema():
+    """The committed records were migrated once (schema 2), and the runs write that schema."""
+    paths = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "reports", "*.jsonl")))
+    loaded = [records.load(path, check=records.measurement_problem) for path in paths]
+    assert paths and not [problem for found in loaded for problem in found.problems]
+    assert {r.get("schema") for found in loaded for r in found.records} == {facts.SCHEMA}
+    assert not [r for found in loaded for r in found.records if "flush_l2" in r]

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 import tvm
 
+from facts import SCHEMA
 from schedules.workloads import Workload
 
 from . import measure
@@ -42,6 +43,7 @@ class Run:
             "arch": self.facts["arch"],
             "tvm": tvm.__version__,
             "flush": self.flush,
+            "schema": SCHEMA,
         }
         if wl is not None:
             base.update(wl.record_fields())

@@ -20,7 +20,7 @@ import tvm
 
 import facts
 import schedules
-from reporting.render import ceilings_text, flush_of, markdown_table, table_rows, with_ceilings
+from reporting.render import ceilings_text, markdown_table, table_rows, with_ceilings
 from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
@@ -164,7 +164,7 @@ def _timed_runs(wl: Workload, results: list[dict]) -> list[dict]:
     not a baseline, of a schedule `_rebuilt` can rebuild."""
     same = {**wl.record_key(), "tvm": tvm.__version__, "status": "ok"}
     return [r for r in results if all(r.get(k) == v for k, v in same.items())
-            and r.get("kind") != "baseline" and flush_of(r) == "read"
+            and r.get("kind") != "baseline" and r["flush"] == "read"
             and isinstance((r.get("timing") or {}).get("median_ms"), (int, float))
             and _rebuilt(wl, r) is not None]
 

@@ -1,6 +1,8 @@
 """JSON-lines files: one JSON value per line, appended, never rewritten.
 
-Measurement records (--results) are keyed by workload (op, shape, dtype, out_dtype, layout),
+Measurement records (--results) carry their schema's version (facts.SCHEMA) and are read in
+the current one (facts.migrated). They are keyed by workload (op, shape, dtype, out_dtype, layout, and
+fp8's scales where they go by rows),
 schedule and params, device (GPU name) and TVM version, and carry the run they belong to
 (run_id) and its date. The searches keep theirs the same way: a template search's trials
 (tuning/autotvm.py) and MetaSchedule's progress.jsonl (tuning/metaschedule.py), whose database
@@ -18,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from facts import FLUSHES
+from facts import FLUSHES, migrated
 from schedules.errors import ExplorerError, RecordsError
 from schedules.workloads import Workload
 
@@ -34,7 +36,8 @@ OPTIONAL = {"params": dict, "timing": dict, "resources": dict, "structure": dict
             "flush_l2": bool, "suite": str, "model": str, "layer": str, "aligned": list,
             "arch": str, "dtype": str, "copy_gbps": NUMBER, "read_gbps": NUMBER,
             "compute_tflops": NUMBER, "curve": list, "trials": int, "search": str, "tuner": str,
-            "seed": int, "rules": str, "space": int, "shared_kb": int, "trials_per_min": NUMBER}
+            "seed": int, "rules": str, "space": int, "shared_kb": int, "trials_per_min": NUMBER,
+            "schema": int}
 TIMES = ("median_ms", "min_ms", "max_ms")  # a timing's times: positive, finite
 WORKLOAD_KINDS = ("rung", "tuned", "baseline", "search")  # records of one workload
 WORKLOAD = {"shape": list, "dtype": str, "out_dtype": str, "layout": str}  # as recorded
@@ -105,8 +108,7 @@ def _workload_problem(record: dict) -> str | None:
     if problem := _type_problem(record, "scales", str, optional=True):  # fp8 by rows only
         return problem
     try:
-        wl = Workload(record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"],
-                      record["layout"], record.get("scales"))
+        wl = Workload.from_record(record)
     except ExplorerError as e:
         return str(e)
     for name in ("out_dtype", "layout"):  # an empty one would have been filled in
@@ -212,9 +214,9 @@ def warn_of(loaded: Loaded, warn: Callable[[str], None],
 
 def measurements(path: str, warn: Callable[[str], None],
                  then: str = "the line is kept as it is, and skipped") -> list[dict]:
-    """The measurement records of `path` that pass `measurement_problem`; each other line is
-    named through `warn` (see load_and_warn)."""
-    return load_and_warn(path, warn, then, check=measurement_problem)
+    """The measurement records of `path` that pass `measurement_problem`, in the current
+    schema (`migrated`); each other line is named through `warn` (see load_and_warn)."""
+    return [migrated(r) for r in load_and_warn(path, warn, then, check=measurement_problem)]
 
 
 def append(path: str, record: dict) -> None:
