@@ -187,16 +187,7 @@ def v6(sch: Schedule, wl: Workload, *, warps_m: int = 2, warps_n: int = 2, warp_
     sch.reverse_compute_at(accumulator, warp)
     init = sch.decompose_reduction(outer, ko)
     # Step 5. Lay each fragment out as mma wants it, then swap loops for intrinsics.
-    loops = {}
-    for name, block in (("load_a", fragments[0]), ("load_b", fragments[1]), ("store", accumulator)):
-        rows, cols = sch.get_loops(block)[-2:]
-        rows_o, rows_i = sch.split(rows, [None, MMA])
-        cols_o, cols_i = sch.split(cols, [None, MMA])
-        sch.reorder(rows_o, cols_o, rows_i, cols_i)
-        loops[name] = rows_i
-    for block, buffer in ((fragments[0], ("write", 0)), (fragments[1], ("write", 0)),
-                          (accumulator, ("read", 0))):
-        sch.transform_layout(block, buffer, _warp_layout)
+    loops = _fragment_tiles(sch, fragments, accumulator)
     sch.tensorize(loops["load_a"], names["load_a"])
     sch.tensorize(loops["load_b"], names["load_b"])
     sch.tensorize(sch.get_loops(inner)[-3], names["compute"])
@@ -217,6 +208,23 @@ def v6(sch: Schedule, wl: Workload, *, warps_m: int = 2, warps_n: int = 2, warp_
     if inner_pipelined:
         software_pipeline(sch, k_chunk, 2)
     software_pipeline(sch, ko, stages, 3 if inner_pipelined else 1, async_loads=True)
+
+
+def _fragment_tiles(sch: Schedule, fragments: list, accumulator) -> dict:
+    """v6's warp fragments (A's and B's loads, the accumulators' store) cut into 16x16 tiles
+    and laid out as mma.sync wants them (_warp_layout); the loop each tile's intrinsic replaces,
+    by name: load_a, load_b, store."""
+    loops = {}
+    for name, block in (("load_a", fragments[0]), ("load_b", fragments[1]), ("store", accumulator)):
+        rows, cols = sch.get_loops(block)[-2:]
+        rows_o, rows_i = sch.split(rows, [None, MMA])
+        cols_o, cols_i = sch.split(cols, [None, MMA])
+        sch.reorder(rows_o, cols_o, rows_i, cols_i)
+        loops[name] = rows_i
+    for block, buffer in ((fragments[0], ("write", 0)), (fragments[1], ("write", 0)),
+                          (accumulator, ("read", 0))):
+        sch.transform_layout(block, buffer, _warp_layout)
+    return loops
 
 
 # -- v7: Hopper's warpgroup MMA (wgmma) --------------------------------------------------------
