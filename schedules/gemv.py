@@ -175,34 +175,10 @@ def _k_across_threads(
     sch.bind(tk, k_tag)
     _bind_batch(sch, wl, loops[: len(batch)])
     sch.set_scope(partial, 0, "local")
-    if row_aligned:
-        # Step 4. Per step (per vector piece), a row's vector of B and the window of x it
-        # multiplies, each 16 bytes in registers.
-        for name in (ROW_VECTORS, X_WINDOWS):
-            sch.compute_at(sch.get_sblock(name), steps[-1])
-            sch.set_scope(sch.get_sblock(name), 0, "local")
-    elif shared_stages:
-        # Step 4. Per step, the block's codes and scales, and x decoded, in shared memory.
-        _stage_in_shared(sch, partial, steps[0], (rows_per_block, reduce_threads),
-                         width // fp4.PER_BYTE, shared_stages)
-    elif vector_loads and wl.is_nvfp4:
-        # Step 4. Per step (per vector piece), x decoded once for all the rows; one load of
-        # each row's codes (16 bytes: 32 codes; 8 bytes where K is an odd number of 16s).
-        _place_x_values(sch, wl, steps[-1])
-        codes = sch.cache_read(partial, _read_index(sch, partial, "B"), "local")
-        sch.compute_at(codes, steps[-1])
-        _, lanes = sch.split(sch.get_loops(codes)[-1], [None, width // fp4.PER_BYTE])
-        sch.vectorize(lanes)
-        sch.unroll(ki)  # the decoded x in registers, indexed by constants
-    elif vector_loads:
-        # Step 4. Per step (per vector piece), one load of x, reused by all rows; one per row of B
-        # (on odd K, single elements: nothing to vectorize).
-        for operand in (0, 1):  # x, then B
-            tile = sch.cache_read(partial, operand, "local")
-            sch.compute_at(tile, steps[-1])
-            if width > 1:
-                _, lanes = sch.split(sch.get_loops(tile)[-1], [None, width])
-                sch.vectorize(lanes)
+    # Step 4. Where each step's B and x come from (see `_step_operands`).
+    _step_operands(sch, wl, partial, steps, ki, width, row_aligned=row_aligned,
+                   shared_stages=shared_stages, vector_loads=vector_loads,
+                   threads=(rows_per_block, reduce_threads))
     # Step 5. The cross-thread reduction of the partials, in the same kernel.
     sch.reverse_compute_at(block, bx, preserve_unit_loops=True)
     tk_sum, *_, rows = sch.get_loops(block)[len(batch) + 1 :]  # K threads, (unit batch), rows
@@ -212,6 +188,43 @@ def _k_across_threads(
     sch.bind(tk_sum, k_tag)
     write_back_at(sch, wl, r_sum)
     sch.decompose_reduction(partial, steps[0])
+
+
+def _step_operands(sch: Schedule, wl: Workload, partial, steps: list, ki, width: int, *,
+                   row_aligned: bool, shared_stages: int, vector_loads: bool,
+                   threads: tuple[int, int]) -> None:
+    """_k_across_threads' step 4: how each K step (each vector piece of it, `steps[-1]`) gets
+    its B and x: row_aligned's 16-byte vectors in registers; nvfp4's codes, scales and decoded
+    x staged in shared memory by the block's `threads` (rows, K threads); nvfp4's x decoded
+    once for all rows and a vector of each row's codes; or one vector load of x for all rows
+    and one per row of B. Without vector_loads, nothing: the loads stay in the sum."""
+    if row_aligned:
+        # Per step (per vector piece), a row's vector of B and the window of x it
+        # multiplies, each 16 bytes in registers.
+        for name in (ROW_VECTORS, X_WINDOWS):
+            sch.compute_at(sch.get_sblock(name), steps[-1])
+            sch.set_scope(sch.get_sblock(name), 0, "local")
+    elif shared_stages:
+        # Per step, the block's codes and scales, and x decoded, in shared memory.
+        _stage_in_shared(sch, partial, steps[0], threads, width // fp4.PER_BYTE, shared_stages)
+    elif vector_loads and wl.is_nvfp4:
+        # Per step (per vector piece), x decoded once for all the rows; one load of each
+        # row's codes (16 bytes: 32 codes; 8 bytes where K is an odd number of 16s).
+        _place_x_values(sch, wl, steps[-1])
+        codes = sch.cache_read(partial, _read_index(sch, partial, "B"), "local")
+        sch.compute_at(codes, steps[-1])
+        _, lanes = sch.split(sch.get_loops(codes)[-1], [None, width // fp4.PER_BYTE])
+        sch.vectorize(lanes)
+        sch.unroll(ki)  # the decoded x in registers, indexed by constants
+    elif vector_loads:
+        # Per step (per vector piece), one load of x, reused by all rows; one per row of B
+        # (on odd K, single elements: nothing to vectorize).
+        for operand in (0, 1):  # x, then B
+            tile = sch.cache_read(partial, operand, "local")
+            sch.compute_at(tile, steps[-1])
+            if width > 1:
+                _, lanes = sch.split(sch.get_loops(tile)[-1], [None, width])
+                sch.vectorize(lanes)
 
 
 def _stage_in_shared(sch: Schedule, partial, step, threads: tuple[int, int], vector_bytes: int,
