@@ -74,7 +74,8 @@ WORKLOAD_HELP = {
 FLAGS = {
     "--schedule": dict(help="schedule name, with knobs as v5k:k_slices=4,thread_n=8 (a rung's "
                        "other knobs as its shape heuristic picks them), 'best' (the fastest that "
-                       "the records of this GPU know for the workload, else a rule's rung), or "
+                       "the records of this GPU know for the workload, else the fastest of a "
+                       "portfolio measured here, or without a GPU a rule's rung), or "
                        f"'all' (default: {DEFAULT_SCHEDULE}); for a suite, the one rung to run "
                        "beside the baselines (default: all of the suite's)"),
     **WORKLOAD_HELP,

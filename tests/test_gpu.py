@@ -540,3 +540,17 @@ def test_a_short_metaschedule_search_over_v8s_knob_space(tmp_path):
     best = metaschedule.best_module(wl, build.cuda_target(measure.device_facts()["arch"]),
                                     str(work_dir))
     assert build.is_tirx_kernel(best)
+
+
+def test_best_measures_its_portfolio_here_and_the_next_best_reads_the_records(tmp_path):
+    """`best` on a GEMV no records know: its portfolio checked and timed on this GPU, the
+    fastest correct rung chosen and recorded; the next `best` takes the same from the records."""
+    from tuning import explore
+
+    wl = Workload("gemv", (1000, 1000), "float16")
+    found = explore.SearchResults(results=str(tmp_path / "results.jsonl"))
+    said, again = [], []
+    chosen = explore.resolve(wl, "best", found, said.append)
+    assert chosen.name in explore.portfolio(wl) and "measured here" in said[-1], said
+    assert explore.resolve(wl, "best", found, again.append).name == chosen.name
+    assert "fastest correct of" in again[-1] and "measured here" not in again[-1], again

@@ -438,9 +438,42 @@ def test_best_without_a_device_takes_the_records_only_gpu(here_no_gpu, recorded,
 def test_best_falls_back_on_the_rule_with_the_reason(here_no_gpu, recorded):
     chosen, said = ask_best(recorded, "GPU C")
     assert (chosen.name, chosen.params) == ("v5k", schedules.get("gemm", "v5k").defaults_for(WL))
-    assert said == (f"best: v5k (no records of this workload on GPU C with TVM {TVM} in "
-                    f"{recorded.records} and {recorded.results}; rule: float32 GEMM whose 2 v5t "
-                    f"tiles cannot fill the 132 SMs -> v5k (split K))")
+    assert said == (f"best: v5k (no GPU here, and no records of this workload on GPU C with TVM "
+                    f"{TVM} in {recorded.records} and {recorded.results}; rule: float32 GEMM "
+                    f"whose 2 v5t tiles cannot fill the 132 SMs -> v5k (split K))")
+
+
+def test_best_on_a_gpu_measures_its_portfolio_where_no_records_know_the_workload(
+        monkeypatch, tmp_path):
+    """With a GPU and no records of the workload, `best` checks and times the portfolio's
+    rungs here (recorded in --results, where the next `best` finds them) and takes the fastest
+    correct one; a failed or slower rung, or cuBLAS, is not taken. One rung (v8 on 16-bit
+    GEMMs) is not measured: the rule names it."""
+    wl = Workload("gemv", (1000, 1000), "float16")
+    results = tmp_path / "results.jsonl"
+    times = {"rowalign": 0.030, "blockreduce": 0.020, "multirow": 0.001, "allreduce": 0.025}
+    asked = []
+
+    def fake_explore(wl_, chosen, settings, say=print, warn=print, extra_records=None):
+        asked.append((settings.results, [c.name for c in chosen]))
+        ran = [{"kind": "rung", "schedule": c.name, "status": "failed" if c.name == "multirow"
+                else "ok", "timing": {"median_ms": times[c.name]}} for c in chosen]
+        return ran + [{"kind": "baseline", "schedule": "cublas", "status": "ok",
+                       "timing": {"median_ms": 0.0001}}]
+
+    monkeypatch.setattr(measure, "gpu_present", lambda: True)
+    monkeypatch.setattr(measure, "device_facts", lambda: {"gpu": "GPU A", "arch": "sm_90"})
+    monkeypatch.setattr(explore, "explore", fake_explore)
+    said = []
+    chosen = resolve(wl, "best", SearchResults(results=str(results)), said.append)
+    assert chosen.name == "blockreduce"
+    assert asked == [(str(results), ["rowalign", "blockreduce", "multirow", "allreduce"])]
+    assert said == [f"best: blockreduce (measured here, no records knowing this workload: the "
+                    f"fastest correct of rowalign, blockreduce, allreduce, 0.020 ms; recorded in "
+                    f"{results})"]
+    said.clear()
+    v8 = resolve(gemm((256, 256, 256), "bfloat16", "nt"), "best", SearchResults(), said.append)
+    assert v8.name == "v8" and len(asked) == 1 and said[0].startswith("best: v8 (no records")
 
 
 def test_best_reads_the_committed_search_records_by_default(here_no_gpu):
@@ -491,7 +524,8 @@ def test_the_command_line_says_what_best_picked_and_builds_it(here_no_gpu, capsy
                         "--results", str(tmp_path / "r.jsonl")])
     out, err = capsys.readouterr()
     assert code == 0
-    assert err.startswith("best: multirow (no records of this workload on any GPU with TVM ")
+    assert err.startswith("best: multirow (no GPU here, and no records of this workload on any GPU "
+                          "with TVM ")
     assert err.endswith("a 16-byte vector per lane of a warp (512) -> multirow (K threads "
                         "fitted to K))\n")
     assert "multirow: built: grid (x,y,z) 128x1x1, block (x,y,z) 8x8x1" in out  # 8 K threads

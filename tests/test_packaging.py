@@ -62,5 +62,5 @@ def test_best_says_plainly_where_an_install_has_no_committed_records(monkeypatch
     monkeypatch.setattr(explore.measure, "gpu_present", lambda: False)
     said = []
     resolve(Workload("gemm", (1024, 512, 2048)), "best", SearchResults(), said.append)
-    assert len(said) == 1 and said[0].startswith("best: v5k (no records of this workload")
+    assert len(said) == 1 and said[0].startswith("best: v5k (no GPU here, and no records of this workload")
     assert "in no committed tuning records (this install has no " in said[0]

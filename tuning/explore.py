@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -110,8 +111,9 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
     template searches' records (found.records, else COMMITTED_RECORDS: each template's fastest
     correct configuration) and the run results (found.results: the correct timed schedules,
     baselines left out, see `_timed_runs`), the GPU as `_this_gpu` says; where they hold none,
-    the rung that `rule` picks, with the knobs of its heuristic. Says which it picked and why,
-    on one line, through `warn`."""
+    on a GPU, the fastest correct of the `portfolio`'s rungs, measured here (`_measured_best`);
+    without one (or where the portfolio is one rung), the rung that `rule` picks, with the
+    knobs of its heuristic. Says which it picked and why, on one line, through `warn`."""
     path = found.records or COMMITTED_RECORDS
     searched = records.load_and_warn(path, warn)
     runs = _timed_runs(wl, records.measurements(found.results, warn) if found.results else [])
@@ -126,7 +128,10 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
               for entry, tried in trials if tried]
     if not timed:
         name, why = rule(wl)
-        warn(f"best: {name} (no records of this workload on {gpu or 'any GPU'} with TVM "
+        if measure.gpu_present() and len(portfolio(wl)) > 1:
+            return _measured_best(wl, found, warn)
+        where = "no GPU here, and " if not measure.gpu_present() else ""
+        warn(f"best: {name} ({where}no records of this workload on {gpu or 'any GPU'} with TVM "
              f"{tvm.__version__} in {sources}; rule: {why})")
         return schedules.get(wl.op, name).for_workload(wl)
     ms, chosen = min(timed, key=lambda item: item[0])
@@ -134,6 +139,42 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
     warn(f"best: {chosen.name} (fastest correct of {count} records measured on {gpu}, TVM "
          f"{tvm.__version__}, in {sources}: {ms:.3f} ms)")
     return chosen
+
+
+def portfolio(wl: Workload) -> list[str]:
+    """The rungs a measured `best` weighs for `wl` where no records know it: those that were
+    the fastest on some shape of the committed suites (reports/h100-shapes.md,
+    reports/h100-gemv.md, reports/h100-nvfp4-gemv.md) for its kind of op; one rung (v8 on
+    16-bit and fp8 GEMMs) needs no measuring."""
+    if wl.is_nvfp4:
+        names = ["dp4a", "bitdecode"]
+    elif wl.op == "gemm":
+        names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
+    else:
+        names = ["rowalign", "blockreduce", "multirow", "allreduce"]
+    return [name for name in names if schedules.get(wl.op, name).takes(wl)]
+
+
+def _measured_best(wl: Workload, found: SearchResults, warn: Callable[[str], None]):
+    """`best` on a GPU where no records know `wl`: each rung of the `portfolio` checked
+    against float64 and timed here (as a run of them, recorded in found.results, where `best`
+    finds them the next time; without a results file, in a scratch one), the fastest correct
+    chosen."""
+    with tempfile.TemporaryDirectory(prefix="best-") as scratch:
+        path = found.results or os.path.join(scratch, "results.jsonl")
+        chosen = [schedules.get(wl.op, name).for_workload(wl) for name in portfolio(wl)]
+        runs = explore(wl, chosen, Settings(results=path, show_ir=False), say=lambda _: None,
+                       warn=warn)
+    timed = [r for r in runs if r["kind"] != "baseline" and r["status"] == "ok"]
+    if not timed:
+        raise KernelFailed(f"best: none of {', '.join(portfolio(wl))} ran correctly on "
+                           f"{wl.label()}")
+    fastest = min(timed, key=lambda r: r["timing"]["median_ms"])
+    kept = f"recorded in {found.results}" if found.results else "not kept: no --results"
+    warn(f"best: {fastest['schedule']} (measured here, no records knowing this workload: the "
+         f"fastest correct of {', '.join(r['schedule'] for r in timed)}, "
+         f"{fastest['timing']['median_ms']:.3f} ms; {kept})")
+    return schedules.get(wl.op, fastest["schedule"]).for_workload(wl)
 
 
 def _committed(path: str) -> str:
