@@ -357,6 +357,14 @@ def gather_partials(plan, me, at):
         cuda_call(plan.helpers["rearm"], at.tile - plan.whole)
 
 
+def pair_at(plan, at, mi, n8, h) -> tuple:
+    """Where a consumer thread's pair of neighbouring accumulators in wgmma mi, 8-column block
+    n8 and half h (rows +0 or +8) lie in wgmma's fragment: (C's row, C's first column, the
+    first's index in the accumulators)."""
+    return (at.first_row + mi * 64 + h * 8, at.first_col + n8 * 8,
+            mi * plan.per_wgmma + n8 * 4 + h * 2)
+
+
 @T.macro
 def scale_accumulators(plan, me, at, operands):
     """fp8: the accumulators times the product of the two per-tensor scales, or (rowwise) each
@@ -367,12 +375,12 @@ def scale_accumulators(plan, me, at, operands):
         for n8 in T.unroll(plan.wg_n // 8):
             for e in T.unroll(2):
                 b_scale: T.let[T.float32] = operands.B_scale[
-                    T.min(at.first_col + n8 * 8 + e, plan.N - 1)]
+                    T.min(pair_at(plan, at, 0, n8, 0)[1] + e, plan.N - 1)]
                 for mi in T.unroll(plan.m_wgmmas):
                     for h in T.unroll(2):
-                        i = T.meta_var(mi * plan.per_wgmma + n8 * 4 + h * 2 + e)
-                        acc[i] = acc[i] * (operands.A_scale[
-                            T.min(at.first_row + mi * 64 + h * 8, plan.M - 1)] * b_scale)
+                        row, _, first = T.meta_var(pair_at(plan, at, mi, n8, h))
+                        acc[first + e] = acc[first + e] * (
+                            operands.A_scale[T.min(row, plan.M - 1)] * b_scale)
     else:
         scale: T.let[T.float32] = operands.A_scale[0] * operands.B_scale[0]
         for i in T.unroll(plan.accumulators):
@@ -445,9 +453,10 @@ def store_from_registers(plan, me, at, operands, maps, shared):
     for mi in T.unroll(plan.m_wgmmas):
         for n8 in T.unroll(plan.wg_n // 8):
             for h in T.unroll(2):
-                row: T.let[T.int32] = at.first_row + mi * 64 + h * 8
-                col: T.let[T.int32] = at.first_col + n8 * 8
-                first: T.let[T.int32] = mi * plan.per_wgmma + n8 * 4 + h * 2
+                pair = T.meta_var(pair_at(plan, at, mi, n8, h))
+                row: T.let[T.int32] = pair[0]
+                col: T.let[T.int32] = pair[1]
+                first: T.let[T.int32] = pair[2]
                 if row < plan.M:
                     if plan.out_dtype == "float32" and plan.N % 2 == 0:
                         if col < plan.N:  # col is even: so is &C[row, col]
