@@ -11,7 +11,7 @@ import schedules
 from schedules import ScheduleNotApplicable, Workload
 from schedules.workloads import FP8
 from tests.test_schedules import FP8_GEMMS, ONLY_K_RAGGED_CAST, REFUSED
-from tuning import build, measure, metaschedule, records
+from tuning import build, explore, measure, metaschedule, records
 
 pytestmark = pytest.mark.gpu
 
@@ -545,8 +545,6 @@ def test_a_short_metaschedule_search_over_v8s_knob_space(tmp_path):
 def test_best_measures_its_portfolio_here_and_the_next_best_reads_the_records(tmp_path):
     """`best` on a GEMV no records know: its portfolio checked and timed on this GPU, the
     fastest correct rung chosen and recorded; the next `best` takes the same from the records."""
-    from tuning import explore
-
     wl = Workload("gemv", (1000, 1000), "float16")
     found = explore.SearchResults(results=str(tmp_path / "results.jsonl"))
     said, again = [], []

@@ -22,7 +22,6 @@ report.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import itertools
@@ -31,7 +30,7 @@ import math
 import random
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Callable
@@ -215,7 +214,7 @@ def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], hi
     measured: fewer than `trials` measured when the space runs out."""
     counts, refused = Counts(), set()
     flying: dict[str, dict] = {}  # config key -> config: proposed, not yet landed
-    landing: collections.deque = collections.deque()  # (batch, its future), in proposed order
+    landing: deque = deque()  # (batch, its future), in proposed order
     pool = concurrent.futures.ThreadPoolExecutor(in_flight) if in_flight > 1 else None
 
     def takes(config: dict) -> bool:

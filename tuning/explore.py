@@ -128,9 +128,10 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
               for entry, tried in trials if tried]
     if not timed:
         name, why = rule(wl)
-        if measure.gpu_present() and len(portfolio(wl)) > 1:
-            return _measured_best(wl, found, warn)
-        where = "no GPU here, and " if not measure.gpu_present() else ""
+        gpu_here, weighed = measure.gpu_present(), portfolio(wl)
+        if gpu_here and len(weighed) > 1:
+            return _measured_best(wl, weighed, found, warn)
+        where = "" if gpu_here else "no GPU here, and "
         warn(f"best: {name} ({where}no records of this workload on {gpu or 'any GPU'} with TVM "
              f"{tvm.__version__} in {sources}; rule: {why})")
         return schedules.get(wl.op, name).for_workload(wl)
@@ -155,20 +156,20 @@ def portfolio(wl: Workload) -> list[str]:
     return [name for name in names if schedules.get(wl.op, name).takes(wl)]
 
 
-def _measured_best(wl: Workload, found: SearchResults, warn: Callable[[str], None]):
-    """`best` on a GPU where no records know `wl`: each rung of the `portfolio` checked
-    against float64 and timed here (as a run of them, recorded in found.results, where `best`
-    finds them the next time; without a results file, in a scratch one), the fastest correct
-    chosen."""
+def _measured_best(wl: Workload, names: list[str], found: SearchResults,
+                   warn: Callable[[str], None]):
+    """`best` on a GPU where no records know `wl`: each rung of `names` (its `portfolio`)
+    checked against float64 and timed here (as a run of them, recorded in found.results, where
+    `best` finds them the next time; without a results file, in a scratch one), the fastest
+    correct chosen."""
     with tempfile.TemporaryDirectory(prefix="best-") as scratch:
         path = found.results or os.path.join(scratch, "results.jsonl")
-        chosen = [schedules.get(wl.op, name).for_workload(wl) for name in portfolio(wl)]
+        chosen = [schedules.get(wl.op, name).for_workload(wl) for name in names]
         runs = explore(wl, chosen, Settings(results=path, show_ir=False), say=lambda _: None,
                        warn=warn)
     timed = [r for r in runs if r["kind"] != "baseline" and r["status"] == "ok"]
     if not timed:
-        raise KernelFailed(f"best: none of {', '.join(portfolio(wl))} ran correctly on "
-                           f"{wl.label()}")
+        raise KernelFailed(f"best: none of {', '.join(names)} ran correctly on {wl.label()}")
     fastest = min(timed, key=lambda r: r["timing"]["median_ms"])
     kept = f"recorded in {found.results}" if found.results else "not kept: no --results"
     warn(f"best: {fastest['schedule']} (measured here, no records knowing this workload: the "
