@@ -55,6 +55,12 @@
 #   bash scripts/gpu-session.sh kernel-times # ncu's duration of each kernel of $SCHEDULE (the
 #                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
 #                                            # two kernels)
+#   bash scripts/gpu-session.sh counters     # ncu counters (tuning.explain record) of the seed GEMM
+#                                            # ladder, the fp16 GEMV ladder and v7 -> v8, into
+#                                            # $out/counters.jsonl, each ladder timed; the seed ladder
+#                                            # once more into $out/counters-repeat.jsonl
+#   bash scripts/gpu-session.sh medium-m     # v8's tiles and K splits on medium-M shapes ($MEDIUM_SHAPES)
+#                                            # beside cuBLAS, interleaved (scripts/ab_knobs.py)
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -79,6 +85,22 @@ for part in "$@"; do
         python3 runner.py --preset "$preset" --dtype nvfp4 --schedule all --no-ir \
           --records reports/tuning/autotvm-h100.jsonl --results "$out/nvfp4.jsonl"
       done 2>&1 | tee "$out/nvfp4.log" ;;
+    counters)
+      record() { local file=$1 start=$SECONDS; shift
+                 python3 -m tuning.explain record --counters "$out/$file" "$@"; echo "$((SECONDS - start)) s: $*"; }
+      { record counters.jsonl --preset gemm-seed naive v1 v2 v3
+        record counters.jsonl --preset gemv-7168x16384 naive splitk splitk_vec allreduce multirow blockreduce rowalign
+        record counters.jsonl --shape 4096x4096x4096 --dtype float16 v7 v8
+        record counters-repeat.jsonl --preset gemm-seed naive v1 v2 v3
+      } 2>&1 | tee "$out/counters.log" ;;
+    medium-m)
+      for shape in ${MEDIUM_SHAPES:-333x8192x8192 256x7168x2048 777x16384x3072 200x14336x4096}; do
+        python3 scripts/ab_knobs.py --shape "$shape" --dtype bfloat16 --layout nt --rounds 2 \
+          --results "$out/medium-m.jsonl" --schedules v8 v8:block_m=128,block_n=256,split_k=1 \
+          v8:block_m=128,block_n=256,split_k=3 v8:block_m=128,block_n=256,split_k=4 \
+          v8:block_m=64,block_n=256,split_k=1 v8:block_m=64,block_n=256,split_k=2 \
+          v8:block_m=128,block_n=128,split_k=3
+      done 2>&1 | tee "$out/medium-m.log" ;;
     gemm-seed)
       python3 runner.py --schedule all --no-ir --results "$out/gemm-seed.jsonl" 2>&1 | tee "$out/gemm-seed.log" ;;
     gemv)
