@@ -2,16 +2,19 @@
 for every M of its bucket, and how each is launched.
 
 A layer is y[M, N] = x[M, K] @ W^T with W stored N x K (nn.Linear's weight): the project's GEMM
-in layout nt, its output in the input's dtype. The candidates:
-- `torch`: F.linear (cuBLAS), the layer as stock PyTorch runs it;
+in layout nt, its output in the input's dtype. An fp8 layer (e4m3 x and W) also takes their
+float32 scales, one per tensor or one per row of x and of W (torch._scaled_mm's tensorwise and
+rowwise forms), and writes bfloat16 by default. The candidates:
+- `torch`: F.linear (cuBLAS), the layer as stock PyTorch runs it; fp8: torch._scaled_mm;
 - the GEMV rungs (blockreduce, rowalign, multirow) for the bucket of M = 1, built for the layer's
-  fixed N x K;
+  fixed N x K (16-bit layers: the GEMV rungs take no fp8);
 - v8 with M as a size given at each call (v8.v8_kernel_any_m), at a few tile shapes, whole
   or with a last, partial wave's tiles split in K to fill the SMs.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -20,8 +23,8 @@ import tvm
 
 import schedules
 from schedules import heuristics, v8
-from schedules.errors import ScheduleNotApplicable
-from schedules.workloads import Workload
+from schedules.errors import ScheduleNotApplicable, WorkloadError
+from schedules.workloads import FP8, FP8_OUT_DTYPE, Workload
 
 from tuning import build
 
@@ -34,24 +37,50 @@ V8_WIDTHS = (128, 256)  # block_n tried at every bucket
 SPLITS = (1, 2, 3, 4, 6, 8)  # v8's split_k values (its space)
 MOST_WORKSPACE_BYTES = 64 << 20  # split K's partials per kernel: a model holds many kernels
 LAYER_DTYPES = ("float16", "bfloat16")
+LAYER_SCALINGS = ("tensor", "row")  # fp8 layers' scales: torch._scaled_mm's tensorwise, rowwise
 
 
 @dataclass(frozen=True)
 class LayerShape:
-    """A linear layer's weight: out_features (N) x in_features (K), in `dtype`, which its
-    input and output share."""
+    """A linear layer's weight: out_features (N) x in_features (K), in `dtype`, which its input
+    shares. Its output is in `out_dtype`: the input's for 16-bit layers, bfloat16 by default for
+    fp8 ones, whose `scales` go per tensor ("tensor", the default) or per row ("row"), as the
+    GEMM workload's (schedules.workloads.FP8_SCALINGS). A combination the GEMM does not take is
+    refused here (WorkloadError)."""
 
     out_features: int
     in_features: int
     dtype: str
+    scales: str | None = None
+    out_dtype: str | None = None
+
+    def __post_init__(self):
+        default_out = FP8_OUT_DTYPE if self.dtype == FP8 else self.dtype
+        wl = Workload("gemm", (1, self.out_features, self.in_features), self.dtype,
+                      self.out_dtype or default_out, "nt", self.scales)
+        if wl.is_fp8 and wl.scales not in LAYER_SCALINGS:
+            raise WorkloadError(f"linear layers take fp8 scales {' or '.join(LAYER_SCALINGS)} "
+                                f"(torch._scaled_mm's two forms), not '{wl.scales}'")
+        if not wl.is_fp8 and wl.out_dtype != self.dtype:
+            raise WorkloadError(f"a {self.dtype} layer writes {self.dtype} (as F.linear does), "
+                                f"not {wl.out_dtype}")
+        object.__setattr__(self, "out_dtype", wl.out_dtype)
+        object.__setattr__(self, "scales", wl.scales)
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.dtype == FP8
 
     def label(self) -> str:
-        return f"{self.out_features}x{self.in_features} {self.dtype}"
+        """The layer in words, as cache keys and progress lines name it: fp8's scaling form and
+        output dtype included, so that each form has entries of its own."""
+        fp8 = f" scales={self.scales} out={self.out_dtype}" if self.is_fp8 else ""
+        return f"{self.out_features}x{self.in_features} {self.dtype}{fp8}"
 
     def gemm(self, m: int) -> Workload:
-        """The layer at m rows as the project's GEMM workload (nt, C in the layer's dtype)."""
+        """The layer at m rows as the project's GEMM workload (nt, C in the layer's out_dtype)."""
         return Workload("gemm", (m, self.out_features, self.in_features), self.dtype,
-                        self.dtype, "nt")
+                        self.out_dtype, "nt", self.scales)
 
     def gemv(self) -> Workload:
         """The layer at one row as the project's GEMV workload (B = W, x = the row)."""
@@ -140,10 +169,10 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
 
 
 def candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[Candidate]:
-    """Every candidate of the layer's bucket: torch's, the GEMV rungs where the bucket is M = 1,
-    and v8's for the bucket's rows."""
+    """Every candidate of the layer's bucket: torch's, the GEMV rungs where the bucket is M = 1
+    (16-bit layers), and v8's for the bucket's rows."""
     found = [Candidate(TORCH)]
-    if bucket.most(max_tokens) == 1:
+    if bucket.most(max_tokens) == 1 and not layer.is_fp8:
         found += _gemv_candidates(layer)
     return found + _v8_candidates(layer, bucket, max_tokens)
 
@@ -162,22 +191,41 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
     return build.build(mod, target)
 
 
+def scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.bfloat16):
+    """An fp8 layer as torch runs it: torch._scaled_mm on x (M x K) and the weight (N x K, taken
+    as its transpose), x_scale (M x 1, or one element) and weight_scale (N x 1, or one element,
+    taken as its transpose: _scaled_mm's 1 x N), at _scaled_mm's default precision (its sums
+    promoted into float32, as v8's default for fp8 is); the bias added after scaling."""
+    return torch._scaled_mm(x, weight.t(), x_scale, weight_scale.t(), bias=bias,
+                            out_dtype=out_dtype)
+
+
 def launcher(candidate: Candidate, layer: LayerShape, function):
-    """run(x2d, weight, bias) -> y2d for the candidate: `function` is its built kernel's entry
-    ("main"), None for torch's (F.linear, its bias fused). A GEMV takes the row and writes y as
-    vectors; v8 takes x, W and y whole; both then add the bias, where there is one."""
-    n, k, dtype = layer.out_features, layer.in_features, getattr(torch, layer.dtype)
+    """run(x2d, weight, bias) -> y2d for the candidate, or for an fp8 layer
+    run(x2d, x_scale, weight, weight_scale, bias) (scales as `scaled_linear` takes them):
+    `function` is its built kernel's entry ("main"), None for torch's (F.linear or
+    scaled_linear, their bias fused). A GEMV takes the row and writes y as vectors; v8 takes x,
+    W (fp8: and their scales, flattened) and y whole; both then add the bias, where there is
+    one."""
+    n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
-        return F.linear
+        return functools.partial(scaled_linear, out_dtype=out_dtype) if layer.is_fp8 \
+            else F.linear
+    if candidate.rung == V8 and layer.is_fp8:
+        def run_v8_fp8(x, x_scale, weight, weight_scale, bias=None):
+            out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
+            function(x, weight, x_scale.view(-1), weight_scale.view(-1), out)
+            return out if bias is None else out.add_(bias)
+        return run_v8_fp8
     if candidate.rung == V8:
         def run_v8(x, weight, bias=None):
-            out = torch.empty((x.shape[0], n), dtype=dtype, device=x.device)
+            out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
             function(x, weight, out)
             return out if bias is None else out.add_(bias)
         return run_v8
 
     def run_gemv(x, weight, bias=None):
-        out = torch.empty((1, n), dtype=dtype, device=x.device)
+        out = torch.empty((1, n), dtype=out_dtype, device=x.device)
         function(weight, x.view(k), out.view(n))
         return out if bias is None else out.add_(bias)
     return run_gemv

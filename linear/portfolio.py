@@ -128,33 +128,70 @@ def _build_all(pending: list[_Pending], max_tokens: int, arch: str,
                     f"({time.perf_counter() - started:.0f} s; {progress.pace()})")
 
 
-class _Probe:
-    """A layer's operands at one probe M on the GPU, with their float64 answer."""
+def _scale(layer: LayerShape, rows: int, gen):
+    """An fp8 operand's float32 scale as the layer takes it: one element (per tensor), or one
+    per row as a column (rows x 1), uniform in measure.FP8_SCALE_RANGE."""
+    low, high = measure.FP8_SCALE_RANGE
+    shape = (rows, 1) if layer.scales == "row" else ()
+    return torch.rand(shape, generator=gen, device="cuda") * (high - low) + low
 
-    def __init__(self, layer: LayerShape, m: int, weight):
+
+def _operand(layer: LayerShape, rows: int, gen) -> tuple:
+    """An operand of `rows` x in_features, standard-normal in the layer's dtype, and (fp8) its
+    scale: (x,) or (x, x_scale), and so for the weight."""
+    values = torch.randn((rows, layer.in_features), generator=gen, device="cuda").to(
+        measure.torch_dtype(layer.dtype))
+    return (values, _scale(layer, rows, gen)) if layer.is_fp8 else (values,)
+
+
+def _exact(operand: tuple):
+    """An operand's values in float64, times its scale where it has one."""
+    values = operand[0].double()
+    return values * operand[1].double() if len(operand) > 1 else values
+
+
+class _Probe:
+    """A layer's operands at one probe M on the GPU, with their float64 answer: `args` are what
+    a candidate's run takes (x, then the weight; fp8: each with its scale)."""
+
+    def __init__(self, layer: LayerShape, m: int, weight: tuple):
         gen = torch.Generator(device="cuda").manual_seed(m)
-        self.m = m
-        self.x = torch.randn((m, layer.in_features), generator=gen, device="cuda").to(weight.dtype)
-        self.weight = weight
-        self.reference = self.x.double() @ weight.double().T
+        self.m, self.layer = m, layer
+        x = _operand(layer, m, gen)
+        self.args = (*x, *weight)
+        self.reference = _exact(x) @ _exact(weight).T
 
     def error(self, run: Callable) -> float:
-        """The relative error of run(x, weight) against float64, its output first poisoned:
-        the output's memory is filled with NaN and freed just before the run allocates it."""
-        poison = torch.full((self.m, self.weight.shape[0]), float("nan"), device="cuda",
-                            dtype=self.weight.dtype)
+        """The relative error of run(*args) against float64, its output first poisoned: the
+        output's memory is filled with NaN and freed just before the run allocates it."""
+        poison = torch.full((self.m, self.layer.out_features), float("nan"), device="cuda",
+                            dtype=measure.torch_dtype(self.layer.out_dtype))
         del poison
-        out = run(self.x, self.weight)
+        out = run(*self.args)
         torch.cuda.synchronize()
         return measure.relative_error(out, self.reference)
+
+
+def _check(run: Callable, probes: list[_Probe], tolerance: float) -> tuple[dict, str | None]:
+    """The relative error of `run` at each probe M, and why it is not correct (an error over
+    `tolerance`, or what it raised: a call torch's own rules refuse) in words, None where it
+    is."""
+    try:
+        errors = {probe.m: probe.error(run) for probe in probes}
+    except Exception as e:  # noqa: BLE001  a candidate that cannot run this layer is left out
+        return {}, f"raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    wrong = {m: e for m, e in errors.items() if not e <= tolerance}
+    return errors, ("relative error " + ", ".join(f"{e:.3g} at M={m}" for m, e in wrong.items())
+                    if wrong else None)
 
 
 def _measure_bucket(p: _Pending, max_tokens: int) -> tuple[dict, dict]:
     """Check and time each candidate of a pending bucket at its probe Ms. Returns, per candidate
     name, {"status", "times_ms" | "error"}, and the runs of the correct ones by name."""
-    weight = torch.randn((p.layer.out_features, p.layer.in_features), device="cuda",
-                         dtype=measure.torch_dtype(p.layer.dtype))
+    weight = _operand(p.layer, p.layer.out_features,
+                      torch.Generator(device="cuda").manual_seed(0))
     probes = [_Probe(p.layer, m, weight) for m in p.bucket.probes(max_tokens)]
+    tolerance = measure.tolerance(p.layer.gemm(1))
     results, runs = {}, {}
     for candidate in p.candidates:
         built = p.built.get(candidate)
@@ -162,17 +199,14 @@ def _measure_bucket(p: _Pending, max_tokens: int) -> tuple[dict, dict]:
             results[candidate.name] = {"status": "failed", "error": f"build: {built}"[:300]}
             continue
         run = launcher(candidate, p.layer, _load(built) if built else None)
-        errors = {probe.m: probe.error(run) for probe in probes}
-        wrong = {m: e for m, e in errors.items() if not e <= measure.TOLERANCE[p.layer.dtype]}
+        errors, wrong = _check(run, probes, tolerance)
         if wrong:
-            results[candidate.name] = {"status": "failed", "error": "relative error " + ", ".join(
-                f"{e:.3g} at M={m}" for m, e in wrong.items())}
+            results[candidate.name] = {"status": "failed", "error": wrong}
             continue
-        times = {probe.m: measure.time_kernel(functools.partial(run, probe.x, weight), FLUSH,
+        times = {probe.m: measure.time_kernel(functools.partial(run, *probe.args), FLUSH,
                                               budget_ms=PROBE_BUDGET_MS).median_ms
                  for probe in probes}
-        results[candidate.name] = {"status": "ok", "times_ms": times,
-                                   "errors": {m: errors[m] for m in times}}
+        results[candidate.name] = {"status": "ok", "times_ms": times, "errors": errors}
         runs[candidate.name] = run
     return results, runs
 
