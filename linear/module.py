@@ -6,11 +6,18 @@ fastest (linear/portfolio.py), at F.linear's call cost.
     linear.prepare(model)              # tuned once per (shape, bucket, GPU), then from the cache
     logits = model(input_ids).logits   # eager, torch.compile'd or in a CUDA graph
 
+An fp8 layer takes e4m3 activations with their float32 scales, as torch._scaled_mm does: one
+per tensor, or one per row of x (..., 1) and of the weight (N x 1, each output feature's):
+
+    layer = linear.Linear.from_float8(weight_fp8, weight_scale, bias)  # scales: the weight's form
+    y = layer(x_fp8, x_scale)          # bfloat16 by default, bias added after scaling
+
 Eager calls go straight to the kernel (a TVM function call with torch tensors: tvm_ffi takes
 torch's current stream). Under torch.compile the layer is one operator,
-torch.ops.tvm_explorer.linear, with a fake implementation for any M, so that compiled graphs and
-CUDA graphs hold the kernel itself; where the bucket of the traced rows (or every bucket) chose
-torch's F.linear, the layer is traced as F.linear, which the compiler handles as stock layers.
+torch.ops.tvm_explorer.linear (fp8: linear_fp8), with a fake implementation for any M, so that
+compiled graphs and CUDA graphs hold the kernel itself; where the bucket of the traced rows (or
+every bucket) chose torch's F.linear (fp8: torch._scaled_mm), the layer is traced as that call,
+which the compiler handles as it does stock layers.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from tuning.loader import BadInput
 
 from .buckets import Bucket, buckets_from_edges
 from .cache import Cache, export_entries
-from .candidates import LAYER_DTYPES, TORCH, LayerShape
+from .candidates import LAYER_DTYPES, TORCH, LayerShape, scaled_linear
 from .portfolio import LayerKernels, prepare as prepare_kernels
 
 DEFAULT_MAX_TOKENS = 4096
@@ -31,6 +38,8 @@ _LAYERS: "weakref.WeakValueDictionary[int, Linear]" = weakref.WeakValueDictionar
 
 _library = torch.library.Library("tvm_explorer", "FRAGMENT")
 _library.define("linear(Tensor x, Tensor weight, Tensor? bias, int layer) -> Tensor")
+_library.define("linear_fp8(Tensor x, Tensor x_scale, Tensor weight, Tensor weight_scale, "
+                "Tensor? bias, int layer) -> Tensor")
 
 
 def _linear_cuda(x, weight, bias, layer: int):
@@ -43,25 +52,48 @@ def _linear_fake(x, weight, bias, layer: int):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+def _linear_fp8_cuda(x, x_scale, weight, weight_scale, bias, layer: int):
+    """The fp8 operator on CUDA tensors: the layer's own eager call."""
+    return _LAYERS[layer].call_fp8(x, x_scale, weight, weight_scale, bias)
+
+
+def _linear_fp8_fake(x, x_scale, weight, weight_scale, bias, layer: int):
+    """The fp8 output's shape and dtype (the layer's out_dtype) for any M, for tracing."""
+    return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=_LAYERS[layer].out_dtype)
+
+
 _library.impl("linear", _linear_cuda, "CUDA")
 torch.library.register_fake("tvm_explorer::linear", _linear_fake, lib=_library)
+_library.impl("linear_fp8", _linear_fp8_cuda, "CUDA")
+torch.library.register_fake("tvm_explorer::linear_fp8", _linear_fp8_fake, lib=_library)
 
 
 class Linear(torch.nn.Module):
     """y = x W^T + b for x of any leading shape and any number of rows M, inference only. Its
     weight (out_features x in_features) and bias are a state_dict's like nn.Linear's; its
-    kernels come from `prepare` (on the first call if not before), one per bucket of M."""
+    kernels come from `prepare` (on the first call if not before), one per bucket of M.
+
+    dtype float8_e4m3fn makes an fp8 layer (see `from_float8`): its weight is e4m3, with a
+    float32 `weight_scale` per tensor (shape ()) or, with scales="row", one per output feature
+    (out_features x 1); forward takes (x, x_scale), x in e4m3 and x_scale float32, one element
+    or (scales="row") one per row of x (x.shape[:-1] + (1,)). It writes out_dtype (bfloat16 by
+    default), its bias in that dtype added after scaling: y = (x * x_scale) (W * w_scale)^T + b.
+    """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
                  dtype=torch.bfloat16, buckets: tuple[Bucket, ...] | None = None,
-                 max_tokens: int = DEFAULT_MAX_TOKENS):
+                 max_tokens: int = DEFAULT_MAX_TOKENS, scales: str | None = None,
+                 out_dtype=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = torch.nn.Parameter(
-            torch.empty((out_features, in_features), device=device, dtype=dtype),
-            requires_grad=False)
-        self.bias = torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype),
-                                       requires_grad=False) if bias else None
+        layer = LayerShape(out_features, in_features, _name_of(dtype), scales,
+                           out_dtype and _name_of(out_dtype))  # refuses what the GEMM does not take
+        self.is_fp8, self.scales = layer.is_fp8, layer.scales
+        self._out_dtype = getattr(torch, layer.out_dtype)
+        self.weight = _frozen((out_features, in_features), dtype, device)
+        self.bias = _frozen((out_features,), self._out_dtype, device) if bias else None
+        self.weight_scale = _frozen(_weight_scale_shape(layer), torch.float32, device) \
+            if self.is_fp8 else None
         self.buckets = buckets or buckets_from_edges()
         self.max_tokens = max_tokens
         self.kernels = None
@@ -78,15 +110,50 @@ class Linear(torch.nn.Module):
             layer.bias = torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
         return layer
 
+    @classmethod
+    def from_float8(cls, weight: torch.Tensor, weight_scale: torch.Tensor,
+                    bias: torch.Tensor | None = None, **options) -> "Linear":
+        """An fp8 Linear sharing `weight` (out_features x in_features, float8_e4m3fn), its
+        float32 `weight_scale` and `bias` (out_features, in out_dtype: bfloat16 by default).
+        The scale's shape says the layer's scales: one element (() or (1,)) per tensor; one per
+        output feature (N x 1, as torchao and vLLM keep it, or 1 x N, torch._scaled_mm's
+        scale_b) per row, x then taking one scale per row too. One line refuses anything else."""
+        if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
+            raise BadInput(f"Linear.from_float8: weight is {weight.dtype} of shape "
+                           f"{tuple(weight.shape)}, not a torch.float8_e4m3fn matrix "
+                           "(out_features x in_features)")
+        out_features, in_features = weight.shape
+        layer = cls(in_features, out_features, bias is not None, device="meta",
+                    dtype=weight.dtype, scales=_scaling(weight_scale, out_features), **options)
+        layer.weight = torch.nn.Parameter(weight.detach(), requires_grad=False)
+        layer.weight_scale = torch.nn.Parameter(
+            weight_scale.detach().reshape(layer.weight_scale.shape), requires_grad=False)
+        if bias is not None:
+            if bias.shape != (out_features,) or bias.dtype != layer.out_dtype:
+                raise BadInput(f"Linear.from_float8: bias is {bias.dtype} of shape "
+                               f"{tuple(bias.shape)}, not {layer.out_dtype} of shape "
+                               f"({out_features},) (the output's dtype)")
+            layer.bias = torch.nn.Parameter(bias.detach(), requires_grad=False)
+        return layer
+
     def extra_repr(self) -> str:
+        fp8 = f", scales={self.scales}, out_dtype={self.out_dtype}" if self.is_fp8 else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, buckets="
+                f"bias={self.bias is not None}{fp8}, buckets="
                 + ",".join(b.label().removeprefix("M=") for b in self.buckets))
 
     @property
+    def out_dtype(self) -> torch.dtype:
+        """The output's dtype: a 16-bit layer's weight's, an fp8 layer's own (bfloat16 unless
+        made otherwise)."""
+        return self._out_dtype if self.is_fp8 else self.weight.dtype
+
+    @property
     def shape(self) -> LayerShape:
-        return LayerShape(self.out_features, self.in_features, str(self.weight.dtype).removeprefix(
-            "torch."))
+        """The layer as its kernels see it: a 16-bit layer's dtype is its weight's (which
+        model.half() may have changed), an fp8 layer's scales and output are its own."""
+        return LayerShape(self.out_features, self.in_features, _name_of(self.weight.dtype),
+                          self.scales, _name_of(self.out_dtype) if self.is_fp8 else None)
 
     @property
     def kernels(self) -> LayerKernels | None:
@@ -96,41 +163,57 @@ class Linear(torch.nn.Module):
     @kernels.setter
     def kernels(self, kernels: LayerKernels | None) -> None:
         """Set the kernels, and what the calls read of them: each bucket's run, the bucket of
-        every M below the open bucket's first, and which buckets (all?) run torch's F.linear."""
+        every M below the open bucket's first, and which buckets (all?) run torch's call."""
         self._kernels = kernels
         self._runs = [k.run for k in kernels.kernels] if kernels else None
         self._bucket_of = [kernels.table.index(m) if m else 0
                            for m in range(self.buckets[-1].first)] if kernels else None
         self._torch_runs = [k.candidate.rung == TORCH for k in kernels.kernels] if kernels \
             else None
-        self._compiles_as_linear = bool(kernels and all(self._torch_runs))
+        self._compiles_as_torch = bool(kernels and all(self._torch_runs))
 
     def _bucket(self, m: int) -> int:
         """The index of M's bucket (m >= 1; the kernels set)."""
         table = self._bucket_of
         return table[m] if m < len(table) else len(self._runs) - 1
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_scale: torch.Tensor | None = None) -> torch.Tensor:
         if torch.compiler.is_compiling():
-            return self._traced(x)
+            return self._traced(x, x_scale)
+        if self.is_fp8:
+            return self.call_fp8(x, x_scale, self.weight, self.weight_scale, self.bias)
+        if x_scale is not None:
+            raise BadInput(f"{self._name()}: x_scale is for float8_e4m3fn layers "
+                           f"(Linear.from_float8); this one takes {self.weight.dtype} x alone")
         return self.call(x, self.weight, self.bias)
 
-    def _traced(self, x: torch.Tensor) -> torch.Tensor:
-        """The layer as torch.compile sees it: F.linear where the rows' bucket runs torch's
-        (every bucket, or M's where M is fixed at tracing), which the compiler then handles
-        as it does stock layers; else the operator, which runs M's kernel at each call."""
+    def _traced(self, x: torch.Tensor, x_scale: torch.Tensor | None) -> torch.Tensor:
+        """The layer as torch.compile sees it: torch's own call (F.linear, or fp8's
+        torch._scaled_mm) where the rows' bucket runs torch's (every bucket, or M's where M is
+        fixed at tracing), which the compiler then handles as it does stock layers; else the
+        operator, which runs M's kernel at each call."""
         m = x.numel() // self.in_features
-        if self._compiles_as_linear or (isinstance(m, int) and self._runs is not None
-                                        and self._torch_runs[self._bucket(max(m, 1))]):
-            return torch.nn.functional.linear(x, self.weight, self.bias)
-        return torch.ops.tvm_explorer.linear(x, self.weight, self.bias, self._key)
+        as_torch = self._compiles_as_torch or (isinstance(m, int) and self._runs is not None
+                                               and self._torch_runs[self._bucket(max(m, 1))])
+        if not self.is_fp8:
+            return torch.nn.functional.linear(x, self.weight, self.bias) if as_torch else \
+                torch.ops.tvm_explorer.linear(x, self.weight, self.bias, self._key)
+        if not as_torch:
+            return torch.ops.tvm_explorer.linear_fp8(x, x_scale, self.weight, self.weight_scale,
+                                                     self.bias, self._key)
+        y = scaled_linear(x.reshape(-1, self.in_features), self._rows_scale(x_scale, -1),
+                          self.weight, self.weight_scale, self.bias, self.out_dtype)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def _rows_scale(self, x_scale: torch.Tensor, m: int) -> torch.Tensor:
+        """x's scale for x seen as m rows (m x 1 where scales go by rows; one element as is)."""
+        return x_scale.view(m, 1) if self.scales == "row" else x_scale
 
     def call(self, x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
         """The eager call: check x, pick M's bucket's kernel and run it (bias included). Kept to
         few Python steps: this is the layer's whole cost on the CPU."""
         if x.requires_grad and torch.is_grad_enabled():
-            raise RuntimeError(f"{self._name()} is for inference: its kernels have no gradient "
-                               "(run under torch.no_grad() or torch.inference_mode())")
+            self._refuse_gradient("x")
         k = self.in_features
         if x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
                 or x.get_device() != weight.get_device() or not x.is_contiguous():
@@ -144,20 +227,81 @@ class Linear(torch.nn.Module):
             return run(x, weight, bias)
         return run(x.view(m, k), weight, bias).view(*x.shape[:-1], self.out_features)
 
+    def call_fp8(self, x: torch.Tensor, x_scale, weight: torch.Tensor, weight_scale: torch.Tensor,
+                 bias) -> torch.Tensor:
+        """The fp8 eager call: check x and x_scale, pick M's bucket's kernel and run it (scales
+        and bias included); as few Python steps as `call`."""
+        if torch.is_grad_enabled() and (x.requires_grad or getattr(x_scale, "requires_grad",
+                                                                   False)):
+            self._refuse_gradient("x" if x.requires_grad else "x_scale")
+        k = self.in_features
+        if x_scale is None or x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
+                or x.get_device() != weight.get_device() or not x.is_contiguous() \
+                or x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale) \
+                or x_scale.get_device() != x.get_device() or not x_scale.is_contiguous():
+            self._refuse(x, weight, x_scale)
+        runs = self._runs or self._prepare_on_first_call()
+        m = x.numel() // k
+        if m == 0:
+            return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.out_dtype)
+        run = runs[self._bucket(m)]
+        if x.dim() == 2:
+            return run(x, x_scale, weight, weight_scale, bias)
+        return run(x.view(m, k), self._rows_scale(x_scale, m), weight, weight_scale,
+                   bias).view(*x.shape[:-1], self.out_features)
+
+    def _scale_fits(self, x: torch.Tensor, x_scale: torch.Tensor) -> bool:
+        """Whether x_scale has the shape the layer's scales take for x: x.shape[:-1] + (1,)
+        by rows, else one element (shape () or (1,))."""
+        if self.scales == "row":
+            return x_scale.shape == (*x.shape[:-1], 1)
+        return x_scale.dim() <= 1 and x_scale.numel() == 1
+
     def _name(self) -> str:
         return f"Linear({self.in_features}, {self.out_features})"
 
-    def _refuse(self, x: torch.Tensor, weight: torch.Tensor) -> None:
-        """One line naming what about x is not what the layer takes."""
-        if x.shape[-1] != self.in_features:
-            problem = f"has {x.shape[-1]} features (shape {tuple(x.shape)}), not {self.in_features}"
-        elif x.dtype != weight.dtype:
-            problem = f"is {x.dtype}, not the weight's {weight.dtype}"
-        elif not x.is_cuda or x.device != weight.device:
-            problem = f"is on {x.device}, not on the weight's {weight.device}"
-        else:
-            problem = f"has strides {x.stride()}, not contiguous ones: pass x.contiguous()"
-        raise BadInput(f"{self._name()}: input x {problem}")
+    def _refuse_gradient(self, tensor: str) -> None:
+        raise RuntimeError(f"{self._name()} is for inference: {tensor} requires a gradient, "
+                           "which its kernels do not give (run under torch.no_grad() or "
+                           "torch.inference_mode())")
+
+    def _refuse(self, x: torch.Tensor, weight: torch.Tensor, x_scale=None) -> None:
+        """One line naming what about x (or fp8's x_scale) is not what the layer takes: x's
+        features and dtype, then x_scale, then where x lies."""
+        problem = _x_kind_problem(x, weight, self.in_features) \
+            or (self._scale_problem(x, x_scale) if self.is_fp8 else None) \
+            or _x_place_problem(x, weight)
+        raise BadInput(f"{self._name()}: {problem}")
+
+    def _scale_problem(self, x: torch.Tensor, x_scale) -> str | None:
+        """What about an fp8 layer's x_scale it does not take for x, in words; None where it
+        takes it."""
+        wanted = (f"torch.float32 of shape {(*x.shape[:-1], 1)} (one scale per row of x)"
+                  if self.scales == "row" else
+                  "torch.float32 of shape () or (1,) (one scale for x)")
+        if x_scale is None:
+            return f"x_scale is missing: an fp8 layer is called as layer(x, x_scale), {wanted}"
+        if x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale):
+            return f"x_scale is {x_scale.dtype} of shape {tuple(x_scale.shape)}, not {wanted}"
+        if x_scale.device != x.device:
+            return f"x_scale is on {x_scale.device}, not on x's {x.device}"
+        if not x_scale.is_contiguous():
+            return (f"x_scale has strides {x_scale.stride()}, not contiguous ones: pass "
+                    "x_scale.contiguous()")
+        return None
+
+    def _weights_problem(self) -> str | None:
+        """What about the weight (and an fp8 layer's weight_scale) is not what the layer was
+        made for, in words; None where both are."""
+        if tuple(self.weight.shape) != (self.out_features, self.in_features):
+            return (f"weight has shape {tuple(self.weight.shape)}, not "
+                    f"{(self.out_features, self.in_features)}")
+        wanted = _weight_scale_shape(self.shape) if self.is_fp8 else None
+        if wanted is not None and (self.weight_scale.dtype != torch.float32
+                                   or tuple(self.weight_scale.shape) != wanted):
+            return (f"weight_scale is {self.weight_scale.dtype} of shape "
+                    f"{tuple(self.weight_scale.shape)}, not torch.float32 of shape {wanted}")
+        return None
 
     def _prepare_on_first_call(self) -> list:
         if torch.cuda.is_current_stream_capturing():
@@ -168,13 +312,57 @@ class Linear(torch.nn.Module):
         return self._runs
 
 
+def _name_of(dtype) -> str:
+    """A torch dtype's name as workloads spell it (torch.bfloat16 -> "bfloat16")."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _frozen(shape: tuple, dtype, device) -> torch.nn.Parameter:
+    """An uninitialized parameter that asks for no gradient (the layer is for inference)."""
+    return torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype), requires_grad=False)
+
+
+def _weight_scale_shape(layer: LayerShape) -> tuple:
+    """An fp8 weight's scale: one element, or one per output feature as a column (N x 1)."""
+    return (layer.out_features, 1) if layer.scales == "row" else ()
+
+
+def _scaling(weight_scale: torch.Tensor, out_features: int) -> str:
+    """The scales ("tensor" or "row") a float32 weight scale's shape says, else one line."""
+    shape = tuple(weight_scale.shape)
+    if weight_scale.dtype == torch.float32 and shape in ((), (1,)):
+        return "tensor"
+    if weight_scale.dtype == torch.float32 and shape in ((out_features, 1), (1, out_features)):
+        return "row"
+    raise BadInput(f"Linear.from_float8: weight_scale is {weight_scale.dtype} of shape {shape}, "
+                   f"not torch.float32 of shape () (a scale per tensor) or ({out_features}, 1) "
+                   "(one per output feature)")
+
+
+def _x_kind_problem(x: torch.Tensor, weight: torch.Tensor, in_features: int) -> str | None:
+    """What about x's features or dtype the layer does not take, in words; else None."""
+    if x.shape[-1] != in_features:
+        return f"input x has {x.shape[-1]} features (shape {tuple(x.shape)}), not {in_features}"
+    if x.dtype != weight.dtype:
+        return f"input x is {x.dtype}, not the weight's {weight.dtype}"
+    return None
+
+
+def _x_place_problem(x: torch.Tensor, weight: torch.Tensor) -> str:
+    """Where x lies (device, strides) that the layer does not take, in words (the last check:
+    one of these is what is left)."""
+    if not x.is_cuda or x.device != weight.device:
+        return f"input x is on {x.device}, not on the weight's {weight.device}"
+    return f"input x has strides {x.stride()}, not contiguous ones: pass x.contiguous()"
+
+
 def replace_linears(model: torch.nn.Module, **options) -> int:
     """Replace every nn.Linear of `model` whose dtype the kernels take (float16, bfloat16) by a
     Linear sharing its weights; returns how many were replaced."""
     replaced = 0
     for name, child in list(model.named_children()):
         if isinstance(child, torch.nn.Linear) and not isinstance(child, Linear) \
-                and str(child.weight.dtype).removeprefix("torch.") in LAYER_DTYPES:
+                and _name_of(child.weight.dtype) in LAYER_DTYPES:
             setattr(model, name, Linear.from_linear(child, **options))
             replaced += 1
         else:
@@ -189,9 +377,9 @@ def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=
     layers = [model] if isinstance(model, Linear) else \
         [m for m in model.modules() if isinstance(m, Linear)]
     for layer in layers:
-        if tuple(layer.weight.shape) != (layer.out_features, layer.in_features):
-            raise BadInput(f"{layer._name()}: weight has shape {tuple(layer.weight.shape)}, not "
-                           f"{(layer.out_features, layer.in_features)}")
+        problem = layer._weights_problem()
+        if problem:
+            raise BadInput(f"{layer._name()}: {problem}")
     groups: dict[tuple, list[Linear]] = {}
     for layer in layers:
         groups.setdefault((layer.buckets, layer.max_tokens), []).append(layer)

@@ -1,0 +1,375 @@
+"""linear/ with fp8 e4m3 layers and their scales, per tensor and per row (torch._scaled_mm's
+two forms): the layer shape and its cache key, the portfolio's candidates, v8 for any M with
+each form, the module's constructor, state_dict, tracing and refusals (CPU tier); numerics at
+every bucket's edges against float64, the cache, and torch.compile (GPU tier)."""
+
+import os
+
+import pytest
+import torch
+
+import linear
+from linear.buckets import Bucket, BucketTable, buckets_from_edges
+from linear.cache import Cache
+from linear.candidates import TORCH, V8, Candidate, LayerShape, build_candidate, candidates, \
+    launcher
+from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key
+from schedules.errors import WorkloadError
+from tuning.loader import BadInput
+
+FP8 = torch.float8_e4m3fn
+SCALES = ("tensor", "row")
+GPU = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+
+
+def _weights(n=32, k=64, scales="tensor", bias=True, device="cpu"):
+    """An fp8 weight (n x k), its scale in the form `scales` says, and a bfloat16 bias."""
+    weight = torch.randn(n, k, device=device).to(FP8)
+    scale = torch.rand((n, 1) if scales == "row" else (), device=device) + 0.5
+    return weight, scale, (torch.randn(n, device=device, dtype=torch.bfloat16) if bias else None)
+
+
+# -- the layer shape, its cache key and candidates -----------------------------------------------
+
+def test_an_fp8_layer_shape_names_its_scales_and_output_and_16_bit_ones_are_unchanged():
+    tensor = LayerShape(1024, 2048, "float8_e4m3fn")
+    row = LayerShape(1024, 2048, "float8_e4m3fn", "row")
+    assert (tensor.scales, tensor.out_dtype) == ("tensor", "bfloat16")
+    assert tensor.label() == "1024x2048 float8_e4m3fn scales=tensor out=bfloat16"
+    assert row.label() == "1024x2048 float8_e4m3fn scales=row out=bfloat16"
+    assert row.gemm(7).rowwise and row.gemm(7).dims["M"] == 7
+    assert LayerShape(1024, 2048, "bfloat16").label() == "1024x2048 bfloat16"
+
+
+def test_cache_keys_of_the_two_scale_forms_differ():
+    bucket = Bucket(2, 16)
+    keys = [cache_key(LayerShape(1024, 2048, "float8_e4m3fn", scales), bucket, 4096, GPU)
+            for scales in SCALES]
+    assert keys[0] != keys[1] and "scales=row" in keys[1]["layer"]
+    assert Cache("/nowhere").directory(keys[0]) != Cache("/nowhere").directory(keys[1])
+
+
+@pytest.mark.parametrize("dtype, scales, out_dtype, message", [
+    ("bfloat16", "row", None, "scales are for float8_e4m3fn"),
+    ("float8_e4m3fn", "block", None, "'block'"),  # not (yet) a layer's
+    ("bfloat16", None, "float32", "writes bfloat16"),
+])
+def test_a_layer_shape_the_gemm_does_not_take_is_refused(dtype, scales, out_dtype, message):
+    with pytest.raises(WorkloadError, match=message):
+        LayerShape(64, 32, dtype, scales, out_dtype)
+
+
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize("bucket", buckets_from_edges())
+def test_every_fp8_bucket_has_scaled_mm_and_precise_v8_for_any_m(scales, bucket):
+    """No GEMV rung takes fp8, so M = 1 too is torch's and v8's; v8 promotes its sums into
+    float32 (promote_k), the precision of _scaled_mm's default that the torch candidate runs."""
+    found = candidates(LayerShape(4096, 4096, "float8_e4m3fn", scales), bucket, 4096)
+    assert found[0] == Candidate(TORCH) and {c.rung for c in found} == {TORCH, V8}
+    assert all(dict(c.knobs)["promote_k"] for c in found if c.rung == V8)
+
+
+@pytest.mark.parametrize("scales", SCALES)
+def test_v8_for_an_fp8_bucket_takes_m_and_the_scales_form_at_each_call(scales):
+    """One build serves every M: A's rows, and (rowwise) A_scale's length, are the size M."""
+    from schedules import v8
+
+    layer = LayerShape(1024, 2048, "float8_e4m3fn", scales)
+    chosen = next(c for c in candidates(layer, Bucket(17, 64), 4096) if c.rung == V8)
+    script = v8.v8_kernel_any_m(layer.gemm(64), **dict(chosen.knobs)).script()
+    a_scale = 'A_scale: T.Buffer((M,), "float32")' if scales == "row" else \
+        'A_scale: T.Buffer((1,), "float32")'
+    assert 'A: T.Buffer(("M", 2048), "float8_e4m3fn"' in script and a_scale in script
+    source = build_candidate(layer, Bucket(17, 64), chosen, 4096, "sm_90").mod.imports[0] \
+        .inspect_source()
+    assert "int " in source.split("__global__")[-1].split("{")[0]
+
+
+@pytest.mark.parametrize("scales", SCALES)
+def test_v8_runs_get_flat_scales_and_a_bfloat16_output(scales):
+    """The module hands runs x_scale as (M, 1) or one element and weight_scale as (N, 1) or
+    one element; v8's kernel takes them flat, (M,) and (N,) or (1,) each."""
+    calls = []
+    layer = LayerShape(32, 64, "float8_e4m3fn", scales)
+    run = launcher(Candidate(V8), layer, lambda *args: calls.append(args))
+    weight, weight_scale, bias = _weights(scales=scales)
+    x_scale = torch.ones((5, 1) if scales == "row" else ())
+    out = run(torch.zeros(5, 64).to(FP8), x_scale, weight, weight_scale, bias)
+    x, w, a_scale, b_scale, c = calls[0]
+    assert (a_scale.shape, b_scale.shape) == (((5,), (32,)) if scales == "row" else ((1,), (1,)))
+    assert c.shape == (5, 32) and c.dtype == torch.bfloat16 and out is c
+
+
+def test_a_candidate_that_raises_is_a_failed_one_not_a_crash():
+    class Probe:
+        m = 5
+
+        def error(self, run):
+            return run()
+
+    def refused():
+        raise RuntimeError("Expected both dimensions of mat2 to be divisible by 16\nmore")
+
+    errors, why = _check(refused, [Probe()], 1e-2)
+    assert errors == {} and why == "raised RuntimeError: Expected both dimensions of mat2 to " \
+        "be divisible by 16"
+
+
+# -- the module ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale, scales", [
+    (torch.tensor(0.5), "tensor"), (torch.full((1,), 0.5), "tensor"),
+    (torch.rand(32, 1), "row"), (torch.rand(1, 32), "row")])
+def test_from_float8_takes_the_scale_form_the_weight_scale_has(scale, scales):
+    weight, _, bias = _weights()
+    layer = linear.Linear.from_float8(weight, scale, bias)
+    assert layer.scales == scales and layer.shape.scales == scales
+    assert layer.weight_scale.shape == ((32, 1) if scales == "row" else ())
+    assert layer.weight_scale.data_ptr() == scale.data_ptr()  # shared, not copied
+    assert layer.out_dtype == torch.bfloat16 and layer.bias.dtype == torch.bfloat16
+    assert "scales=" + scales in repr(layer)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.randn(32, 64), torch.tensor(1.0)), "weight is torch.float32 of shape"),
+    ((torch.randn(32, 64).to(FP8), torch.rand(31, 1)), r"weight_scale is torch.float32 of shape "
+                                                       r"\(31, 1\), not"),
+    ((torch.randn(32, 64).to(FP8), torch.tensor(1.0, dtype=torch.bfloat16)),
+     "weight_scale is torch.bfloat16"),
+    ((torch.randn(32, 64).to(FP8), torch.tensor(1.0), torch.zeros(32)),
+     "bias is torch.float32 of shape"),
+])
+def test_from_float8_refuses_a_weight_scale_or_bias_it_cannot_take_in_one_line(args, message):
+    with pytest.raises(BadInput, match=message) as refused:
+        linear.Linear.from_float8(*args)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("scales", SCALES)
+def test_an_fp8_state_dict_round_trips_and_holds_weight_scale_and_bias(scales):
+    weight, scale, bias = _weights(scales=scales)
+    saved = linear.Linear.from_float8(weight, scale, bias).state_dict()
+    assert list(saved) == ["weight", "bias", "weight_scale"]
+    fresh = linear.Linear(64, 32, dtype=FP8, scales=scales)
+    fresh.load_state_dict(saved)
+    assert torch.equal(fresh.weight.view(torch.uint8), weight.view(torch.uint8))
+    assert torch.equal(fresh.weight_scale, scale) and torch.equal(fresh.bias, bias)
+    assert fresh.shape == linear.Linear.from_float8(weight, scale, bias).shape
+
+
+def test_a_16_bit_state_dict_has_no_weight_scale():
+    assert list(linear.Linear(64, 32).state_dict()) == ["weight", "bias"]
+
+
+def _fp8_layer(scales, rungs=None, device="cpu"):
+    """An fp8 Linear (64 -> 32, bias); with `rungs`, kernels for buckets 1 and 2- whose
+    candidates are so named and whose runs are torch's (no GPU needed for checks and tracing)."""
+    weight, scale, bias = _weights(scales=scales, device=device)
+    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2)))
+    if rungs:
+        kernels = LayerKernels(layer.shape, BucketTable(layer.buckets))
+        kernels.kernels = [BucketKernel(Candidate(rung),
+                                        launcher(Candidate(TORCH), layer.shape, None), "test")
+                           for rung in rungs]
+        layer.kernels = kernels
+    return layer
+
+
+def _x(m, scales, dtype=FP8, device="cpu", lead=()):
+    """x of m rows (after `lead` dimensions) and its scale in the form `scales` says."""
+    x = torch.zeros(*lead, m, 64, device=device).to(dtype)
+    return x, torch.ones((*lead, m, 1) if scales == "row" else (), device=device)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile's caches emptied: every layer's forward is one code object to dynamo, whose
+    recompilations across these many tests would pass its limit."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize("m", [0, 1, 5, 300])
+def test_a_compiled_fp8_layer_traces_every_m_with_fake_kernels(scales, m, fresh_dynamo):
+    layer = _fp8_layer(scales, device="meta")
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        out = compiled(*_x(m, scales, device="meta", lead=(2,)))
+    assert out.shape == (2, m, 32) and out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize("rungs, m, operator", [
+    ((TORCH, TORCH), 1, False),  # every bucket torch's: _scaled_mm at any M
+    ((V8, TORCH), 5, False),  # M fixed at tracing, its bucket torch's
+    ((V8, TORCH), 1, True),  # M's bucket a TVM kernel: the operator
+])
+def test_a_compiled_fp8_layer_is_scaled_mm_where_the_rows_bucket_runs_torch(scales, rungs, m,
+                                                                           operator, fresh_dynamo):
+    layer = _fp8_layer(scales, rungs, device="meta")
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    with torch.no_grad():
+        out = torch.compile(layer, backend=backend, fullgraph=True, dynamic=False)(
+            *_x(m, scales, device="meta", lead=(1,)))
+    assert ("tvm_explorer.linear_fp8" in graphs[0]) == operator
+    assert ("_scaled_mm" in graphs[0]) != operator
+    assert out.shape == (1, m, 32) and out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("scales, x, x_scale, message", [
+    ("tensor", torch.zeros(3, 64, dtype=torch.bfloat16), torch.ones(()),
+     "input x is torch.bfloat16, not the weight's torch.float8_e4m3fn"),
+    ("tensor", torch.zeros(3, 65).to(FP8), torch.ones(()), "input x has 65 features"),
+    ("tensor", torch.zeros(3, 64).to(FP8), None, "x_scale is missing: .* torch.float32 of "
+                                                 r"shape \(\) or \(1,\)"),
+    ("row", torch.zeros(3, 64).to(FP8), None, r"x_scale is missing: .* shape \(3, 1\)"),
+    ("tensor", torch.zeros(3, 64).to(FP8), torch.ones((), dtype=torch.float16),
+     "x_scale is torch.float16 of shape"),
+    ("tensor", torch.zeros(3, 64).to(FP8), torch.ones(3, 1), r"x_scale is torch.float32 of "
+                                                            r"shape \(3, 1\), not .* \(\) or"),
+    ("row", torch.zeros(3, 64).to(FP8), torch.ones(3),
+     r"x_scale is torch.float32 of shape \(3,\), not torch.float32 of shape \(3, 1\)"),
+    ("row", torch.zeros(2, 3, 64).to(FP8), torch.ones(6, 1), r"shape \(6, 1\), not torch.float32 "
+                                                            r"of shape \(2, 3, 1\)"),
+    ("row", torch.zeros(3, 64).to(FP8), torch.ones(3, 1), "input x is on cpu"),
+])
+def test_bad_fp8_inputs_are_refused_in_one_line_naming_the_tensor(scales, x, x_scale, message):
+    with pytest.raises(BadInput, match=message) as refused:
+        _fp8_layer(scales, (TORCH, TORCH))(x, x_scale)
+    assert "\n" not in str(refused.value) and str(refused.value).startswith("Linear(64, 32): ")
+
+
+def test_a_scale_given_to_a_16_bit_layer_is_refused():
+    layer = linear.Linear(64, 32)
+    with pytest.raises(BadInput, match="x_scale is for float8_e4m3fn layers"):
+        layer(torch.zeros(3, 64, dtype=torch.bfloat16), torch.ones(()))
+
+
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_an_fp8_call_that_needs_a_gradient_is_refused_naming_the_tensor(x_grad):
+    x, x_scale = _x(3, "row")
+    (x if x_grad else x_scale).requires_grad_(True)
+    name = "x" if x_grad else "x_scale"
+    with pytest.raises(RuntimeError, match=f"is for inference: {name} requires a gradient"):
+        _fp8_layer("row", (TORCH, TORCH))(x, x_scale)
+
+
+def test_prepare_refuses_a_weight_scale_of_another_shape():
+    layer = _fp8_layer("row")
+    layer.weight_scale = torch.nn.Parameter(torch.ones(32), requires_grad=False)
+    with pytest.raises(BadInput, match=r"weight_scale is torch.float32 of shape \(32,\), not "
+                                       r"torch.float32 of shape \(32, 1\)"):
+        linear.prepare(layer)
+
+
+# -- GPU tier ------------------------------------------------------------------------------------
+
+EDGES, MAX_TOKENS = (1, 2, 17, 65), 256
+EDGE_MS = (1, 2, 3, 16, 17, 18, 64, 65, 66, 255, 256, 300)  # each bucket's first, last, one past
+
+
+@pytest.fixture(scope="module")
+def gpu_cache(tmp_path_factory):
+    return Cache(str(tmp_path_factory.mktemp("linear-fp8-cache")))
+
+
+def _gpu_layer(scales, cache, bias=True, n=768, k=1024):
+    torch.manual_seed(0)
+    weight, scale, bias = _weights(n, k, scales, bias, device="cuda")
+    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges(EDGES),
+                                      max_tokens=MAX_TOKENS)
+    linear.prepare(layer, cache=cache, say=print)
+    return layer
+
+
+def _reference(layer, x, x_scale):
+    """The layer's answer in float64: x and W dequantized by their scales, then the bias."""
+    w = layer.weight.double() * layer.weight_scale.double()
+    y = (x.double() * x_scale.double()) @ w.T
+    return y + layer.bias.double() if layer.bias is not None else y
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_fp8_linear_is_right_at_every_buckets_edges(scales, bias, gpu_cache):
+    """First M, last M and one past each bucket against float64, in bfloat16."""
+    layer = _gpu_layer(scales, gpu_cache, bias)
+    for m in EDGE_MS:
+        x = torch.randn(m, 1024, device="cuda").to(FP8)
+        x_scale = (torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5)
+        with torch.no_grad():
+            y = layer(x, x_scale)
+        ref = _reference(layer, x, x_scale)
+        err = float((y.double() - ref).norm() / ref.norm())
+        assert y.shape == (m, 768) and y.dtype == torch.bfloat16 and err < 1e-2, (m, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scales", SCALES)
+def test_fp8_linear_takes_any_leading_shape_and_an_empty_batch(scales, gpu_cache):
+    layer = _gpu_layer(scales, gpu_cache)
+    x = torch.randn(2, 9, 1024, device="cuda").to(FP8)
+    x_scale = torch.rand((2, 9, 1) if scales == "row" else (1,), device="cuda") + 0.5
+    with torch.no_grad():
+        y = layer(x, x_scale)
+        empty = layer(x[:, :0], x_scale[:, :0] if scales == "row" else x_scale)
+    ref = _reference(layer, x, x_scale)
+    assert y.shape == (2, 9, 768) and float((y.double() - ref).norm() / ref.norm()) < 1e-2
+    assert empty.shape == (2, 0, 768) and empty.dtype == torch.bfloat16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scales", SCALES)
+def test_every_fp8_candidate_passes_every_probe(scales, gpu_cache):
+    """v8 for any M with each scale form, and _scaled_mm, are correct at every bucket's probe
+    Ms (none left out by its float64 check)."""
+    layer = _gpu_layer(scales, gpu_cache)
+    statuses = {(bucket, name): result["status"]
+                for bucket, k in enumerate(layer.kernels.kernels)
+                for name, result in k.measured.items()}
+    assert any(name.startswith("v8") for _, name in statuses)
+    assert set(statuses.values()) == {"ok"}, statuses
+
+
+@pytest.mark.gpu
+def test_fp8_scale_forms_have_cache_entries_of_their_own_and_load_from_them(gpu_cache):
+    first = {scales: _gpu_layer(scales, gpu_cache) for scales in SCALES}
+    again = {scales: _gpu_layer(scales, gpu_cache) for scales in SCALES}
+    entries = {k.entry for layer in first.values() for k in layer.kernels.kernels}
+    assert len(entries) == 2 * len(EDGES) and all(os.path.isdir(e) for e in entries)
+    for scales in SCALES:
+        assert {k.source for k in again[scales].kernels.kernels} == {"cache"}
+        assert [k.candidate for k in again[scales].kernels.kernels] == \
+            [k.candidate for k in first[scales].kernels.kernels]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scales", SCALES)
+def test_a_compiled_fp8_layer_matches_the_eager_one(scales, gpu_cache, fresh_dynamo):
+    layer = _gpu_layer(scales, gpu_cache)
+    compiled = torch.compile(layer, dynamic=True)
+    for m in (1, 20, 300):
+        x = torch.randn(m, 1024, device="cuda").to(FP8)
+        x_scale = torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5
+        with torch.no_grad():
+            y, eager = compiled(x, x_scale), layer(x, x_scale)
+        assert y.dtype == torch.bfloat16 and float((y - eager).float().norm()
+                                                   / eager.float().norm()) < 4e-3, m
+
+
+@pytest.mark.gpu
+def test_an_fp8_scale_on_another_device_or_strided_is_refused(gpu_cache):
+    layer = _gpu_layer("row", gpu_cache)
+    x = torch.zeros(3, 1024, device="cuda").to(FP8)
+    with pytest.raises(BadInput, match="x_scale is on cpu, not on x's cuda:0"):
+        layer(x, torch.ones(3, 1))
+    with pytest.raises(BadInput, match="x_scale has strides"):
+        layer(x, torch.ones(1, 6, device="cuda")[:, ::2].T)
