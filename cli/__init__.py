@@ -66,8 +66,10 @@ WORKLOAD_HELP = {
     "--out-dtype": dict(help="output dtype (gemm default float32, fp8 gemm bfloat16, gemv the "
                         "input's)"),
     "--layout": dict(help="gemm: nn (B is KxN) or nt (B is NxK)"),
-    "--scales": dict(choices=["tensor", "row"], help="fp8 gemm: a float32 scale per tensor "
-                     "(default), or per row of A and of B (row: torch._scaled_mm's rowwise form)"),
+    "--scales": dict(choices=["tensor", "row", "block"], help="fp8 gemm: a float32 scale per "
+                     "tensor (default), per row of A and of B (row: torch._scaled_mm's rowwise "
+                     "form), or per row of A per 128 K and per 128x128 block of B (block: "
+                     "DeepSeek-V3's and DeepGEMM's)"),
 }
 
 # Every flag of every mode, defined once; MODES says which mode takes which.

@@ -182,6 +182,11 @@ def pad_to_tiles(sch: tvm.s_tir.Schedule, wl: Workload, tile: tuple[int, int, in
     whether it padded."""
     if all(wl.dims[axis] % size == 0 for axis, size in zip("MNK", tile)):
         return False
+    if wl.block_scaled:
+        raise ScheduleNotApplicable(
+            f"padding to whole {'x'.join(map(str, tile))} tiles (pad_einsum) takes a product of "
+            f"A and B alone, not block-scaled fp8's, which also reads the scales: "
+            f"{'x'.join(map(str, wl.shape))} is not whole tiles")
     sch.pad_einsum(sch.get_sblock(wl.reduction_block), list(tile))
     copy_out = padding_block(sch, f"{wl.reduction_block}_pad")  # none where only K was padded
     if wl.has_cast and copy_out is not None:  # the cast reads the padded accumulators in C

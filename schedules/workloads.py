@@ -15,15 +15,19 @@ and an elementwise block casts it into the output; schedules keep that accumulat
 
 GEMM also takes fp8 (`float8_e4m3fn`) inputs, as Hopper's wgmma and torch._scaled_mm do: B stored
 N x K (layout nt), float32 scales, the product written in bfloat16 by default. Its `scales` are
-one per tensor ("tensor", the default), or one per row of A and one per row of B ("row",
-_scaled_mm's rowwise form: a scale per token and per output feature):
+one per tensor ("tensor", the default), one per row of A and one per row of B ("row",
+_scaled_mm's rowwise form: a scale per token and per output feature), or one per row of A per
+128 K and one per 128x128 block of B ("block", DeepSeek-V3's and DeepGEMM's: each 128-K block's
+partial product times its two scales; a last, shorter block of K or N takes its own):
 
     A        (M, K) e4m3
     B        (N, K) e4m3
-    A_scale  (1,) float32              "row": (M,)
-    B_scale  (1,) float32              "row": (N,)
+    A_scale  (1,) float32              "row": (M,)    "block": (M, ceil(K/128))
+    B_scale  (1,) float32              "row": (N,)    "block": (ceil(N/128), ceil(K/128))
     C        (M, N)                    C = (A @ B^T) * A_scale[0] * B_scale[0]
                                        "row": C[m, n] = (A @ B^T)[m, n] * A_scale[m] * B_scale[n]
+                                       "block": C[m, n] = sum_kb A_scale[m, kb] B_scale[n/128, kb]
+                                                  sum_{k in block kb} A[m, k] B[n, k]
 
 GEMV and batched GEMV also take `nvfp4` inputs (schedules/fp4.py), the batched-GEMV seed's
 format, and write float16 by default. B and x then come as packed codes with their scales:
@@ -59,18 +63,20 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, FP8: 1, fp4.CODE_BYTES
 NVFP4_OUT_DTYPE = "float16"  # the seed's C
 FP8_OUT_DTYPE, FP8_LAYOUT = "bfloat16", "nt"  # torch._scaled_mm's usual C, and the B it takes
 FP8_SCALES = ("A_scale", "B_scale")  # fp8's scales: float32 buffers, one element or a row's each
-FP8_SCALINGS = ("tensor", "row")  # a scale per tensor, or per row of A and of B
+FP8_SCALINGS = ("tensor", "row", "block")  # a scale per tensor, per row, or per 128-block
+FP8_BLOCK = 128  # "block" scales: A's per row per FP8_BLOCK of K, B's per FP8_BLOCK^2 block
 SHAPE_AXES = {"gemm": ("M", "N", "K"), "gemv": ("N", "K"), "batched_gemv": ("L", "N", "K")}
 LAYOUTS = {"gemm": ("nn", "nt"), "gemv": ("nt",), "batched_gemv": ("nt",)}
 OPS = tuple(SHAPE_AXES)
 OUTPUT_NAME = {"gemm": "C", "gemv": "y", "batched_gemv": "y"}
 INT32_MAX = 2**31 - 1  # the kernels index buffers with int32
+SCALING_LABELS = {"row": " rowwise", "block": " block-scaled"}  # a label's word for fp8's scales
 
 
 @dataclass(frozen=True)
 class Workload:
     """One problem: the op, its shape (see SHAPE_AXES), input/output dtypes, B's layout and
-    (fp8) how its scales go: per tensor or per row (FP8_SCALINGS)."""
+    (fp8) how its scales go: per tensor, per row or per block (FP8_SCALINGS)."""
 
     op: str
     shape: tuple[int, ...]
@@ -157,13 +163,24 @@ class Workload:
         """fp8 with a scale per row of A and of B."""
         return self.scales == "row"
 
+    @property
+    def block_scaled(self) -> bool:
+        """fp8 with a scale per row of A per FP8_BLOCK of K and per FP8_BLOCK^2 block of B."""
+        return self.scales == "block"
+
+    @property
+    def scale_blocks(self) -> tuple[int, int]:
+        """"block" scales: the blocks of N and of K that B's scales come in (the last of each
+        may be shorter)."""
+        return fp8_blocks(self.dims["N"]), fp8_blocks(self.dims["K"])
+
     def record_key(self) -> dict:
         """The fields a record of this workload matches on: op, shape, dtypes, layout, and
-        "scales": "row" for fp8 by rows, else None (which a record without the field matches,
-        as every record from before rowwise scales is)."""
+        "scales": "row" or "block" for fp8 so scaled, else None (which a record without the
+        field matches, as every record from before rowwise scales is)."""
         return {"op": self.op, "shape": list(self.shape), "dtype": self.dtype,
                 "out_dtype": self.out_dtype, "layout": self.layout,
-                "scales": "row" if self.rowwise else None}
+                "scales": self.scales if self.scales not in (None, FP8_SCALINGS[0]) else None}
 
     @classmethod
     def from_record(cls, record: dict) -> "Workload":
@@ -182,9 +199,7 @@ class Workload:
         d = self.dims
         if self.op == "gemm":
             b = (d["K"], d["N"]) if self.layout == "nn" else (d["N"], d["K"])
-            scales = {} if not self.is_fp8 else \
-                dict(zip(FP8_SCALES, ((d["M"],), (d["N"],)))) if self.rowwise else \
-                dict.fromkeys(FP8_SCALES, (1,))
+            scales = dict(zip(FP8_SCALES, self._scale_shapes())) if self.is_fp8 else {}
             return {"A": (d["M"], d["K"]), "B": b, **scales, "C": (d["M"], d["N"])}
         batch = (d["L"],) if "L" in d else ()
         N, K = d["N"], d["K"]
@@ -193,6 +208,15 @@ class Workload:
                     "x": (*batch, K // fp4.PER_BYTE), "x_scale": (*batch, K // fp4.BLOCK),
                     "y": (*batch, N)}
         return {"B": (*batch, N, K), "x": (*batch, K), "y": (*batch, N)}
+
+    def _scale_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """fp8's A_scale and B_scale shapes, as its `scales` go (see the module's table)."""
+        if self.rowwise:
+            return (self.dims["M"],), (self.dims["N"],)
+        if self.block_scaled:
+            n_blocks, k_blocks = self.scale_blocks
+            return (self.dims["M"], k_blocks), (n_blocks, k_blocks)
+        return (1,), (1,)
 
     def buffer_dtypes(self) -> dict[str, str]:
         """Each buffer's dtype by name, in buffer_shapes' order."""
@@ -248,8 +272,8 @@ class Workload:
         return self.dtype if self.out_dtype == self.dtype else f"{self.dtype}->{self.out_dtype}"
 
     def label(self) -> str:
-        rowwise = " rowwise" if self.rowwise else ""
-        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtypes} {self.layout}{rowwise}"
+        scaled = SCALING_LABELS.get(self.scales, "")
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtypes} {self.layout}{scaled}"
 
     # -- the compute definition --------------------------------------------------------------
     def tensors(self) -> list[te.Tensor]:
@@ -261,6 +285,12 @@ class Workload:
 
     def prim_func(self):
         return te.create_prim_func(self.tensors())
+
+
+def fp8_blocks(extent: int) -> int:
+    """The FP8_BLOCK-long blocks that "block" scales cut an extent of N or K into, the last one
+    shorter where it does not divide."""
+    return -(-extent // FP8_BLOCK)
 
 
 def _acc(value: te.Tensor | object):
@@ -279,7 +309,8 @@ def _with_cast(wl: Workload, shape, body, scale=None) -> te.Tensor:
 
 def _gemm(wl: Workload) -> list[te.Tensor]:
     """C = A @ B (nn) or A @ B^T (nt), float32 accumulation; fp8: times A's and B's scales (per
-    tensor, or A's of the row and B's of the column)."""
+    tensor, or A's of the row and B's of the column, after the sum; "block": each product
+    inside it times the scales of its row's and its column's block of K)."""
     M, N, K = wl.shape
     A = te.placeholder((M, K), wl.dtype, name="A")
     B = te.placeholder((K, N) if wl.layout == "nn" else (N, K), wl.dtype, name="B")
@@ -288,10 +319,15 @@ def _gemm(wl: Workload) -> list[te.Tensor]:
         if wl.is_fp8 else []
     k = te.reduce_axis((0, K), name="k")
     b_at = (lambda kk, j: B[kk, j]) if wl.layout == "nn" else (lambda kk, j: B[j, kk])
+    product = lambda i, j: _acc(A[i, k]) * _acc(b_at(k, j))  # noqa: E731
+    if wl.block_scaled:  # a 128-K block's products times its two scales: no scale after
+        a_scale, b_scale = scales
+        return [A, B, *scales, _with_cast(wl, (M, N), lambda i, j: te.sum(
+            product(i, j) * (a_scale[i, k // FP8_BLOCK]
+                             * b_scale[j // FP8_BLOCK, k // FP8_BLOCK]), axis=k))]
     scale = None if not scales else (lambda i, j: scales[0][i] * scales[1][j]) if wl.rowwise \
         else (lambda i, j: scales[0][0] * scales[1][0])
-    C = _with_cast(wl, (M, N), lambda i, j: te.sum(_acc(A[i, k]) * _acc(b_at(k, j)), axis=k),
-                   scale)
+    C = _with_cast(wl, (M, N), lambda i, j: te.sum(product(i, j), axis=k), scale)
     return [A, B, *scales, C]
 
 

@@ -77,8 +77,8 @@ def test_rowwise_fp8_takes_a_scale_per_row_of_a_and_of_b_and_records_say_so():
     assert not all(old.get(k) == v for k, v in wl.record_key().items())
     with pytest.raises(WorkloadError, match="scales are for float8_e4m3fn GEMMs; float16 takes"):
         Workload("gemm", (64, 32, 48), "float16", scales="row")
-    with pytest.raises(WorkloadError, match="unknown scales 'block'; valid: tensor, row"):
-        Workload("gemm", (64, 32, 48), "float8_e4m3fn", scales="block")
+    with pytest.raises(WorkloadError, match="unknown scales 'column'; valid: tensor, row, block"):
+        Workload("gemm", (64, 32, 48), "float8_e4m3fn", scales="column")
 
 
 @pytest.mark.parametrize("op, shape, layout, message", [
