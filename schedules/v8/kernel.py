@@ -1,6 +1,7 @@
 """v8's kernel in TVM 0.27's TIRx, composed of named pieces (T.macro, each expanded in place
 where the kernel calls it, so the kernel is one PrimFunc): the set-up, the producer, the
-consumer's K loop, split K's stash and gather of partial tiles, fp8's scales, and the three
+consumer's K loop, split K's stash and gather of partial tiles, fp8's scales (after the sum,
+or per K block as its sums are promoted), and the three
 epilogues (tma_store's boxes, quad stores of 16-bit C, stores from registers). Each piece reads
 the plan (schedules/v8/plan.py) for every number; where a feature is off, its piece is simply
 not called, or expands to nothing.
@@ -56,7 +57,7 @@ from tvm.script.ir_builder import IRBuilder
 
 from ..common import TIRX_KERNEL, cuda_call
 from ..tensorcore import WARPGROUP
-from ..workloads import FP8, FP8_SCALES
+from ..workloads import FP8, FP8_BLOCK, FP8_SCALES
 from .cuda import (BOX_BARRIER, CLUSTER_SYNC, CONSUMER_REGISTERS, FENCE_OPERAND, FREE_STAGE,
                    GRID_SYNC, PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER, TMA_LOAD,
                    TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word, descriptor,
@@ -94,7 +95,9 @@ class Operands(NamedTuple):
 class Consumer(NamedTuple):
     """A consumer thread: its warpgroup (0 or 1), its thread among the consumers, warp and lane
     within the warpgroup, its accumulators, its ring position (K blocks passed), tma_store's
-    count of boxes sent and (promote_k) the float32 sums the accumulators are promoted into."""
+    count of boxes sent, (promote_k) the float32 sums the accumulators are promoted into and
+    (block scales) the K block's scales of its rows and of its columns' blocks
+    (`block_scale_registers`)."""
 
     consumer: object
     thread: object
@@ -104,6 +107,20 @@ class Consumer(NamedTuple):
     used: object
     sent: object
     sums: object
+    factors: object
+
+
+class BlockScales(NamedTuple):
+    """Block-scaled fp8: where a consumer's K loop reads each K block's scales: A_scale and
+    B_scale, the thread's first row of C (wgmma's fragment), the first column of the
+    consumer's part of the tile (a multiple of 8) and the unit's first K block. It has a
+    unit's first_row and first_col, so `pair_at` places its rows and 8-column groups."""
+
+    A_scale: object
+    B_scale: object
+    first_row: object
+    first_col: object
+    first_block: object
 
 
 class Unit(NamedTuple):
@@ -240,27 +257,102 @@ def adds_to_sums(plan, kt, ks):
     return T.Or(ks > 0, kt % plan.promote_blocks != 0)
 
 
+def pair_at(plan, at, mi, n8, h) -> tuple:
+    """Where a consumer thread's pair of neighbouring accumulators in wgmma mi, 8-column block
+    n8 and half h (rows +0 or +8) lie in wgmma's fragment: (C's row, C's first column, the
+    first's index in the accumulators)."""
+    return (at.first_row + mi * 64 + h * 8, at.first_col + n8 * 8,
+            mi * plan.per_wgmma + n8 * 4 + h * 2)
+
+
+def block_scale_registers(plan):
+    """Block scales: a consumer thread's registers for one K block's scales, those of its
+    2 x m_wgmmas rows (A_scale), then those of the b_scale_blocks blocks of 128 columns that its
+    part of the tile may touch (B_scale), allocated here; else None."""
+    if not plan.block_scaled:
+        return None
+    return IRBuilder.name("factors", T.alloc_local(
+        (2 * plan.m_wgmmas + plan.b_scale_blocks,), "float32"))
+
+
+def block_scales(plan, operands, me, m0, n0, first_block):
+    """Block scales: where the consumer's K loop over a unit (whose tile starts at m0, n0 and
+    whose K blocks at first_block) reads them (BlockScales); else None."""
+    if not plan.block_scaled:
+        return None
+    return BlockScales(operands.A_scale, operands.B_scale,
+                       m0 + plan.consumer_rows(me.consumer) + me.warp * 16 + me.lane // 4,
+                       n0 + plan.consumer_cols(me.consumer), first_block)
+
+
 @T.macro
-def promote(plan, me):
+def load_block_scales(plan, me, scales, kb):
+    """Block scales: K block kb's scales of the thread's rows (indices clamped at C's last row,
+    where nothing is stored) and of the blocks of B's rows that its part of the tile may
+    touch (clamped at the last block), into its registers, before the K block's wgmmas, so
+    that the loads are done by the time its sums are promoted."""
+    for mi in T.unroll(plan.m_wgmmas):
+        for h in T.unroll(2):
+            row = T.meta_var(pair_at(plan, scales, mi, 0, h)[0])
+            me.factors[mi * 2 + h] = scales.A_scale[T.min(row, plan.M - 1), kb]
+    for j in T.unroll(plan.b_scale_blocks):
+        me.factors[2 * plan.m_wgmmas + j] = scales.B_scale[
+            T.min(scales.first_col // FP8_BLOCK + j, plan.scale_blocks[0] - 1), kb]
+
+
+def column_block_scale(plan, me, scales, n8):
+    """Block scales: the loaded B scale of 8-column group n8's block (its j-th from the
+    consumer's first), picked by selects, which keep the registers registers."""
+    b_scales = [me.factors[2 * plan.m_wgmmas + j] for j in range(plan.b_scale_blocks)]
+    j = pair_at(plan, scales, 0, n8, 0)[1] // FP8_BLOCK - scales.first_col // FP8_BLOCK
+    picked = b_scales[-1]
+    for block in reversed(range(plan.b_scale_blocks - 1)):
+        picked = T.Select(j == block, b_scales[block], picked)
+    return picked
+
+
+@T.macro
+def add_scaled_sums(plan, me, scales):
+    """Block scales: each accumulator of the K block times its row's A scale and its column
+    block's B scale, added into its float32 sum (DeepGEMM's promotion)."""
+    for n8 in T.unroll(plan.wg_n // 8):
+        b_scale: T.let[T.float32] = column_block_scale(plan, me, scales, n8)
+        for mi in T.unroll(plan.m_wgmmas):
+            for h in T.unroll(2):
+                first = T.meta_var(pair_at(plan, scales, mi, n8, h)[2])
+                for e in T.unroll(2):
+                    me.sums[first + e] = me.sums[first + e] \
+                        + me.acc[first + e] * (me.factors[mi * 2 + h] * b_scale)
+
+
+@T.macro
+def promote(plan, me, scales):
     """promote_k: wait for every wgmma in flight, then add the accumulators into the float32
-    sums (the next K block's first wgmma starts them afresh)."""
+    sums (block scales: times their scales; the next K block's first wgmma starts them
+    afresh)."""
     T.ptx.wgmma.wait_group.sync.aligned(0)
     for i in T.unroll(plan.accumulators):
         cuda_call(FENCE_OPERAND, me.acc[i])
-    for i in T.unroll(plan.accumulators):
-        me.sums[i] = me.sums[i] + me.acc[i]
+    if scales is None:
+        for i in T.unroll(plan.accumulators):
+            me.sums[i] = me.sums[i] + me.acc[i]
+    else:
+        add_scaled_sums(plan, me, scales)
 
 
 @T.macro
-def k_loop(plan, me, shared, count):
+def k_loop(plan, me, shared, count, scales):
     """The consumer's K loop over its unit's `count` K blocks: wait for a stage's bytes,
     multiply its part of the tile with wgmma, and free the stage of the K block before (whose
     wgmmas wait_group 1 has seen finish). promote_k: every promote_blocks K blocks, wgmma's
     sums are added into the float32 sums once they are done (promote), and the next block's
-    first wgmma starts them afresh (its scale-d predicate false)."""
+    first wgmma starts them afresh (its scale-d predicate false). Block scales (`scales`, else
+    None): each K block's are loaded first, and applied as it is promoted."""
     stages = T.meta_var(plan.knobs.stages)
     acc = T.meta_var(me.acc)
     for kt in range(count):
+        if scales is not None:
+            load_block_scales(plan, me, scales, scales.first_block + kt)
         s: T.let[T.int32] = (me.used[0] + kt) % stages
         T.cuda.mbarrier_wait(shared.full.ptr_to([s]), (me.used[0] + kt) // stages % 2)
         stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
@@ -281,15 +373,16 @@ def k_loop(plan, me, shared, count):
             cuda_call(FENCE_OPERAND, acc[i])
         if plan.promotes:
             if (kt + 1) % plan.promote_blocks == 0:
-                promote(plan, me)
+                promote(plan, me, scales)
         if kt > 0:  # the K block before's wgmmas are done: free its stage
             cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
                       me.thread % (WARPGROUP * 32), plan.frees(me.thread))
 
 
 @T.macro
-def multiply(plan, me, shared, cta, j, count):
-    """The consumer's unit j: accumulators zeroed, the K loop (pingpong: in its turn, then the
+def multiply(plan, me, shared, cta, j, count, scales):
+    """The consumer's unit j: accumulators zeroed, the K loop (block scales: `scales`, read per
+    K block; else None) (pingpong: in its turn, then the
     other consumer's turn given), the last wgmmas waited for and settled (promote_k: the last
     K blocks' promoted, and the sums taken as the accumulators), the last stage freed and the
     ring position moved past the unit (pingpong: past the other's unit too)."""
@@ -302,7 +395,7 @@ def multiply(plan, me, shared, cta, j, count):
     if plan.knobs.pingpong:
         if j > 0:  # the other consumer has issued the unit before's wgmmas
             T.ptx.bar.sync(T.uint32(TURN_BARRIER + me.consumer), T.uint32(CONSUMER_THREADS))
-    k_loop(plan, me, shared, count)
+    k_loop(plan, me, shared, count, scales)
     if plan.knobs.pingpong:  # the next unit's K loop may start: the other consumer's
         if plan.unit_of(cta, j + 1) < plan.units:
             T.ptx.bar.arrive(T.uint32(TURN_BARRIER + 1 - me.consumer), T.uint32(CONSUMER_THREADS))
@@ -357,19 +450,11 @@ def gather_partials(plan, me, at):
         cuda_call(plan.helpers["rearm"], at.tile - plan.whole)
 
 
-def pair_at(plan, at, mi, n8, h) -> tuple:
-    """Where a consumer thread's pair of neighbouring accumulators in wgmma mi, 8-column block
-    n8 and half h (rows +0 or +8) lie in wgmma's fragment: (C's row, C's first column, the
-    first's index in the accumulators)."""
-    return (at.first_row + mi * 64 + h * 8, at.first_col + n8 * 8,
-            mi * plan.per_wgmma + n8 * 4 + h * 2)
-
-
 @T.macro
 def scale_accumulators(plan, me, at, operands):
-    """fp8: the accumulators times the product of the two per-tensor scales, or (rowwise) each
-    times its row's A_scale and its column's B_scale (indices clamped at C's edges, where
-    nothing is stored)."""
+    """fp8 scaled per tensor or by rows: the accumulators times the product of the two
+    per-tensor scales, or (rowwise) each times its row's A_scale and its column's B_scale
+    (indices clamped at C's edges, where nothing is stored)."""
     acc = T.meta_var(me.acc)
     if plan.rowwise:
         for n8 in T.unroll(plan.wg_n // 8):
@@ -477,7 +562,7 @@ EPILOGUES = {"boxes": store_boxes, "quads": store_quads, "registers": store_from
 def finish_unit(plan, me, at, operands, maps, shared):
     """After the K loop: split K's partials out and counted in; then, where this CTA stores
     the tile (a whole tile, or the last slice), the others' partials added, fp8's scales
-    applied, and the plan's epilogue."""
+    applied (block scales were, in the K loop), and the plan's epilogue."""
     if plan.split_k > 1:
         if plan.is_split(at.unit):
             stash_partials(plan, me, at, shared)
@@ -485,7 +570,7 @@ def finish_unit(plan, me, at, operands, maps, shared):
         if plan.split_k > 1:
             if plan.is_split(at.unit):
                 gather_partials(plan, me, at)
-        if plan.dtype == FP8:
+        if plan.dtype == FP8 and not plan.block_scaled:
             scale_accumulators(plan, me, at, operands)
         store = T.meta_var(EPILOGUES[plan.epilogue])
         store(plan, me, at, operands, maps, shared)
@@ -501,6 +586,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
     acc = T.alloc_local((plan.accumulators,), "float32")
     sums = T.meta_var(float32_sums(plan, acc))
+    factors = T.meta_var(block_scale_registers(plan))
     used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed
     used[0] = plan.first_unit(consumer) * plan.k_blocks  # (pingpong: no split K, units alike)
     sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
@@ -508,7 +594,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     thread: T.let[T.int32] = tx - WARPGROUP * 32
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
-    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums))
+    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors))
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)
@@ -516,8 +602,9 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
             unit: T.let[T.int32] = plan.unit_of(cta, j)
             tile: T.let[T.int32] = plan.tile_of(unit)
             m0, n0 = T.meta_var(plan.unit_origin(tile, rank))
-            _, count = T.meta_var(plan.k_range(unit))
-            multiply(plan, me, shared, cta, j, count)
+            first, count = T.meta_var(plan.k_range(unit))
+            multiply(plan, me, shared, cta, j, count,
+                     block_scales(plan, operands, me, m0, n0, first))
             # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
             # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
             first_row: T.let[T.int32] = m0 + plan.consumer_rows(consumer) + warp * 16 + lane // 4
@@ -533,7 +620,8 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
 def warp_specialized_gemm(plan: Plan):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B, or rowwise
-    A_scale[m] * B_scale[n]), as a persistent
+    A_scale[m] * B_scale[n], or each 128-K block's sums times A_scale[m, kb] *
+    B_scale[n / 128, kb] as they are promoted), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
     384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
     the grouped raster of the tiles.

@@ -12,7 +12,7 @@ from tvm.script import tirx as T
 from tvm.script.ir_builder import IRBuilder
 
 from ..tensorcore import WARPGROUP
-from ..workloads import DTYPE_BYTES, FP8, Workload
+from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload, fp8_blocks
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
 from .geometry import (BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ELEMENT_BYTES, ROW_BYTES,
                        arena_bytes, box_bytes, consumer_tile, k_block_count, split_tiles,
@@ -33,7 +33,7 @@ class Plan:
     dtype: str
     layout: str
     out_dtype: str
-    rowwise: bool  # fp8: a scale per row of A and of B, not per tensor
+    scales: str | None  # fp8: per "tensor", per "row" of A and of B, or per "block" of 128 K
     knobs: Knobs
     sms: int
     most_m: int | None
@@ -93,7 +93,7 @@ class Plan:
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
-                 "out_dtype": wl.out_dtype, "rowwise": wl.rowwise, "knobs": knobs, "sms": sms,
+                 "out_dtype": wl.out_dtype, "scales": wl.scales, "knobs": knobs, "sms": sms,
                  "most_m": most_m}
         multiply = _multiply(wl.dtype, wl.layout, knobs)
         walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
@@ -129,9 +129,38 @@ class Plan:
         return "uint8" if self.dtype == FP8 else self.dtype
 
     @property
+    def rowwise(self) -> bool:
+        """fp8 with a scale per row of A and of B, applied to the accumulators after the sum."""
+        return self.scales == "row"
+
+    @property
+    def block_scaled(self) -> bool:
+        """fp8 with A's scales per row per FP8_BLOCK of K and B's per FP8_BLOCK^2 block, applied
+        to each K block's sums as they are promoted (promote_k = FP8_BLOCK: one per K block)."""
+        return self.scales == "block"
+
+    @property
+    def scale_blocks(self) -> tuple:
+        """"block" scales: the blocks of N and of K that B_scale has (the last may be shorter)."""
+        return fp8_blocks(self.N), fp8_blocks(self.K)
+
+    @property
+    def b_scale_blocks(self) -> int:
+        """"block" scales: the most FP8_BLOCK-column blocks of B's scales that a consumer's wg_n
+        columns can touch, their first column a multiple of 8 (its last 8-column group may
+        start FP8_BLOCK - 8 into a block)."""
+        return (self.wg_n + FP8_BLOCK - 8 - 1) // FP8_BLOCK + 1
+
+    @property
     def scale_shapes(self) -> tuple:
-        """fp8's A_scale and B_scale: one element each, or (rowwise) one per row of A and B."""
-        return ((self.M,), (self.N,)) if self.rowwise else ((1,), (1,))
+        """fp8's A_scale and B_scale: one element each, or (rowwise) one per row of A and B, or
+        (block) one per row of A per K block and one per 128-row block of B per K block."""
+        if self.rowwise:
+            return (self.M,), (self.N,)
+        if self.block_scaled:
+            n_blocks, k_blocks = self.scale_blocks
+            return (self.M, k_blocks), (n_blocks, k_blocks)
+        return (1,), (1,)
 
     @property
     def b_shape(self) -> tuple:

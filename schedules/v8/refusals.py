@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import heuristics
 from ..errors import ScheduleNotApplicable
 from ..tensorcore import HOPPER_SHARED_BYTES
-from ..workloads import DTYPE_BYTES, FP8, Workload
+from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload
 from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_PARTIAL_BYTES,
                        ROW_BYTES, TMA_STRIDE_BYTES, any_m_partial_bytes, arena_bytes,
                        consumer_accumulators, consumer_tile, k_block_count, partial_bytes,
@@ -54,6 +54,18 @@ def _register_refusal(wl: Workload, knobs: Knobs) -> str | None:
     widest = widest_fitting(block_m, wl.layout, pingpong, range(columns, 257, columns))
     return (f"v8's {block_m}x{block_n} tile gives each consumer thread {accumulators} "
             f"accumulators{whole}; at most {MOST_ACCUMULATORS} fit (block_n={widest} does)")
+
+
+def _block_scales_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """Block-scaled fp8: each K block's sums are multiplied by their scales as they are
+    promoted into float32, so they must be promoted once per scale block (promote_k =
+    FP8_BLOCK); B comes N x K (nt), as every fp8 workload has it."""
+    if not wl.block_scaled or (knobs.promote_k == FP8_BLOCK and wl.layout == "nt"):
+        return None
+    promote_k = "none" if knobs.promote_k is None else knobs.promote_k
+    return (f"v8 multiplies each {FP8_BLOCK}-element K block's sums by its block scales as it "
+            f"promotes them into float32: block scales need promote_k={FP8_BLOCK} and layout "
+            f"nt, not promote_k={promote_k}, layout {wl.layout}")
 
 
 def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
@@ -155,8 +167,8 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
     return None
 
 
-CHECKS = (_tile_shape_refusal, _register_refusal, _promotion_refusal, _shared_memory_refusal,
-          _split_refusal, _staging_refusal, _workspace_refusal)
+CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
+          _shared_memory_refusal, _split_refusal, _staging_refusal, _workspace_refusal)
 
 
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:
