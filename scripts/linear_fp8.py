@@ -1,0 +1,140 @@
+"""fp8 linear layers (linear.Linear.from_float8) against torch._scaled_mm, per bucket of M, on
+the GPU: each layer's kernels are tuned (or loaded from the cache) for each scale form, then at
+every bucket's first and last M the layer's call and _scaled_mm's on the same inputs are
+checked against float64 and timed.
+
+    python scripts/linear_fp8.py --shape 4096x4096 --shape 14336x4096 --out $OUT/linear-fp8.json
+
+Timed as the portfolio times (tuning.measure.time_kernel: the median of launches, each after an
+L2 flush, so that the CPU's call cost is not counted); `loop_us` adds the call cost: back-to-back
+eager calls of the same M. The baselines: _scaled_mm's default (its sums promoted into float32,
+the precision of v8's default for fp8: the fair one) and its use_fast_accum=True form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import linear  # noqa: E402
+from linear.module import DEFAULT_MAX_TOKENS  # noqa: E402
+from schedules import parse_shape  # noqa: E402
+from schedules.errors import WorkloadError  # noqa: E402
+from tuning import loader, measure  # noqa: E402
+
+SCALES = ("tensor", "row")
+FP8 = torch.float8_e4m3fn
+
+
+def operands(n: int, k: int, m: int, scales: str) -> dict:
+    """Standard-normal e4m3 x (m x k) and weight (n x k), their float32 scales in the form
+    `scales` says (uniform in measure.FP8_SCALE_RANGE), and a bfloat16 bias."""
+    low, high = measure.FP8_SCALE_RANGE
+
+    def scale(rows):
+        return torch.rand((rows, 1) if scales == "row" else (), device="cuda") * (high - low) + low
+
+    return {"x": torch.randn(m, k, device="cuda").to(FP8), "x_scale": scale(m),
+            "weight": torch.randn(n, k, device="cuda").to(FP8), "weight_scale": scale(n),
+            "bias": torch.randn(n, device="cuda", dtype=torch.bfloat16)}
+
+
+def loop_us(fn, calls: int = 200) -> float:
+    """GPU+CPU microseconds per call of back-to-back eager calls (events around the loop)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls * 1000
+
+
+def compare_at(layer, ops: dict) -> dict:
+    """The layer's call and _scaled_mm's two forms at one M: relative error against float64,
+    kernel time (us, L2 flushed) and back-to-back call time (us)."""
+    x, x_scale, w, w_scale, bias = (ops[k] for k in ("x", "x_scale", "weight", "weight_scale",
+                                                     "bias"))
+    reference = (x.double() * x_scale.double()) @ (w.double() * w_scale.double()).T \
+        + bias.double()
+    calls = {"ours": lambda: layer(x, x_scale),
+             "scaled_mm": lambda: torch._scaled_mm(x, w.t(), x_scale, w_scale.t(), bias=bias,
+                                                   out_dtype=torch.bfloat16),
+             "scaled_mm_fast": lambda: torch._scaled_mm(x, w.t(), x_scale, w_scale.t(),
+                                                        bias=bias, out_dtype=torch.bfloat16,
+                                                        use_fast_accum=True)}
+    found = {}
+    for name, call in calls.items():
+        error = measure.relative_error(call(), reference)
+        kernel_us = measure.time_kernel(call, "read").median_ms * 1000
+        found[name] = {"error": error, "kernel_us": kernel_us, "loop_us": loop_us(call)}
+    return found
+
+
+def measure_layer(n: int, k: int, scales: str, max_tokens: int) -> list[dict]:
+    """One layer shape and scale form: prepared, then compared at every bucket's edges."""
+    torch.manual_seed(0)
+    first = operands(n, k, 1, scales)
+    layer = linear.Linear.from_float8(first["weight"], first["weight_scale"], first["bias"],
+                                      max_tokens=max_tokens)
+    linear.prepare(layer, say=print)
+    rows = []
+    for bucket, kernel in zip(layer.buckets, layer.kernels.kernels):
+        for m in sorted({bucket.first, bucket.most(max_tokens)}):
+            ops = {**first, **{key: value for key, value in operands(n, k, m, scales).items()
+                               if key.startswith("x")}}
+            with torch.no_grad():
+                found = compare_at(layer, ops)
+            rows.append({"layer": layer.shape.label(), "bucket": bucket.label(), "M": m,
+                         "kernel": kernel.candidate.name, **found})
+            ours, base = found["ours"]["kernel_us"], found["scaled_mm"]["kernel_us"]
+            print(f"{layer.shape.label():>44} {bucket.label():>11} M={m:<5} "
+                  f"{kernel.candidate.rung:>5}: {ours:8.1f} us, _scaled_mm {base:8.1f} us "
+                  f"({base / ours:5.2f}x), fast {found['scaled_mm_fast']['kernel_us']:8.1f} us; "
+                  f"loop {found['ours']['loop_us']:.1f} vs {found['scaled_mm']['loop_us']:.1f} "
+                  f"us; error {found['ours']['error']:.2e} vs {found['scaled_mm']['error']:.2e}",
+                  flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", action="append", required=True,
+                        help="a layer's weight, out_features x in_features (repeatable)")
+    parser.add_argument("--scales", choices=SCALES, action="append",
+                        help="the scale forms to measure (repeatable; default both)")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    parser.add_argument("--out", help="a JSON file for the rows")
+    args = parser.parse_args()
+    try:
+        shapes = [linear.LayerShape(*parse_shape(text, "gemv"), "float8_e4m3fn")
+                  for text in args.shape]
+    except WorkloadError as e:
+        print(f"linear_fp8: {e}", file=sys.stderr)
+        return 2
+    if loader.gpu_here() is None:
+        print("linear_fp8: needs a CUDA GPU, and torch sees none here", file=sys.stderr)
+        return 2
+    rows = [row for shape in shapes for scales in (args.scales or SCALES)
+            for row in measure_layer(shape.out_features, shape.in_features, scales,
+                                     args.max_tokens)]
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(), **loader.versions_here(),
+                       "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+                       "timing": measure.timing_method("read"), "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
