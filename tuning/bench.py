@@ -92,8 +92,10 @@ def measure_cublas(run: Run, wl: Workload, tf32: bool = False, fast_accum: bool 
 
 
 def measure_dequantizing(run: Run, wl: Workload, seed: int = 0) -> dict:
-    """nvfp4 as a user without a fused kernel runs it: B and x dequantized to float16, then
-    torch's mv / bmm, both in the timed call (`torch-dequant-mv`, `torch-dequant-bmm`)."""
+    """nvfp4 or block-scaled fp8 as a user without a fused kernel runs it: B and x dequantized
+    to float16, then torch's mv / bmm (`torch-dequant-mv`, `torch-dequant-bmm`), or A and B
+    times their block scales in bfloat16, then torch's mm (`torch-dequant-mm`), both steps in
+    the timed call."""
     runner_of = lambda inputs: measure.dequantizing_runner(wl, inputs)  # noqa: E731
     return run.record(wl, f"torch-dequant-{measure.TORCH_CALLS[wl.op]}", "baseline",
                       {"call": measure.dequantizing_call(wl)},
@@ -115,15 +117,16 @@ def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
 
 def measure_baselines(run: Run, wl: Workload) -> list[dict]:
     """The references measured next to every TVM kernel: cuBLAS (and TF32 for fp32 GEMM, fast
-    accumulation for fp8), and the seed's Triton GEMV where triton is installed; for nvfp4,
-    cuBLAS on the dequantized operands and the dequantize-then-multiply a user would run (no
-    Triton, no TF32)."""
+    accumulation for fp8 scaled per tensor or by rows), and the seed's Triton GEMV where
+    triton is installed; for nvfp4, cuBLAS on the dequantized operands and the
+    dequantize-then-multiply a user would run (no Triton, no TF32); for block-scaled fp8,
+    cuBLAS's block-scaled _scaled_mm and the dequantize-then-bfloat16-GEMM path."""
     measured = [measure_cublas(run, wl)]
     if wl.op == "gemm" and wl.dtype == "float32":
         measured.append(measure_cublas(run, wl, tf32=True))
-    if wl.is_fp8:
+    if wl.is_fp8 and not wl.block_scaled:  # (cuBLAS's block scales take no fast accumulation)
         measured.append(measure_cublas(run, wl, fast_accum=True))
-    if wl.is_nvfp4:
+    if wl.is_nvfp4 or wl.block_scaled:
         measured.append(measure_dequantizing(run, wl))
     elif wl.op != "gemm":
         measured.append(measure_triton(run, wl))

@@ -16,7 +16,7 @@ from typing import Callable
 from facts import FLUSHES, SCALE_EXPONENTS, SEARCH_BUDGET_MS
 from schedules import fp4
 from schedules.errors import KernelFailed, UsageError
-from schedules.workloads import DTYPE_BYTES, FP8, Workload
+from schedules.workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload
 
 # fp8: the tensor cores add e4m3 products in an accumulator of fewer bits than float32's (v8, and
 # torch._scaled_mm with use_fast_accum, which then err alike): 1.3e-3 at K = 4096 and 2e-3 at 8192
@@ -239,12 +239,30 @@ def dequantize(codes, scales, dtype):
     return blocks.view(*codes.shape[:-1], -1)
 
 
+def block_dequantize(values, scales, block_rows: int, dtype):
+    """fp8's block-scaled values (R x C) in torch dtype `dtype`, each times its block's scale
+    (scales: ceil(R / block_rows) x ceil(C / FP8_BLOCK); A's blocks are 1 row, B's FP8_BLOCK):
+    the multiply in `dtype`, by broadcasting where the blocks divide the values, else with
+    the scales repeated out to every element (a last block shorter than the others)."""
+    rows, cols = values.shape
+    if rows % block_rows == 0 and cols % FP8_BLOCK == 0:
+        blocks = values.to(dtype).view(rows // block_rows, block_rows, cols // FP8_BLOCK,
+                                       FP8_BLOCK)
+        return (blocks * scales.to(dtype)[:, None, :, None]).view(rows, cols)
+    spread = scales.repeat_interleave(block_rows, 0)[:rows].repeat_interleave(FP8_BLOCK, 1)
+    return values.to(dtype) * spread[:, :cols].to(dtype)
+
+
 def operands(wl: Workload, inputs: list, dtype) -> list:
     """The op's two dense operands (GEMM: A, B; GEMV: B, x) in torch dtype `dtype`: the inputs
     converted (fp8's times their scales), or nvfp4's codes dequantized with their scales."""
     if wl.is_nvfp4:
         codes_b, scales_b, codes_x, scales_x = inputs
         return [dequantize(codes_b, scales_b, dtype), dequantize(codes_x, scales_x, dtype)]
+    if wl.block_scaled:  # A's per row per 128 K, B's (N x K) per 128 x 128 block
+        a, b, scale_a, scale_b = inputs
+        return [block_dequantize(a, scale_a, 1, dtype),
+                block_dequantize(b, scale_b, FP8_BLOCK, dtype)]
     if wl.is_fp8:  # a scale per tensor, or per row of A and of B (N x K)
         a, b, scale_a, scale_b = inputs
         return [a.to(dtype) * scale_a.to(dtype).view(-1, 1),
@@ -299,6 +317,8 @@ def tvm_runner(executable, wl: Workload, inputs: list, out) -> Callable[[], obje
 WIDENING = {("float16", "float32"), ("bfloat16", "float32")}  # torch's mm/bmm out_dtype=
 TORCH_CALLS = {"gemm": "mm", "gemv": "mv", "batched_gemv": "bmm"}
 DEQUANTIZED = "float16"  # what nvfp4's baselines multiply: every value times its scale is exact
+BLOCK_DEQUANTIZED = "bfloat16"  # what block-scaled fp8's dequantizing baseline multiplies
+SCALED_MM_FORMS = {"row": "rowwise scales, ", "block": "block scales 1x128 and 128x128, "}
 
 
 def dense_dtype(wl: Workload) -> str:
@@ -314,8 +334,9 @@ def torch_call(wl: Workload, fast_accum: bool = False) -> str:
     v8 does, not moved to a float32 sum every few K steps); any other pair of dtypes has no
     such call, so the result is cast by a second kernel, and the name says so."""
     if wl.is_fp8:
-        return (f"torch._scaled_mm({'rowwise scales, ' if wl.rowwise else ''}"
-                f"out_dtype={wl.out_dtype}{', use_fast_accum=True' if fast_accum else ''})")
+        form = SCALED_MM_FORMS.get(wl.scales, "")
+        return (f"torch._scaled_mm({form}out_dtype={wl.out_dtype}"
+                f"{', use_fast_accum=True' if fast_accum else ''})")
     call, dtype = TORCH_CALLS[wl.op], dense_dtype(wl)
     if wl.out_dtype == dtype:
         return f"torch.{call}"
@@ -331,8 +352,16 @@ def cublas_call(wl: Workload, fast_accum: bool = False) -> str:
     return f"{call} on {DEQUANTIZED} B and x (dequantized beforehand)" if wl.is_nvfp4 else call
 
 
+def dequantized_gemm(wl: Workload) -> Workload:
+    """The bfloat16 GEMM that block-scaled fp8's dequantizing baseline multiplies."""
+    return Workload("gemm", wl.shape, BLOCK_DEQUANTIZED, wl.out_dtype, wl.layout)
+
+
 def dequantizing_call(wl: Workload) -> str:
-    """What `dequantizing_runner` times for an nvfp4 `wl`."""
+    """What `dequantizing_runner` times for an nvfp4 or a block-scaled fp8 `wl`."""
+    if wl.block_scaled:
+        return (f"dequantize A and B to {BLOCK_DEQUANTIZED} with their block scales, then "
+                f"{torch_call(dequantized_gemm(wl))}")
     return f"dequantize B and x to {DEQUANTIZED}, then {torch_call(wl)}"
 
 
@@ -346,6 +375,8 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False,
         a, b, scale_a, scale_b = inputs
         if wl.rowwise:
             scale_a, scale_b = scale_a.view(-1, 1), scale_b.view(1, -1)
+        if wl.block_scaled:
+            scale_a, scale_b = cublas_block_scales(scale_a, scale_b)
         return lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out,
                                         use_fast_accum=fast_accum)
     a, b = operands(wl, inputs, torch_dtype(DEQUANTIZED)) if wl.is_nvfp4 else inputs
@@ -368,9 +399,20 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False,
     return run
 
 
+def cublas_block_scales(scale_a, scale_b) -> tuple:
+    """Block scales as cuBLAS's DeepSeek recipe takes them through torch._scaled_mm (CUDA 12.9
+    on): A's M x K/128 and B's (as the K x N operand B^T) K/128 x N/128, both stored outer
+    dimension first (column-major)."""
+    return scale_a.t().contiguous().t(), scale_b.contiguous().t()
+
+
 def dequantizing_runner(wl: Workload, inputs: list) -> Callable[[], object]:
-    """What a user without a fused nvfp4 kernel runs: B and x dequantized to DEQUANTIZED, then
-    torch's call (cublas_runner), both in every launch."""
+    """What a user without a fused kernel runs, both steps in every launch: nvfp4's B and x
+    dequantized to DEQUANTIZED, then torch's call (cublas_runner); block-scaled fp8's A and B
+    times their block scales in BLOCK_DEQUANTIZED, then torch's bfloat16 GEMM."""
+    if wl.block_scaled:
+        dense, dtype = dequantized_gemm(wl), torch_dtype(BLOCK_DEQUANTIZED)
+        return lambda: cublas_runner(dense, operands(wl, inputs, dtype))()
     return lambda: cublas_runner(wl, inputs)()
 
 
