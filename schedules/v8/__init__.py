@@ -29,7 +29,9 @@ share, and after a barrier of the whole grid loads the copy by TMA (`stage_rows`
 fp8 (e4m3) inputs (workloads.FP8, layout nt only: fp8 wgmma has no transposed operands): k32
 wgmmas on 128-element K blocks (the same 128-byte rows), loaded by TMA as bytes; the kernel
 takes the two per-tensor scales after B and multiplies the float32 accumulators by their
-product just before C is stored (after split K's sum).
+product just before C is stored (after split K's sum); rowwise, each by its row's and its
+column's; block scales (DeepGEMM's), each K block's sums by the K block's scales of their row
+and of their 128-column block as they are promoted into float32 (promote_k = 128).
 """
 
 from .geometry import ELEMENT_BYTES, any_m_partial_bytes, k_block_count

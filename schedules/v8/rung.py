@@ -69,8 +69,9 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     on an H100 no faster than two consumers on one tile, reports/h100-v8.md). Ragged M, N, K:
     TMA zero-fills past the edges; rows it cannot load (not whole 16-byte multiples: K, and N
     for B in nn) the kernel first copies into zero-padded rows, behind a barrier of the grid.
-    fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor scales applied to the
-    accumulators before C is stored. fp8's wgmma keeps its sums in fewer bits than float32
+    fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor (or rowwise) scales
+    applied to the accumulators before C is stored; block scales (a scale per row of A per
+    128 K, per 128x128 block of B) multiply each K block's sums as promote_k=128 promotes them. fp8's wgmma keeps its sums in fewer bits than float32
     (torch._scaled_mm's use_fast_accum=True has the same numerics); promote_k adds them
     into float32 registers every promote_k K elements and starts wgmma's sums afresh, as
     DeepGEMM and cuBLAS's default do (twice the accumulator registers; the heuristic's

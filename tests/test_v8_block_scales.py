@@ -1,0 +1,207 @@
+"""Block-scaled fp8 (issue 52 item 3), as DeepSeek-V3 and DeepGEMM define it: A (M x K, e4m3)
+with a float32 scale per row per 128 K, B (N x K) with one per 128 x 128 block, each 128-K
+block's partial product times its two scales. CPU tier: the workload, its TE definition and
+records; v8's refusals; the kernel applies the scales as it promotes each K block's sums and
+not after the sum, and compiles for sm_90a. GPU tier (`-m gpu`): v8 against float64 on
+aligned and ragged shapes, and the baselines (cuBLAS's block-scaled _scaled_mm, dequantize
+then bfloat16 GEMM)."""
+
+import re
+import shutil
+
+import pytest
+import tvm
+from tvm.tirx import stmt as S
+
+import kernel_facts as kf
+import schedules
+from schedules import ScheduleNotApplicable, Workload
+from schedules.errors import WorkloadError
+from schedules.workloads import FP8
+from tuning import build, lowering, measure
+
+needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
+                                reason="nvcc is not on PATH: the generated CUDA is not compiled")
+
+
+def block(shape, out_dtype=None) -> Workload:
+    """A block-scaled fp8 GEMM of `shape` (M, N, K)."""
+    return Workload("gemm", shape, FP8, out_dtype, "nt", "block")
+
+
+# -- the workload ------------------------------------------------------------------------------
+
+def test_block_scales_are_a_row_of_a_per_128_k_and_a_128_square_of_b():
+    """A_scale is M x ceil(K/128), B_scale ceil(N/128) x ceil(K/128): the last, shorter block
+    of a ragged K or N has a scale of its own."""
+    wl = block((300, 520, 1000))
+    assert wl.block_scaled and not wl.rowwise and wl.scale_blocks == (5, 8)
+    assert wl.buffer_shapes() == {"A": (300, 1000), "B": (520, 1000), "A_scale": (300, 8),
+                                  "B_scale": (5, 8), "C": (300, 520)}
+    assert wl.label() == "gemm 300x520x1000 float8_e4m3fn->bfloat16 nt block-scaled"
+    assert wl.min_bytes == 300 * 1000 + 520 * 1000 + (300 * 8 + 5 * 8) * 4 + 2 * 300 * 520
+    assert block((64, 256, 256)).buffer_shapes()["B_scale"] == (2, 2)
+    with pytest.raises(WorkloadError, match="scales are for float8_e4m3fn GEMMs"):
+        Workload("gemm", (64, 32, 48), "bfloat16", scales="block")
+
+
+def test_records_name_block_scales_and_read_them_back():
+    """Records say "scales": "block"; Workload.from_record gives the same workload back, and a
+    block-scaled record matches neither the per-tensor nor the rowwise workload."""
+    wl = block((300, 520, 1000), "float32")
+    fields = wl.record_fields()
+    assert fields["scales"] == "block" and Workload.from_record(fields) == wl
+    for other in (Workload("gemm", (300, 520, 1000), FP8, "float32"),
+                  Workload("gemm", (300, 520, 1000), FP8, "float32", scales="row")):
+        assert not all(fields.get(k) == v for k, v in other.record_key().items())
+
+
+def test_the_te_definition_scales_each_product_by_its_blocks_and_nothing_after():
+    """The reduction reads A_scale[i, k / 128] and B_scale[j / 128, k / 128] with each product;
+    the epilogue only casts."""
+    text = block((300, 520, 1000)).prim_func().script()
+    assert "A_scale[v_i, v_k // 128] * B_scale[v_j // 128, v_k // 128]" in text
+    assert 'C[v_i0, v_i1] = T.Cast("bfloat16", C_acc[v_i0, v_i1])' in text
+
+
+@pytest.mark.parametrize("shape", [(3, 256, 384), (5, 300, 1000), (2, 100, 60)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_reference_sums_each_k_blocks_product_times_its_scales(shape):
+    """measure.reference (float64, on the dequantized operands) is DeepGEMM's definition:
+    the sum over K blocks of each block's A @ B^T times A_scale[m, kb] * B_scale[n / 128, kb],
+    the last blocks of a ragged K or N shorter; the bfloat16 dequantization agrees to its
+    rounding (both of block_dequantize's ways: broadcast blocks, or scales spread out)."""
+    torch = pytest.importorskip("torch")
+    wl = block(shape)
+    M, N, K = shape
+    gen = torch.Generator().manual_seed(0)
+    shapes = wl.buffer_shapes()
+    a, b = (torch.randn(shapes[n], generator=gen).to(torch.float8_e4m3fn) for n in "AB")
+    sa, sb = (torch.rand(shapes[n], generator=gen) + 0.5 for n in ("A_scale", "B_scale"))
+    expected = torch.zeros(M, N, dtype=torch.float64)
+    for kb in range(-(-K // 128)):
+        part = slice(kb * 128, (kb + 1) * 128)
+        product = a[:, part].double() @ b[:, part].double().T
+        expected += product * sa[:, kb, None].double() \
+            * sb[:, kb].double().repeat_interleave(128)[None, :N]
+    reference = measure.reference(wl, [a, b, sa, sb])
+    assert torch.allclose(reference, expected, rtol=1e-12, atol=1e-9)
+    dense = measure.operands(wl, [a, b, sa, sb], torch.bfloat16)
+    assert measure.relative_error(dense[0] @ dense[1].T, reference) < 1e-2
+
+
+# -- v8 ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("promote_k, why", [
+    (None, "promote_k=none"), (256, "promote_k=256")])
+def test_v8_takes_block_scales_only_promoted_every_128_k(promote_k, why, target):
+    """The scales multiply each K block's sums as they are promoted: promote_k must be 128."""
+    message = (f"v8 multiplies each 128-element K block's sums by its block scales as it "
+               f"promotes them into float32: block scales need promote_k=128 and layout nt, "
+               f"not {why}, layout nt")
+    with pytest.raises(ScheduleNotApplicable, match=re.escape(message)):
+        schedules.get("gemm", "v8").apply(block((256, 512, 1024)), target, promote_k=promote_k)
+
+
+def test_v8_defaults_to_promote_k_128_on_block_scales():
+    assert schedules.get("gemm", "v8").defaults_for(block((4096, 7168, 4096)))["promote_k"] == 128
+
+
+def test_padding_rungs_refuse_block_scales_on_ragged_shapes(target):
+    """v4's family pads ragged shapes with pad_einsum, which takes a product of A and B only."""
+    with pytest.raises(ScheduleNotApplicable, match="pad_einsum.*not block-scaled fp8's"):
+        schedules.get("gemm", "v4").apply(block((300, 520, 1000)), target)
+
+
+@pytest.mark.parametrize("shape, knobs, clamps", [
+    ((300, 520, 1000), {}, {299, 4}),  # ragged M, N, K: split K (the heuristic's), 128 columns
+    ((1000, 1000, 1008), {"block_n": 144, "split_k": 3, "tma_store": True}, {999, 7}),
+    ((256, 384, 1000), {"pingpong": True, "block_m": 64, "block_n": 128}, {2}),  # K staged
+])
+def test_v8_reads_the_scales_per_k_block_in_the_loop_not_after_it(shape, knobs, clamps, lowered):
+    """Every load of a scale lies in the K loop (over kt), into the scale registers (factors),
+    which the promotion multiplies into the float32 sums; none after the loop (the epilogue
+    multiplies by no scale). The indices are clamped at A's last row (where M is ragged) and
+    B's last block of rows (`clamps`)."""
+    kernel = kf.kernel(lowered("v8", block(shape), **knobs))
+    in_loops = [load for f in lowering.find(kernel, S.For) if f.loop_var.name.startswith("kt")
+                for name in ("A_scale", "B_scale") for load in kf.loads_from(f.body, name)]
+    loads = kf.loads_from(kernel, "A_scale") + kf.loads_from(kernel, "B_scale")
+    assert loads and all(any(load.same_as(l) for l in in_loops) for load in loads)
+    assert {s.buffer.name for s in lowering.find(kernel, S.BufferStore)
+            if kf.loads_from(s, "A_scale") or kf.loads_from(s, "B_scale")} == {"factors"}
+    assert [s for s in kf.stores_to(kernel, "sums") if kf.variables(s.value) >= {"factors"}]
+    assert clamps <= {int(m.b) for m in lowering.find(kernel, tvm.tirx.Min)
+                      if isinstance(m.b, tvm.tirx.IntImm)}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape, knobs", [
+    ((4096, 7168, 4096), {}),
+    ((300, 520, 1000), {}),
+    ((1000, 1000, 1008), {"block_n": 144, "split_k": 3, "tma_store": True}),
+    ((16, 7168, 2048), {}),  # a decode batch
+    ((256, 384, 1000), {"pingpong": True, "block_m": 64, "block_n": 128}),
+])
+def test_v8_block_scaled_cuda_compiles_without_spills(shape, knobs, compiled):
+    """nvcc takes the block-scaled kernel for sm_90a; its scale registers spill nothing."""
+    _, source, _ = compiled("v8", block(shape), **knobs)
+    for kernel, usage in build.nvcc_resources(source, "sm_90").items():
+        assert usage["spill_stores"] == usage["spill_loads"] == 0, kernel
+
+
+# -- the GPU tier ------------------------------------------------------------------------------
+
+BLOCK_CASES = [  # (the pingpong case: K staged into rows TMA can load, one short block)
+    (block((256, 512, 1024)), {}),  # whole blocks
+    (block((4096, 7168, 1024)), {}),  # DeepGEMM's N, many tiles per CTA
+    (block((300, 520, 1000), "float32"), {}),  # ragged M, N, K: the last blocks shorter
+    (block((1000, 1000, 1008), "float16"), {"block_n": 144, "split_k": 3, "tma_store": True}),
+    (block((1100, 4608, 1024)), {"block_n": 192, "split_k": 3, "split_tail": True}),
+    (block((16, 7168, 2048)), {}),  # a decode batch: 64-row tiles, split K
+    (block((256, 384, 100), "float32"), {"pingpong": True, "block_m": 64, "block_n": 128}),
+    (block((129, 200, 4096), "float32"), {"block_m": 64}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wl, knobs", BLOCK_CASES,
+                         ids=[f"{wl.label().split()[1]}-{wl.out_dtype}-"
+                              f"{','.join(f'{k}={v}' for k, v in kn.items()) or 'defaults'}"
+                              for wl, kn in BLOCK_CASES])
+def test_v8_block_scaled_matches_float64(wl, knobs, target):
+    """v8 with block scales against the float64 reference (A and B times their blocks'
+    scales), twice into the same output: within fp8's tolerance, and with a float32 C within
+    BLOCK_TOLERANCE, which scales applied to the wrong block or after the sum exceed."""
+    inputs = measure.random_inputs(wl, 7)
+    mod = schedules.get("gemm", "v8").apply(wl, target, **knobs)
+    run = measure.tvm_runner(build.build(mod, target), wl, inputs, measure.poisoned_output(wl))
+    tolerance = BLOCK_TOLERANCE if wl.out_dtype == "float32" else measure.tolerance(wl)
+    for _ in range(2):
+        out = run()
+        err = measure.relative_error(out, measure.reference(wl, inputs))
+        assert err <= tolerance, f"relative error {err:.3g} > {tolerance:g}"
+
+
+BLOCK_TOLERANCE = 1e-3  # promoted every 128 K, a float32 C: well under it on the H100
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wl", [block((256, 512, 1024)), block((300, 520, 1000), "float32")],
+                         ids=lambda wl: wl.label())
+def test_dequantizing_baseline_is_correct(wl):
+    """dequantize A and B to bfloat16 with their block scales, then torch.mm: fp8's
+    tolerance."""
+    inputs = measure.random_inputs(wl, 4)
+    result = measure.check(wl, measure.dequantizing_runner(wl, inputs), inputs,
+                           measure.tolerance(wl))
+    assert result["status"] == "ok", result
+
+
+@pytest.mark.gpu
+def test_scaled_mm_takes_block_scales_on_whole_blocks():
+    """cuBLAS's DeepSeek recipe through torch._scaled_mm, on whole 128 blocks of N and K."""
+    wl = block((256, 512, 1024))
+    inputs = measure.random_inputs(wl, 4)
+    result = measure.check(wl, measure.cublas_runner(wl, inputs), inputs, measure.tolerance(wl))
+    assert result["status"] == "ok", result
