@@ -373,3 +373,26 @@ def test_an_fp8_scale_on_another_device_or_strided_is_refused(gpu_cache):
         layer(x, torch.ones(3, 1))
     with pytest.raises(BadInput, match="x_scale has strides"):
         layer(x, torch.ones(1, 6, device="cuda")[:, ::2].T)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scales", SCALES)
+def test_an_fp8_layer_replays_from_a_cuda_graph_with_new_inputs(scales, gpu_cache):
+    """Captured once (kernels prepared before), replayed on new x and x_scale copied into the
+    captured tensors: the eager call's answer, at an M of each kind of bucket."""
+    layer = _gpu_layer(scales, gpu_cache)
+    for m in (1, 40, 300):
+        x = torch.randn(m, 1024, device="cuda").to(FP8)
+        x_scale = torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad():
+            layer(x, x_scale)
+            with torch.cuda.graph(graph):
+                y = layer(x, x_scale)
+            fresh = torch.randn(m, 1024, device="cuda").to(FP8)
+            fresh_scale = torch.rand_like(x_scale) + 0.5
+            x.copy_(fresh)
+            x_scale.copy_(fresh_scale)
+            graph.replay()
+            eager = layer(fresh, fresh_scale)
+        assert float((y - eager).float().norm() / eager.float().norm()) < 4e-3, m
