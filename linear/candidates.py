@@ -45,14 +45,18 @@ class LayerShape:
     """A linear layer's weight: out_features (N) x in_features (K), in `dtype`, which its input
     shares. Its output is in `out_dtype`: the input's for 16-bit layers, bfloat16 by default for
     fp8 ones, whose `scales` go per tensor ("tensor", the default) or per row ("row"), as the
-    GEMM workload's (schedules.workloads.FP8_SCALINGS). A combination the GEMM does not take is
-    refused here (WorkloadError)."""
+    GEMM workload's (schedules.workloads.FP8_SCALINGS), and whose sums are promoted into
+    float32 every few K steps (_scaled_mm's default; v8's promote_k) unless `fast_accum`, which
+    keeps them in the tensor cores' own accumulator (_scaled_mm's use_fast_accum=True; v8
+    without promote_k): faster, less precise. A combination the GEMM does not take is refused
+    here (WorkloadError)."""
 
     out_features: int
     in_features: int
     dtype: str
     scales: str | None = None
     out_dtype: str | None = None
+    fast_accum: bool = False
 
     def __post_init__(self):
         default_out = FP8_OUT_DTYPE if self.dtype == FP8 else self.dtype
@@ -64,6 +68,9 @@ class LayerShape:
         if not wl.is_fp8 and wl.out_dtype != self.dtype:
             raise WorkloadError(f"a {self.dtype} layer writes {self.dtype} (as F.linear does), "
                                 f"not {wl.out_dtype}")
+        if not wl.is_fp8 and self.fast_accum:
+            raise WorkloadError(f"fast_accum is for {FP8} layers; {self.dtype} tensor cores keep "
+                                "float32 sums")
         object.__setattr__(self, "out_dtype", wl.out_dtype)
         object.__setattr__(self, "scales", wl.scales)
 
@@ -75,7 +82,8 @@ class LayerShape:
         """The layer in words, as cache keys and progress lines name it: fp8's scaling form and
         output dtype included, so that each form has entries of its own."""
         fp8 = f" scales={self.scales} out={self.out_dtype}" if self.is_fp8 else ""
-        return f"{self.out_features}x{self.in_features} {self.dtype}{fp8}"
+        fast = " fast_accum" if self.fast_accum else ""
+        return f"{self.out_features}x{self.in_features} {self.dtype}{fp8}{fast}"
 
     def gemm(self, m: int) -> Workload:
         """The layer at m rows as the project's GEMM workload (nt, C in the layer's out_dtype)."""
@@ -136,7 +144,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     (at most 64 rows) or 128-row ones at each of V8_WIDTHS, whole and with the tiles of a last,
     partial wave split to fill the SMs at the probe Ms (split_tail: its split tiles are counted
     at each call); settings v8 refuses, or whose workspace passes MOST_WORKSPACE_BYTES, are left
-    out."""
+    out. A fast_accum layer's v8 keeps its sums in wgmma's accumulator (no promote_k)."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
     if v8.workload_refusal(wl):
@@ -144,12 +152,13 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
     single = {"cluster_m": 1, "cluster_n": 1, "pingpong": False}
-    wanted = [{}]
+    accumulate = {"promote_k": None} if layer.fast_accum else {}
+    wanted = [accumulate]
     for block_n in V8_WIDTHS:
         wanted.append({"block_m": block_m, "block_n": block_n, "split_k": 1,
-                       "split_tail": False, **single})
+                       "split_tail": False, **single, **accumulate})
         wanted += [{"block_m": block_m, "block_n": block_n, "split_k": split, "split_tail": True,
-                    **single}
+                    **single, **accumulate}
                    for split in sorted(_fill_splits(layer, bucket, max_tokens, block_m, block_n))]
     found = []
     for chosen in wanted:
@@ -191,13 +200,15 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
     return build.build(mod, target)
 
 
-def scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.bfloat16):
+def scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.bfloat16,
+                  use_fast_accum=False):
     """An fp8 layer as torch runs it: torch._scaled_mm on x (M x K) and the weight (N x K, taken
     as its transpose), x_scale (M x 1, or one element) and weight_scale (N x 1, or one element,
-    taken as its transpose: _scaled_mm's 1 x N), at _scaled_mm's default precision (its sums
-    promoted into float32, as v8's default for fp8 is); the bias added after scaling."""
+    taken as its transpose: _scaled_mm's 1 x N), by default at _scaled_mm's default precision
+    (its sums promoted into float32, as v8's default for fp8 is); the bias added after
+    scaling."""
     return torch._scaled_mm(x, weight.t(), x_scale, weight_scale.t(), bias=bias,
-                            out_dtype=out_dtype)
+                            out_dtype=out_dtype, use_fast_accum=use_fast_accum)
 
 
 def launcher(candidate: Candidate, layer: LayerShape, function):
@@ -209,8 +220,8 @@ def launcher(candidate: Candidate, layer: LayerShape, function):
     one."""
     n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
-        return functools.partial(scaled_linear, out_dtype=out_dtype) if layer.is_fp8 \
-            else F.linear
+        return functools.partial(scaled_linear, out_dtype=out_dtype,
+                                 use_fast_accum=layer.fast_accum) if layer.is_fp8 else F.linear
     if candidate.rung == V8 and layer.is_fp8:
         def run_v8_fp8(x, x_scale, weight, weight_scale, bias=None):
             out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)

@@ -78,17 +78,19 @@ class Linear(torch.nn.Module):
     (out_features x 1); forward takes (x, x_scale), x in e4m3 and x_scale float32, one element
     or (scales="row") one per row of x (x.shape[:-1] + (1,)). It writes out_dtype (bfloat16 by
     default), its bias in that dtype added after scaling: y = (x * x_scale) (W * w_scale)^T + b.
+    Its sums are promoted into float32 as _scaled_mm's default does; fast_accum=True keeps them
+    in the tensor cores' accumulator, as _scaled_mm's use_fast_accum=True (faster, less precise).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
                  dtype=torch.bfloat16, buckets: tuple[Bucket, ...] | None = None,
                  max_tokens: int = DEFAULT_MAX_TOKENS, scales: str | None = None,
-                 out_dtype=None):
+                 out_dtype=None, fast_accum: bool = False):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         layer = LayerShape(out_features, in_features, _name_of(dtype), scales,
-                           out_dtype and _name_of(out_dtype))  # refuses what the GEMM does not take
-        self.is_fp8, self.scales = layer.is_fp8, layer.scales
+                           out_dtype and _name_of(out_dtype), fast_accum)  # refuses what GEMM won't
+        self.is_fp8, self.scales, self.fast_accum = layer.is_fp8, layer.scales, fast_accum
         self._out_dtype = getattr(torch, layer.out_dtype)
         self.weight = _frozen((out_features, in_features), dtype, device)
         self.bias = _frozen((out_features,), self._out_dtype, device) if bias else None
@@ -138,6 +140,7 @@ class Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         fp8 = f", scales={self.scales}, out_dtype={self.out_dtype}" if self.is_fp8 else ""
+        fp8 += ", fast_accum=True" if self.fast_accum else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}{fp8}, buckets="
                 + ",".join(b.label().removeprefix("M=") for b in self.buckets))
@@ -153,7 +156,8 @@ class Linear(torch.nn.Module):
         """The layer as its kernels see it: a 16-bit layer's dtype is its weight's (which
         model.half() may have changed), an fp8 layer's scales and output are its own."""
         return LayerShape(self.out_features, self.in_features, _name_of(self.weight.dtype),
-                          self.scales, _name_of(self.out_dtype) if self.is_fp8 else None)
+                          self.scales, _name_of(self.out_dtype) if self.is_fp8 else None,
+                          self.fast_accum)
 
     @property
     def kernels(self) -> LayerKernels | None:
@@ -202,7 +206,8 @@ class Linear(torch.nn.Module):
             return torch.ops.tvm_explorer.linear_fp8(x, x_scale, self.weight, self.weight_scale,
                                                      self.bias, self._key)
         y = scaled_linear(x.reshape(-1, self.in_features), self._rows_scale(x_scale, -1),
-                          self.weight, self.weight_scale, self.bias, self.out_dtype)
+                          self.weight, self.weight_scale, self.bias, self.out_dtype,
+                          self.fast_accum)
         return y.view(*x.shape[:-1], self.out_features)
 
     def _rows_scale(self, x_scale: torch.Tensor, m: int) -> torch.Tensor:

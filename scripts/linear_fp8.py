@@ -4,11 +4,13 @@ every bucket's first and last M the layer's call and _scaled_mm's on the same in
 checked against float64 and timed.
 
     python scripts/linear_fp8.py --shape 4096x4096 --shape 14336x4096 --out $OUT/linear-fp8.json
+    python scripts/linear_fp8.py --shape 4096x4096 --fast-accum   # the layers' fast_accum form
 
 Timed as the portfolio times (tuning.measure.time_kernel: the median of launches, each after an
 L2 flush, so that the CPU's call cost is not counted); `loop_us` adds the call cost: back-to-back
 eager calls of the same M. The baselines: _scaled_mm's default (its sums promoted into float32,
-the precision of v8's default for fp8: the fair one) and its use_fast_accum=True form.
+the precision of v8's default for fp8: the fair one) and its use_fast_accum=True form (the fair
+one for --fast-accum, whose layers keep their sums in the tensor cores' accumulator).
 """
 
 from __future__ import annotations
@@ -81,12 +83,14 @@ def compare_at(layer, ops: dict) -> dict:
     return found
 
 
-def measure_layer(n: int, k: int, scales: str, max_tokens: int) -> list[dict]:
-    """One layer shape and scale form: prepared, then compared at every bucket's edges."""
+def measure_layer(n: int, k: int, scales: str, max_tokens: int, fast_accum: bool) -> list[dict]:
+    """One layer shape and scale form: prepared, then compared at every bucket's edges with
+    _scaled_mm, the form of the same precision named `baseline` (fast or not)."""
     torch.manual_seed(0)
     first = operands(n, k, 1, scales)
     layer = linear.Linear.from_float8(first["weight"], first["weight_scale"], first["bias"],
-                                      max_tokens=max_tokens)
+                                      max_tokens=max_tokens, fast_accum=fast_accum)
+    baseline = "scaled_mm_fast" if fast_accum else "scaled_mm"
     linear.prepare(layer, say=print)
     rows = []
     for bucket, kernel in zip(layer.buckets, layer.kernels.kernels):
@@ -96,14 +100,13 @@ def measure_layer(n: int, k: int, scales: str, max_tokens: int) -> list[dict]:
             with torch.no_grad():
                 found = compare_at(layer, ops)
             rows.append({"layer": layer.shape.label(), "bucket": bucket.label(), "M": m,
-                         "kernel": kernel.candidate.name, **found})
-            ours, base = found["ours"]["kernel_us"], found["scaled_mm"]["kernel_us"]
+                         "kernel": kernel.candidate.name, "baseline": baseline, **found})
+            ours, base = found["ours"], found[baseline]
             print(f"{layer.shape.label():>44} {bucket.label():>11} M={m:<5} "
-                  f"{kernel.candidate.rung:>5}: {ours:8.1f} us, _scaled_mm {base:8.1f} us "
-                  f"({base / ours:5.2f}x), fast {found['scaled_mm_fast']['kernel_us']:8.1f} us; "
-                  f"loop {found['ours']['loop_us']:.1f} vs {found['scaled_mm']['loop_us']:.1f} "
-                  f"us; error {found['ours']['error']:.2e} vs {found['scaled_mm']['error']:.2e}",
-                  flush=True)
+                  f"{kernel.candidate.rung:>5}: {ours['kernel_us']:8.1f} us, {baseline} "
+                  f"{base['kernel_us']:8.1f} us ({base['kernel_us'] / ours['kernel_us']:5.2f}x); "
+                  f"loop {ours['loop_us']:.1f} vs {base['loop_us']:.1f} us; error "
+                  f"{ours['error']:.2e} vs {base['error']:.2e}", flush=True)
     return rows
 
 
@@ -114,6 +117,8 @@ def main() -> int:
     parser.add_argument("--scales", choices=SCALES, action="append",
                         help="the scale forms to measure (repeatable; default both)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    parser.add_argument("--fast-accum", action="store_true",
+                        help="layers with fast_accum=True, against _scaled_mm's fast form")
     parser.add_argument("--out", help="a JSON file for the rows")
     args = parser.parse_args()
     try:
@@ -127,7 +132,7 @@ def main() -> int:
         return 2
     rows = [row for shape in shapes for scales in (args.scales or SCALES)
             for row in measure_layer(shape.out_features, shape.in_features, scales,
-                                     args.max_tokens)]
+                                     args.max_tokens, args.fast_accum)]
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), **loader.versions_here(),

@@ -49,14 +49,22 @@ def test_cache_keys_of_the_two_scale_forms_differ():
     assert Cache("/nowhere").directory(keys[0]) != Cache("/nowhere").directory(keys[1])
 
 
-@pytest.mark.parametrize("dtype, scales, out_dtype, message", [
-    ("bfloat16", "row", None, "scales are for float8_e4m3fn"),
-    ("float8_e4m3fn", "block", None, "'block'"),  # not (yet) a layer's
-    ("bfloat16", None, "float32", "writes bfloat16"),
+def test_fast_accumulation_is_a_layer_of_its_own():
+    fast = LayerShape(1024, 2048, "float8_e4m3fn", "row", fast_accum=True)
+    assert fast.label() == "1024x2048 float8_e4m3fn scales=row out=bfloat16 fast_accum"
+    precise = LayerShape(1024, 2048, "float8_e4m3fn", "row")
+    assert cache_key(fast, Bucket(1, 1), 4096, GPU) != cache_key(precise, Bucket(1, 1), 4096, GPU)
+
+
+@pytest.mark.parametrize("dtype, scales, out_dtype, fast, message", [
+    ("bfloat16", "row", None, False, "scales are for float8_e4m3fn"),
+    ("float8_e4m3fn", "block", None, False, "'block'"),  # not (yet) a layer's
+    ("bfloat16", None, "float32", False, "writes bfloat16"),
+    ("bfloat16", None, None, True, "fast_accum is for float8_e4m3fn layers"),
 ])
-def test_a_layer_shape_the_gemm_does_not_take_is_refused(dtype, scales, out_dtype, message):
+def test_a_layer_shape_the_gemm_does_not_take_is_refused(dtype, scales, out_dtype, fast, message):
     with pytest.raises(WorkloadError, match=message):
-        LayerShape(64, 32, dtype, scales, out_dtype)
+        LayerShape(64, 32, dtype, scales, out_dtype, fast)
 
 
 @pytest.mark.parametrize("scales", SCALES)
@@ -67,6 +75,15 @@ def test_every_fp8_bucket_has_scaled_mm_and_precise_v8_for_any_m(scales, bucket)
     found = candidates(LayerShape(4096, 4096, "float8_e4m3fn", scales), bucket, 4096)
     assert found[0] == Candidate(TORCH) and {c.rung for c in found} == {TORCH, V8}
     assert all(dict(c.knobs)["promote_k"] for c in found if c.rung == V8)
+
+
+@pytest.mark.parametrize("bucket", [Bucket(1, 1), Bucket(65, 256), Bucket(1025, None)])
+def test_a_fast_accum_layer_runs_fast_scaled_mm_and_v8_without_promotion(bucket):
+    layer = LayerShape(4096, 4096, "float8_e4m3fn", "row", fast_accum=True)
+    found = candidates(layer, bucket, 4096)
+    assert [c.rung for c in found].count(V8) >= 1
+    assert all(dict(c.knobs)["promote_k"] is None for c in found if c.rung == V8)
+    assert launcher(Candidate(TORCH), layer, None).keywords["use_fast_accum"] is True
 
 
 @pytest.mark.parametrize("scales", SCALES)
@@ -161,11 +178,12 @@ def test_a_16_bit_state_dict_has_no_weight_scale():
     assert list(linear.Linear(64, 32).state_dict()) == ["weight", "bias"]
 
 
-def _fp8_layer(scales, rungs=None, device="cpu"):
+def _fp8_layer(scales, rungs=None, device="cpu", **options):
     """An fp8 Linear (64 -> 32, bias); with `rungs`, kernels for buckets 1 and 2- whose
     candidates are so named and whose runs are torch's (no GPU needed for checks and tracing)."""
     weight, scale, bias = _weights(scales=scales, device=device)
-    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2)))
+    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2)),
+                                      **options)
     if rungs:
         kernels = LayerKernels(layer.shape, BucketTable(layer.buckets))
         kernels.kernels = [BucketKernel(Candidate(rung),
@@ -221,6 +239,19 @@ def test_a_compiled_fp8_layer_is_scaled_mm_where_the_rows_bucket_runs_torch(scal
     assert ("tvm_explorer.linear_fp8" in graphs[0]) == operator
     assert ("_scaled_mm" in graphs[0]) != operator
     assert out.shape == (1, m, 32) and out.dtype == torch.bfloat16
+
+
+def test_a_compiled_fast_accum_layer_traces_as_fast_scaled_mm(fresh_dynamo):
+    layer = _fp8_layer("row", (TORCH, TORCH), device="meta", fast_accum=True)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    with torch.no_grad():
+        torch.compile(layer, backend=backend, fullgraph=True)(*_x(5, "row", device="meta"))
+    assert "use_fast_accum = True" in graphs[0]
 
 
 @pytest.mark.parametrize("scales, x, x_scale, message", [
@@ -280,11 +311,11 @@ def gpu_cache(tmp_path_factory):
     return Cache(str(tmp_path_factory.mktemp("linear-fp8-cache")))
 
 
-def _gpu_layer(scales, cache, bias=True, n=768, k=1024):
+def _gpu_layer(scales, cache, bias=True, n=768, k=1024, fast_accum=False):
     torch.manual_seed(0)
     weight, scale, bias = _weights(n, k, scales, bias, device="cuda")
     layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges(EDGES),
-                                      max_tokens=MAX_TOKENS)
+                                      max_tokens=MAX_TOKENS, fast_accum=fast_accum)
     linear.prepare(layer, cache=cache, say=print)
     return layer
 
@@ -298,10 +329,10 @@ def _reference(layer, x, x_scale):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scales", SCALES)
-@pytest.mark.parametrize("bias", [True, False])
-def test_fp8_linear_is_right_at_every_buckets_edges(scales, bias, gpu_cache):
+@pytest.mark.parametrize("bias, fast_accum", [(True, False), (False, False), (True, True)])
+def test_fp8_linear_is_right_at_every_buckets_edges(scales, bias, fast_accum, gpu_cache):
     """First M, last M and one past each bucket against float64, in bfloat16."""
-    layer = _gpu_layer(scales, gpu_cache, bias)
+    layer = _gpu_layer(scales, gpu_cache, bias, fast_accum=fast_accum)
     for m in EDGE_MS:
         x = torch.randn(m, 1024, device="cuda").to(FP8)
         x_scale = (torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5)
