@@ -4,6 +4,8 @@ each form, the module's constructor, state_dict, tracing and refusals (CPU tier)
 every bucket's edges against float64, the cache, and torch.compile (GPU tier)."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -300,6 +302,15 @@ def test_prepare_refuses_a_weight_scale_of_another_shape():
         linear.prepare(layer)
 
 
+@pytest.mark.parametrize("shape, message", [("40x", "malformed shape '40x'"),
+                                            ("64x0", "dimensions must be positive")])
+def test_the_fp8_measuring_script_refuses_a_bad_shape_in_one_line(shape, message):
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "linear_fp8.py")
+    done = subprocess.run([sys.executable, script, "--shape", shape], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
+
+
 # -- GPU tier ------------------------------------------------------------------------------------
 
 EDGES, MAX_TOKENS = (1, 2, 17, 65), 256
@@ -427,3 +438,4 @@ def test_an_fp8_layer_replays_from_a_cuda_graph_with_new_inputs(scales, gpu_cach
             graph.replay()
             eager = layer(fresh, fresh_scale)
         assert float((y - eager).float().norm() / eager.float().norm()) < 4e-3, m
+
