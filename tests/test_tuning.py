@@ -537,7 +537,7 @@ def test_a_search_that_does_not_tensorize_skips_the_intrinsics(monkeypatch):
     from tvm.s_tir import meta_schedule as ms
 
     said, imported = [], []
-    monkeypatch.setattr(metaschedule.importlib, "import_module", imported.append)
+    monkeypatch.setattr(metaschedule.tvmscript_import.importlib, "import_module", imported.append)
     monkeypatch.delitem(sys.modules, metaschedule.TENSOR_INTRINSICS, raising=False)
     mod = tvm.IRModule({"main": Workload("gemm", (32, 32, 32)).prim_func()})
     with metaschedule._tensor_intrinsics(False, said.append):
@@ -554,7 +554,7 @@ def test_a_search_that_does_not_tensorize_skips_the_intrinsics(monkeypatch):
 
 def test_loading_the_tensor_intrinsics_is_said_once(monkeypatch):
     said, imported = [], []
-    monkeypatch.setattr(metaschedule.importlib, "import_module", imported.append)
+    monkeypatch.setattr(metaschedule.tvmscript_import.importlib, "import_module", imported.append)
     monkeypatch.delitem(sys.modules, metaschedule.TENSOR_INTRINSICS, raising=False)
     metaschedule._load_tensor_intrinsics(said.append)
     assert imported == [metaschedule.TENSOR_INTRINSICS] and len(said) == 2

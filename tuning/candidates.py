@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import importlib
 import os
 import platform
 import re
@@ -45,6 +44,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 import schedules
+from schedules import tvmscript_import
 from schedules.errors import ScheduleNotApplicable, UsageError
 from schedules.registry import ScheduleEntry
 from schedules.workloads import Workload
@@ -75,7 +75,7 @@ def _warm_up(tensor_intrinsics: bool) -> None:
     import tuning.build  # noqa: F401  lazy: a builder worker's imports, after Ctrl-C is off
 
     if tensor_intrinsics:
-        importlib.import_module(TENSOR_INTRINSICS)
+        tvmscript_import.import_module(TENSOR_INTRINSICS)
 
 
 def _timed_build(job: tuple[tvm.IRModule, tvm.target.Target]) -> tuple[str, float]:

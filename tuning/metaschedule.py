@@ -11,7 +11,6 @@ TVMScript). A search returns its summary record, for the report's tables and tun
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import signal
@@ -29,6 +28,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Instruction, Trace
 
+from schedules import tvmscript_import
 from schedules.errors import RecordsError, SearchFailed, UsageError
 from schedules.registry import TunedSchedule
 from schedules.workloads import Workload
@@ -362,12 +362,12 @@ def _candidate_reporter(state: dict, progress: Progress, say: Callable[[str], No
 
 def _load_tensor_intrinsics(say: Callable[[str], None]) -> None:
     """Import TVM's tensor intrinsics, which MetaSchedule's first task imports anyway, saying so:
-    parsing them took 24-27 s on this project's two-core machines, once per process: most of
-    the silence before a short CPU search's first result."""
+    parsing them took 24-27 s on this project's two-core machines, once per process (most of
+    the silence before a short CPU search's first result); through tvmscript_import, 3-5 s."""
     if TENSOR_INTRINSICS not in sys.modules:
-        say("  loading TVM's tensor intrinsics (parsed once per process: 20-30 s on two cores)")
+        say("  loading TVM's tensor intrinsics (parsed once per process: 3-5 s on two cores)")
         start = time.time()
-        importlib.import_module(TENSOR_INTRINSICS)
+        tvmscript_import.import_module(TENSOR_INTRINSICS)
         say(f"  loaded in {time.time() - start:.0f} s; searching")
 
 
@@ -534,7 +534,7 @@ def _best_schedule(wl: Workload, target, database, work_dir: str) -> tvm.s_tir.S
         raise RecordsError(f"work dir {work_dir} was tuned for {_describe(tuned_for)}, not "
                            f"{_describe(target)}: tune a work dir of its own for this target")
     if uses_tensor_cores(wl, target):  # its trace may name tensor intrinsics
-        importlib.import_module(TENSOR_INTRINSICS)
+        tvmscript_import.import_module(TENSOR_INTRINSICS)
     return database.query_schedule(mod, target, workload_name="main")
 
 
