@@ -124,6 +124,10 @@ class Linear(torch.nn.Module):
             raise BadInput(f"Linear.from_float8: weight is {weight.dtype} of shape "
                            f"{tuple(weight.shape)}, not a torch.float8_e4m3fn matrix "
                            "(out_features x in_features)")
+        if not weight.is_contiguous():
+            raise BadInput(f"Linear.from_float8: weight has strides {weight.stride()}, not "
+                           "contiguous ones (out_features rows of in_features): pass "
+                           "weight.contiguous()")
         out_features, in_features = weight.shape
         layer = cls(in_features, out_features, bias is not None, device="meta",
                     dtype=weight.dtype, scales=_scaling(weight_scale, out_features), **options)
@@ -301,11 +305,14 @@ class Linear(torch.nn.Module):
         if tuple(self.weight.shape) != (self.out_features, self.in_features):
             return (f"weight has shape {tuple(self.weight.shape)}, not "
                     f"{(self.out_features, self.in_features)}")
-        wanted = _weight_scale_shape(self.shape) if self.is_fp8 else None
-        if wanted is not None and (self.weight_scale.dtype != torch.float32
-                                   or tuple(self.weight_scale.shape) != wanted):
-            return (f"weight_scale is {self.weight_scale.dtype} of shape "
-                    f"{tuple(self.weight_scale.shape)}, not torch.float32 of shape {wanted}")
+        if not self.is_fp8:
+            return None
+        wanted, scale = _weight_scale_shape(self.shape), self.weight_scale
+        if scale.dtype != torch.float32 or tuple(scale.shape) != wanted:
+            return (f"weight_scale is {scale.dtype} of shape {tuple(scale.shape)}, not "
+                    f"torch.float32 of shape {wanted}")
+        if scale.device != self.weight.device:
+            return f"weight_scale is on {scale.device}, not on the weight's {self.weight.device}"
         return None
 
     def _prepare_on_first_call(self) -> list:

@@ -157,6 +157,8 @@ def test_from_float8_takes_the_scale_form_the_weight_scale_has(scale, scales):
      "weight_scale is torch.bfloat16"),
     ((torch.randn(32, 64).to(FP8), torch.tensor(1.0), torch.zeros(32)),
      "bias is torch.float32 of shape"),
+    ((torch.randn(64, 32).to(FP8).T, torch.tensor(1.0)), r"weight has strides \(1, 32\), not "
+                                                         "contiguous ones"),
 ])
 def test_from_float8_refuses_a_weight_scale_or_bias_it_cannot_take_in_one_line(args, message):
     with pytest.raises(BadInput, match=message) as refused:
@@ -294,11 +296,14 @@ def test_an_fp8_call_that_needs_a_gradient_is_refused_naming_the_tensor(x_grad):
         _fp8_layer("row", (TORCH, TORCH))(x, x_scale)
 
 
-def test_prepare_refuses_a_weight_scale_of_another_shape():
+@pytest.mark.parametrize("scale, message", [
+    (torch.ones(32), r"weight_scale is torch.float32 of shape \(32,\), not torch.float32 of shape "
+                     r"\(32, 1\)"),
+    (torch.ones(32, 1, device="meta"), "weight_scale is on meta, not on the weight's cpu")])
+def test_prepare_refuses_a_weight_scale_of_another_shape_or_device(scale, message):
     layer = _fp8_layer("row")
-    layer.weight_scale = torch.nn.Parameter(torch.ones(32), requires_grad=False)
-    with pytest.raises(BadInput, match=r"weight_scale is torch.float32 of shape \(32,\), not "
-                                       r"torch.float32 of shape \(32, 1\)"):
+    layer.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
+    with pytest.raises(BadInput, match=message):
         linear.prepare(layer)
 
 
