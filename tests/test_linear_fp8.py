@@ -444,3 +444,25 @@ def test_an_fp8_layer_replays_from_a_cuda_graph_with_new_inputs(scales, gpu_cach
             eager = layer(fresh, fresh_scale)
         assert float((y - eager).float().norm() / eager.float().norm()) < 4e-3, m
 
+
+
+@pytest.mark.gpu
+def test_a_ragged_fp8_layer_that_scaled_mm_refuses_runs_v8(gpu_cache):
+    """1000 x 1000: _scaled_mm takes no K or N that is not a multiple of 16, so its candidate is
+    recorded as failed (what it raised), not a crash; v8, which stages rows TMA cannot load,
+    serves every bucket, right against float64."""
+    torch.manual_seed(0)
+    weight, scale, bias = _weights(1000, 1000, "row", device="cuda")
+    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2, 17)),
+                                      max_tokens=64)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    for kernel in layer.kernels.kernels:
+        assert kernel.candidate.rung == V8
+        assert kernel.measured[TORCH]["error"].startswith("raised ")
+    for m in (1, 2, 16, 17, 64, 65):
+        x = torch.randn(m, 1000, device="cuda").to(FP8)
+        x_scale = torch.rand(m, 1, device="cuda") + 0.5
+        with torch.no_grad():
+            y = layer(x, x_scale)
+        ref = _reference(layer, x, x_scale)
+        assert float((y.double() - ref).norm() / ref.norm()) < 1e-2, m
