@@ -16,7 +16,7 @@ from tvm.tirx import stmt as S
 import kernel_facts as kf
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from schedules.errors import WorkloadError
+from schedules.errors import UsageError, WorkloadError
 from schedules.workloads import FP8
 from tuning import build, lowering, measure
 
@@ -88,6 +88,16 @@ def test_the_reference_sums_each_k_blocks_product_times_its_scales(shape):
     assert torch.allclose(reference, expected, rtol=1e-12, atol=1e-9)
     dense = measure.operands(wl, [a, b, sa, sb], torch.bfloat16)
     assert measure.relative_error(dense[0] @ dense[1].T, reference) < 1e-2
+
+
+def test_cublas_block_scales_are_refused_where_k_is_not_whole_groups_of_4_blocks():
+    """torch 2.11's _scaled_mm answered K = 640 (5 blocks) wrongly on an H200, and refused the
+    scales padded to 8 blocks: the baseline says so in one line instead."""
+    torch = pytest.importorskip("torch")
+    with pytest.raises(UsageError, match="whole multiples of 512 .4 K blocks., not K=640"):
+        measure.cublas_block_scales(640, torch.ones(4, 5), torch.ones(1, 5))
+    a, b = measure.cublas_block_scales(1024, torch.ones(4, 8), torch.ones(2, 8))
+    assert a.shape == (4, 8) and a.stride() == (1, 4) and b.shape == (8, 2) and b.stride() == (1, 8)
 
 
 # -- v8 ----------------------------------------------------------------------------------------

@@ -376,7 +376,7 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False,
         if wl.rowwise:
             scale_a, scale_b = scale_a.view(-1, 1), scale_b.view(1, -1)
         if wl.block_scaled:
-            scale_a, scale_b = cublas_block_scales(scale_a, scale_b)
+            scale_a, scale_b = cublas_block_scales(wl.dims["K"], scale_a, scale_b)
         return lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out,
                                         use_fast_accum=fast_accum)
     a, b = operands(wl, inputs, torch_dtype(DEQUANTIZED)) if wl.is_nvfp4 else inputs
@@ -399,10 +399,19 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False,
     return run
 
 
-def cublas_block_scales(scale_a, scale_b) -> tuple:
+CUBLAS_BLOCK_K = 4 * FP8_BLOCK  # K of cuBLAS's block scales: whole groups of 4 K blocks
+
+
+def cublas_block_scales(K: int, scale_a, scale_b) -> tuple:
     """Block scales as cuBLAS's DeepSeek recipe takes them through torch._scaled_mm (CUDA 12.9
     on): A's M x K/128 and B's (as the K x N operand B^T) K/128 x N/128, both stored outer
-    dimension first (column-major)."""
+    dimension first (column-major). Refused where K is not whole CUBLAS_BLOCK_K: torch 2.11
+    then answers wrongly (K = 640 on an H200: relative error 0.54), refuses the scales padded
+    to 4 K blocks, or refuses A's rows (K not a multiple of 16)."""
+    if K % CUBLAS_BLOCK_K:
+        raise UsageError(f"torch._scaled_mm's block scales (cuBLAS) take K in whole multiples "
+                         f"of {CUBLAS_BLOCK_K} ({CUBLAS_BLOCK_K // FP8_BLOCK} K blocks), not "
+                         f"K={K}")
     return scale_a.t().contiguous().t(), scale_b.contiguous().t()
 
 
