@@ -108,6 +108,9 @@ FLAGS = {
                      "name as the records say it; default: the records' only one)"),
     "--title": dict(help="report title (default: from the report's file name)"),
     "--notes": dict(metavar="FILE", help="markdown appended to the report as its notes"),
+    "--counters": dict(metavar="FILE", help="counters recorded by tuning.explain (JSONL), which "
+                       "give each ladder table a why column (default reports/counters.jsonl, "
+                       "where it exists)"),
     "--suite": dict(metavar="NAME", help="show this suite's shapes and where each comes from"),
     "--layer": dict(metavar="NxK", action="append", dest="shape",
                     help="a linear layer's weight, out_features x in_features (repeatable)"),
@@ -149,7 +152,7 @@ MODES = {
     "suite": Mode("runs the suite's own shapes and schedules", ("--schedule", *BUILD, "--json"),
                   (("suite", dict(metavar="NAME", help="a named list of real models' shapes "
                                   "(list shows them)")),)),
-    "report": Mode("renders records into markdown", ("--results", "--title", "--notes"),
+    "report": Mode("renders records into markdown", ("--results", "--title", "--notes", "--counters"),
                    (("report", dict(metavar="PATH", help="the markdown file to write")),)),
     "export": Mode("writes one schedule's kernel", ("--schedule", *WORKLOAD, *BUILD, *FOUND),
                    (("export", dict(metavar="DIR", help="a new or empty directory: kernel.cu, "

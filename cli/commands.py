@@ -163,11 +163,29 @@ def report(args) -> None:
                  "results file of their own)")
             measured = of_suites
         title = args.title or os.path.splitext(os.path.basename(args.report))[0]
+        explained = {} if of_suites else {"counters": read_counters(args.counters)}
         text = renderer(measured, title=title, notes=notes,
-                        figure_prefix=os.path.splitext(staged)[0])
+                        figure_prefix=os.path.splitext(staged)[0], **explained)
         with open(staged, "w") as f:
             f.write(text + "\n")
     print(f"wrote {args.report}")
+
+
+def read_counters(path: str | None) -> list[dict]:
+    """--counters: the counters records of `path`, or of tuning.explain's default file where
+    no path is given and it exists (none where it does not); lines that fail their checks are
+    named and skipped, and a named file that is missing is refused in one line."""
+    from tuning import explain, records
+
+    if path is None:
+        if not os.path.exists(explain.COUNTERS):
+            return []
+        path = explain.COUNTERS
+    if not os.path.isfile(path):
+        raise Refused(f"--counters {path}: no such file")
+    loaded = records.load(path, check=explain.counters_problem)
+    records.warn_of(loaded, warn, then="skipped")
+    return loaded.records
 
 
 def read_notes(path: str | None) -> str | None:

@@ -27,6 +27,8 @@ from facts import (FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, ch
 from schedules.errors import RecordsError, UsageError
 from schedules.workloads import Workload
 
+from . import why
+
 MEMORY_BOUND = ("gemv", "batched_gemv")
 BANDWIDTHS = ("copy", "read")  # the bandwidth ceilings a run may measure: `<what>_gbps`
 
@@ -612,28 +614,34 @@ def method_lines(runs: list[list[dict]], searches: dict[tuple, list[dict]]) -> l
     return lines
 
 
-def run_section(run: list[dict]) -> tuple[list[str], list[str]]:
-    """One workload's section, where and how its run measured it and its detail table, and
+def run_section(run: list[dict], counters: list[dict]) -> tuple[list[str], list[str]]:
+    """One workload's section, where and how its run measured it and its detail table (with a
+    "why" column where `counters` explain a step of its ladder, and those steps in words), and
     its part of the appendix: the long columns, by schedule."""
     first = run[0]
     wl = workload_of(first)
     where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
     where += f"; before each timed launch: {FLUSHES[first['flush']]}"
-    detail, extra = split_columns(table_rows(run), APPENDIX_COLUMNS, ("schedule",))
+    rows = table_rows(run)
+    if cells := why.why_cells(run, counters):
+        rows = [{**row, "why": cells.get(row["schedule"], "-")} for row in rows]
+    detail, extra = split_columns(rows, APPENDIX_COLUMNS, ("schedule",))
     section = [f"## {wl.label()}", "", where + ceilings_text(first) + ".", "",
-               markdown_table(detail), ""]
+               markdown_table(detail), "", *why.why_section(run, counters)]
     return section, [f"### {wl.label()}", "", markdown_table(extra), ""]
 
 
 def render(records: list[dict], title: str = "Performance report", notes: str | None = None,
-           figure_prefix: str | None = None) -> str:
+           figure_prefix: str | None = None, counters: list[dict] | None = None) -> str:
     """The whole markdown report. It opens with the headline table and the conclusion (the
     notes' first paragraph); then the method, the roofline, a section per workload and per
     workload's searches; the rest of the notes (written by a person) under Notes; last the
     appendix of long columns. With `figure_prefix`, the roofline of every workload is drawn to
     `<figure_prefix>-roofline.png` and each workload's tuning curves to
-    `<figure_prefix>-<n>.png`, linked from the report by file name. Records of an earlier
-    schema are read in the current one (facts.migrated)."""
+    `<figure_prefix>-<n>.png`, linked from the report by file name. With `counters` (records
+    of tuning.explain), each ladder table says why each counted rung is faster than the one
+    before (reporting/why.py). Records of an earlier schema are read in the current one
+    (facts.migrated)."""
     records = [migrated(r) for r in records]
     runs = latest_runs(records)
     searches = latest_searches(records)
@@ -653,7 +661,7 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
         lines += roofline_section(runs, os.path.basename(figure))
     appendix = []
     for run in runs:
-        section, details = run_section(run)
+        section, details = run_section(run, counters or [])
         lines += section
         appendix += details
     run_of = {(r[0].get("gpu"), *workload_key(r[0])): r for r in runs}

@@ -41,6 +41,10 @@ class ScheduleEntry:
     # (wl, **knobs) -> None, raising ScheduleNotApplicable: what `compute` refuses, without
     # building it (for a compute that builds a whole kernel), so a search drops those cheaply
     refuse: Callable | None = None
+    # (counter, +1 or -1): the hardware counter (facts.counters' METRICS) that the docstring says
+    # this rung moves against the rung before it, and which way; a test holds the recorded
+    # counters to it (tests/test_counters.py)
+    brings: tuple[str, int] | None = None
 
     def takes(self, wl: Workload) -> bool:
         """Whether this schedule is made for the workload's input dtype."""
@@ -223,18 +227,19 @@ _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 def schedule(op: str, name: str, *, baseline: bool = False, template: bool = False,
              space: dict | None = None, heuristic: Callable | None = None,
              compute: Callable | None = None, dtypes: tuple | None = None,
-             refuse: Callable | None = None):
+             refuse: Callable | None = None, brings: tuple[str, int] | None = None):
     """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
     the knob space a template search explores, the heuristic that picks knobs per shape, where
     it schedules another definition of the workload, the function that builds it, and where it
     is made for some input dtypes only, those; where that function refuses knobs cheaply
-    before it builds, the check alone (`refuse`)."""
+    before it builds, the check alone (`refuse`); the counter its docstring says it moves
+    (`brings`)."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
         entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute, dtypes,
-                              refuse)
+                              refuse, brings)
         unknown = set(space or {}) - set(entry.defaults)
         if unknown:
             raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")

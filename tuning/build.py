@@ -203,8 +203,14 @@ def build_artifact(job: tuple[tvm.IRModule, Target]) -> str:
     """Build one search candidate and export it as a tar that a runner (local or over RPC)
     loads; returns its path. Runs in a builder's worker process: it needs only tvm."""
     mod, target = job
-    path = os.path.join(tempfile.mkdtemp(prefix="candidate-"), "candidate.tar")
-    build(mod, target).export_library(path, fcompile=tar)
+    return exported(build(mod, target), "candidate")
+
+
+def exported(executable, name: str) -> str:
+    """A built module as `<name>.tar` in a new temporary directory, which
+    tvm.runtime.load_module loads in another process (or over RPC); returns its path."""
+    path = os.path.join(tempfile.mkdtemp(prefix=f"{name}-"), f"{name}.tar")
+    executable.export_library(path, fcompile=tar)
     return path
 
 

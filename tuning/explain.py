@@ -43,6 +43,8 @@ import tvm
 from tabulate import tabulate
 
 import facts
+from facts.counters import (LARGE, METRICS, Change, Metric, changes, counter_changes,
+                            fmt_count)
 from schedules import PRESETS, parse_shape
 from schedules.errors import BuildFailed, ExplorerError, ScheduleNotApplicable, UsageError
 from schedules.workloads import DEFAULT_DTYPES, Workload
@@ -180,47 +182,6 @@ def sass_diff(old: dict[str, list[str]], new: dict[str, list[str]], old_name: st
 
 # ---------------------------------------------------------------- counters (Nsight Compute)
 
-@dataclass(frozen=True)
-class Metric:
-    """One counter: its key in a record, the ncu metric it is read from, its unit, how the
-    values of a call's several kernels combine ('sum', 'max', or 'weighted': by duration), and
-    what a change of it says."""
-
-    key: str
-    ncu: str
-    unit: str
-    combine: str
-    meaning: str
-
-
-# The fixed set; tensor_pipe is the busiest of the tensor pipes ncu names on this GPU (mma.sync
-# runs on hmma's, wgmma on gmma's), read through a regex so that the set works on both.
-TENSOR_PIPES = r"regex:sm__pipe_tensor_op_.*_cycles_active\.avg\.pct_of_peak_sustained_active"
-METRICS = (
-    Metric("duration_ns", "gpu__time_duration.sum", "ns", "sum", "time on the GPU"),
-    Metric("sm_pct", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "weighted",
-           "SM throughput, % of peak"),
-    Metric("dram_pct", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "weighted",
-           "DRAM throughput, % of peak"),
-    Metric("dram_read_bytes", "dram__bytes_read.sum", "B", "sum", "bytes read from DRAM"),
-    Metric("dram_write_bytes", "dram__bytes_write.sum", "B", "sum", "bytes written to DRAM"),
-    Metric("l2_hit_pct", "lts__t_sector_hit_rate.pct", "%", "weighted", "L2 hit rate"),
-    Metric("tensor_pipe_pct", TENSOR_PIPES, "%", "weighted",
-           "tensor pipe busy, % of active cycles"),
-    Metric("fma_pipe_pct", "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "%",
-           "weighted", "FMA pipe busy, % of active cycles"),
-    Metric("occupancy_pct", "sm__warps_active.avg.pct_of_peak_sustained_active", "%",
-           "weighted", "achieved occupancy"),
-    Metric("registers", "launch__registers_per_thread", "", "max", "registers per thread"),
-    Metric("static_shared_bytes", "launch__shared_mem_per_block_static", "B", "max",
-           "static shared memory per block"),
-    Metric("dynamic_shared_bytes", "launch__shared_mem_per_block_dynamic", "B", "max",
-           "dynamic shared memory per block"),
-    Metric("bank_conflicts_ld", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "",
-           "sum", "shared-memory bank conflicts on loads"),
-    Metric("bank_conflicts_st", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "",
-           "sum", "shared-memory bank conflicts on stores"),
-)
 # Warp stall reasons: cycles a warp waits per issued instruction, by reason (WarpStateStats).
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
 STALLS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
@@ -334,24 +295,38 @@ def workload_flags(wl: Workload) -> list[str]:
             "--out-dtype", wl.out_dtype, "--layout", wl.layout]
 
 
-def launch_command(wl: Workload, schedule: str) -> list[str]:
-    """The command line that launches `schedule` on `wl` for ncu (this module's `launch`)."""
+def launch_command(wl: Workload, schedule: str, module: str | None = None) -> list[str]:
+    """The command line that launches `schedule` on `wl` for ncu (this module's `launch`),
+    loading its build from `module` where one is given."""
     return [sys.executable, "-m", "tuning.explain", "launch", *workload_flags(wl),
-            "--schedule", schedule]
+            "--schedule", schedule, *(["--module", module] if module else [])]
 
 
 WARM_UP_CALLS = 2
 
 
-def launch(wl: Workload, schedule: str) -> None:
-    """Build `schedule` for this GPU, launch it WARM_UP_CALLS times on random inputs, then once
-    between cudaProfilerStart and Stop: the one launch ncu (--profile-from-start off) profiles."""
-    import torch  # lazy: only a GPU's profiled launch needs torch
-
+def built_for_this_gpu(wl: Workload, schedule: str):
+    """`schedule` (as --schedule names it) built for `wl` on this machine's GPU."""
     made = explore.resolve(wl, schedule, explore.SearchResults())
     target = build.cuda_target(measure.device_facts()["arch"])
-    run = measure.tvm_runner(build.build(made.apply(wl, target), target), wl,
-                             measure.random_inputs(wl, 0), measure.poisoned_output(wl))
+    return build.build(made.apply(wl, target), target)
+
+
+def exported_build(wl: Workload, schedule: str) -> str:
+    """`schedule` built for `wl` on this GPU and exported (build.exported): what ncu's launches
+    of it load, so that its two profiles build it once."""
+    return build.exported(built_for_this_gpu(wl, schedule), "counted")
+
+
+def launch(wl: Workload, schedule: str, module: str | None = None) -> None:
+    """Load `schedule`'s build from `module` (or build it for this GPU), launch it
+    WARM_UP_CALLS times on random inputs, then once between cudaProfilerStart and Stop: the one
+    launch ncu (--profile-from-start off) profiles."""
+    import torch  # lazy: only a GPU's profiled launch needs torch
+
+    executable = tvm.runtime.load_module(module) if module else built_for_this_gpu(wl, schedule)
+    run = measure.tvm_runner(executable, wl, measure.random_inputs(wl, 0),
+                             measure.poisoned_output(wl))
     for _ in range(WARM_UP_CALLS):
         run()
     torch.cuda.synchronize()
@@ -369,10 +344,11 @@ def ncu_path() -> str:
     return ncu
 
 
-def profile(wl: Workload, schedule: str, flush: str) -> dict:
-    """The counters (counters_of) of one launch of `schedule` on `wl`, with L2 as `flush` says
-    (CACHE_CONTROL); a ProfilerFailed, in one line, where ncu is missing or gives none."""
-    done = subprocess.run(ncu_command(ncu_path(), flush, launch_command(wl, schedule)),
+def profile(wl: Workload, schedule: str, flush: str, module: str | None = None) -> dict:
+    """The counters (counters_of) of one launch of `schedule` on `wl` (its build loaded from
+    `module`, where given), with L2 as `flush` says (CACHE_CONTROL); a ProfilerFailed, in one
+    line, where ncu is missing or gives none."""
+    done = subprocess.run(ncu_command(ncu_path(), flush, launch_command(wl, schedule, module)),
                           capture_output=True, text=True)
     rows = parse_raw_csv(done.stdout)
     failure = ncu_failure(done.stdout + "\n" + done.stderr)
@@ -398,17 +374,23 @@ def counters_problem(record) -> str | None:
 
 def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
                     say: Callable[[str], None] = print) -> list[dict]:
-    """Profile each schedule of `names` on `wl` warm and flushed (profile) and append a record
-    of each to `path`, keyed as bench.Run keys timings, status 'counted'. Every launch is
-    profiled before anything is written: a failure records nothing."""
+    """Profile each schedule of `names` on `wl` warm and flushed (profile; built once, here,
+    for both) and append a record of each to `path`, keyed as bench.Run keys timings, status
+    'counted'. Every launch is profiled before anything is written: a failure records
+    nothing."""
     ncu_path()
     facts.check_writable(path, "--counters")
     profiled = []
     for name in names:
         schedule = explore.resolve(wl, name, explore.SearchResults(), say)
-        for flush in CACHE_CONTROL:
-            say(f"{name}: ncu on one launch ({'L2 warm' if flush == 'none' else 'L2 flushed'})")
-            profiled.append((schedule, flush, profile(wl, name, flush)))
+        module = exported_build(wl, name)
+        try:
+            for flush in CACHE_CONTROL:
+                say(f"{name}: ncu on one launch "
+                    f"({'L2 warm' if flush == 'none' else 'L2 flushed'})")
+                profiled.append((schedule, flush, profile(wl, name, flush, module)))
+        finally:
+            shutil.rmtree(os.path.dirname(module), ignore_errors=True)
     made, gpu_facts = [], measure.device_facts()
     for schedule, flush, counters in profiled:
         record = bench.Run(flush=flush, facts=gpu_facts).record(wl, schedule.name, schedule.kind,
@@ -474,7 +456,7 @@ class Rule:
 # METRICS, or an instruction class of CLASSES (the static mix).
 RULES = (
     Rule("a shared-memory allocation", re.compile(r'scope="shared|"shared(\.dyn)?"'),
-         {"dram_read_bytes": -1, "dram_pct": -1, "l2_hit_pct": +1,
+         {"dram_read_bytes": -1, "dram_pct": -1, "l2_hit_pct": +1, "l2_bytes": -1,
           "shared (LDS/STS/LDSM)": +1, "global loads (LDG/LDGSTS/TMA)": -1,
           "shared bytes": +1, "static_shared_bytes": +1, "dynamic_shared_bytes": +1}),
     Rule("tensor-core mma (mma.sync / wgmma / ldmatrix)",
@@ -483,12 +465,14 @@ RULES = (
           "fma_pipe_pct": -1, "duration_ns": -1}),
     Rule("vector accesses (x4 / x8 lanes, 16-byte loads)",
          re.compile(r"x[48]\b|T\.Ramp|uint4|float4|\.vectorized|T\.vectorized"),
-         {"global loads (LDG/LDGSTS/TMA)": -1, "dram_pct": +1, "duration_ns": -1}),
+         {"global loads (LDG/LDGSTS/TMA)": -1, "dram_pct": +1, "duration_ns": -1,
+          "inst_executed": -1}),
     Rule("an async copy pipeline (cp.async / TMA)",
          re.compile(r"cp_async|ptx_cp_async|cp\.async|tma|commit_group|wait_group"),
          {"global loads (LDG/LDGSTS/TMA)": +1, "sync (BAR/SYNCS)": +1, "duration_ns": -1}),
     Rule("warp shuffles", re.compile(r"shuffle|shfl", re.I),
-         {"shuffles (SHFL)": +1, "sync (BAR/SYNCS)": -1, "shared (LDS/STS/LDSM)": -1}),
+         {"shuffles (SHFL)": +1, "sync (BAR/SYNCS)": -1, "shared (LDS/STS/LDSM)": -1,
+          "bank_conflicts_ld": -1, "bank_conflicts_st": -1}),
     Rule("a barrier (tvm_storage_sync / __syncthreads)",
          re.compile(r"storage_sync|syncthreads|mbarrier|barrier"),
          {"sync (BAR/SYNCS)": +1}),
@@ -499,50 +483,8 @@ RULES = (
     Rule("a new thread binding (threadIdx / blockIdx)",
          re.compile(r"threadIdx|blockIdx|launch_thread"),
          {"occupancy_pct": +1, "l2_hit_pct": +1, "dram_read_bytes": -1, "duration_ns": -1,
-          "registers": +1}),
+          "registers": +1, "inst_executed": -1}),
 )
-
-
-@dataclass(frozen=True)
-class Change:
-    """A count that differs between the old and the new schedule."""
-
-    name: str
-    old: float
-    new: float
-
-    @property
-    def relative(self) -> float:
-        """new/old - 1; infinite where a count appears from nothing."""
-        if self.old == 0:
-            return math.inf if self.new else 0.0
-        return self.new / self.old - 1
-
-    @property
-    def direction(self) -> int:
-        return 1 if self.new > self.old else -1
-
-    def words(self) -> str:
-        """'DRAM bytes read 4194304 -> 262144 (-94%)'."""
-        change = "new" if math.isinf(self.relative) else f"{self.relative:+.0%}"
-        return f"{self.name} {_fmt(self.old)} -> {_fmt(self.new)} ({change})"
-
-
-def _fmt(value: float) -> str:
-    """A count as an integer where it is one, else to 3 significant digits."""
-    return f"{int(value)}" if float(value).is_integer() else f"{value:.3g}"
-
-
-LARGE = 0.10  # a relative change this large (or a count from or to zero) gets a sentence
-
-
-def changes(old: dict, new: dict) -> list[Change]:
-    """The numeric counts in both `old` and `new` that differ, largest relative change first
-    (the instruction total left out: its classes say where it moved)."""
-    both = [Change(k, old[k], new[k]) for k in old if k in new and k != "total"
-            and isinstance(old[k], (int, float)) and isinstance(new[k], (int, float))
-            and not isinstance(old[k], bool) and old[k] != new[k]]
-    return sorted(both, key=lambda c: (-abs(c.relative), -abs(c.new - c.old)))
 
 
 def _weight(rule: Rule, hunk: Hunk, direction: int) -> int:
@@ -624,7 +566,7 @@ def explain(wl: Workload, old: str, new: str, found, arch: str, say: Callable[[s
         say(sass_diff(*listings, old, new))
     counts = [static_counts(x, instruction_mix(s) if s else None) for x, s in zip((a, b), listings)]
     say(f"Static counts of {wl.label()}, {target.attrs['arch']}:")
-    say(_table([[k, v, counts[1].get(k), _fmt(counts[1].get(k, 0) - v)]
+    say(_table([[k, v, counts[1].get(k), fmt_count(counts[1].get(k, 0) - v)]
                 for k, v in counts[0].items()], ["", old, new, "delta"]))
     if None in listings:
         say(NO_DISASSEMBLER if shutil.which("nvcc") else "the instruction mix needs nvcc on PATH")
@@ -637,16 +579,18 @@ def explain(wl: Workload, old: str, new: str, found, arch: str, say: Callable[[s
     all_changes = changes(counts[0], counts[1])
     if all(found_counters):
         for flush in CACHE_CONTROL:
-            hardware = changes(*(f[flush]["counters"] for f in found_counters))
+            hardware = counter_changes(*(f[flush]["counters"] for f in found_counters),
+                                       wl.min_bytes)
             say(f"Counters that changed most ({facts.FLUSHES[flush]} before the launch; "
                 f"{found_counters[0][flush]['gpu']}):")
-            say(_table([[c.name, _fmt(c.old), _fmt(c.new), _fmt(c.new - c.old),
+            say(_table([[c.name, fmt_count(c.old), fmt_count(c.new), fmt_count(c.new - c.old),
                          "new" if math.isinf(c.relative) else f"{c.relative:+.0%}"]
                         for c in hardware[:10]], ["counter", old, new, "delta", "relative"]))
             say("stalls: " + "; ".join(f"{name}: {f[flush]['counters']['stalls']}"
                                        for name, f in zip((old, new), found_counters)))
-        all_changes = changes(found_counters[0]["read"]["counters"],
-                              found_counters[1]["read"]["counters"]) + all_changes
+        all_changes = counter_changes(found_counters[0]["read"]["counters"],
+                                      found_counters[1]["read"]["counters"],
+                                      wl.min_bytes) + all_changes
     else:
         say(f"the counters need a GPU: none recorded for both {old} and {new} on {wl.label()} "
             f"in {counters} (on a GPU machine: python3 -m tuning.explain record "
@@ -678,6 +622,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument(schedule, nargs="+")
         else:
             sub.add_argument(schedule, required=True)
+            sub.add_argument("--module", help="the schedule's build, exported (a tar)")
     return parser
 
 
@@ -700,7 +645,7 @@ def main(argv: list[str]) -> int:
     try:
         wl = workload_of(args)
         if args.mode == "launch":
-            launch(wl, args.schedule)
+            launch(wl, args.schedule, args.module)
         else:
             record_counters(wl, args.schedules, args.counters)
     except ExplorerError as e:

@@ -17,14 +17,12 @@ import contextlib
 import logging
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import tvm
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
-from tvm.support.tar import tar
 
 import facts
 from reporting import shapes
@@ -65,13 +63,6 @@ class Prepared:
     artifact: str | None = None
 
 
-def _export(executable) -> str:
-    """The built module as a tar that tvm.runtime.load_module loads; returns its path."""
-    path = os.path.join(tempfile.mkdtemp(prefix="suite-"), "kernel.tar")
-    executable.export_library(path, fcompile=tar)
-    return path
-
-
 def build_job(job: Job) -> Prepared:
     """Apply, lower and build one pair (in a worker process): as tuning/explore.py builds a
     rung, a refusal and a failure to build each become their Prepared."""
@@ -85,7 +76,7 @@ def build_job(job: Job) -> Prepared:
         return Prepared("build_failed", error=str(cause).strip() or type(cause).__name__)
     return Prepared("built", summary=built.describe(), structure=built.structure,
                     resources=built.resources,
-                    artifact=_export(built.executable) if job.export else None)
+                    artifact=build.exported(built.executable, "suite") if job.export else None)
 
 
 def _prepared(done) -> Prepared:

@@ -1,0 +1,99 @@
+"""Why each rung of a ladder table is faster than the one before: the recorded hardware counters
+(tuning.explain's records) of a rung set against those of the previous rung, as the table's
+"why" column (the main change, facts.counters.main_change) and a section per workload that
+says, step by step, what changed and whether it is what the rung's docstring says it brings
+(the registry's `brings`)."""
+
+from __future__ import annotations
+
+from facts.counters import BY_KEY, Change, counter_changes, main_change
+from schedules import registry
+from schedules.errors import UnknownSchedule
+from schedules.workloads import Workload
+
+OTHERS = 2  # large changes named after the main one in a step's explanation
+
+
+def counters_of_run(run: list[dict], counter_records: list[dict]) -> dict[str, dict]:
+    """The latest counters recorded for each schedule of `run` with its defaults: same GPU,
+    workload, params and flush as the run's record; by schedule name."""
+    latest = {}
+    for measured in run:
+        same = [c for c in counter_records
+                if all(c.get(k) == measured.get(k) for k in
+                       ("gpu", "op", "shape", "dtype", "out_dtype", "layout", "schedule",
+                        "params", "flush")) and c.get("scales") == measured.get("scales")]
+        if same:
+            latest[measured["schedule"]] = max(same, key=lambda c: c["date"])["counters"]
+    return latest
+
+
+def short(change: Change) -> str:
+    """'inst_executed -97%': a table cell."""
+    return f"{change.name} {change.words().rsplit('(', 1)[1].rstrip(')')}"
+
+
+def steps(run: list[dict], counted: dict[str, dict]) -> list[tuple[str, str]]:
+    """(previous rung, rung) for each rung of `run` whose counters, and the previous counted
+    rung's, are recorded: the ladder's steps that counters can explain."""
+    rungs = [r["schedule"] for r in run if r.get("kind") == "rung" and r["schedule"] in counted]
+    return list(zip(rungs, rungs[1:]))
+
+
+def why_cells(run: list[dict], counter_records: list[dict]) -> dict[str, str]:
+    """The "why" cell of each rung that has a step (`steps`): its main change against the
+    previous rung, or that no cause counter moved by facts.counters.LARGE."""
+    counted = counters_of_run(run, counter_records)
+    min_bytes = Workload.from_record(run[0]).min_bytes
+    cells = {}
+    for old, new in steps(run, counted):
+        change = main_change(counted[old], counted[new], min_bytes)
+        cells[new] = short(change) if change else "no cause moved 10%"
+    return cells
+
+
+def brings_of(op: str, schedule: str) -> tuple[str, int] | None:
+    """The registry's `brings` of the rung (None for one that names none)."""
+    try:
+        return registry.get(op, schedule).brings
+    except UnknownSchedule:
+        return None
+
+
+def step_sentence(op: str, old: str, new: str, changes: list[Change],
+                  main: Change | None) -> str:
+    """One step of the ladder in words: the main change, set against what the rung's docstring
+    says it brings, then the next OTHERS large changes."""
+    claimed = brings_of(op, new)
+    if main is None:
+        said = "no cause counter moved by 10% or more"
+    else:
+        said = f"{BY_KEY[main.name].meaning}: {main.words()}"
+    if claimed:
+        agrees = main is not None and (main.name, main.direction) == tuple(claimed)
+        said += (", as its docstring says" if agrees else
+                 f"; its docstring names {claimed[0]} {'up' if claimed[1] > 0 else 'down'}")
+    others = [c for c in changes if c != main and abs(c.relative) >= 0.10][:OTHERS]
+    if others:
+        said += "; also " + ", ".join(c.words() for c in others)
+    return f"- **{new}** against {old}: {said}."
+
+
+def why_section(run: list[dict], counter_records: list[dict]) -> list[str]:
+    """The workload's explanation section: a sentence per step (`step_sentence`), from the
+    counters recorded with the run's flush; nothing where no step is counted."""
+    counted = counters_of_run(run, counter_records)
+    found = steps(run, counted)
+    if not found:
+        return []
+    first = run[0]
+    min_bytes = Workload.from_record(first).min_bytes
+    lines = [f"Why, step by step (Nsight Compute on one launch of each rung, "
+             f"{'L2 flushed' if first['flush'] != 'none' else 'L2 warm'}; the main change is "
+             "the largest among instructions, bytes, occupancy, the pipes' use and bank "
+             "conflicts, time and throughput being what it brings):", ""]
+    for old, new in found:
+        changes = counter_changes(counted[old], counted[new], min_bytes)
+        lines.append(step_sentence(first["op"], old, new, changes,
+                                   main_change(counted[old], counted[new], min_bytes)))
+    return lines + [""]
