@@ -83,7 +83,7 @@ class Linear(torch.nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
-                 dtype=torch.bfloat16, buckets: tuple[Bucket, ...] | None = None,
+                 dtype=torch.bfloat16, *, buckets: tuple[Bucket, ...] | None = None,
                  max_tokens: int = DEFAULT_MAX_TOKENS, scales: str | None = None,
                  out_dtype=None, fast_accum: bool = False):
         super().__init__()
