@@ -61,6 +61,8 @@
 #                                            # once more into $out/counters-repeat.jsonl
 #   bash scripts/gpu-session.sh medium-m     # v8's tiles and K splits on medium-M shapes ($MEDIUM_SHAPES)
 #                                            # beside cuBLAS, interleaved (scripts/ab_knobs.py)
+#   bash scripts/gpu-session.sh linear-fp8   # the fp8 layers' GPU tier (tests/test_linear_fp8.py), then
+#                                            # scripts/linear_fp8.py on $FP8_LAYERS (4096x4096)
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -101,6 +103,10 @@ for part in "$@"; do
           v8:block_m=64,block_n=256,split_k=1 v8:block_m=64,block_n=256,split_k=2 \
           v8:block_m=128,block_n=128,split_k=3
       done 2>&1 | tee "$out/medium-m.log" ;;
+    linear-fp8)
+      { python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_linear_fp8.py
+        python3 scripts/linear_fp8.py $(printf -- '--shape %s ' ${FP8_LAYERS:-4096x4096}) \
+          --out "$out/linear-fp8.json"; } 2>&1 | tee "$out/linear-fp8.log" ;;
     gemm-seed)
       python3 runner.py --schedule all --no-ir --results "$out/gemm-seed.jsonl" 2>&1 | tee "$out/gemm-seed.log" ;;
     gemv)
