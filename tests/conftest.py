@@ -60,3 +60,31 @@ def lowered(_builds):
     """lowered(name, wl, **knobs) -> the lowered IRModule of the rung (tests/kernel_facts.py
     reads it), from the same builds as `compiled`."""
     return lambda name, wl, **params: _builds(name, wl, **params)[0]
+
+
+@pytest.fixture(scope="session")
+def nvcc_resources():
+    """nvcc_resources(source, arch) -> build.nvcc_resources's answer, cached for the session by
+    (source, arch): several tests compile the same rung's CUDA (every rung's nvcc check and the
+    intended shapes' spill check share 43 sources), ~1.5 s of nvcc each. A rejection raises
+    each time (it is not cached)."""
+    from tuning import build
+
+    cache = {}
+
+    def resources(source, arch):
+        if (source, arch) not in cache:
+            cache[source, arch] = build.nvcc_resources(source, arch)
+        return cache[source, arch]
+
+    return resources
+
+
+@pytest.fixture(scope="session")
+def tensor_intrinsics():
+    """TVM's tensor intrinsics, imported as the product imports them (schedules.tvmscript_import,
+    ~3 s), for a test that makes a MetaSchedule TuneContext itself: TuneContext imports them
+    plainly (~30 s) where they are not yet."""
+    from schedules import tvmscript_import
+
+    return tvmscript_import.import_module("tvm.s_tir.tensor_intrin")

@@ -147,9 +147,9 @@ BUILT = [(name, wl) for name, wl in RUNGS if (name, wl.label()) not in REFUSED]
 
 @needs_nvcc
 @pytest.mark.parametrize("name, wl", BUILT, ids=[f"{wl.op}-{n}-{wl.label().split()[1]}-{wl.dtype}" for n, wl in BUILT])
-def test_nvcc_accepts_every_rungs_cuda(name, wl, compiled):
+def test_nvcc_accepts_every_rungs_cuda(name, wl, compiled, nvcc_resources):
     _, source, _ = compiled(name, wl)
-    assert build.nvcc_resources(source, "sm_90")
+    assert nvcc_resources(source, "sm_90")
 
 
 # The shapes each rung is built for: there, no register spills and no stack frame.
@@ -166,17 +166,17 @@ INTENDED += [(e.name, wl) for op in ("gemv", "batched_gemv") for e in schedules.
 
 @needs_nvcc
 @pytest.mark.parametrize("name, wl", INTENDED, ids=[f"{n}-{wl.label().replace(' ', '-')}" for n, wl in INTENDED])
-def test_no_spills_on_the_shapes_a_rung_is_built_for(name, wl, compiled):
+def test_no_spills_on_the_shapes_a_rung_is_built_for(name, wl, compiled, nvcc_resources):
     _, source, _ = compiled(name, wl)
-    for kernel, usage in build.nvcc_resources(source, "sm_90").items():
+    for kernel, usage in nvcc_resources(source, "sm_90").items():
         assert usage.get("spill_stores", 0) == 0 and usage.get("stack_bytes", 0) == 0, (kernel, usage)
 
 
 @pytest.mark.parametrize("wl", [WORKLOADS["gemm"][0], WORKLOADS["gemv"][0]], ids=["gemm", "gemv"])
-def test_dlight_baseline_builds(wl, compiled):
+def test_dlight_baseline_builds(wl, compiled, nvcc_resources):
     _, source, _ = compiled("dlight", wl)
     if shutil.which("nvcc"):
-        assert build.nvcc_resources(source, "sm_90")
+        assert nvcc_resources(source, "sm_90")
 
 
 # -- the GEMM seed ladder: the seed's launch dimensions, shared tiles and K split --------------
