@@ -265,6 +265,13 @@ def pair_at(plan, at, mi, n8, h) -> tuple:
             mi * plan.per_wgmma + n8 * 4 + h * 2)
 
 
+def first_row_of(plan, me, m0):
+    """The consumer thread's first row of C in its tile at row m0: thread t holds
+    C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e] of each m64 wgmma's rows (wgmma's
+    fragment, v7's _register_of)."""
+    return m0 + plan.consumer_rows(me.consumer) + me.warp * 16 + me.lane // 4
+
+
 def block_scale_registers(plan):
     """Block scales: a consumer thread's registers for one K block's scales, those of its
     2 x m_wgmmas rows (A_scale), then those of the b_scale_blocks blocks of 128 columns that its
@@ -280,8 +287,7 @@ def block_scales(plan, operands, me, m0, n0, first_block):
     whose K blocks at first_block) reads them (BlockScales); else None."""
     if not plan.block_scaled:
         return None
-    return BlockScales(operands.A_scale, operands.B_scale,
-                       m0 + plan.consumer_rows(me.consumer) + me.warp * 16 + me.lane // 4,
+    return BlockScales(operands.A_scale, operands.B_scale, first_row_of(plan, me, m0),
                        n0 + plan.consumer_cols(me.consumer), first_block)
 
 
@@ -605,9 +611,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
             first, count = T.meta_var(plan.k_range(unit))
             multiply(plan, me, shared, cta, j, count,
                      block_scales(plan, operands, me, m0, n0, first))
-            # thread t holds C[16 * warp + t % 32 / 4 + 8 h, 8 n8 + 2 (t % 4) + e]
-            # of each m64 wgmma's rows (wgmma's fragment, v7's _register_of)
-            first_row: T.let[T.int32] = m0 + plan.consumer_rows(consumer) + warp * 16 + lane // 4
+            first_row: T.let[T.int32] = first_row_of(plan, me, m0)  # and column: wgmma's fragment
             first_col: T.let[T.int32] = n0 + plan.consumer_cols(consumer) + lane % 4 * 2
             finish_unit(plan, me, Unit(unit, tile, m0, n0, first_row, first_col), operands,
                         maps, shared)
