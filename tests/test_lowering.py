@@ -270,7 +270,7 @@ def _v3_with_shared(kilobytes: int):
                                              tile_k=tile_k)
 
 
-def test_metaschedule_keeps_a_candidate_over_48_kb_that_the_gpu_can_run():
+def test_metaschedule_keeps_a_candidate_over_48_kb_that_the_gpu_can_run(tensor_intrinsics):
     """VerifyGPUCode, the postprocessor that drops candidates over the target's limits, keeps a
     64 KB one on the project's H100 target and drops it on TVM's nvidia-h100 tag (48 KB)."""
     from tvm.s_tir import meta_schedule as ms

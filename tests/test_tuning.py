@@ -371,7 +371,9 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
     def inputs(*paths):
         return [ms.runner.RunnerInput(path, "cuda", []) for path in paths]
 
-    runner = candidates.CheckingRunner(SEED_GEMM, timeout_sec=10)
+    # 4 s: over "slow"'s 1 s with room on a loaded machine, well under "hang"'s 60 s (the
+    # worker's start, its imports, is outside the timeout)
+    runner = candidates.CheckingRunner(SEED_GEMM, timeout_sec=4)
     runner.evaluate = evaluate
     try:
         first_worker, standby = runner.pool, runner.standby
@@ -400,7 +402,7 @@ def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
     assert wrong == Outcome(Status.WRONG,
                             error="tuning.measure.WrongResult: relative error 0.5 > 1e-05")
     assert crash == Outcome(Status.RUN_FAILED, error="RuntimeError: CUDA error: misaligned address")
-    assert hang == Outcome(Status.TIMEOUT, error="run timed out after 10 s")
+    assert hang == Outcome(Status.TIMEOUT, error="run timed out after 4 s")
     assert slow == Outcome(Status.OK, pytest.approx(2.0))
     assert float(timed.run_secs[0]) == pytest.approx(2e-3) and timed.error_msg is None
     assert failed.run_secs is None and failed.error_msg == wrong.error
@@ -681,12 +683,10 @@ def split_k_candidates(wl: Workload, target) -> list:
             if any(i.kind.name == "RFactor" for i in c.sch.trace.insts)]
 
 
-def test_16_bit_searches_offer_tensor_core_tiles_that_build():
+def test_16_bit_searches_offer_tensor_core_tiles_that_build(tensor_intrinsics):
     """A float16 GEMM's space on CUDA has wmma tiles next to the CUDA-core ones and split K; the
     first batch's tensor-core candidates build, through the search's own builder, into CUDA with
     wmma::mma_sync (with StorageRewrite on, 7 of 8 failed in LowerIntrin)."""
-    import importlib
-
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -696,7 +696,6 @@ def test_16_bit_searches_offer_tensor_core_tiles_that_build():
     wl, fp32 = Workload("gemm", (256, 256, 256), "float16"), Workload("gemm", (256, 256, 256))
     assert metaschedule.uses_tensor_cores(wl, target) and not metaschedule.uses_tensor_cores(fp32, target)
     assert not metaschedule.uses_tensor_cores(wl, tvm.target.Target("llvm"))
-    importlib.import_module(metaschedule.TENSOR_INTRINSICS)
     mod = tvm.IRModule({"main": wl.prim_func()})
     context = ms.TuneContext(mod=mod, target=target, task_name="main", num_threads=2,
                              space_generator=metaschedule.design_space(mod, target, "split-k", True),
@@ -718,7 +717,7 @@ def test_16_bit_searches_offer_tensor_core_tiles_that_build():
     assert "wmma::mma_sync" in source
 
 
-def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule():
+def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule(tensor_intrinsics):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
