@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import tvm_explorer as tx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,6 +25,7 @@ print("SEARCH", found["status"], found["trials"])
 '''
 
 
+@pytest.mark.slow
 def test_a_notebook_uses_the_public_package_only_and_prints_what_it_asks_for(tmp_path):
     """A fresh process (so nothing configured logging before): its whole output, at the file
     descriptors, is the notebook's own three lines."""

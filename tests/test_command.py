@@ -147,6 +147,7 @@ def test_json_keeps_stdout_for_the_records(capsys, no_gpu, tmp_path):
     assert out == "" and "v1: built:" in err
 
 
+@pytest.mark.slow
 def test_json_puts_a_searchs_summary_record_alone_on_stdout(capsys, tmp_path):
     """A MetaSchedule search on this CPU records its summary: that record, as JSON, is the
     whole of stdout; the progress lines went to stderr."""

@@ -3,6 +3,8 @@ seeded MetaSchedule search that proposes the same candidates twice."""
 
 import json
 
+import pytest
+
 from schedules import Workload
 from tuning import search
 from tuning.progress import Progress, duration
@@ -50,6 +52,7 @@ def proposed(work_dir) -> list[str]:
         return [json.dumps(json.loads(line)[1][0][1]) for line in f if line.strip()]
 
 
+@pytest.mark.slow
 def test_the_same_seed_proposes_the_same_candidates(tmp_path):
     """Issue 51 saw `--seed 7` twice give 0 of 8 candidates in common: TVM's cost model
     scored the first batches with an unseeded np.random, and several search threads drew from

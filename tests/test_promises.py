@@ -222,6 +222,7 @@ def run_argv(draw, root: str) -> list[str]:
     return argv
 
 
+@pytest.mark.slow
 @given(data=st.data())
 @bounded(30)
 def test_runs_of_cheap_rungs_keep_the_promises(data):

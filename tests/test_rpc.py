@@ -122,6 +122,7 @@ def test_check_rpc_refuses_a_tracker_that_is_down_within_seconds():
     assert "\n" not in message
 
 
+@pytest.mark.slow
 def test_check_rpc_counts_free_servers_and_names_the_keys_the_tracker_has(
         tracker_with_other_key):
     assert candidates.check_rpc(tracker_with_other_key, "other") == 1
@@ -136,6 +137,7 @@ def test_check_rpc_counts_free_servers_and_names_the_keys_the_tracker_has(
     assert _free_under(int(tracker_with_other_key.rpartition(":")[2]), "other") == 1
 
 
+@pytest.mark.slow
 def test_a_search_under_a_key_no_server_registered_is_refused_in_one_line(
         tmp_path, tracker_with_other_key):
     work_dir = tmp_path / "ms"
@@ -333,6 +335,7 @@ def _bad_then_good(runner, bad: list, good, log, servers: list[str]):
     return failed, after
 
 
+@pytest.mark.slow
 def test_a_farm_server_outlives_a_crashing_and_a_hanging_candidate(farm):
     from tuning import farm as farms
 
@@ -406,6 +409,7 @@ def test_a_gpu_farm_server_outlives_a_faulting_and_a_hanging_kernel(tmp_path):
     assert "restarting" not in log.read_text()
 
 
+@pytest.mark.slow
 def test_a_farm_restarts_a_server_that_dies(farm):
     address, _, log = farm
     pid = int(log.read_text().split("[cpu0] serving on port ")[1].split("pid ")[1].split()[0])
@@ -419,6 +423,7 @@ def test_a_farm_restarts_a_server_that_dies(farm):
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_a_search_on_the_farm_uses_every_server_and_stops_in_one_line_when_it_goes(
         farm, tmp_path):
     address, proc, log = farm
@@ -446,6 +451,7 @@ def test_a_search_on_the_farm_uses_every_server_and_stops_in_one_line_when_it_go
     assert lines[0].startswith(gone), lines[0]
 
 
+@pytest.mark.slow
 def test_a_search_on_the_farm_records_its_summary_under_the_servers_device(farm, tmp_path):
     """A search measured by the farm ends with its summary in --results, under the device the
     servers named (here this machine's CPU), as a search on this GPU does."""
@@ -464,6 +470,7 @@ def test_a_search_on_the_farm_records_its_summary_under_the_servers_device(farm,
     assert "search summary recorded in results.jsonl (measured on CPU (" in out
 
 
+@pytest.mark.slow
 def test_a_farm_server_builds_its_next_chunk_while_it_finishes_the_last(farm):
     """Two batches in flight (a template search's on a farm): four chunks on two servers, each
     server holding two at once (farm.SESSIONS), and every candidate measured."""
@@ -489,6 +496,7 @@ def test_a_farm_server_builds_its_next_chunk_while_it_finishes_the_last(farm):
     assert [most for _, most in most_at_once.values() if most] == [2, 2], log.read_text()[-2000:]
 
 
+@pytest.mark.slow
 def test_a_server_that_hangs_with_a_chunk_loses_it_to_another(farm):
     """A server stopped (SIGSTOP: its host hung, not gone) while it holds a chunk: after
     lost_after_s without an answer, the chunk goes to the other server, one line says so, the
@@ -543,6 +551,7 @@ def _server_pid(log, name: str) -> int:
     return int(serving[-1].rsplit("pid ", 1)[1])
 
 
+@pytest.mark.slow
 def test_a_server_killed_with_a_chunk_costs_nothing_its_chunk_goes_to_another(farm, tmp_path):
     """A server killed while it builds and measures its chunk: the chunk goes to the next free
     server, one line says so, and the search ends with every trial measured and none failed."""
@@ -568,6 +577,7 @@ def test_a_server_killed_with_a_chunk_costs_nothing_its_chunk_goes_to_another(fa
     assert batches and set(batches) == {"0"}, out[-2000:]  # one batch of 32 per server
 
 
+@pytest.mark.slow
 def test_a_search_whose_head_is_killed_resumes_and_measures_nothing_twice(farm, tmp_path):
     """The search's own process killed mid-search: the batch it had recorded is kept, and the
     same command resumes and measures only new candidates."""
@@ -608,6 +618,7 @@ def test_a_farm_runner_ends_a_search_whose_servers_measure_on_two_kinds_of_gpu()
         assert isinstance(runner.stopped_by, UsageError) and runner.servers_device == h100
 
 
+@pytest.mark.slow
 def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():
     from tuning import farm as farms
 
@@ -623,6 +634,7 @@ def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone():
             runner.measure([_llvm_candidate("good")])
 
 
+@pytest.mark.slow
 def test_a_search_refuses_servers_that_are_not_the_farms_in_one_line(
         tracker_with_other_key, tmp_path):
     status, out, err, _ = run_cli(

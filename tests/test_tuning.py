@@ -84,6 +84,7 @@ def test_the_seed_template_space_is_the_blogs():
     assert "seed_template" in schedules.names("gemm", templates=True)
 
 
+@pytest.mark.slow
 def test_every_declared_space_names_real_knobs_and_builds_its_first_config(compiled):
     for op in ("gemm", "gemv"):
         for entry in schedules.entries(op, templates=True):
@@ -217,6 +218,7 @@ def test_a_template_search_records_each_trial_and_returns_its_summary(tmp_path):
 MEDIUM_M = Workload("gemm", (333, 8192, 8192), "bfloat16", "float32", "nt")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tuner", list(autotvm.TUNERS))
 def test_a_template_search_measures_no_setting_its_rung_refuses_and_counts_them(
         tuner, tmp_path, target):
@@ -348,6 +350,7 @@ def test_curve_is_the_best_so_far_of_one_search():
     assert times == sorted(times, reverse=True)
 
 
+@pytest.mark.slow
 def test_the_checking_runner_takes_each_status_from_how_its_worker_ended():
     from tvm.s_tir import meta_schedule as ms
 
@@ -427,6 +430,7 @@ def _database_lines(work_dir) -> int:
         return sum(1 for line in f if line.strip())
 
 
+@pytest.mark.slow
 def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tmp_path, capsys):
     work_dir = tmp_path / "ms"
     said = []
@@ -578,6 +582,7 @@ def test_progress_is_read_past_a_line_cut_short_by_a_kill(tmp_path):
     assert metaschedule.trials_per_minute(str(tmp_path)) == 40.0  # 2 in the session's 3 s
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_every_measured_record_and_the_next_run_resumes(tmp_path):
     """Ctrl-C as a terminal sends it, to the whole process group (the search and its build and
     run workers), as the first batch ends: the next batch, in flight, finishes and is kept, none
@@ -717,6 +722,7 @@ def test_16_bit_searches_offer_tensor_core_tiles_that_build(tensor_intrinsics):
     assert "wmma::mma_sync" in source
 
 
+@pytest.mark.slow
 def test_the_split_k_space_adds_rfactored_gemms_tiled_by_tvms_own_rule(tensor_intrinsics):
     import tvm
     from tvm.s_tir import meta_schedule as ms
@@ -829,6 +835,7 @@ def _seed_template_own_choice() -> str:
                                if knob in SEED_SPACE.knobs})
 
 
+@pytest.mark.slow
 def test_metaschedule_searches_a_rungs_knob_space_and_its_database_gives_the_rung_back(tmp_path):
     """The knobs are MetaSchedule's decisions: its search measures the template's own choice
     for the shape first, comes within 5% of the grid's best (3 seeds, 64 trials of the 108
@@ -1020,6 +1027,7 @@ def test_without_a_gpu_device_picks_whose_records_apply(tmp_path, capsys, monkey
     assert "autotvm:seed_template: built: grid (x,y,z) 32x" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_committed_searches_apply_like_rungs(capsys):
     code = runner.main(["--preset", "gemm-seed", "--schedule", "all", "--no-ir", "--work-dir",
                         MS_GEMM, "--records", RECORDED])
@@ -1086,6 +1094,7 @@ def test_the_tuning_report_has_curves_tables_and_plots(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_the_builder_builds_tensor_core_candidates():
     """CUDA code generation for a v6 candidate looks up the fragment layouts that TVM's tensor
     intrinsics register, so the builder's workers import them for such candidates (on the
