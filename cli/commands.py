@@ -136,11 +136,13 @@ def diff(args, wl, found) -> None:
 
 def report(args) -> None:
     """--report: markdown from --results; a suite report (reporting/shapes.py) where the records
-    are those of suite runs, else the exploration report (reporting/render.py). Written through
+    are those of suite runs, the counters report (reporting/explained.py) where they are
+    counters (tuning.explain record), else the exploration report (reporting/render.py),
+    whose ladder tables read --counters. Written through
     a staging directory (render.staged), so where it cannot be written is refused before any
     work and a failure leaves nothing behind; records that fail their checks are named and
     skipped."""
-    from reporting import render, shapes
+    from reporting import explained, render, shapes
     from schedules.errors import RecordsError
     from tuning import records
 
@@ -156,16 +158,18 @@ def report(args) -> None:
         records.warn_of(loaded, warn, then="skipped")
         measured = loaded.records
         of_suites = [r for r in measured if r.get("suite")]
-        renderer = shapes.render if of_suites else render.render
+        of_counters = all(r.get("status") == "counted" for r in measured)
+        renderer = shapes.render if of_suites else explained.render if of_counters \
+            else render.render
         if of_suites and len(of_suites) < len(measured):
             warn(f"warning: {len(measured) - len(of_suites)} records of {args.results} are not "
                  "from suite runs; this suite report leaves them out (render them from a "
                  "results file of their own)")
             measured = of_suites
         title = args.title or os.path.splitext(os.path.basename(args.report))[0]
-        explained = {} if of_suites else {"counters": read_counters(args.counters)}
+        why = {} if of_suites or of_counters else {"counters": read_counters(args.counters)}
         text = renderer(measured, title=title, notes=notes,
-                        figure_prefix=os.path.splitext(staged)[0], **explained)
+                        figure_prefix=os.path.splitext(staged)[0], **why)
         with open(staged, "w") as f:
             f.write(text + "\n")
     print(f"wrote {args.report}")

@@ -48,12 +48,14 @@ TENSOR_PIPES = r"regex:sm__pipe_tensor_op_.*_cycles_active\.avg\.pct_of_peak_sus
 METRICS = (
     Metric("duration_ns", "gpu__time_duration.sum", "ns", "sum", "time on the GPU", SPEED),
     Metric("sm_pct", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "weighted",
-           "SM throughput, % of peak", SPEED),
+           "SM throughput, % of peak", SPEED, "points"),
     Metric("dram_pct", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "weighted",
-           "DRAM throughput, % of peak", SPEED),
+           "DRAM throughput, % of peak", SPEED, "points"),
     Metric("sm_cycles", "sm__cycles_elapsed.sum", "", "sum", "cycles, summed over the SMs",
            SPEED),
     Metric("inst_executed", "smsp__inst_executed.sum", "", "sum", "warp instructions executed"),
+    Metric("global_load_requests", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "", "sum",
+           "global load requests (a warp's load instruction each)"),
     Metric("l2_bytes", "lts__t_bytes.sum", "B", "sum", "bytes through L2 (every client)",
            floor="bytes"),
     Metric("dram_read_bytes", "dram__bytes_read.sum", "B", "sum", "bytes read from DRAM",
@@ -84,9 +86,14 @@ BY_KEY = {m.key: m for m in METRICS}
 LARGE = 0.10  # a relative change this large (or a count from or to zero) gets a sentence
 
 
+LONG = 1e7  # counts from here on are written to 3 significant digits (4.1e+09)
+
+
 def fmt_count(value: float) -> str:
-    """A count as an integer where it is one, else to 3 significant digits."""
-    return f"{int(value)}" if float(value).is_integer() else f"{value:.3g}"
+    """A count as an integer where it is one and shorter than LONG, else to 3 significant
+    digits."""
+    return f"{int(value)}" if float(value).is_integer() and abs(value) < LONG \
+        else f"{value:.3g}"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ says, step by step, what changed and whether it is what the rung's docstring say
 
 from __future__ import annotations
 
-from facts.counters import BY_KEY, Change, counter_changes, main_change
+from facts.counters import BY_KEY, LARGE, SPEED, Change, counter_changes, main_change
 from schedules import registry
 from schedules.errors import UnknownSchedule
 from schedules.workloads import Workload
@@ -63,7 +63,8 @@ def brings_of(op: str, schedule: str) -> tuple[str, int] | None:
 def step_sentence(op: str, old: str, new: str, changes: list[Change],
                   main: Change | None) -> str:
     """One step of the ladder in words: the main change, set against what the rung's docstring
-    says it brings, then the next OTHERS large changes."""
+    says it brings, then the next OTHERS large changes of what the hardware did or the build
+    fixed (the speed they bring is the table's)."""
     claimed = brings_of(op, new)
     if main is None:
         said = "no cause counter moved by 10% or more"
@@ -73,7 +74,8 @@ def step_sentence(op: str, old: str, new: str, changes: list[Change],
         agrees = main is not None and (main.name, main.direction) == tuple(claimed)
         said += (", as its docstring says" if agrees else
                  f"; its docstring names {claimed[0]} {'up' if claimed[1] > 0 else 'down'}")
-    others = [c for c in changes if c != main and abs(c.relative) >= 0.10][:OTHERS]
+    others = [c for c in changes if c != main and abs(c.relative) >= LARGE
+              and BY_KEY[c.name].role != SPEED][:OTHERS]
     if others:
         said += "; also " + ", ".join(c.words() for c in others)
     return f"- **{new}** against {old}: {said}."

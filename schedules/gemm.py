@@ -68,9 +68,13 @@ def v1(sch: Schedule, wl: Workload, threads: int = 32) -> None:
     sch.decompose_reduction(C, k)
 
 
-@schedule("gemm", "v2")
+@schedule("gemm", "v2", brings=("l2_bytes", -1))
 def v2(sch: Schedule, wl: Workload, tile_x: int = 32, tile_y: int = 32) -> None:
     """Tiling + 2D threads: a tile_x x tile_y tile of C per block, one thread per element.
+
+    A block's tile_y warps read the same tile_x rows of A, so L1 serves all but the first and
+    far fewer bytes come through L2 (the counter it brings: l2_bytes down). Each warp still
+    issues a load per element of A and B: the loads, not the bytes, bound it.
 
     IR: blockIdx.x/y = M/tile_x, N/tile_y; threadIdx.x/y = tile_x, tile_y (1024 threads)."""
     require_grid_y("v2", "N/tile_y", -(-wl.dims["N"] // tile_y))
@@ -102,10 +106,14 @@ def _tile_with_k_split(sch: Schedule, C, tile_x: int, tile_y: int, tile_k: int):
     return yi, ko
 
 
-@schedule("gemm", "v3")
+@schedule("gemm", "v3", brings=("global_load_requests", -1))
 def v3(sch: Schedule, wl: Workload, tile_x: int = 16, tile_y: int = 16, tile_k: int = 8) -> None:
     """v2 + shared memory: per K tile, the block stages A and B tiles in shared memory,
     loaded cooperatively by all its threads.
+
+    Each element of a tile is loaded from global memory once per block instead of once per
+    thread that reads it, so the global load requests fall by about the tile's width (the
+    counter it brings); the threads then read shared memory.
 
     IR: shared A (tile_x*tile_k) and B (tile_k*tile_y) buffers, K split into K/tile_k outer
     steps with __syncthreads around each load."""

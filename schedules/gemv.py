@@ -243,12 +243,15 @@ def _stage_in_shared(sch: Schedule, partial, step, threads: tuple[int, int], vec
     software_pipeline(sch, step, stages, computes=2, async_loads=True)  # the decode, the sum
 
 
-@schedule("gemv", "splitk")
-@schedule("batched_gemv", "splitk")
+@schedule("gemv", "splitk", brings=("occupancy_pct", +1))
+@schedule("batched_gemv", "splitk", brings=("occupancy_pct", +1))
 def splitk(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_threads: int = 32,
            tile_k: int | None = None) -> None:
     """K split across the threads of a block; partials combined through shared memory (the
     batched seed's V2, whose threads take 32 elements of K each: tile_k=32 for nvfp4).
+
+    Where naive gives a row one thread, splitk gives it reduce_threads, so many more warps are
+    in flight to hide DRAM's latency (the counter it brings: occupancy up).
 
     IR: threadIdx.x = rows (the seed's layout), threadIdx.y = K threads, each summing tile_k
     scalar loads per step; a shared-memory tree (red_buf, __syncthreads) adds the partials."""
@@ -256,11 +259,14 @@ def splitk(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_threads:
             tile_k=tile_k, vector_loads=False, warp_reduce=False)
 
 
-@schedule("gemv", "splitk_vec")
-@schedule("batched_gemv", "splitk_vec")
+@schedule("gemv", "splitk_vec", brings=("global_load_requests", -1))
+@schedule("batched_gemv", "splitk_vec", brings=("global_load_requests", -1))
 def splitk_vec(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_threads: int = 32,
                tile_k: int | None = None) -> None:
     """splitk + each thread reads its K slice of B and x as one 16-byte vector (uint4).
+
+    One load instruction brings 8 halves instead of one, so the global load requests fall by
+    about 8x (the counter it brings).
 
     IR: local B and x tiles filled by a vectorized loop; `uint4` loads in the CUDA source.
     On K that is not whole 16-byte vectors (8 halves, 4 floats), the slice comes in the widest
@@ -269,12 +275,16 @@ def splitk_vec(sch: Schedule, wl: Workload, rows_per_block: int = 2, reduce_thre
             tile_k=tile_k, vector_loads=True, warp_reduce=False)
 
 
-@schedule("gemv", "allreduce")
-@schedule("batched_gemv", "allreduce")
+@schedule("gemv", "allreduce", brings=("inst_executed", -1))
+@schedule("batched_gemv", "allreduce", brings=("inst_executed", -1))
 def allreduce(sch: Schedule, wl: Workload, rows_per_block: int = 4, reduce_threads: int = 32,
               tile_k: int | None = None) -> None:
     """splitk_vec with the K threads on threadIdx.x: one warp per row, reduced by shuffles
     (the batched seed's V3).
+
+    The shuffles take fewer instructions than the shared-memory tree and its barriers (the
+    counter it brings: inst_executed down), which shows where the reduction is a fair part
+    of the work (a short GEMV), not on a long K.
 
     IR: tvm_thread_allreduce over threadIdx.x; __shfl_down_sync in the CUDA source, and the
     warp's 32 loads of 16 bytes are 512 contiguous bytes of a row."""
@@ -296,13 +306,19 @@ def k_threads(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     return {"reduce_threads": min(heuristics.WARP, 1 << (slices - 1).bit_length())}
 
 
-@schedule("gemv", "multirow", space=ROWS_SPACE, heuristic=k_threads)
-@schedule("batched_gemv", "multirow", space=ROWS_SPACE, heuristic=k_threads)
+@schedule("gemv", "multirow", space=ROWS_SPACE, heuristic=k_threads,
+          brings=("global_load_requests", -1))
+@schedule("batched_gemv", "multirow", space=ROWS_SPACE, heuristic=k_threads,
+          brings=("global_load_requests", -1))
 def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_threads: int = 32,
              tile_k: int | None = None, rows_per_thread: int = 4) -> None:
     """allreduce + each warp computes rows_per_thread rows, so each loaded x vector serves
     them all (the batched seed's V4: 4 rows per warp, 8 warps per block), a thread's rows
     consecutive (its V5). On nvfp4, x is decoded once per step for all the rows.
+
+    x is loaded once for rows_per_thread rows (the counter it brings: global load requests
+    down), but a block then covers rows_per_block * rows_per_thread rows, so a GEMV has that
+    many times fewer warps, which can leave the SMs short of them (occupancy).
 
     IR: rows_per_thread register accumulators per thread; one x load per K step, then one
     B load per row; rows_per_thread warp all-reduces at the end."""
@@ -310,12 +326,15 @@ def multirow(sch: Schedule, wl: Workload, rows_per_block: int = 8, reduce_thread
             tile_k=tile_k, vector_loads=True, warp_reduce=True, rows_per_thread=rows_per_thread)
 
 
-@schedule("gemv", "blockreduce")
-@schedule("batched_gemv", "blockreduce")
+@schedule("gemv", "blockreduce", brings=("occupancy_pct", +1))
+@schedule("batched_gemv", "blockreduce", brings=("occupancy_pct", +1))
 def blockreduce(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_threads: int = 128,
                 tile_k: int | None = None) -> None:
     """allreduce with the K threads of several warps on each row: a block streams 2 KB of a
     row per step, and the all-reduce becomes warp shuffles, then one exchange across warps.
+
+    Four warps on a row where multirow put four rows on a warp: a GEMV has many more warps in
+    flight (the counter it brings: occupancy up).
 
     IR: threadIdx.x = reduce_threads (> 32); the CUDA has __shfl_down_sync plus a small shared
     red_buf for the partials of the warps."""

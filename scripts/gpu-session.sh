@@ -56,7 +56,7 @@
 #                                            # best v5k) and of cuBLAS on the seed GEMM (split K:
 #                                            # two kernels)
 #   bash scripts/gpu-session.sh counters     # ncu counters (tuning.explain record) of the seed GEMM
-#                                            # ladder, the fp16 GEMV ladder and v7 -> v8, into
+#                                            # ladder, the fp16 GEMV ladder (two shapes) and v7 -> v8, into
 #                                            # $out/counters.jsonl, each ladder timed; the seed ladder
 #                                            # once more into $out/counters-repeat.jsonl
 #   bash scripts/gpu-session.sh medium-m     # v8's tiles and K splits on medium-M shapes ($MEDIUM_SHAPES)
@@ -91,7 +91,9 @@ for part in "$@"; do
       record() { local file=$1 start=$SECONDS; shift
                  python3 -m tuning.explain record --counters "$out/$file" "$@"; echo "$((SECONDS - start)) s: $*"; }
       { record counters.jsonl --preset gemm-seed naive v1 v2 v3
-        record counters.jsonl --preset gemv-7168x16384 naive splitk splitk_vec allreduce multirow blockreduce rowalign
+        for preset in gemv-7168x16384 gemv-1024; do
+          record counters.jsonl --preset $preset naive splitk splitk_vec allreduce multirow blockreduce rowalign
+        done
         record counters.jsonl --shape 4096x4096x4096 --dtype float16 v7 v8
         record counters-repeat.jsonl --preset gemm-seed naive v1 v2 v3
       } 2>&1 | tee "$out/counters.log" ;;

@@ -21,7 +21,7 @@ VALUES = {"--op": "gemm", "--shape": "64x64x64", "--preset": "gemm-seed", "--dty
           "--flush": "read", "--results": "r.jsonl", "--trials": "4", "--work-dir": "w",
           "--ms-space": "tvm", "--records": "r.jsonl", "--tuner": "grid", "--seed": "1",
           "--target": "llvm", "--rpc-tracker": "h:1", "--rpc-key": "k", "--device": "H100",
-          "--title": "t", "--notes": "n.md", "--suite": "llm-bf16", "--layer": "64x64",
+          "--title": "t", "--notes": "n.md", "--counters": "c.jsonl", "--suite": "llm-bf16", "--layer": "64x64",
           "--max-tokens": "16", "--diff": "v2 v3", "--explain": "v2 v3", "--tune": "metaschedule",
           "--report": "x.md", "--export": "out"}
 POSITIONAL = {"diff": ["v2", "v3"], "explain": ["v2", "v3"], "tune": ["metaschedule"],

@@ -43,7 +43,8 @@ def v8_kernel_any_m(wl: Workload, **knobs):
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
                                "pingpong": [False, True], "promote_k": [None, 128, 256]},
-          heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals)
+          heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals,
+          brings=("inst_executed", -1))
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
        tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
@@ -71,12 +72,17 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     for B in nn) the kernel first copies into zero-padded rows, behind a barrier of the grid.
     fp8 e4m3 inputs (nt) multiply in wgmma's e4m3 form, their per-tensor (or rowwise) scales
     applied to the accumulators before C is stored; block scales (a scale per row of A per
-    128 K, per 128x128 block of B) multiply each K block's sums as promote_k=128 promotes them. fp8's wgmma keeps its sums in fewer bits than float32
+    128 K, per 128x128 block of B) multiply each K block's sums as promote_k=128 promotes
+    them. fp8's wgmma keeps its sums in fewer bits than float32
     (torch._scaled_mm's use_fast_accum=True has the same numerics); promote_k adds them
     into float32 registers every promote_k K elements and starts wgmma's sums afresh, as
     DeepGEMM and cuBLAS's default do (twice the accumulator registers; the heuristic's
     default for fp8 is 128, none is the fast form). A TIRx kernel (schedules/v8/), sm_90a
     only.
+
+    Against v7: one thread issues a box's TMA load where v7's 256 threads each computed
+    addresses and issued cp.async, so the kernel runs far fewer instructions (the counter it
+    brings: inst_executed down), and the tensor pipe is busier.
 
     IR: a TIRx PrimFunc, not s_tir blocks: T.device_entry, T.cta_id / T.thread_id, shared.dyn
     arena with the ring rounded up to 1024 bytes, T.ptx mbarrier / cp.async.bulk.tensor /
