@@ -48,8 +48,9 @@ class LayerShape:
     GEMM workload's (schedules.workloads.FP8_SCALINGS), and whose sums are promoted into
     float32 every few K steps (_scaled_mm's default; v8's promote_k) unless `fast_accum`, which
     keeps them in the tensor cores' own accumulator (_scaled_mm's use_fast_accum=True; v8
-    without promote_k): faster, less precise. A combination the GEMM does not take is refused
-    here (WorkloadError)."""
+    without promote_k): faster, less precise. With `bias`, the layer adds one, and its
+    candidates are checked and timed adding it as they will run (torch's fuse it, ours add it
+    after). A combination the GEMM does not take is refused here (WorkloadError)."""
 
     out_features: int
     in_features: int
@@ -57,6 +58,7 @@ class LayerShape:
     scales: str | None = None
     out_dtype: str | None = None
     fast_accum: bool = False
+    bias: bool = False
 
     def __post_init__(self):
         default_out = FP8_OUT_DTYPE if self.dtype == FP8 else self.dtype
@@ -83,7 +85,8 @@ class LayerShape:
         output dtype included, so that each form has entries of its own."""
         fp8 = f" scales={self.scales} out={self.out_dtype}" if self.is_fp8 else ""
         fast = " fast_accum" if self.fast_accum else ""
-        return f"{self.out_features}x{self.in_features} {self.dtype}{fp8}{fast}"
+        bias = " bias" if self.bias else ""
+        return f"{self.out_features}x{self.in_features} {self.dtype}{fp8}{fast}{bias}"
 
     def gemm(self, m: int) -> Workload:
         """The layer at m rows as the project's GEMM workload (nt, C in the layer's out_dtype)."""

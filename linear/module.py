@@ -161,7 +161,7 @@ class Linear(torch.nn.Module):
         model.half() may have changed), an fp8 layer's scales and output are its own."""
         return LayerShape(self.out_features, self.in_features, _name_of(self.weight.dtype),
                           self.scales, _name_of(self.out_dtype) if self.is_fp8 else None,
-                          self.fast_accum)
+                          self.fast_accum, self.bias is not None)
 
     @property
     def kernels(self) -> LayerKernels | None:

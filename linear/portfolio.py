@@ -152,14 +152,17 @@ def _exact(operand: tuple):
 
 class _Probe:
     """A layer's operands at one probe M on the GPU, with their float64 answer: `args` are what
-    a candidate's run takes (x, then the weight; fp8: each with its scale)."""
+    a candidate's run takes (x, then the weight; fp8: each with its scale; then the layer's
+    bias, where it has one, standard-normal in its output dtype)."""
 
     def __init__(self, layer: LayerShape, m: int, weight: tuple):
         gen = torch.Generator(device="cuda").manual_seed(m)
         self.m, self.layer = m, layer
         x = _operand(layer, m, gen)
-        self.args = (*x, *weight)
-        self.reference = _exact(x) @ _exact(weight).T
+        bias = (torch.randn(layer.out_features, generator=gen, device="cuda").to(
+            measure.torch_dtype(layer.out_dtype)),) if layer.bias else ()
+        self.args = (*x, *weight, *bias)
+        self.reference = _exact(x) @ _exact(weight).T + (bias[0].double() if bias else 0)
 
     def error(self, run: Callable) -> float:
         """The relative error of run(*args) against float64, its output first poisoned: the

@@ -341,3 +341,14 @@ def test_a_corrupt_cached_library_is_named_removed_and_measured_again(gpu_cache,
     assert torch.allclose(layer(x).float(), (x @ stock.weight.T).float(), rtol=2e-2, atol=2e-2)
     built = [k for k in layer.kernels.kernels if k.candidate.built]
     assert len(warned) == len(built)
+
+
+def test_a_layer_with_a_bias_is_tuned_apart_from_one_without():
+    """Torch's candidates fuse the bias and ours add it after, so a layer with one is timed
+    adding it: its shape (and so its cache entries) says so, and nn.Linear's bias carries over."""
+    plain, biased = LayerShape(1024, 2048, "bfloat16"), LayerShape(1024, 2048, "bfloat16",
+                                                                    bias=True)
+    assert plain.label() == "1024x2048 bfloat16" and biased.label() == "1024x2048 bfloat16 bias"
+    with torch.device("meta"):
+        stock = [torch.nn.Linear(2048, 1024, bias=b, dtype=torch.bfloat16) for b in (False, True)]
+    assert [linear.Linear.from_linear(s).shape for s in stock] == [plain, biased]
