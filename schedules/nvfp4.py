@@ -10,6 +10,26 @@ at a time into float32: here a 32-bit word of codes becomes four f16x2 registers
 shifts and two masks each, and a block of 16 products is summed with eight `fma.rn.f16x2`; or
 it becomes four int8x4 registers by four `prmt`, summed by four `dp4a`.
 
+The kernel (`paired_gemv`, its numbers in a PairedPlan): one CTA per `warps // splits * rows`
+rows of one batch, each warp `rows` consecutive rows (the seed's V5 layout), each lane `depth`
+chunks of `chunk_words(K)` words of every row per step, the lanes of `splits` warps side by side
+along K (the seed's V2 split, inside a CTA); a warp all-reduce (shuffles) ends each row, and with
+splits, a sum over the splits' partials in shared memory. Splitting K makes more, shorter CTAs:
+a short-N GEMV ends in a finer last wave.
+
+x is decoded once per CTA (the seed's V6_2_1), a slab of at most SLAB_CHUNKS chunks at a time,
+into shared memory: its decoded words, laid out so that the lanes' 16-byte reads of one chunk
+each fall in distinct banks, and each block's scale as a float times the decode's unit. The
+warps then spend their integer pipe on B alone.
+
+Loads run a step ahead of the arithmetic, in two register buffers: step g + 1's codes and scales
+(every row, every chunk: rows * depth 16-byte loads per lane) are issued before step g is
+decoded and summed, and step 0's before x's decode. A GEMV is bound by how many bytes are in
+flight, and a warp whose loads waited for its own arithmetic would leave the memory idle for a
+whole latency per step. A chunk's scales (one per 16 codes) come as one 16-bit load and one
+`cvt.rn.f16x2.e4m3x2`. A Decode says how x's words are decoded and how a block of B's is summed
+against them (F16X2 or DP4A_DECODE).
+
 Exactness, f16x2. x's codes are decoded and multiplied by 2^14 (fp4.UNIT_HALF2), so its f16x2
 hold the codes' values; B's codes are left in units of 2^-14. A product is then a multiple of
 2^-16 (0.25 * 2^-14) of at most 36 * 2^-14, and one lane's sum of the 8 products of a 16-element
@@ -27,10 +47,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from tvm.s_tir import Schedule
 from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder
 
 from . import fp4
 from .common import TIRX_KERNEL, cuda_call, require_sm
@@ -141,169 +162,280 @@ def chunk_words(K: int) -> int:
     return 4 if K % 32 == 0 else 2
 
 
+@dataclass(frozen=True, kw_only=True)
+class PairedPlan:
+    """Every number `paired_gemv`'s kernel is written from, derived once by `paired_plan`, so
+    that its pieces read names, not arithmetic. A chunk is the `words` words of codes of one
+    row that a lane loads at once (32 codes, or 16); a step, the `depth` chunks of each of the
+    warp's `rows` rows that it loads at once into one register buffer; a slab, the chunks of x
+    decoded into shared memory at a time."""
+
+    # the workload
+    L: int  # batches (1: a GEMV)
+    N: int  # rows of B (per batch)
+    out_dtype: str
+    shapes: dict  # the buffers' shapes by name (Workload.buffer_shapes)
+    # the knobs (warps: threads // 32)
+    rows: int  # consecutive rows per warp
+    depth: int  # chunks of each row per lane per step
+    splits: int  # warps side by side along each row's K
+    decode: Decode  # x's decode and a block's sum (F16X2 or DP4A_DECODE)
+    # a row of B, and x
+    words: int  # words of codes per chunk (chunk_words)
+    chunks: int  # chunks per row
+    blocks_per_chunk: int  # scale blocks (16 codes) per chunk: 2, or 1
+    scale_unit: str  # a chunk's scales as one load: uint16 (two blocks), or uint8 (one)
+    row_words: int  # words of codes per row
+    row_scales: int  # scales per row
+    row_units: int  # scale units per row
+    x_per_chunk: int  # uint32 of decoded x per chunk
+    # the steps
+    slab: int  # chunks of x in shared memory at a time (at most SLAB_CHUNKS)
+    width: int  # lanes side by side along K, over the splits
+    steps: int  # per slab
+    total_steps: int  # over every slab
+    in_flight: int  # chunks of B per lane per step: one register buffer's
+    # the CTAs
+    threads: int  # per CTA
+    row_warps: int  # warps with rows of their own
+    rows_per_cta: int
+    ctas_per_batch: int
+
+
+def paired_plan(wl: Workload, warps: int, rows: int, depth: int, splits: int,
+                decode: Decode) -> PairedPlan:
+    """The plan of `paired_gemv`'s kernel for wl and the knobs."""
+    L, N, K = wl.dims.get("L", 1), wl.dims["N"], wl.dims["K"]
+    words = chunk_words(K)
+    chunks = K // (words * WORD_CODES)
+    blocks_per_chunk = words * WORD_CODES // fp4.BLOCK
+    slab = min(chunks, SLAB_CHUNKS)
+    width = WARP * splits
+    steps = -(-slab // (width * depth))
+    row_warps = warps // splits
+    return PairedPlan(
+        L=L, N=N, out_dtype=wl.out_dtype, shapes=wl.buffer_shapes(), rows=rows, depth=depth,
+        splits=splits, decode=decode, words=words, chunks=chunks,
+        blocks_per_chunk=blocks_per_chunk,
+        scale_unit="uint16" if blocks_per_chunk == 2 else "uint8",
+        row_words=K // WORD_CODES, row_scales=K // fp4.BLOCK,
+        row_units=K // fp4.BLOCK // blocks_per_chunk, x_per_chunk=words * decode.x_per_word,
+        slab=slab, width=width, steps=steps, total_steps=-(-chunks // slab) * steps,
+        in_flight=rows * depth, threads=warps * WARP, row_warps=row_warps,
+        rows_per_cta=row_warps * rows, ctas_per_batch=-(-N // (row_warps * rows)))
+
+
+class Inputs(NamedTuple):
+    """The inputs as the kernel loads them: B's and x's codes as 32-bit words, B's scales in
+    units of a chunk's (scale_unit), x's one by one."""
+
+    B_words: object
+    B_scales: object
+    x_words: object
+    x_scales: object
+
+
+class Slab(NamedTuple):
+    """x's slab in shared memory: its decoded words and its blocks' scales."""
+
+    x_decoded: object
+    x_block_scales: object
+
+
+class Registers(NamedTuple):
+    """A thread's registers: its rows' sums, a chunk of x's decoded words, the decode's scratch,
+    and the two step buffers of B's codes and of their scales."""
+
+    acc: object
+    xh: object
+    h: object
+    bw: object
+    bs: object
+
+
+class Thread(NamedTuple):
+    """Who a thread is: its index in the CTA, its batch, its split (which part of K), its lane
+    along K over the splits, its CTA's first row, its warp's first row within the CTA, and so
+    its warp's first row (cta_row + warp_row)."""
+
+    tx: object
+    batch: object
+    split: object
+    lane: object
+    cta_row: object
+    warp_row: object
+    first_row: object
+
+
+def split_partials(plan: PairedPlan):
+    """With splits, the shared floats of each split's partial sum of each row of the CTA,
+    allocated here (called inside the kernel's script); else None."""
+    if plan.splits == 1:
+        return None
+    return IRBuilder.name("partials", T.alloc_buffer((plan.splits * plan.rows_per_cta,),
+                                                     "float32", scope="shared"))
+
+
+@T.macro
+def load_step(plan, regs, inputs, me, g, buf):
+    """Step g's codes and scales of every row and chunk into register buffer `buf`."""
+    for u in T.unroll(plan.depth):
+        local: T.let[T.int32] = (g % plan.steps * plan.depth + u) * plan.width + me.lane
+        c: T.let[T.int32] = g // plan.steps * plan.slab + local
+        if local < plan.slab and c < plan.chunks:
+            for r in T.unroll(plan.rows):
+                row: T.let[T.int32] = me.batch * plan.N + T.min(me.first_row + r, plan.N - 1)
+                at: T.let[T.int32] = buf * plan.in_flight + r * plan.depth + u
+                for i in T.vectorized(plan.words):
+                    regs.bw[at * plan.words + i] = inputs.B_words[
+                        row * plan.row_words + c * plan.words + i]
+                regs.bs[at] = T.Cast("uint16", inputs.B_scales[row * plan.row_units + c])
+
+
+@T.macro
+def decode_x(plan, shared, inputs, me, part):
+    """x's slab `part`, decoded by the whole CTA: a word (8 codes) per thread at a time;
+    decoded word j of chunk c at (j // 4 * slab + c) * 4 + j % 4, block b's scale (times
+    the decode's unit) at b * slab + c."""
+    slab_words, slab_blocks = T.meta_var((plan.slab * plan.words,
+                                          plan.slab * plan.blocks_per_chunk))
+    for w in T.unroll(-(-slab_words // plan.threads)):  # every load issued before the decode
+        word: T.let[T.int32] = w * plan.threads + me.tx
+        if word < slab_words and part * plan.slab + word // plan.words < plan.chunks:
+            xw: T.let[T.uint32] = inputs.x_words[
+                me.batch * plan.row_words + part * plan.slab * plan.words + word]
+            for p in T.unroll(plan.decode.x_per_word):
+                j: T.let[T.int32] = word % plan.words * plan.decode.x_per_word + p
+                shared.x_decoded[(j // 4 * plan.slab + word // plan.words) * 4 + j % 4] = (
+                    plan.decode.x_word(xw, p))
+    for b in range(-(-slab_blocks // plan.threads)):
+        block: T.let[T.int32] = b * plan.threads + me.tx
+        first: T.let[T.int32] = part * plan.slab * plan.blocks_per_chunk
+        if block < slab_blocks and first + block < plan.row_scales:
+            shared.x_block_scales[block % plan.blocks_per_chunk * plan.slab
+                                  + block // plan.blocks_per_chunk] = (
+                T.Cast("float32", inputs.x_scales[me.batch * plan.row_scales + first + block])
+                * T.float32(plan.decode.x_unit))
+
+
+@T.macro
+def compute_step(plan, regs, shared, me, g, buf):
+    """Step g from register buffer `buf`: per chunk, x's decoded words from shared memory,
+    then each row's codes decoded and summed a block at a time, the block's sum scaled."""
+    for u in T.unroll(plan.depth):
+        local: T.let[T.int32] = (g % plan.steps * plan.depth + u) * plan.width + me.lane
+        if local < plan.slab and g // plan.steps * plan.slab + local < plan.chunks:
+            for q in T.unroll(plan.x_per_chunk // 4):
+                for i in T.vectorized(4):
+                    regs.xh[q * 4 + i] = shared.x_decoded[(q * plan.slab + local) * 4 + i]
+            for r in T.unroll(plan.rows):
+                at: T.let[T.int32] = buf * plan.in_flight + r * plan.depth + u
+                scale_pair: T.let[T.uint32] = _call(E4M3X2, regs.bs[at])
+                for blk in T.unroll(plan.blocks_per_chunk):
+                    plan.decode.add_block(
+                        regs.acc, r, _call(HALF, scale_pair, blk, return_type="float")
+                        * shared.x_block_scales[blk * plan.slab + local], regs.h, regs.bw,
+                        at * plan.words + blk * 2, regs.xh, blk * 2 * plan.decode.x_per_word)
+
+
+@T.macro
+def run_steps(plan, regs, shared, inputs, me):
+    """Every step, two per iteration (one per register buffer): step g + 1's loads issued
+    before step g's arithmetic (step 0's before the loop), and at a slab's first step, x's slab
+    decoded into shared memory between two barriers."""
+    load_step(plan, regs, inputs, me, 0, 0)
+    for pair_of_steps in range(-(-plan.total_steps // 2)):
+        for buf in T.unroll(2):
+            g: T.let[T.int32] = pair_of_steps * 2 + buf
+            if g < plan.total_steps:
+                if g + 1 < plan.total_steps:  # the next step's loads fly during this one
+                    load_step(plan, regs, inputs, me, g + 1, 1 - buf)
+                if g % plan.steps == 0:  # a new slab of x
+                    if g > 0:
+                        T.tvm_storage_sync("shared")  # the previous slab's readers are done
+                    decode_x(plan, shared, inputs, me, g // plan.steps)
+                    T.tvm_storage_sync("shared")
+                compute_step(plan, regs, shared, me, g, buf)
+
+
+@T.macro
+def reduce_rows(plan, acc, partials, y_flat, me):
+    """Each row's sum over the warp's lanes (a warp all-reduce, by shuffles) stored in y, or
+    with splits, stored as this warp's partial of the row."""
+    for r in T.unroll(plan.rows):
+        total: T.let[T.float32] = T.cuda.warp_reduce(acc[r], "sum")
+        if plan.splits == 1:
+            if me.lane == 0 and me.first_row + r < plan.N:
+                y_flat[me.batch * plan.N + me.first_row + r] = T.Cast(plan.out_dtype, total)
+        elif me.lane % WARP == 0:  # this warp's part of the row: a partial
+            partials[me.split * plan.rows_per_cta + me.warp_row + r] = total
+
+
+@T.macro
+def sum_splits(plan, partials, y_flat, me):
+    """With splits, after a barrier: a thread per row of the CTA sums the splits' partials of
+    its row into y."""
+    T.tvm_storage_sync("shared")
+    if me.tx < plan.rows_per_cta and me.cta_row + me.tx < plan.N:
+        total_of_splits = T.alloc_local((1,), "float32")
+        total_of_splits[0] = T.float32(0)
+        for part in T.unroll(plan.splits):
+            total_of_splits[0] = total_of_splits[0] + partials[part * plan.rows_per_cta + me.tx]
+        y_flat[me.batch * plan.N + me.cta_row + me.tx] = T.Cast(plan.out_dtype,
+                                                                total_of_splits[0])
+
+
 def paired_gemv(wl: Workload, warps: int, rows: int, depth: int, splits: int = 1,
                 decode: Decode = F16X2):
-    """y[l, n] = sum_k B[l, n, k] x[l, k] on nvfp4 codes and e4m3 scales (the workload's buffers),
-    one CTA per `warps // splits * rows` rows of one batch, each warp `rows` consecutive rows
-    (the seed's V5 layout), each lane `depth` chunks of `chunk_words(K)` words of every row per
-    step, the lanes of `splits` warps side by side along K (the seed's V2 split, inside a CTA);
-    a warp all-reduce (shuffles) ends each row, and with splits, a sum over the splits' partials
-    in shared memory. Splitting K makes more, shorter CTAs: a short-N GEMV ends in a finer
-    last wave.
-
-    x is decoded once per CTA (the seed's V6_2_1), a slab of at most SLAB_CHUNKS chunks at a
-    time, into shared memory: its decoded words, laid out so that the lanes' 16-byte reads of
-    one chunk each fall in distinct banks, and each block's scale as a float times the decode's
-    unit. The warps then spend their integer pipe on B alone.
-    Loads run a step ahead of the arithmetic, in two register buffers: step g + 1's codes and
-    scales (every row, every chunk: rows * depth 16-byte loads per lane) are issued before step
-    g is decoded and summed, and step 0's before x's decode. A GEMV is bound by how many bytes
-    are in flight, and a warp whose loads waited for its own arithmetic would leave the memory
-    idle for a whole latency per step. A chunk's scales (one per 16 codes) come as one 16-bit
-    load and one `cvt.rn.f16x2.e4m3x2`. `decode` says how x's words are decoded and how a
-    block of B's is summed against them (F16X2 or DP4A_DECODE)."""
-    L, N, K = wl.dims.get("L", 1), wl.dims["N"], wl.dims["K"]
-    out_dtype = wl.out_dtype
-    b_shape, bs_shape, x_shape, xs_shape, y_shape = wl.buffer_shapes().values()
-    words = chunk_words(K)
-    chunk = words * WORD_CODES
-    chunks = K // chunk  # per row
-    blocks_per_chunk = chunk // fp4.BLOCK
-    x_per_chunk = words * decode.x_per_word  # uint32 of decoded x per chunk
-    slab = min(chunks, SLAB_CHUNKS)  # chunks of x in shared memory at a time
-    slabs = -(-chunks // slab)
-    width = WARP * splits  # lanes side by side along K
-    steps = -(-slab // (width * depth))  # per slab
-    threads = warps * WARP
-    row_words, row_scales = K // WORD_CODES, K // fp4.BLOCK
-    row_warps = warps // splits  # warps with rows of their own
-    rows_per_cta = row_warps * rows
-    ctas_per_batch = -(-N // rows_per_cta)
-    codes, scale = fp4.CODE_BYTES, fp4.SCALE_DTYPE
-    # a chunk's scales as one load: 16 bits (two blocks), or 8 where a chunk is one block
-    scale_unit = "uint16" if blocks_per_chunk == 2 else "uint8"
-    row_units = row_scales // blocks_per_chunk
-    total_steps = slabs * steps
-    in_flight = rows * depth  # chunks of B per lane per step, per register buffer
-    add_block = decode.add_block
-
-    @T.inline
-    def load_step(bw, bs, B_words, B_scales, batch, first_row, lane, g, buf):
-        """Step g's codes and scales of every row and chunk into register buffer `buf`."""
-        for u in T.unroll(depth):
-            local: T.let[T.int32] = (g % steps * depth + u) * width + lane
-            c: T.let[T.int32] = g // steps * slab + local
-            if local < slab and c < chunks:
-                for r in T.unroll(rows):
-                    row: T.let[T.int32] = batch * N + T.min(first_row + r, N - 1)
-                    at: T.let[T.int32] = buf * in_flight + r * depth + u
-                    for i in T.vectorized(words):
-                        bw[at * words + i] = B_words[row * row_words + c * words + i]
-                    bs[at] = T.Cast("uint16", B_scales[row * row_units + c])
-
-    @T.inline
-    def decode_x(x_decoded, x_block_scales, x_words, x_scales, batch, tx, part):
-        """x's slab `part`, decoded by the whole CTA: a word (8 codes) per thread at a time;
-        decoded word j of chunk c at (j // 4 * slab + c) * 4 + j % 4, block b's scale (times
-        the decode's unit) at b * slab + c."""
-        for w in T.unroll(-(-slab * words // threads)):  # every load issued before the decode
-            word: T.let[T.int32] = w * threads + tx
-            if word < slab * words and part * slab + word // words < chunks:
-                xw: T.let[T.uint32] = x_words[batch * row_words + part * slab * words + word]
-                for p in T.unroll(decode.x_per_word):
-                    j: T.let[T.int32] = word % words * decode.x_per_word + p
-                    x_decoded[(j // 4 * slab + word // words) * 4 + j % 4] = decode.x_word(xw, p)
-        for b in range(-(-slab * blocks_per_chunk // threads)):
-            block: T.let[T.int32] = b * threads + tx
-            first: T.let[T.int32] = part * slab * blocks_per_chunk
-            if block < slab * blocks_per_chunk and first + block < row_scales:
-                x_block_scales[block % blocks_per_chunk * slab + block // blocks_per_chunk] = (
-                    T.Cast("float32", x_scales[batch * row_scales + first + block])
-                    * T.float32(decode.x_unit))
-
-    @T.inline
-    def compute_step(acc, xh, h, bw, bs, x_decoded, x_block_scales, lane, g, buf):
-        """Step g from register buffer `buf`: per chunk, x's decoded words from shared memory,
-        then each row's codes decoded and summed a block at a time, the block's sum scaled."""
-        for u in T.unroll(depth):
-            local: T.let[T.int32] = (g % steps * depth + u) * width + lane
-            if local < slab and g // steps * slab + local < chunks:
-                for q in T.unroll(x_per_chunk // 4):
-                    for i in T.vectorized(4):
-                        xh[q * 4 + i] = x_decoded[(q * slab + local) * 4 + i]
-                for r in T.unroll(rows):
-                    at: T.let[T.int32] = buf * in_flight + r * depth + u
-                    scale_pair: T.let[T.uint32] = _call(E4M3X2, bs[at])
-                    for blk in T.unroll(blocks_per_chunk):
-                        add_block(acc, r, _call(HALF, scale_pair, blk, return_type="float")
-                                  * x_block_scales[blk * slab + local], h, bw,
-                                  at * words + blk * 2, xh, blk * 2 * decode.x_per_word)
+    """y[l, n] = sum_k B[l, n, k] x[l, k] on nvfp4 codes and e4m3 scales (the workload's
+    buffers), one TIRx kernel written from the plan of the knobs and `decode` (F16X2 or
+    DP4A_DECODE): how it works, the module's docstring."""
+    plan = paired_plan(wl, warps, rows, depth, splits, decode)
 
     @T.prim_func
     def main(B_handle: T.handle, B_scale_handle: T.handle, x_handle: T.handle,
              x_scale_handle: T.handle, y_handle: T.handle):
         T.func_attr({TIRX_KERNEL: True})
-        B = T.match_buffer(B_handle, b_shape, codes, align=16)
-        B_scale = T.match_buffer(B_scale_handle, bs_shape, scale, align=2)
-        x = T.match_buffer(x_handle, x_shape, codes, align=16)
-        x_scale = T.match_buffer(x_scale_handle, xs_shape, scale)
-        y = T.match_buffer(y_handle, y_shape, out_dtype)
-        B_words = T.decl_buffer((L * N * row_words,), "uint32", data=B.data)
-        B_scales = T.decl_buffer((L * N * row_units,), scale_unit, data=B_scale.data)
-        x_words = T.decl_buffer((L * row_words,), "uint32", data=x.data)
-        x_scales = T.decl_buffer((L * row_scales,), scale, data=x_scale.data)
+        L, N, out_dtype, shapes = T.meta_var((plan.L, plan.N, plan.out_dtype, plan.shapes))
+        B = T.match_buffer(B_handle, shapes["B"], fp4.CODE_BYTES, align=16)
+        B_scale = T.match_buffer(B_scale_handle, shapes["B_scale"], fp4.SCALE_DTYPE, align=2)
+        x = T.match_buffer(x_handle, shapes["x"], fp4.CODE_BYTES, align=16)
+        x_scale = T.match_buffer(x_scale_handle, shapes["x_scale"], fp4.SCALE_DTYPE)
+        y = T.match_buffer(y_handle, shapes["y"], out_dtype)
+        B_words = T.decl_buffer((L * N * plan.row_words,), "uint32", data=B.data)
+        B_scales = T.decl_buffer((L * N * plan.row_units,), plan.scale_unit, data=B_scale.data)
+        x_words = T.decl_buffer((L * plan.row_words,), "uint32", data=x.data)
+        x_scales = T.decl_buffer((L * plan.row_scales,), fp4.SCALE_DTYPE, data=x_scale.data)
         y_flat = T.decl_buffer((L * N,), out_dtype, data=y.data)
 
         T.device_entry()
-        cta = T.cta_id([L * ctas_per_batch])
-        tx = T.thread_id([threads])
-        x_decoded = T.alloc_buffer((x_per_chunk * slab,), "uint32", scope="shared", align=16)
-        x_block_scales = T.alloc_buffer((blocks_per_chunk * slab,), "float32", scope="shared")
-        if splits > 1:  # decided as the kernel is written: no buffer without splits
-            partials = T.alloc_buffer((splits * rows_per_cta,), "float32", scope="shared")
-        batch: T.let[T.int32] = cta // ctas_per_batch
+        cta = T.cta_id([L * plan.ctas_per_batch])
+        tx = T.thread_id([plan.threads])
+        x_decoded = T.alloc_buffer((plan.x_per_chunk * plan.slab,), "uint32", scope="shared",
+                                   align=16)
+        x_block_scales = T.alloc_buffer((plan.blocks_per_chunk * plan.slab,), "float32",
+                                        scope="shared")
+        partials = T.meta_var(split_partials(plan))
+        batch: T.let[T.int32] = cta // plan.ctas_per_batch
         warp: T.let[T.int32] = tx // WARP
-        split: T.let[T.int32] = warp // row_warps  # which part of K
+        split: T.let[T.int32] = warp // plan.row_warps  # which part of K
         lane: T.let[T.int32] = split * WARP + tx % WARP  # along K, over the splits
-        cta_row: T.let[T.int32] = cta % ctas_per_batch * rows_per_cta  # the CTA's first row
-        warp_row: T.let[T.int32] = warp % row_warps * rows  # the warp's first, in the CTA
+        cta_row: T.let[T.int32] = cta % plan.ctas_per_batch * plan.rows_per_cta
+        warp_row: T.let[T.int32] = warp % plan.row_warps * plan.rows  # in the CTA
         first_row: T.let[T.int32] = cta_row + warp_row
-        acc = T.alloc_local((rows,), "float32")
-        xh = T.alloc_local((x_per_chunk,), "uint32")
-        bw = T.alloc_local((2 * in_flight * words,), "uint32")  # two steps' codes
-        bs = T.alloc_local((2 * in_flight,), "uint16")  # and their scales
-        h = T.alloc_local((decode.scratch[0],), decode.scratch[1])
-        for r in T.unroll(rows):
+        acc = T.alloc_local((plan.rows,), "float32")
+        xh = T.alloc_local((plan.x_per_chunk,), "uint32")
+        bw = T.alloc_local((2 * plan.in_flight * plan.words,), "uint32")  # two steps' codes
+        bs = T.alloc_local((2 * plan.in_flight,), "uint16")  # and their scales
+        h = T.alloc_local((plan.decode.scratch[0],), plan.decode.scratch[1])
+        me = T.meta_var(Thread(tx, batch, split, lane, cta_row, warp_row, first_row))
+        for r in T.unroll(plan.rows):
             acc[r] = T.float32(0)
-        load_step(bw, bs, B_words, B_scales, batch, first_row, lane, 0, 0)
-        for pair_of_steps in range(-(-total_steps // 2)):
-            for buf in T.unroll(2):
-                g: T.let[T.int32] = pair_of_steps * 2 + buf
-                if g < total_steps:
-                    if g + 1 < total_steps:  # the next step's loads fly during this one
-                        load_step(bw, bs, B_words, B_scales, batch, first_row, lane, g + 1, 1 - buf)
-                    if g % steps == 0:  # a new slab of x
-                        if g > 0:
-                            T.tvm_storage_sync("shared")  # the previous slab's readers are done
-                        decode_x(x_decoded, x_block_scales, x_words, x_scales, batch, tx,
-                                 g // steps)
-                        T.tvm_storage_sync("shared")
-                    compute_step(acc, xh, h, bw, bs, x_decoded, x_block_scales, lane, g, buf)
-        for r in T.unroll(rows):
-            total: T.let[T.float32] = T.cuda.warp_reduce(acc[r], "sum")
-            if splits == 1:
-                if lane == 0 and first_row + r < N:
-                    y_flat[batch * N + first_row + r] = T.Cast(out_dtype, total)
-            elif lane % WARP == 0:  # this warp's part of the row: a partial
-                partials[split * rows_per_cta + warp_row + r] = total
-        if splits > 1:
-            T.tvm_storage_sync("shared")
-            if tx < rows_per_cta and cta_row + tx < N:
-                total_of_splits = T.alloc_local((1,), "float32")
-                total_of_splits[0] = T.float32(0)
-                for part in T.unroll(splits):
-                    total_of_splits[0] = total_of_splits[0] + partials[part * rows_per_cta + tx]
-                y_flat[batch * N + cta_row + tx] = T.Cast(out_dtype, total_of_splits[0])
+        run_steps(plan, Registers(acc, xh, h, bw, bs), Slab(x_decoded, x_block_scales),
+                  Inputs(B_words, B_scales, x_words, x_scales), me)
+        reduce_rows(plan, acc, partials, y_flat, me)
+        if plan.splits > 1:
+            sum_splits(plan, partials, y_flat, me)
 
     return main
 
