@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from facts import FLUSHES
 from facts.counters import BY_KEY, fmt_count
+from facts.record import Record
 from schedules import registry
 from schedules.errors import RecordsError
-from schedules.workloads import Workload
 
 from . import why
 from .render import markdown_table, opening, split_notes, workload_key
@@ -25,18 +25,18 @@ METHOD = ("Nsight Compute (`ncu --cache-control all`: L2 flushed before every re
           "timed runs'; the ratios between rungs are what to read.")
 
 
-def ladders(records: list[dict]) -> list[list[dict]]:
+def ladders(records: list[Record]) -> list[list[Record]]:
     """Per GPU and workload, the latest flushed record of each rung, in the ladder's order."""
     latest = {}
-    for record in sorted(records, key=lambda r: r["date"]):
-        if record["flush"] == FLUSH:
-            latest[(record["gpu"], workload_key(record), record["schedule"])] = record
+    for record in sorted(records, key=lambda r: r.date):
+        if record.flush == FLUSH:
+            latest[(record.gpu, workload_key(record), record.schedule)] = record
     groups = {}
     for (gpu, key, _), record in latest.items():
         groups.setdefault((gpu, key), []).append(record)
-    order = {op: registry.names(op) for op in {r["op"] for r in latest.values()}}
-    return [sorted(group, key=lambda r: order[r["op"]].index(r["schedule"])
-                   if r["schedule"] in order[r["op"]] else len(order[r["op"]]))
+    order = {op: registry.names(op) for op in {r.op for r in latest.values()}}
+    return [sorted(group, key=lambda r: order[r.op].index(r.schedule)
+                   if r.schedule in order[r.op] else len(order[r.op]))
             for group in groups.values()]
 
 
@@ -49,28 +49,28 @@ def cell(key: str, value) -> str:
     return f"{value:.1f}" if BY_KEY[key].unit == "%" else fmt_count(value)
 
 
-def ladder_section(ladder: list[dict]) -> list[str]:
+def ladder_section(ladder: list[Record]) -> list[str]:
     """One workload's table of counters and why-cells, then its steps in words."""
     first = ladder[0]
-    wl = Workload.from_record(first)
     cells = why.why_cells(ladder, ladder)
-    rows = [{"schedule": r["schedule"],
-             **{("time (us)" if k == "duration_ns" else k): cell(k, r["counters"].get(k))
+    rows = [{"schedule": r.schedule,
+             **{("time (us)" if k == "duration_ns" else k): cell(k, r.counters.get(k))
                 for k in COLUMNS},
-             "why": cells.get(r["schedule"], "-")} for r in ladder]
-    dates = sorted(r["date"][:10] for r in ladder)
-    return [f"## {wl.label()} on {first['gpu']}", "",
+             "why": cells.get(r.schedule, "-")} for r in ladder]
+    dates = sorted(r.date[:10] for r in ladder)
+    return [f"## {first.workload.label()} on {first.gpu}", "",
             f"Recorded {dates[0]}{' to ' + dates[-1] if dates[-1] != dates[0] else ''}; "
-            f"driver {first['driver']}, TVM {first['tvm']}; before each launch: "
+            f"driver {first.driver}, TVM {first.tvm}; before each launch: "
             f"{FLUSHES[FLUSH]}.", "", markdown_table(rows), "", *why.why_section(ladder, ladder)]
 
 
-def render(records: list[dict], title: str = "Counters report", notes: str | None = None,
+def render(records: list, title: str = "Counters report", notes: str | None = None,
            figure_prefix: str | None = None) -> str:
     """The whole counters report: the title and the notes' conclusion, how the counters were
-    taken, a section per GPU and workload (ladder_section), then the rest of the notes.
-    `figure_prefix` is taken for the other renderers' sake; this report draws none."""
-    found = ladders([r for r in records if r.get("status") == "counted"])
+    taken, a section per GPU and workload (ladder_section), then the rest of the notes. The
+    records are dicts as read from a file, or Records. `figure_prefix` is taken for the other
+    renderers' sake; this report draws none."""
+    found = ladders([r for r in map(Record.of, records) if r.status == "counted"])
     if not found:
         raise RecordsError("no counters records to report (tuning.explain record on a GPU)")
     conclusion, notes = split_notes(notes)

@@ -16,6 +16,7 @@ the compute ceilings (cuBLAS on a large square GEMM) measured in the runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
@@ -23,7 +24,8 @@ import tempfile
 from typing import Iterator
 
 from facts import (FLUSHES, NVFP4_INPUTS, SEARCH_BUDGET_MS, SPEC_PEAK_TFLOPS, check_writable,
-                   migrated, spec_peaks, spilled_bytes)
+                   spec_peaks, spilled_bytes)
+from facts.record import Record
 from schedules.errors import RecordsError, UsageError
 from schedules.workloads import Workload
 
@@ -33,34 +35,34 @@ MEMORY_BOUND = ("gemv", "batched_gemv")
 BANDWIDTHS = ("copy", "read")  # the bandwidth ceilings a run may measure: `<what>_gbps`
 
 
-def workload_key(record: dict) -> tuple:
+def workload_key(record: Record) -> tuple:
     """What groups (and orders) the records of one workload: op, shape, dtypes, layout, and
     "row" for fp8 scaled by rows."""
-    return (record["op"], tuple(record["shape"]), record["dtype"], record["out_dtype"],
-            record["layout"], record.get("scales") or "")
+    return (record.op, tuple(record.shape), record.dtype, record.out_dtype,
+            record.layout, record.scales or "")
 
 
-def workload_of(record: dict) -> Workload:
-    return Workload.from_record(record)
+def workload_of(record: Record) -> Workload:
+    return record.workload
 
 
 def _fmt(value, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def schedule_label(record: dict) -> str:
+def schedule_label(record: Record) -> str:
     """The row's name: the schedule, and for cuBLAS the torch call that was timed (which
     output dtype it writes)."""
-    call = (record.get("params") or {}).get("call")
-    return f"{record['schedule']} ({call})" if call else record["schedule"]
+    call = (record.params or {}).get("call")
+    return f"{record.schedule} ({call})" if call else record.schedule
 
 
-def registers(record: dict) -> str:
+def registers(record: Record) -> str:
     """The most registers any kernel of the row uses, and the bytes spilled, if any."""
-    usage = list((record.get("resources") or {}).values())
+    usage = list((record.resources or {}).values())
     if not usage:
         return "-"
-    spilled = sum(spilled_bytes(record["resources"]).values())
+    spilled = sum(spilled_bytes(record.resources).values())
     most = str(max(u.get("registers", 0) for u in usage))
     return most + (f" (SPILLS {spilled} B)" if spilled else "")
 
@@ -69,24 +71,25 @@ def _ratio(numerator, denominator):
     return numerator / denominator if numerator and denominator else None
 
 
-def table_rows(run: list[dict]) -> list[dict]:
+def table_rows(run: list[Record]) -> list[dict]:
     """One row per measurement of one workload in one run (rungs, then baselines)."""
     wl = workload_of(run[0])
     memory_bound = wl.op in MEMORY_BOUND
     scale, unit = (1e3, "us") if memory_bound else (1.0, "ms")
-    timed = {r["schedule"]: r["timing"]["median_ms"] for r in run if r.get("status") == "ok"}
+    timed = {r.schedule: r.timing.median_ms for r in run if r.status == "ok"}
     naive = timed.get("naive")
     cublas = timed.get("cublas")
-    bandwidths = {what: next((r[f"{what}_gbps"] for r in run if r.get(f"{what}_gbps")), None)
+    bandwidths = {what: next((getattr(r, f"{what}_gbps") for r in run
+                              if getattr(r, f"{what}_gbps")), None)
                   for what in BANDWIDTHS}
     rows, previous = [], None
     for r in run:
-        t = timed.get(r["schedule"])
-        is_rung = r.get("kind") == "rung"
-        row = {"schedule": r["schedule"]}
+        t = timed.get(r.schedule)
+        is_rung = r.kind == "rung"
+        row = {"schedule": r.schedule}
         row[f"time ({unit})"] = _fmt(t and t * scale, ".3f" if unit == "ms" else ".2f")
         if t is not None:
-            row["min-max"] = f"{r['timing']['min_ms'] * scale:.3g}-{r['timing']['max_ms'] * scale:.3g}"
+            row["min-max"] = f"{r.timing.min_ms * scale:.3g}-{r.timing.max_ms * scale:.3g}"
         else:
             row["min-max"] = "-"
         row["vs naive"] = _fmt(_ratio(naive, t), ".1f", "x")
@@ -100,16 +103,16 @@ def table_rows(run: list[dict]) -> list[dict]:
         else:
             tflops = _ratio(wl.flops / 1e12, t and t * 1e-3)
             row["TFLOP/s"] = _fmt(tflops, ".2f")
-            peak = (spec_peaks(r["gpu"]) or {}).get("tf32" if r["schedule"] == "cublas-tf32" else wl.dtype)
+            peak = (spec_peaks(r.gpu) or {}).get("tf32" if r.schedule == "cublas-tf32" else wl.dtype)
             row["% of peak"] = _fmt(_ratio(tflops and 100 * tflops, peak), ".1f", "%")
         row["% of cuBLAS"] = _fmt(_ratio(cublas and 100 * cublas, t), ".1f", "%")
         row["regs"] = registers(r)
-        row["smem B"] = str((r.get("structure") or {}).get("shared bytes", "-"))
-        row["rel. error"] = _fmt(r.get("rel_error"), ".1e")
-        row["call"] = (r.get("params") or {}).get("call") or "-"
-        row["status"] = r.get("status") if r.get("status") != "ok" else "correct"
-        if r.get("status") not in ("ok", None) and r.get("error"):
-            row["status"] += f": {r['error'].splitlines()[0][:80]}"
+        row["smem B"] = str((r.structure or {}).get("shared bytes", "-"))
+        row["rel. error"] = _fmt(r.rel_error, ".1e")
+        row["call"] = (r.params or {}).get("call") or "-"
+        row["status"] = r.status if r.status != "ok" else "correct"
+        if r.status not in ("ok", None) and r.error:
+            row["status"] += f": {r.error.splitlines()[0][:80]}"
         rows.append(row)
         if is_rung and t is not None:
             previous = t
@@ -149,105 +152,103 @@ def split_columns(rows: list[dict], moved: tuple[str, ...], keys: tuple[str, ...
     return without_empty_columns(detail, keys), without_empty_columns(appendix, keys)
 
 
-def latest_runs(records: list[dict]) -> list[list[dict]]:
+def latest_runs(records: list[Record]) -> list[list[Record]]:
     """Measurements grouped by (GPU, workload), each group from the latest run that has it."""
-    groups: dict[tuple, dict[str, list[dict]]] = {}
+    groups: dict[tuple, dict[str, list[Record]]] = {}
     for r in records:
-        if r.get("kind") not in ("rung", "tuned", "baseline"):
+        if r.kind not in ("rung", "tuned", "baseline"):
             continue
-        group = (r.get("gpu"), *workload_key(r))
-        groups.setdefault(group, {}).setdefault(r["run_id"], []).append(r)
-    ceilings: dict[str, list[dict]] = {}
+        group = (r.gpu, *workload_key(r))
+        groups.setdefault(group, {}).setdefault(r.run_id, []).append(r)
+    ceilings: dict[str, list[Record]] = {}
     for r in records:
-        if r.get("kind") == "ceiling":
-            ceilings.setdefault(r["run_id"], []).append(r)
+        if r.kind == "ceiling":
+            ceilings.setdefault(r.run_id, []).append(r)
     selected = []
     for runs in groups.values():
-        run_id = max(runs, key=lambda rid: runs[rid][0]["date"])
+        run_id = max(runs, key=lambda rid: runs[rid][0].date)
         selected.append(with_ceilings(runs[run_id], ceilings.get(run_id, [])))
     return selected
 
 
-def with_ceilings(run: list[dict], ceilings: list[dict]) -> list[dict]:
+def with_ceilings(run: list[Record], ceilings: list[Record]) -> list[Record]:
     """A run's measurements, each with the ceilings measured in that same run: the copy and read
     bandwidths (`copy_gbps`, `read_gbps`) and the compute ceiling in the run's input dtype
     (`compute_ceiling`, its record); a ceiling the run did not measure is left out, never
     filled in."""
     extra = {}
     for key in (f"{what}_gbps" for what in BANDWIDTHS):
-        gbps = next((c[key] for c in ceilings if c.get(key)), None)
+        gbps = next((getattr(c, key) for c in ceilings if getattr(c, key)), None)
         if gbps:
             extra[key] = gbps
-    compute = next((c for c in ceilings if c.get("compute_tflops")
-                    and c.get("dtype") == run[0]["dtype"]), None)
+    compute = next((c for c in ceilings if c.compute_tflops
+                    and c.dtype == run[0].dtype), None)
     if compute:
         extra["compute_ceiling"] = compute
-    return [{**m, **extra} for m in run]
+    return [dataclasses.replace(m, **extra) for m in run]
 
 
 TVM_RULES = "TVM's rules"
 CHECKPOINTS = (1, 4, 8, 16, 24, 32, 36, 48, 64, 96, 128, 144, 192, 256, 384, 512)
 
 
-def latest_searches(records: list[dict]) -> dict[tuple, list[dict]]:
+def latest_searches(records: list[Record]) -> dict[tuple, list[Record]]:
     """Search summaries by (GPU, workload): the latest of each (schedule, tuner, rules, seed)."""
-    chosen: dict[tuple, dict] = {}
+    chosen: dict[tuple, Record] = {}
     for r in records:
-        if r.get("kind") != "search":
+        if r.kind != "search":
             continue
-        key = (r.get("gpu"), *workload_key(r), r["schedule"], r.get("tuner"), r.get("rules"),
-               r.get("seed") or 0, r.get("shared_kb"))
-        if key not in chosen or r["date"] >= chosen[key]["date"]:
+        key = (r.gpu, *workload_key(r), r.schedule, r.tuner, r.rules,
+               r.seed or 0, r.shared_kb)
+        if key not in chosen or r.date >= chosen[key].date:
             chosen[key] = r
-    by_workload: dict[tuple, list[dict]] = {}
+    by_workload: dict[tuple, list[Record]] = {}
     for r in chosen.values():
-        by_workload.setdefault((r.get("gpu"), *workload_key(r)), []).append(r)
+        by_workload.setdefault((r.gpu, *workload_key(r)), []).append(r)
     return by_workload
 
 
-def _search_name(r: dict) -> str:
-    seed = f", seed {r['seed']}" if r.get("seed") else ""
-    if r["search"] == "metaschedule":  # searches before --ms-space had TVM's rules only
-        limit = f", {r['shared_kb']} KB shared" if r.get("shared_kb") else ""
-        return f"{r['schedule']} ({r.get('rules', TVM_RULES)}{seed}{limit})"
-    return f"{r['schedule']} ({r['tuner']}{seed})"
+def _search_name(r: Record) -> str:
+    seed = f", seed {r.seed}" if r.seed else ""
+    if r.search == "metaschedule":  # searches before --ms-space had TVM's rules only
+        limit = f", {r.shared_kb} KB shared" if r.shared_kb else ""
+        return f"{r.schedule} ({r.rules or TVM_RULES}{seed}{limit})"
+    return f"{r.schedule} ({r.tuner}{seed})"
 
 
-def median_ms(record: dict | None) -> float | None:
+def median_ms(record: Record | None) -> float | None:
     """The median time of a record that passed its check and was timed; None otherwise."""
-    if record and record.get("status") == "ok" and record.get("timing"):
-        return record["timing"]["median_ms"]
-    return None
+    return record.median_ms if record else None
 
 
-def timed_correct(run: list[dict]) -> list[dict]:
+def timed_correct(run: list[Record]) -> list[Record]:
     """The measurements of a run that passed their check and were timed: the only ones ranked
     or drawn."""
     return [r for r in run if median_ms(r) is not None]
 
 
-def fastest(run: list[dict], kinds: tuple[str, ...] = ("rung", "tuned")) -> dict | None:
+def fastest(run: list[Record], kinds: tuple[str, ...] = ("rung", "tuned")) -> Record | None:
     """The fastest record of `kinds` in a run that passed its check and was timed (by default
     ours: rungs and searched kernels, never a baseline); None where none did. Failed, skipped
     and unbuilt kernels are never ranked."""
-    return min((r for r in timed_correct(run) if r.get("kind") in kinds), key=median_ms,
+    return min((r for r in timed_correct(run) if r.kind in kinds), key=median_ms,
                default=None)
 
 
-def named(run: list[dict], schedule: str) -> dict | None:
+def named(run: list[Record], schedule: str) -> Record | None:
     """The record of `schedule` in a run (cuBLAS is `cublas`: same output dtype, TF32 off;
     `cublas-tf32` is another row)."""
-    return next((r for r in run if r["schedule"] == schedule), None)
+    return next((r for r in run if r.schedule == schedule), None)
 
 
-def percent_of_cublas(run: list[dict], record: dict | None) -> float | None:
+def percent_of_cublas(run: list[Record], record: Record | None) -> float | None:
     """cuBLAS's time / the record's time x 100, both from this run; None unless both are
     correct and timed."""
     mine, cublas = median_ms(record), median_ms(named(run, "cublas"))
     return 100 * cublas / mine if mine and cublas else None
 
 
-def time_text(record: dict | None, wl: Workload) -> str:
+def time_text(record: Record | None, wl: Workload) -> str:
     """A record's median time with its unit, us for memory-bound ops and ms otherwise; '-'
     where it was not timed."""
     ms = median_ms(record)
@@ -256,22 +257,22 @@ def time_text(record: dict | None, wl: Workload) -> str:
     return f"{ms * 1e3:.2f} us" if wl.op in MEMORY_BOUND else f"{ms:.4f} ms"
 
 
-def hardware_limit(record: dict) -> tuple[float, str] | None:
+def hardware_limit(record: Record) -> tuple[float, str] | None:
     """The TFLOP/s the roofline allows the record's workload, and which bound that is: the
     lower of the datasheet's dense peak for its input dtype ('peak') and the copy bandwidth
     measured in its run times its arithmetic intensity ('copy BW'), so a decode-sized GEMM
     is held to the bandwidth and a GEMV always is; None where neither is known."""
     wl = workload_of(record)
     bounds = []
-    peak = (spec_peaks(record["gpu"]) or {}).get(wl.dtype)
+    peak = (spec_peaks(record.gpu) or {}).get(wl.dtype)
     if peak:
         bounds.append((peak, "peak"))
-    if record.get("copy_gbps"):
-        bounds.append((record["copy_gbps"] * wl.flops / wl.min_bytes / 1e3, "copy BW"))
+    if record.copy_gbps:
+        bounds.append((record.copy_gbps * wl.flops / wl.min_bytes / 1e3, "copy BW"))
     return min(bounds, default=None)
 
 
-def percent_of_limit(record: dict | None) -> tuple[float, str] | None:
+def percent_of_limit(record: Record | None) -> tuple[float, str] | None:
     """A timed record's share of its hardware limit (hardware_limit) and the bound's name;
     None where it was not timed or no limit is known."""
     limit = record and median_ms(record) and hardware_limit(record)
@@ -281,13 +282,13 @@ def percent_of_limit(record: dict | None) -> tuple[float, str] | None:
     return 100 * tflops / limit[0], limit[1]
 
 
-def limit_text(record: dict | None) -> str:
+def limit_text(record: Record | None) -> str:
     """percent_of_limit as a cell: '71.2% of peak', '88.0% of copy BW', or '-'."""
     found = percent_of_limit(record)
     return f"{found[0]:.1f}% of {found[1]}" if found else "-"
 
 
-def headline_row(run: list[dict]) -> dict:
+def headline_row(run: list[Record]) -> dict:
     """A workload's line in the headline table: our fastest correct kernel, its time, its %
     of cuBLAS in the same run and its % of the hardware limit."""
     wl, best = workload_of(run[0]), fastest(run)
@@ -325,45 +326,45 @@ def opening(title: str, headline: list[dict], note: str, conclusion: str | None)
     return lines
 
 
-def _references(run: list[dict] | None) -> dict[str, float]:
+def _references(run: list[Record] | None) -> dict[str, float]:
     """cuBLAS and the fastest manual rung of a run, by label: the lines a tuning curve is read
     against."""
     if not run:
         return {}
     timed = timed_correct(run)
-    found = {"cuBLAS": r["timing"]["median_ms"] for r in timed if r["schedule"] == "cublas"}
-    rungs = [r for r in timed if r.get("kind") == "rung"]
+    found = {"cuBLAS": r.timing.median_ms for r in timed if r.schedule == "cublas"}
+    rungs = [r for r in timed if r.kind == "rung"]
     if rungs:
-        fastest = min(rungs, key=lambda r: r["timing"]["median_ms"])
-        found[f"best manual rung ({fastest['schedule']})"] = fastest["timing"]["median_ms"]
+        fastest = min(rungs, key=lambda r: r.timing.median_ms)
+        found[f"best manual rung ({fastest.schedule})"] = fastest.timing.median_ms
     return found
 
 
-def _retimed_as(r: dict) -> tuple:
+def _retimed_as(r: Record) -> tuple:
     """What ties a search to its re-timed row: a template's row is the best of all its
     searches; MetaSchedule's, the best of its work dir."""
-    return r["schedule"], r["params"].get("work_dir")
+    return r.schedule, r.params.get("work_dir")
 
 
-def search_section(searches: list[dict], run: list[dict] | None, figure: str | None) -> list[str]:
+def search_section(searches: list[Record], run: list[Record] | None, figure: str | None) -> list[str]:
     """Markdown for the searches of one workload: a summary, the tuning curves as a table of
     best-so-far times at checkpoints, and the plot. The curves' table names each search by a
     short key (S1, S2, ...), which the summary gives: full names as column headers made it
     hundreds of characters wide."""
     lines = []
     refs = _references(run)
-    tuned = {_retimed_as(r): r for r in run or [] if r.get("kind") == "tuned"}
+    tuned = {_retimed_as(r): r for r in run or [] if r.kind == "tuned"}
     cublas = refs.get("cuBLAS")
     summary = []
     keys = {id(r): f"S{n}" for n, r in enumerate(searches, start=1)}
     for r in searches:
-        best = min((t for _, t in r["curve"] if t is not None), default=None)
+        best = min((t for _, t in r.curve if t is not None), default=None)
         final = tuned.get(_retimed_as(r))
-        final_ms = final["timing"]["median_ms"] if final and final.get("timing") else None
+        final_ms = final.timing.median_ms if final and final.timing else None
         summary.append({
             "search": _search_name(r),
-            "trials": f"{r['trials']}/{r['space']}" if r.get("space") else str(r["trials"]),
-            "per min": _fmt(r.get("trials_per_min"), ".1f"),
+            "trials": f"{r.trials}/{r.space}" if r.space else str(r.trials),
+            "per min": _fmt(r.trials_per_min, ".1f"),
             "best": _fmt(best, ".4f"),
             "re-timed": _fmt(final_ms, ".4f"),
             "% of cuBLAS": _fmt(_ratio(cublas and 100 * cublas, final_ms), ".1f", "%"),
@@ -372,13 +373,13 @@ def search_section(searches: list[dict], run: list[dict] | None, figure: str | N
     lines += ["trials: run / in the space, where it is finite; per min: trials a minute; best "
               "(ms): the fastest candidate; re-timed (ms): that kernel timed in full next to "
               "cuBLAS; key: its column below.", "", markdown_table(summary), ""]
-    longest = max(len(r["curve"]) for r in searches)
+    longest = max(len(r.curve) for r in searches)
     marks = [n for n in CHECKPOINTS if n < longest] + [longest]
     rows = []
     for n in marks:
         row = {"trials": str(n)}
         for r in searches:
-            row[keys[id(r)]] = _fmt(r["curve"][n - 1][1] if len(r["curve"]) >= n else None,
+            row[keys[id(r)]] = _fmt(r.curve[n - 1][1] if len(r.curve) >= n else None,
                                     ".4f")
         rows.append(row)
     for label, ms in refs.items():
@@ -390,7 +391,7 @@ def search_section(searches: list[dict], run: list[dict] | None, figure: str | N
     return lines
 
 
-def plot_curves(searches: list[dict], run: list[dict] | None, title: str, path: str) -> None:
+def plot_curves(searches: list[Record], run: list[Record] | None, title: str, path: str) -> None:
     """Best-so-far time against trials for each search, with cuBLAS and the best manual rung."""
     import matplotlib
 
@@ -399,7 +400,7 @@ def plot_curves(searches: list[dict], run: list[dict] | None, title: str, path: 
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for index, r in enumerate(searches):
-        points = [(n, t) for n, t in r["curve"] if t is not None]
+        points = [(n, t) for n, t in r.curve if t is not None]
         if points:
             colour, style = curve_style(index)
             ax.step(*zip(*points), where="post", color=colour, linestyle=style, linewidth=1.6,
@@ -426,9 +427,9 @@ def curve_style(n: int) -> tuple[str, str]:
     return colours[n % len(colours)], CURVE_STYLES[n % len(CURVE_STYLES)]
 
 
-def compute_label(ceiling: dict) -> str:
+def compute_label(ceiling: Record) -> str:
     """What a compute ceiling is: cuBLAS's rate on a large square GEMM in this run."""
-    return f"cuBLAS {ceiling['params']['size']}^3 {ceiling['dtype']}, this run"
+    return f"cuBLAS {ceiling.params['size']}^3 {ceiling.dtype}, this run"
 
 
 GROUP_MARKERS = "osD^vP*X"
@@ -469,37 +470,37 @@ def median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def roofs(runs: list[list[dict]]) -> tuple[float | None, dict[str, dict]]:
+def roofs(runs: list[list[Record]]) -> tuple[float | None, dict[str, Record]]:
     """The ceilings a report's roofline draws: the copy bandwidth (the median over the runs
     that measured it; they agree within a few percent) and, per input dtype, the compute
     ceiling record of median TFLOP/s among the runs that measured one."""
-    bandwidths = [run[0]["copy_gbps"] for run in runs if run[0].get("copy_gbps")]
-    computes: dict[str, list[dict]] = {}
+    bandwidths = [run[0].copy_gbps for run in runs if run[0].copy_gbps]
+    computes: dict[str, list[Record]] = {}
     for run in runs:
-        if run[0].get("compute_ceiling"):
-            computes.setdefault(run[0]["dtype"], []).append(run[0]["compute_ceiling"])
-    chosen = {dtype: min(found, key=lambda c: abs(c["compute_tflops"] - median(
-        [f["compute_tflops"] for f in found]))) for dtype, found in computes.items()}
+        if run[0].compute_ceiling:
+            computes.setdefault(run[0].dtype, []).append(run[0].compute_ceiling)
+    chosen = {dtype: min(found, key=lambda c: abs(c.compute_tflops - median(
+        [f.compute_tflops for f in found]))) for dtype, found in computes.items()}
     return (median(bandwidths) if bandwidths else None), chosen
 
 
-def draw_roofs(ax, runs: list[list[dict]], x_lo: float, x_hi: float) -> None:
+def draw_roofs(ax, runs: list[list[Record]], x_lo: float, x_hi: float) -> None:
     """The copy bandwidth's slope and each dtype's compute ceiling, in black, each line in its
     own style and named in the legend."""
     bandwidth, computes = roofs(runs)
-    top = max((c["compute_tflops"] for c in computes.values()), default=None)
+    top = max((c.compute_tflops for c in computes.values()), default=None)
     if bandwidth:
         x_top = 1e3 * top / bandwidth if top else x_hi
         ax.plot([x_lo, x_top], [bandwidth * x_lo / 1e3, bandwidth * x_top / 1e3], color="black",
                 label=f"copy bandwidth, measured: {bandwidth:.0f} GB/s")
     for style, (dtype, ceiling) in zip(("--", "-.", ":", (0, (5, 1))), sorted(computes.items())):
-        peak = ceiling["compute_tflops"]
+        peak = ceiling.compute_tflops
         ax.plot([1e3 * peak / bandwidth if bandwidth else x_lo, x_hi], [peak, peak],
                 color="black", linestyle=style, linewidth=1.0,
                 label=f"{compute_label(ceiling)}: {peak:.0f} TFLOP/s")
 
 
-def plot_roofline(runs: list[list[dict]], title: str, path: str,
+def plot_roofline(runs: list[list[Record]], title: str, path: str,
                   group_of=lambda run: workload_of(run[0]).label()) -> list[tuple]:
     """One roofline for a whole report: every correct kernel of every run at its workload's
     arithmetic intensity (FLOP per byte of its minimum traffic), under the ceilings measured in
@@ -515,7 +516,7 @@ def plot_roofline(runs: list[list[dict]], title: str, path: str,
 
     intensities = [workload_of(run[0]).flops / workload_of(run[0]).min_bytes for run in runs]
     bandwidth, computes = roofs(runs)
-    ridges = [1e3 * c["compute_tflops"] / bandwidth for c in computes.values() if bandwidth]
+    ridges = [1e3 * c.compute_tflops / bandwidth for c in computes.values() if bandwidth]
     x_lo, x_hi = min(intensities + ridges) / 10, max(intensities + ridges) * 10
     groups = list(dict.fromkeys(group_of(run) for run in runs))
     fig, ax = plt.subplots(figsize=(9, 6))
@@ -532,7 +533,7 @@ def plot_roofline(runs: list[list[dict]], title: str, path: str,
                        linewidths=1.5, alpha=1.0 if big else 0.45)
             drawn.append((group, schedule_label(r), tflops))
     draw_roofs(ax, runs, x_lo, x_hi)
-    heights = [t for _, _, t in drawn] + [c["compute_tflops"] for c in computes.values()]
+    heights = [t for _, _, t in drawn] + [c.compute_tflops for c in computes.values()]
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
@@ -555,46 +556,46 @@ def plot_roofline(runs: list[list[dict]], title: str, path: str,
     return drawn
 
 
-def ceilings_text(first: dict) -> str:
+def ceilings_text(first: Record) -> str:
     """The ceilings measured in the run of `first` (a measurement with_ceilings gave them), as
     the run's header names them, each after "; "."""
-    parts = [f"device {what} bandwidth in the same run: {first[f'{what}_gbps']:.0f} GB/s"
-             for what in BANDWIDTHS if first.get(f"{what}_gbps")]
-    if first.get("compute_ceiling"):
-        ceiling = first["compute_ceiling"]
+    parts = [f"device {what} bandwidth in the same run: {getattr(first, f'{what}_gbps'):.0f} "
+             "GB/s" for what in BANDWIDTHS if getattr(first, f"{what}_gbps")]
+    if first.compute_ceiling:
+        ceiling = first.compute_ceiling
         parts.append(f"compute ceiling, {compute_label(ceiling)}: "
-                     f"{ceiling['compute_tflops']:.0f} TFLOP/s")
+                     f"{ceiling.compute_tflops:.0f} TFLOP/s")
     return "".join(f"; {part}" for part in parts)
 
 
-def roofline_section(runs: list[list[dict]], figure: str) -> list[str]:
+def roofline_section(runs: list[list[Record]], figure: str) -> list[str]:
     """Markdown for the report's roofline: the figure, how to read it, and the ceilings that no
     run measured (so none is drawn)."""
     lines = [f"![roofline of every workload]({figure})", "",
              "Filled: our fastest correct kernel; hollow: cuBLAS; small: the other correct "
              "kernels. Workloads of nearly equal intensity are set side by side.", ""]
-    missing = [] if any(run[0].get("copy_gbps") for run in runs) else ["the copy bandwidth"]
-    dtypes = dict.fromkeys(run[0]["dtype"] for run in runs)
+    missing = [] if any(run[0].copy_gbps for run in runs) else ["the copy bandwidth"]
+    dtypes = dict.fromkeys(run[0].dtype for run in runs)
     missing += [f"the compute ceiling for {dtype}" for dtype in dtypes
-                if not any(run[0].get("compute_ceiling") for run in runs
-                           if run[0]["dtype"] == dtype)]
+                if not any(run[0].compute_ceiling for run in runs
+                           if run[0].dtype == dtype)]
     if missing:
         lines += [f"*Not measured in these runs, so not drawn: {', '.join(missing)}.*", ""]
     return lines
 
 
-def method_lines(runs: list[list[dict]], searches: dict[tuple, list[dict]]) -> list[str]:
+def method_lines(runs: list[list[Record]], searches: dict[tuple, list[Record]]) -> list[str]:
     """The report's methodology: GPUs, driver and TVM, timing, what % of peak is of, how
     searches were timed and how correctness was checked."""
     lines = []
-    facts = sorted({(r[0]["gpu"], r[0]["driver"], r[0]["tvm"]) for r in runs}
-                   | {(r["gpu"], r["driver"], r["tvm"]) for rs in searches.values() for r in rs})
+    facts = sorted({(r[0].gpu, r[0].driver, r[0].tvm) for r in runs}
+                   | {(r.gpu, r.driver, r.tvm) for rs in searches.values() for r in rs})
     for gpu, driver, tvm in facts:
         lines.append(f"- GPU: **{gpu}**, driver {driver}; TVM {tvm}")
-    methods = sorted({m["timing"]["method"] for run in runs for m in run if m.get("timing")})
+    methods = sorted({m.timing.method for run in runs for m in run if m.timing})
     for method in methods:
         lines.append(f"- Timing: {method}")
-    if any(r[0]["op"] == "gemm" for r in runs):
+    if any(r[0].op == "gemm" for r in runs):
         lines.append(
             "- % of peak: of the datasheet's dense peak for the input dtype (fp32 on CUDA cores, "
             "TF32, fp16/bf16 and fp8 on tensor cores): "
@@ -614,14 +615,14 @@ def method_lines(runs: list[list[dict]], searches: dict[tuple, list[dict]]) -> l
     return lines
 
 
-def run_section(run: list[dict], counters: list[dict]) -> tuple[list[str], list[str]]:
+def run_section(run: list[Record], counters: list[Record]) -> tuple[list[str], list[str]]:
     """One workload's section, where and how its run measured it and its detail table (with a
     "why" column where `counters` explain a step of its ladder, and those steps in words), and
     its part of the appendix: the long columns, by schedule."""
     first = run[0]
     wl = workload_of(first)
-    where = f"Measured {first['date'][:19].replace('T', ' ')} UTC, run `{first['run_id']}`"
-    where += f"; before each timed launch: {FLUSHES[first['flush']]}"
+    where = f"Measured {first.date[:19].replace('T', ' ')} UTC, run `{first.run_id}`"
+    where += f"; before each timed launch: {FLUSHES[first.flush]}"
     rows = table_rows(run)
     if cells := why.why_cells(run, counters):
         rows = [{**row, "why": cells.get(row["schedule"], "-")} for row in rows]
@@ -631,8 +632,8 @@ def run_section(run: list[dict], counters: list[dict]) -> tuple[list[str], list[
     return section, [f"### {wl.label()}", "", markdown_table(extra), ""]
 
 
-def render(records: list[dict], title: str = "Performance report", notes: str | None = None,
-           figure_prefix: str | None = None, counters: list[dict] | None = None) -> str:
+def render(records: list, title: str = "Performance report", notes: str | None = None,
+           figure_prefix: str | None = None, counters: list | None = None) -> str:
     """The whole markdown report. It opens with the headline table and the conclusion (the
     notes' first paragraph); then the method, the roofline, a section per workload and per
     workload's searches; the rest of the notes (written by a person) under Notes; last the
@@ -640,9 +641,10 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     `<figure_prefix>-roofline.png` and each workload's tuning curves to
     `<figure_prefix>-<n>.png`, linked from the report by file name. With `counters` (records
     of tuning.explain), each ladder table says why each counted rung is faster than the one
-    before (reporting/why.py). Records of an earlier schema are read in the current one
-    (facts.migrated)."""
-    records = [migrated(r) for r in records]
+    before (reporting/why.py). The records (dicts as read from a file, or Records) are read as
+    Records, in the current schema (facts.record)."""
+    records = [Record.of(r) for r in records]
+    counters = [Record.of(c) for c in counters or []]
     runs = latest_runs(records)
     searches = latest_searches(records)
     if not runs and not searches:
@@ -656,15 +658,15 @@ def render(records: list[dict], title: str = "Performance report", notes: str | 
     lines += method_lines(runs, searches)
     if figure_prefix and runs:
         figure = f"{figure_prefix}-roofline.png"
-        gpus = ", ".join(dict.fromkeys(run[0]["gpu"] for run in runs))
+        gpus = ", ".join(dict.fromkeys(run[0].gpu for run in runs))
         plot_roofline(runs, f"{title}: every workload on {gpus}", figure)
         lines += roofline_section(runs, os.path.basename(figure))
     appendix = []
     for run in runs:
-        section, details = run_section(run, counters or [])
+        section, details = run_section(run, counters)
         lines += section
         appendix += details
-    run_of = {(r[0].get("gpu"), *workload_key(r[0])): r for r in runs}
+    run_of = {(r[0].gpu, *workload_key(r[0])): r for r in runs}
     for n, (key, found) in enumerate(sorted(searches.items(), key=str), start=1):
         wl = workload_of(found[0])
         lines += [f"## Searches: {wl.label()}", ""]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import os
 
-from facts import FLUSHES, migrated
+from facts import FLUSHES
+from facts.record import Record
 from reporting.render import (LIMIT_NOTE, fastest, latest_runs, markdown_table,
                               median_ms, named, opening, percent_of_cublas, percent_of_limit,
                               plot_roofline, roofline_section, schedule_label, split_columns,
@@ -24,7 +25,7 @@ from schedules.errors import RecordsError
 from schedules.workloads import Workload
 
 
-def best_rung(run: list[dict]) -> dict | None:
+def best_rung(run: list[Record]) -> Record | None:
     """The fastest rung of a shape's run that passed its check; None where none did. Failed,
     skipped and unbuilt rungs are never ranked."""
     return fastest(run, ("rung",))
@@ -50,32 +51,32 @@ def _shape(wl: Workload) -> str:
     return f"{'x'.join(map(str, wl.shape))} {wl.layout}"
 
 
-def shape_row(run: list[dict]) -> dict:
+def shape_row(run: list[Record]) -> dict:
     """A shape's row: where it comes from, its best correct rung against cuBLAS, dlight's
     share, and which rungs are not ranked and why."""
     first, wl = run[0], workload_of(run[0])
     best = best_rung(run)
-    rungs = [r for r in run if r.get("kind") == "rung"]
+    rungs = [r for r in run if r.kind == "rung"]
     return {
-        "model": first.get("model", "-"),
-        "layer": first.get("layer", "-"),
+        "model": first.model or "-",
+        "layer": first.layer or "-",
         "shape": _shape(wl),
         "dtype": wl.dtypes,
-        "best rung": best["schedule"] if best else "none correct",
+        "best rung": best.schedule if best else "none correct",
         "time": time_text(best, wl),
         "cuBLAS": time_text(named(run, "cublas"), wl),
         "% of cuBLAS": _percent(percent_of_cublas(run, best)),
         "dlight %": _percent(percent_of_cublas(run, named(run, "dlight"))),
         "rungs correct": f"{sum(median_ms(r) is not None for r in rungs)}/{len(rungs)}",
-        "not ranked": ", ".join(f"{r['schedule']} ({r.get('status')})" for r in rungs
+        "not ranked": ", ".join(f"{r.schedule} ({r.status})" for r in rungs
                                 if median_ms(r) is None) or "-",
     }
 
 
-def geomean_rows(runs: list[list[dict]]) -> list[dict]:
+def geomean_rows(runs: list[list[Record]]) -> list[dict]:
     """Per op and dtype: the geometric mean of the best rung's (and dlight's) % of cuBLAS over
     the shapes where both were correct, and how many shapes that is."""
-    groups: dict[tuple[str, str], list[list[dict]]] = {}
+    groups: dict[tuple[str, str], list[list[Record]]] = {}
     for run in runs:
         wl = workload_of(run[0])
         groups.setdefault((wl.op, wl.dtypes), []).append(run)
@@ -91,26 +92,26 @@ def geomean_rows(runs: list[list[dict]]) -> list[dict]:
     return rows
 
 
-def ragged_rows(runs: list[list[dict]]) -> list[dict]:
+def ragged_rows(runs: list[list[Record]]) -> list[dict]:
     """Each ragged shape (its records name an aligned neighbour) next to that neighbour of the
     same dtypes: the best rungs and cuBLAS, as the ragged shape's time over the aligned one's."""
-    by_shape = {(tuple(r[0]["shape"]), r[0]["dtype"], r[0]["out_dtype"]): r for r in runs}
+    by_shape = {(tuple(r[0].shape), r[0].dtype, r[0].out_dtype): r for r in runs}
     rows = []
     for run in runs:
         first = run[0]
-        if not first.get("aligned"):
+        if not first.aligned:
             continue
         wl = workload_of(first)
-        aligned = by_shape.get((tuple(first["aligned"]), wl.dtype, wl.out_dtype))
+        aligned = by_shape.get((tuple(first.aligned), wl.dtype, wl.out_dtype))
         best = best_rung(run)
         best_aligned, cublas_aligned = ((best_rung(aligned), named(aligned, "cublas"))
                                         if aligned else (None, None))
         rows.append({
-            "model": first.get("model", "-"), "layer": first.get("layer", "-"),
+            "model": first.model or "-", "layer": first.layer or "-",
             "dtype": wl.dtypes, "ragged": _shape(wl),
-            "best rung": best["schedule"] if best else "none correct", "time": time_text(best, wl),
-            "aligned": "x".join(map(str, first["aligned"])),
-            "best (aligned)": (best_aligned["schedule"] if best_aligned else
+            "best rung": best.schedule if best else "none correct", "time": time_text(best, wl),
+            "aligned": "x".join(map(str, first.aligned)),
+            "best (aligned)": (best_aligned.schedule if best_aligned else
                                     "none correct" if aligned else "not measured"),
             "time (aligned)": time_text(best_aligned, wl),
             "ratio": _ratio(median_ms(best), median_ms(best_aligned)),
@@ -119,13 +120,13 @@ def ragged_rows(runs: list[list[dict]]) -> list[dict]:
     return rows
 
 
-def sections(records: list[dict]) -> dict[tuple[str, str], list[list[dict]]]:
+def sections(records: list[Record]) -> dict[tuple[str, str], list[list[Record]]]:
     """The records of suite runs by (suite, GPU): per shape, the records of the latest run that
     measured it (render.latest_runs), in the order they were measured."""
-    found: dict[tuple[str, str], list[list[dict]]] = {}
-    for name in dict.fromkeys(r["suite"] for r in records if r.get("suite")):
-        for run in latest_runs([r for r in records if r.get("suite") == name]):
-            found.setdefault((name, run[0]["gpu"]), []).append(run)
+    found: dict[tuple[str, str], list[list[Record]]] = {}
+    for name in dict.fromkeys(r.suite for r in records if r.suite):
+        for run in latest_runs([r for r in records if r.suite == name]):
+            found.setdefault((name, run[0].gpu), []).append(run)
     return found
 
 
@@ -133,7 +134,7 @@ SHAPE_APPENDIX = ("model", "cuBLAS", "rungs correct", "not ranked")
 RAGGED_APPENDIX = ("model", "best (aligned)", "time (aligned)")
 
 
-def tables(runs: list[list[dict]]) -> tuple[list[str], list[str]]:
+def tables(runs: list[list[Record]]) -> tuple[list[str], list[str]]:
     """Markdown of one suite's shapes: the per-shape table, the geometric means and, where the
     suite has ragged shapes, those next to their aligned neighbours; and, for the appendix,
     their long columns (models, cuBLAS's time, the rungs not ranked)."""
@@ -154,14 +155,14 @@ def tables(runs: list[list[dict]]) -> tuple[list[str], list[str]]:
     return lines, appendix
 
 
-def suite_tables(records: list[dict]) -> str:
+def suite_tables(records: list[Record]) -> str:
     """The tables of every suite in `records`, their long columns after them, without the
     report around them (what a suite run prints at its end)."""
     return "\n".join(line for runs in sections(records).values()
                      for part in tables(runs) for line in part)
 
 
-def headline_row(name: str, runs: list[list[dict]]) -> dict:
+def headline_row(name: str, runs: list[list[Record]]) -> dict:
     """A suite's line in the headline table: how many shapes, the (at most three) rungs that
     were fastest most often, and the geometric means of the best rung's % of cuBLAS and % of
     the hardware limit (render.percent_of_limit) over the shapes that have them, with the
@@ -170,7 +171,7 @@ def headline_row(name: str, runs: list[list[dict]]) -> dict:
     counts: dict[str, int] = {}
     for r in best:
         if r:
-            counts[r["schedule"]] = counts.get(r["schedule"], 0) + 1
+            counts[r.schedule] = counts.get(r.schedule, 0) + 1
     ranked = sorted(counts.items(), key=lambda item: -item[1])[:3]
     cublas = [p for p in (percent_of_cublas(run, r) for run, r in zip(runs, best)) if p]
     limits = [found[0] for found in map(percent_of_limit, best) if found]
@@ -181,7 +182,7 @@ def headline_row(name: str, runs: list[list[dict]]) -> dict:
             "% of limit": _percent(geomean(limits))}
 
 
-def summary_line(run: list[dict]) -> str:
+def summary_line(run: list[Record]) -> str:
     """One line for a shape just measured: its best correct rung against cuBLAS."""
     wl = workload_of(run[0])
     row = shape_row(run)
@@ -189,15 +190,15 @@ def summary_line(run: list[dict]) -> str:
             f"{row['% of cuBLAS']} of cuBLAS; not ranked: {row['not ranked']}")
 
 
-def _bar_label(run: list[dict]) -> str:
+def _bar_label(run: list[Record]) -> str:
     """A bar's name: the (first) model, the layer and the shape."""
     first = run[0]
-    model = first.get("model", "-").split(",")[0]
-    return " ".join(p for p in (model if model != "-" else "", first.get("layer", ""),
+    model = (first.model or "-").split(",")[0]
+    return " ".join(p for p in (model if model != "-" else "", first.layer or "",
                                 _shape(workload_of(first))) if p)
 
 
-def plot_suite(runs: list[list[dict]], title: str, path: str) -> None:
+def plot_suite(runs: list[list[Record]], title: str, path: str) -> None:
     """One bar per shape: the best correct rung's % of cuBLAS, coloured by dtype, with the 100%
     line; a shape without a correct rung gets no bar and says so."""
     import matplotlib
@@ -232,22 +233,22 @@ def plot_suite(runs: list[list[dict]], title: str, path: str) -> None:
     plt.close(fig)
 
 
-def _where(runs: list[list[dict]]) -> str:
+def _where(runs: list[list[Record]]) -> str:
     """When and how a suite's shapes were measured: each run, its flush and copy bandwidth."""
     measured = {}
     for run in runs:
-        measured.setdefault(run[0]["run_id"], run[0])
+        measured.setdefault(run[0].run_id, run[0])
     said = []
     for run_id, first in measured.items():
-        text = (f"run `{run_id}` ({first['date'][:19].replace('T', ' ')} UTC; before each timed "
-                f"launch: {FLUSHES[first['flush']]}")
-        if first.get("copy_gbps"):
-            text += f"; device copy bandwidth in the same run: {first['copy_gbps']:.0f} GB/s"
+        text = (f"run `{run_id}` ({first.date[:19].replace('T', ' ')} UTC; before each timed "
+                f"launch: {FLUSHES[first.flush]}")
+        if first.copy_gbps:
+            text += f"; device copy bandwidth in the same run: {first.copy_gbps:.0f} GB/s"
         said.append(text + ")")
     return "Measured in " + ", ".join(said) + "."
 
 
-def suite_section(name: str, gpu: str, runs: list[list[dict]], figure: str | None
+def suite_section(name: str, gpu: str, runs: list[list[Record]], figure: str | None
                   ) -> tuple[list[str], list[str]]:
     """Markdown for one suite on one GPU: what it is, where and how it was measured, which
     schedules ran, the tables and the chart; and its part of the appendix."""
@@ -256,9 +257,9 @@ def suite_section(name: str, gpu: str, runs: list[list[dict]], figure: str | Non
     if suite:
         lines += [suite.summary + ".", ""]
     lines += [_where(runs), ""]
-    ran = dict.fromkeys(r["schedule"] for run in runs for r in run if r.get("kind") == "rung")
+    ran = dict.fromkeys(r.schedule for run in runs for r in run if r.kind == "rung")
     baselines = dict.fromkeys(schedule_label(r) for run in runs for r in run
-                              if r["schedule"] in ("dlight", "cublas"))
+                              if r.schedule in ("dlight", "cublas"))
     lines += [f"Rungs: {', '.join(ran) or 'none'}; baselines: {', '.join(baselines)}."]
     if suite and suite.left_out:
         lines += [f"Not run: {suite.left_out}."]
@@ -270,7 +271,7 @@ def suite_section(name: str, gpu: str, runs: list[list[dict]], figure: str | Non
     return lines, [f"### Suite `{name}` on {gpu}", "", *appendix]
 
 
-def render(records: list[dict], title: str = "Suite report", notes: str | None = None,
+def render(records: list, title: str = "Suite report", notes: str | None = None,
            figure_prefix: str | None = None) -> str:
     """The whole markdown report of the suite runs in `records`. It opens with a headline line
     per suite and the conclusion (the notes' first paragraph), then the method, the roofline of
@@ -278,8 +279,8 @@ def render(records: list[dict], title: str = "Suite report", notes: str | None =
     appendix of long columns. With `figure_prefix`, each suite's chart is drawn to
     `<figure_prefix>-<suite>.png` (`-<suite>-<n>.png` for its n-th GPU after the first) and the
     roofline to `<figure_prefix>-roofline.png`, linked by file name. Records of an earlier
-    schema are read in the current one (facts.migrated)."""
-    found = sections([migrated(r) for r in records])
+    schema are read in the current one (facts.record)."""
+    found = sections([Record.of(r) for r in records])
     if not found:
         raise RecordsError("no suite measurements to report (run `runner.py --suite NAME` on a "
                            "GPU)")
@@ -290,10 +291,10 @@ def render(records: list[dict], title: str = "Suite report", notes: str | None =
     conclusion, notes = split_notes(notes)
     lines = opening(title, headline, "Geometric means over each suite's shapes of the best "
                     "correct rung's %; lowest: its lowest % of cuBLAS. " + LIMIT_NOTE, conclusion)
-    for gpu, driver, tvm in sorted({(r["gpu"], r["driver"], r["tvm"]) for r in firsts}):
+    for gpu, driver, tvm in sorted({(r.gpu, r.driver, r.tvm) for r in firsts}):
         lines.append(f"- GPU: **{gpu}**, driver {driver}; TVM {tvm}")
-    methods = {r["timing"]["method"] for runs in found.values() for run in runs for r in run
-               if r.get("timing")}
+    methods = {r.timing.method for runs in found.values() for run in runs for r in run
+               if r.timing}
     lines += [f"- Timing: {method}" for method in sorted(methods)]
     lines += [
         "- Correctness: random normal inputs, output poisoned with NaN, relative Frobenius error "
@@ -309,7 +310,7 @@ def render(records: list[dict], title: str = "Suite report", notes: str | None =
         every = [run for runs in found.values() for run in runs]
         figure = f"{figure_prefix}-roofline.png"
         plot_roofline(every, f"{title}: every shape", figure,
-                      group_of=lambda run: run[0]["suite"])
+                      group_of=lambda run: run[0].suite)
         lines += roofline_section(every, os.path.basename(figure))
     drawn: dict[str, int] = {}  # charts drawn per suite: one per GPU
     appendix = []

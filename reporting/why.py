@@ -7,24 +7,26 @@ says, step by step, what changed and whether it is what the rung's docstring say
 from __future__ import annotations
 
 from facts.counters import BY_KEY, LARGE, SPEED, Change, counter_changes, main_change
+from facts.record import Record
 from schedules import registry
 from schedules.errors import UnknownSchedule
-from schedules.workloads import Workload
 
 OTHERS = 2  # large changes named after the main one in a step's explanation
 
 
-def counters_of_run(run: list[dict], counter_records: list[dict]) -> dict[str, dict]:
-    """The latest counters recorded for each schedule of `run` with its defaults: same GPU,
-    workload, params and flush as the run's record; by schedule name."""
+SAME = ("gpu", "op", "shape", "dtype", "out_dtype", "layout", "scales", "schedule", "params",
+        "flush")  # what a counters record shares with the measurement it explains
+
+
+def counters_of_run(run: list[Record], counter_records: list[Record]) -> dict[str, dict]:
+    """The latest counters recorded for each schedule of `run` with its knobs: same GPU,
+    workload, params and flush as the run's record (SAME); by schedule name."""
     latest = {}
     for measured in run:
         same = [c for c in counter_records
-                if all(c.get(k) == measured.get(k) for k in
-                       ("gpu", "op", "shape", "dtype", "out_dtype", "layout", "schedule",
-                        "params", "flush")) and c.get("scales") == measured.get("scales")]
+                if all(getattr(c, k) == getattr(measured, k) for k in SAME)]
         if same:
-            latest[measured["schedule"]] = max(same, key=lambda c: c["date"])["counters"]
+            latest[measured.schedule] = max(same, key=lambda c: c.date).counters
     return latest
 
 
@@ -33,18 +35,18 @@ def short(change: Change) -> str:
     return f"{change.name} {change.words().rsplit('(', 1)[1].rstrip(')')}"
 
 
-def steps(run: list[dict], counted: dict[str, dict]) -> list[tuple[str, str]]:
+def steps(run: list[Record], counted: dict[str, dict]) -> list[tuple[str, str]]:
     """(previous rung, rung) for each rung of `run` whose counters, and the previous counted
     rung's, are recorded: the ladder's steps that counters can explain."""
-    rungs = [r["schedule"] for r in run if r.get("kind") == "rung" and r["schedule"] in counted]
+    rungs = [r.schedule for r in run if r.kind == "rung" and r.schedule in counted]
     return list(zip(rungs, rungs[1:]))
 
 
-def why_cells(run: list[dict], counter_records: list[dict]) -> dict[str, str]:
+def why_cells(run: list[Record], counter_records: list[Record]) -> dict[str, str]:
     """The "why" cell of each rung that has a step (`steps`): its main change against the
     previous rung, or that no cause counter moved by facts.counters.LARGE."""
     counted = counters_of_run(run, counter_records)
-    min_bytes = Workload.from_record(run[0]).min_bytes
+    min_bytes = run[0].workload.min_bytes
     cells = {}
     for old, new in steps(run, counted):
         change = main_change(counted[old], counted[new], min_bytes)
@@ -81,7 +83,7 @@ def step_sentence(op: str, old: str, new: str, changes: list[Change],
     return f"- **{new}** against {old}: {said}."
 
 
-def why_section(run: list[dict], counter_records: list[dict]) -> list[str]:
+def why_section(run: list[Record], counter_records: list[Record]) -> list[str]:
     """The workload's explanation section: a sentence per step (`step_sentence`), from the
     counters recorded with the run's flush; nothing where no step is counted."""
     counted = counters_of_run(run, counter_records)
@@ -89,13 +91,13 @@ def why_section(run: list[dict], counter_records: list[dict]) -> list[str]:
     if not found:
         return []
     first = run[0]
-    min_bytes = Workload.from_record(first).min_bytes
+    min_bytes = first.workload.min_bytes
     lines = [f"Why, step by step (Nsight Compute on one launch of each rung, "
-             f"{'L2 flushed' if first['flush'] != 'none' else 'L2 warm'}; the main change is "
+             f"{'L2 flushed' if first.flush != 'none' else 'L2 warm'}; the main change is "
              "the largest among instructions, bytes, occupancy, the pipes' use and bank "
              "conflicts, time and throughput being what it brings):", ""]
     for old, new in found:
         changes = counter_changes(counted[old], counted[new], min_bytes)
-        lines.append(step_sentence(first["op"], old, new, changes,
+        lines.append(step_sentence(first.op, old, new, changes,
                                    main_change(counted[old], counted[new], min_bytes)))
     return lines + [""]

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from facts.record import Record
 from reporting.render import latest_runs, plot_roofline, render, table_rows
 from schedules import Workload, fp4
 from tests.test_records_and_report import ceiling, measurement
@@ -208,7 +209,7 @@ def test_the_read_bandwidth_gets_its_column_and_header_where_the_run_measured_it
     assert "% of read BW" in text and "device read bandwidth in the same run: 2500 GB/s" in text
     assert "device copy bandwidth in the same run: 3000 GB/s" in text
     assert "nvfp4: uniformly random bytes of codes" in text
-    (run,) = latest_runs(nvfp4_run(ceiling(), read))
+    (run,) = latest_runs([Record.of(r) for r in nvfp4_run(ceiling(), read)])
     row = table_rows(run)[0]
     gbps = Workload("batched_gemv", SHAPE, "nvfp4").min_bytes / 10e-6 / 1e9
     assert list(row)[list(row).index("% of copy BW") + 1] == "% of read BW"

@@ -7,9 +7,15 @@ import os
 import pytest
 
 import facts
+from facts.record import Record
 from reporting.render import render, table_rows
 from schedules.errors import RecordsError
 from tuning import records
+
+
+def typed(records):
+    """Records as the renderers' functions take them (render itself takes dicts too)."""
+    return [Record.of(r) for r in records]
 
 
 def measurement(schedule, ms, run_id="r1", date="2026-11-22T10:00:00+00:00", kind="rung",
@@ -91,7 +97,7 @@ def seed_run(run_id="r1", date="2026-11-22T10:00:00+00:00"):
 
 
 def test_table_has_the_seed_columns_computed_from_times():
-    rows = {r["schedule"]: r for r in table_rows(seed_run())}
+    rows = {r["schedule"]: r for r in table_rows(typed(seed_run()))}
     assert rows["v1"]["vs naive"] == "2.0x" and rows["v1"]["vs previous"] == "2.00x"
     assert rows["v3"]["vs previous"] == "5.00x" and rows["v3"]["vs naive"] == "10.0x"
     assert rows["v3"]["% of cuBLAS"] == "6.7%" and rows["cublas"]["% of cuBLAS"] == "100.0%"
@@ -103,7 +109,7 @@ def test_table_has_the_seed_columns_computed_from_times():
 def test_rows_show_registers_and_shared_memory_of_tvm_kernels():
     run = seed_run()
     run[3] = {**run[3], "resources": {"main_kernel": {"registers": 32}}, "structure": {"shared bytes": 1024}}
-    rows = {r["schedule"]: r for r in table_rows(run)}
+    rows = {r["schedule"]: r for r in table_rows(typed(run))}
     assert (rows["v3"]["regs"], rows["v3"]["smem B"]) == ("32", "1024")
     assert (rows["cublas"]["regs"], rows["cublas"]["smem B"]) == ("-", "-")
 
@@ -111,7 +117,7 @@ def test_rows_show_registers_and_shared_memory_of_tvm_kernels():
 def test_a_failed_kernel_is_shown_but_never_ranked():
     run = seed_run()
     run[3] = measurement("v3", None, status="failed", error="relative error 0.5 > 1e-05")
-    rows = {r["schedule"]: r for r in table_rows(run)}
+    rows = {r["schedule"]: r for r in table_rows(typed(run))}
     assert rows["v3"]["time (ms)"] == "-" and rows["v3"]["vs naive"] == "-"
     assert rows["v3"]["status"].startswith("failed: relative error")
     assert rows["dlight"]["vs previous"] == "-"
@@ -122,7 +128,7 @@ def test_gemv_rows_report_bandwidth_against_the_measured_copy():
     run = [measurement("allreduce", 0.080, op="gemv", shape=shape, dtype="float16"),
            measurement("cublas", 0.090, op="gemv", shape=shape, dtype="float16", kind="baseline")]
     run = [{**m, "copy_gbps": 3000.0} for m in run]
-    row = table_rows(run)[0]
+    row = table_rows(typed(run))[0]
     gbps = 2 * (7168 * 16384 + 16384 + 7168) / 80e-6 / 1e9
     assert row["time (us)"] == "80.00" and row["GB/s"] == f"{gbps:.0f}"
     assert row["% of copy BW"] == f"{100 * gbps / 3000:.1f}%"
@@ -172,7 +178,7 @@ def test_cublas_rows_say_which_call_and_output_dtype_they_timed():
         "torch._scaled_mm(out_dtype=float32, use_fast_accum=True)"
     run = seed_run()
     run[5] = {**run[5], "params": {"tf32": False, "call": "torch.mm"}}
-    rows = table_rows(run)
+    rows = table_rows(typed(run))
     assert rows[5]["schedule"] == "cublas" and rows[5]["call"] == "torch.mm"
     assert rows[5]["% of cuBLAS"] == "100.0%"
 
@@ -207,7 +213,7 @@ def test_a_kernel_that_spills_is_flagged_in_the_report():
     run = seed_run()
     run[3] = {**run[3], "resources": {"main_kernel": {"registers": 255, "spill_stores": 1362,
                                                       "spill_loads": 1362}}}
-    assert {r["schedule"]: r for r in table_rows(run)}["v3"]["regs"] == "255 (SPILLS 2724 B)"
+    assert {r["schedule"]: r for r in table_rows(typed(run))}["v3"]["regs"] == "255 (SPILLS 2724 B)"
 
 
 def ceiling(run_id="r1", **fields):
@@ -251,7 +257,7 @@ def test_the_roofline_draws_correct_kernels_only(tmp_path):
     measured = seed_run()
     measured[3] = measurement("v3", None, status="failed", error="relative error 0.5 > 1e-05")
     measured[1] = {**measured[1], "status": "skipped"}
-    (run,) = latest_runs(measured + [ceiling(), compute_ceiling()])
+    (run,) = latest_runs(typed(measured + [ceiling(), compute_ceiling()]))
     points = {kernel: tflops for _, kernel, tflops in
               plot_roofline([run], "t", str(tmp_path / "r.png"))}
     assert set(points) == {"naive", "v2", "dlight", "cublas"}
@@ -297,7 +303,7 @@ def test_searches_under_different_shared_memory_limits_are_told_apart():
             "out_dtype": "float32", "layout": "nn", "schedule": "metaschedule",
             "search": "metaschedule", "tuner": "evolutionary", "rules": "TVM's rules", "seed": 0,
             "date": "2026-11-24"}
-    found = next(iter(latest_searches([base, {**base, "shared_kb": 227}]).values()))
+    found = next(iter(latest_searches(typed([base, {**base, "shared_kb": 227}])).values()))
     assert sorted(_search_name(r) for r in found) == [
         "metaschedule (TVM's rules)",
         "metaschedule (TVM's rules, 227 KB shared)"]
@@ -405,3 +411,15 @@ def test_every_committed_measurement_record_is_of_the_current_schema():
     assert paths and not [problem for found in loaded for problem in found.problems]
     assert {r.get("schema") for found in loaded for r in found.records} == {facts.SCHEMA}
     assert not [r for found in loaded for r in found.records if "flush_l2" in r]
+
+
+def test_a_record_line_reads_as_a_typed_record_in_the_current_schema():
+    """facts.record: a schema-1 line (flush_l2) reads with its flush; the timing, the workload
+    and fields the type does not name come through."""
+    line = {**measurement("v3", 0.9), "flush_l2": False, "note": "by hand"}
+    record = Record.from_json(line)
+    assert record.flush == "none" and record.schema == facts.SCHEMA
+    assert record.timing.median_ms == 0.9 and record.median_ms == 0.9
+    assert record.workload.label() == "gemm 1024x512x2048 float32 nn"
+    assert record.rest == {"note": "by hand"} and Record.of(record) is record
+    assert Record.from_json({**line, "status": "failed"}).median_ms is None

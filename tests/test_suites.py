@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from facts.record import Record
 from reporting import shapes
 from schedules import suites
 from schedules.workloads import Workload
@@ -295,7 +296,7 @@ def test_the_report_ranks_the_best_correct_rung_against_cublas_and_takes_geomean
                   record("cublas", 0.1, shape=(1000, 6144, 4096), kind="baseline")]
                + [record("device-copy", None, kind="ceiling", op="copy", copy_gbps=3000.0,
                          shape=())])
-    runs = shapes.sections(records)[("llm-bf16", FACTS["gpu"])]
+    runs = shapes.sections([Record.of(r) for r in records])[("llm-bf16", FACTS["gpu"])]
     rows = [shapes.shape_row(run) for run in runs]
     assert [(r["best rung"], r["time"], r["% of cuBLAS"]) for r in rows] == [
         ("v7", "0.1000 ms", "100.0%"), ("v6", "0.4000 ms", "25.0%"), ("none correct", "-", "-")]
@@ -338,13 +339,13 @@ def test_ragged_gemvs_are_set_next_to_their_aligned_neighbours():
     records = (gemv((4096, 4096), 0.010, 0.012) + gemv((4096, 4095), 0.015, 0.018,
                                                          aligned=[4096, 4096])
                + gemv((3584, 3583), 0.02, 0.02, aligned=[3584, 3584]))  # neighbour not measured
-    rows = shapes.ragged_rows(shapes.sections(records)[("llm-gemv", FACTS["gpu"])])
+    rows = shapes.ragged_rows(shapes.sections([Record.of(r) for r in records])[("llm-gemv", FACTS["gpu"])])
     assert [(r["ragged"], r["time"], r["time (aligned)"], r["ratio"],
              r["cuBLAS ratio"]) for r in rows] == [
         ("4096x4095 nt", "15.00 us", "10.00 us", "1.50x", "1.50x"),
         ("3584x3583 nt", "20.00 us", "-", "-", "-")]
     assert rows[1]["best (aligned)"] == "not measured"
-    assert "Ragged shapes next to their aligned neighbours" in shapes.suite_tables(records)
+    assert "Ragged shapes next to their aligned neighbours" in shapes.suite_tables([Record.of(r) for r in records])
 
 
 def test_a_report_of_mixed_records_is_the_suites_and_says_what_it_left_out(capsys, tmp_path):

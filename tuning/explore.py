@@ -20,6 +20,7 @@ from typing import Callable
 import tvm
 
 import facts
+from facts.record import Record
 import schedules
 from reporting.render import ceilings_text, markdown_table, table_rows, with_ceilings
 from schedules import heuristics
@@ -439,7 +440,8 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
     ceilings = bench.measure_ceilings(run, wl)  # copy; read for GEMVs; compute, but not nvfp4's
     for ceiling in ceilings:
         records.append(settings.results, ceiling)
-    read_against = with_ceilings(measured, ceilings)
+    read_against = with_ceilings([Record.of(m) for m in measured],
+                                 [Record.of(c) for c in ceilings])
     say(f"\n{wl.label()} on {run.facts['gpu']}; {measure.timing_method(run.flush)}"
         f"{ceilings_text(read_against[0])}")
     say(markdown_table(table_rows(read_against)))

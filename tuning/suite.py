@@ -25,6 +25,7 @@ import tvm
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 import facts
+from facts.record import Record
 from reporting import shapes
 from schedules.errors import BuildFailed, ScheduleNotApplicable
 from schedules.suites import Entry, Suite
@@ -209,10 +210,10 @@ def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]]
                  for name, p in zip(names, built)]
         shape += [keep({**baseline, **tags})
                   for baseline in bench.measure_baselines(run, entry.workload)]
-        say(progress.counted(shapes.summary_line(shape)))
+        say(progress.counted(shapes.summary_line([Record.of(r) for r in shape])))
     ceiling = keep(bench.measure_copy(run) | {"suite": suite.name})
     say(f"\nsuite {suite.name} on {run.facts['gpu']}; {measure.timing_method(run.flush)}; "
         f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s")
-    say(shapes.suite_tables(measured))
+    say(shapes.suite_tables([Record.of(r) for r in measured]))
     say(f"records appended to {results}")
     return measured
