@@ -152,7 +152,8 @@ MODES = {
     "suite": Mode("runs the suite's own shapes and schedules", ("--schedule", *BUILD, "--json"),
                   (("suite", dict(metavar="NAME", help="a named list of real models' shapes "
                                   "(list shows them)")),)),
-    "report": Mode("renders records into markdown", ("--results", "--title", "--notes", "--counters"),
+    "report": Mode("renders records into markdown",
+                   ("--results", "--title", "--notes", "--counters"),
                    (("report", dict(metavar="PATH", help="the markdown file to write")),)),
     "export": Mode("writes one schedule's kernel", ("--schedule", *WORKLOAD, *BUILD, *FOUND),
                    (("export", dict(metavar="DIR", help="a new or empty directory: kernel.cu, "

@@ -103,7 +103,8 @@ def table_rows(run: list[Record]) -> list[dict]:
         else:
             tflops = _ratio(wl.flops / 1e12, t and t * 1e-3)
             row["TFLOP/s"] = _fmt(tflops, ".2f")
-            peak = (spec_peaks(r.gpu) or {}).get("tf32" if r.schedule == "cublas-tf32" else wl.dtype)
+            peak = (spec_peaks(r.gpu) or {}).get("tf32" if r.schedule == "cublas-tf32"
+                                                 else wl.dtype)
             row["% of peak"] = _fmt(_ratio(tflops and 100 * tflops, peak), ".1f", "%")
         row["% of cuBLAS"] = _fmt(_ratio(cublas and 100 * cublas, t), ".1f", "%")
         row["regs"] = registers(r)
@@ -346,7 +347,8 @@ def _retimed_as(r: Record) -> tuple:
     return r.schedule, r.params.get("work_dir")
 
 
-def search_section(searches: list[Record], run: list[Record] | None, figure: str | None) -> list[str]:
+def search_section(searches: list[Record], run: list[Record] | None,
+                   figure: str | None) -> list[str]:
     """Markdown for the searches of one workload: a summary, the tuning curves as a table of
     best-so-far times at checkpoints, and the plot. The curves' table names each search by a
     short key (S1, S2, ...), which the summary gives: full names as column headers made it
