@@ -392,6 +392,7 @@ class FarmRunner(ms.runner.PyRunner):
                 box["server"] = f"{url}:{server_port}"
                 box["chosen"].set()
                 return rpc.connect(url, server_port, match_key)
+            time.sleep(POLL_S)  # a hung server handed out again: ask again, not at once
 
     def _free_server(self) -> tuple:
         """(address, port, match key) of the next server the tracker hands out."""
@@ -411,20 +412,23 @@ class FarmRunner(ms.runner.PyRunner):
         return tuple(value)
 
     def _none_since(self, since: float | None) -> float | None:
-        """While waiting for a server: since when none has been under the key (None: one is);
-        FarmGone once that has lasted gone_after_s, or when the tracker is gone."""
+        """While waiting for a server: since when none has been under the key but those that
+        hung (None: one that has not is); FarmGone once that has lasted gone_after_s, or when
+        the tracker is gone. A hung server stays registered, busy with the chunk it never
+        answered: counted, it would keep the search waiting for ever."""
         if self.stopped_by:
             raise self.stopped_by
         try:
             servers = candidates.servers_now(self.tracker, self.key)
         except UsageError as e:
             self._farm_gone(str(e))
-        if servers:
+        if servers > len(self.hung):
             return None
         since = since or time.monotonic()
         if time.monotonic() - since >= self.gone_after_s:
+            hung = f" but {servers} that gave a chunk no answer" if servers else ""
             self._farm_gone(f"no RPC server under key '{self.key}' with the tracker at "
-                            f"{self.tracker} for {self.gone_after_s:g} s")
+                            f"{self.tracker}{hung} for {self.gone_after_s:g} s")
         return since
 
     def _farm_gone(self, why: str):
