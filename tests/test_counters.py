@@ -3,10 +3,9 @@
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
+import runner
 from test_records_and_report import seed_run
 
 from facts import counters
@@ -171,20 +170,16 @@ def test_the_counters_report_explains_every_recorded_ladder_step(tmp_path):
     """`--report` of a counters file renders the counters report (reporting/explained.py): a
     table per GPU and workload in ladder order, and each step in words, v7 -> v8 included."""
     out = tmp_path / "explain.md"
-    done = subprocess.run([sys.executable, "runner.py", "--report", str(out), "--results",
-                           RECORDED], capture_output=True, text=True,
-                          cwd=os.path.dirname(RECORDED) + "/..")
-    assert done.returncode == 0, done.stderr
+    assert runner.main(["--report", str(out), "--results", RECORDED]) == 0
     text = out.read_text()
     assert "## gemm 4096x4096x4096 float16->float32 nn on NVIDIA H100 80GB HBM3" in text
     assert "- **v8** against v7: warp instructions executed: inst_executed" in text
     assert text.index("| naive  ") < text.index("| v1  ") < text.index("| v3  ")
 
 
-def test_report_refuses_a_counters_file_that_is_not_there_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "runner.py", "--report", str(tmp_path / "r.md"),
-                           "--results", "reports/h100-gemm-seed.jsonl", "--counters",
-                           str(tmp_path / "none.jsonl")], capture_output=True, text=True,
-                          cwd=os.path.dirname(RECORDED) + "/..")
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "--counters" in done.stderr and not (tmp_path / "r.md").exists()
+def test_report_refuses_a_counters_file_that_is_not_there_in_one_line(tmp_path, capsys):
+    results = os.path.join(os.path.dirname(RECORDED), "h100-gemm-seed.jsonl")
+    assert runner.main(["--report", str(tmp_path / "r.md"), "--results", results,
+                        "--counters", str(tmp_path / "none.jsonl")]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "--counters" in said[0] and not (tmp_path / "r.md").exists()
