@@ -165,5 +165,11 @@ def counter_changes(old: dict, new: dict, min_bytes: int) -> list[Change]:
 def main_change(old: dict, new: dict, min_bytes: int) -> Change | None:
     """The largest change among the CAUSE counters from `old` to `new` (`counter_changes`), or
     None where none changed by LARGE: what the hardware did differently."""
-    causes = [c for c in counter_changes(old, new, min_bytes) if BY_KEY[c.name].role == CAUSE]
-    return next((c for c in causes if abs(c.relative) >= LARGE), None)
+    return main_of(counter_changes(old, new, min_bytes))
+
+
+def main_of(changes: list[Change]) -> Change | None:
+    """The first of `changes` (largest first, as counter_changes sorts them) that is a CAUSE
+    counter's and changed by LARGE; None where none did."""
+    return next((c for c in changes
+                 if BY_KEY[c.name].role == CAUSE and abs(c.relative) >= LARGE), None)

@@ -52,7 +52,8 @@ def cell(key: str, value) -> str:
 def ladder_section(ladder: list[Record]) -> list[str]:
     """One workload's table of counters and why-cells, then its steps in words."""
     first = ladder[0]
-    cells = why.why_cells(ladder, ladder)
+    explained = why.explained_steps(ladder, ladder)
+    cells = why.why_cells(explained)
     rows = [{"schedule": r.schedule,
              **{("time (us)" if k == "duration_ns" else k): cell(k, r.counters.get(k))
                 for k in COLUMNS},
@@ -61,7 +62,8 @@ def ladder_section(ladder: list[Record]) -> list[str]:
     return [f"## {first.workload.label()} on {first.gpu}", "",
             f"Recorded {dates[0]}{' to ' + dates[-1] if dates[-1] != dates[0] else ''}; "
             f"driver {first.driver}, TVM {first.tvm}; before each launch: "
-            f"{FLUSHES[FLUSH]}.", "", markdown_table(rows), "", *why.why_section(ladder, ladder)]
+            f"{FLUSHES[FLUSH]}.", "", markdown_table(rows), "",
+            *why.why_section(first, explained)]
 
 
 def render(records: list, title: str = "Counters report", notes: str | None = None,

@@ -626,11 +626,12 @@ def run_section(run: list[Record], counters: list[Record]) -> tuple[list[str], l
     where = f"Measured {first.date[:19].replace('T', ' ')} UTC, run `{first.run_id}`"
     where += f"; before each timed launch: {FLUSHES[first.flush]}"
     rows = table_rows(run)
-    if cells := why.why_cells(run, counters):
+    explained = why.explained_steps(run, counters)
+    if cells := why.why_cells(explained):
         rows = [{**row, "why": cells.get(row["schedule"], "-")} for row in rows]
     detail, extra = split_columns(rows, APPENDIX_COLUMNS, ("schedule",))
     section = [f"## {wl.label()}", "", where + ceilings_text(first) + ".", "",
-               markdown_table(detail), "", *why.why_section(run, counters)]
+               markdown_table(detail), "", *why.why_section(first, explained)]
     return section, [f"### {wl.label()}", "", markdown_table(extra), ""]
 
 

@@ -6,14 +6,14 @@ says, step by step, what changed and whether it is what the rung's docstring say
 
 from __future__ import annotations
 
-from facts.counters import BY_KEY, LARGE, SPEED, Change, counter_changes, main_change
+from dataclasses import dataclass
+
+from facts.counters import BY_KEY, LARGE, SPEED, Change, counter_changes, main_of
 from facts.record import Record
 from schedules import registry
 from schedules.errors import UnknownSchedule
 
 OTHERS = 2  # large changes named after the main one in a step's explanation
-
-
 SAME = ("gpu", "op", "shape", "dtype", "out_dtype", "layout", "scales", "schedule", "params",
         "flush")  # what a counters record shares with the measurement it explains
 
@@ -42,16 +42,33 @@ def steps(run: list[Record], counted: dict[str, dict]) -> list[tuple[str, str]]:
     return list(zip(rungs, rungs[1:]))
 
 
-def why_cells(run: list[Record], counter_records: list[Record]) -> dict[str, str]:
-    """The "why" cell of each rung that has a step (`steps`): its main change against the
-    previous rung, or that no cause counter moved by facts.counters.LARGE."""
+@dataclass(frozen=True)
+class Step:
+    """A step of the ladder that counters explain: the rung before, the rung, their counters'
+    changes (largest first) and the main one (None where no cause moved by LARGE)."""
+
+    old: str
+    new: str
+    changes: list[Change]
+    main: Change | None
+
+
+def explained_steps(run: list[Record], counter_records: list[Record]) -> list[Step]:
+    """Each step of `run` (`steps`) with its counters' changes, worked out once for both the
+    table's cells and the section's sentences."""
     counted = counters_of_run(run, counter_records)
     min_bytes = run[0].workload.min_bytes
-    cells = {}
+    found = []
     for old, new in steps(run, counted):
-        change = main_change(counted[old], counted[new], min_bytes)
-        cells[new] = short(change) if change else "no cause moved 10%"
-    return cells
+        changes = counter_changes(counted[old], counted[new], min_bytes)
+        found.append(Step(old, new, changes, main_of(changes)))
+    return found
+
+
+def why_cells(found: list[Step]) -> dict[str, str]:
+    """The "why" cell of each rung that has a step: its main change against the previous rung,
+    or that no cause counter moved by facts.counters.LARGE."""
+    return {step.new: short(step.main) if step.main else "no cause moved 10%" for step in found}
 
 
 def brings_of(op: str, schedule: str) -> tuple[str, int] | None:
@@ -83,21 +100,15 @@ def step_sentence(op: str, old: str, new: str, changes: list[Change],
     return f"- **{new}** against {old}: {said}."
 
 
-def why_section(run: list[Record], counter_records: list[Record]) -> list[str]:
-    """The workload's explanation section: a sentence per step (`step_sentence`), from the
-    counters recorded with the run's flush; nothing where no step is counted."""
-    counted = counters_of_run(run, counter_records)
-    found = steps(run, counted)
+def why_section(first: Record, found: list[Step]) -> list[str]:
+    """The workload's explanation section (of the run whose first record is `first`): a
+    sentence per step (`step_sentence`); nothing where no step is counted."""
     if not found:
         return []
-    first = run[0]
-    min_bytes = first.workload.min_bytes
     lines = [f"Why, step by step (Nsight Compute on one launch of each rung, "
              f"{'L2 flushed' if first.flush != 'none' else 'L2 warm'}; the main change is "
              "the largest among instructions, bytes, occupancy, the pipes' use and bank "
              "conflicts, time and throughput being what it brings):", ""]
-    for old, new in found:
-        changes = counter_changes(counted[old], counted[new], min_bytes)
-        lines.append(step_sentence(first.op, old, new, changes,
-                                   main_change(counted[old], counted[new], min_bytes)))
+    for step in found:
+        lines.append(step_sentence(first.op, step.old, step.new, step.changes, step.main))
     return lines + [""]
