@@ -107,8 +107,8 @@ class Record:
 
     @property
     def workload(self) -> Workload:
-        return Workload(self.op, self.shape, self.dtype, self.out_dtype, self.layout,
-                        self.scales)
+        """The workload the record names, read as Workload.from_record reads a line."""
+        return Workload.from_record(vars(self))
 
     @property
     def median_ms(self) -> float | None:
