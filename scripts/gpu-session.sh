@@ -32,7 +32,11 @@
 #   bash scripts/gpu-session.sh profile      # ncu ($NCU: --set detailed) of v6 (fp16) and the best
 #                                            # v5k, 4096^3
 #   bash scripts/gpu-session.sh odd-shapes   # the GPU tier on the rungs and shapes of issue 21
-#   bash scripts/gpu-session.sh shapes       # the shape suites ($SUITES: all three) into shapes.jsonl
+#   bash scripts/gpu-session.sh shapes       # the shape suites ($SUITES: all three) into shapes.jsonl,
+#                                            # every rung or $SHAPES_SCHEDULE's alone
+#   bash scripts/gpu-session.sh sweep        # $SWEEP_SCHEDULES (a rung's settings) over the shapes
+#                                            # of $SWEEP_SUITE (wide-bf16) at each M of
+#                                            # $SWEEP_TOKENS, beside cuBLAS (scripts/sweep_suite.py)
 #   bash scripts/gpu-session.sh ragged       # v8's GPU tier, then the ragged-16bit suite (v8 beside
 #                                            # cuBLAS), the aligned neighbour of its first shape, v7
 #                                            # and v8 on ragged K with a float32 C
@@ -244,8 +248,14 @@ for part in "$@"; do
         or 1x1x1 or 17x250x66 or 1000x136x200)) or v7_is_correct" 2>&1 | tee "$out/pytest-odd-shapes.log" ;;
     shapes)
       for suite in ${SUITES:-fp32-ragged llm-gemv llm-bf16}; do
-        python3 runner.py --suite "$suite" --results "$out/shapes.jsonl"
+        python3 runner.py --suite "$suite" ${SHAPES_SCHEDULE:+--schedule "$SHAPES_SCHEDULE"} \
+          --results "$out/shapes.jsonl"
       done 2>&1 | tee -a "$out/shapes.log" ;;
+    sweep)
+      for tokens in ${SWEEP_TOKENS:-48 300 700 2500}; do
+        python3 scripts/sweep_suite.py --suite "${SWEEP_SUITE:-wide-bf16}" --tokens "$tokens" \
+          --results "$out/sweep.jsonl" --schedules ${SWEEP_SCHEDULES:-v8}
+      done 2>&1 | tee -a "$out/sweep.log" ;;
     ragged)
       { python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k "v8"
         python3 runner.py --suite ragged-16bit --schedule v8 --results "$out/ragged.jsonl"

@@ -70,10 +70,10 @@ CHOICES = [
      {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
     ("v8", gemm((128, 6144, 4096), "float16", "nt"),
      {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
-    # 144 tiles of 128x256: a wave, then the last 12 in 8 K slices (96 units), 1.125 waves,
-    # against 288 of 128x128: 2 waves and 24 tiles in 4 slices, 2.25 x 0.57 = 1.28; nn keeps
-    # that, nt takes one wave of 128 tiles of 256x144 (no more area: 1.125 x 128 = 144 wide)
-    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nn"), {"split_k": 8, "split_tail": True}),
+    # 144 tiles of 128x256, 1.1 waves: nt takes one wave of 128 tiles of 256x144 (no more
+    # area: 1.125 x 128 = 144 wide); nn (no 256-row tiles) the least estimated time of the
+    # timed tiles: 192 of 128x192, 2 rounds of 56 K blocks
+    ("v8", gemm((1000, 4608, 3584), "bfloat16", "nn"), {"block_n": 192}),
     ("v8", gemm((1000, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 256, "block_n": 144, "tma_store": False}),
     # 192 tiles of 128x256: 60 past a wave, in 2 slices (1.5 waves); 128 of 256x192 are one
@@ -112,8 +112,15 @@ CHOICES = [
      {"split_k": 2, "split_tail": True}),
     ("v8", gemm((1000, 3584, 18944), "bfloat16", "nt"),  # 112 tiles: no split fills more
      {"tma_store": False}),
-    ("v8", gemm((128, 37888, 3584), "bfloat16", "nt"),  # 148 tiles of 128x256: 132 + 16 in 8
-     {"split_k": 8, "split_tail": True}),
+    # 148 tiles of 128x256, 296 of 64x256: 2 or 3 rounds; 237 of 128x160 take 2 rounds of
+    # less time each (timed_tiles)
+    ("v8", gemm((128, 37888, 3584), "bfloat16", "nt"), {"block_n": 160, "stages": 5}),
+    # medium M: 144 tiles of 128x128, the 12 past a wave in 8 K slices, before; 132 of 64x256
+    # whole are one round of 48 K blocks at about 128x128's time per block (timed_tiles)
+    ("v8", Workload("gemm", (700, 3072, 3072), "bfloat16", "bfloat16", "nt"),
+     {"block_m": 64, "stages": 5, "tma_store": False}),
+    # 3 rows of 128-row tiles would pad to 4 in clusters of 2: no clusters, timed tiles
+    ("v8", Workload("gemm", (300, 131072, 5120), "bfloat16", "bfloat16", "nt"), {"block_m": 64}),
     ("multirow", Workload("gemv", (4096, 64), "float16"), {"reduce_threads": 8}),
     ("multirow", Workload("gemv", (4096, 65), "float16"), {"reduce_threads": 16}),
     ("multirow", Workload("gemv", (300, 7), "float32"), {"reduce_threads": 2}),

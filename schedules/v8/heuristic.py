@@ -7,8 +7,8 @@ from __future__ import annotations
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
-from .geometry import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes, box_bytes,
-                       consumer_accumulators, k_block_count, staged_operands,
+from .geometry import (BLOCK_N_STEP, MOST_ACCUMULATORS, ROW_BYTES, arena_bytes, box_bytes,
+                       consumer_accumulators, consumer_tile, k_block_count, staged_operands,
                        widest_fitting)
 from .refusals import c_rows_take_tma, workload_refusal
 
@@ -19,8 +19,19 @@ TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it lo
 FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
 DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
 CLUSTER_WAVES = 8  # v8: 128x256 tiles in clusters of 2 where they take this many waves or more
+CLUSTER_PADDING = 1.125  # ... and their rows of tiles, padded to whole pairs, this many times more
 TMA_STORE_STAGES = {2: 3, 1: 4}  # tma_store: where its boxes leave room for so many stages,
 # by the bytes of an input element (fp8 lost a stage's worth)
+# 16-bit inputs: each tile shape's time, in microseconds on an H100, per K block of 128 bytes
+# and per tile (its prologue and epilogue), fitted to unsplit tiles over the wide-bf16 suite's
+# shapes at M = 48 to 2500 (reports/notes/h100-shapes.md, "Medium M"); SPLIT_US a split
+# tile's extra (its partials through the workspace), fitted to the same runs.
+TILE_TIMES_US = {(128, 128): (0.3741, 3.22), (128, 160): (0.4238, 4.63),
+                 (128, 192): (0.4868, 4.32), (128, 256): (0.6320, 5.46),
+                 (64, 192): (0.3959, 2.64), (64, 256): (0.3770, 3.45), (256, 192): (0.7719, 7.38)}
+SPLIT_US = 10.0
+TIMED_WAVES = 2  # ... the estimate picks v8's tiles where 128x256 ones take at most this many
+# waves (the medium M it was fitted on), and where clusters would pad their rows of tiles
 WGMMA_M = WARPGROUP * MMA  # one wgmma's rows: a decode batch's tile
 PROMOTE_K = 128  # fp8: K elements between promotions of wgmma's sums into float32 (DeepGEMM's)
 
@@ -80,6 +91,38 @@ def tall_tiles(wl: Workload, sms: int, space: dict, waves: float) -> int | None:
     return min(n for n, c in cost.items() if c == cheapest)
 
 
+def tile_takes(layout: str, block_m: int, block_n: int) -> bool:
+    """Whether v8 takes block_m x block_n tiles in `layout` (two consumers, not pingpong): each
+    consumer's columns whole pieces of BLOCK_N_STEP, its accumulators within a thread's, and
+    256-row tiles in nt only (as `tall_tiles` takes them)."""
+    step = BLOCK_N_STEP[layout][0]
+    return (block_n % step == 0 and consumer_tile(block_m, block_n)[1] % step == 0
+            and consumer_accumulators(block_m, block_n) <= MOST_ACCUMULATORS
+            and (block_m < TALL_M or layout == "nt"))
+
+
+def timed_tile_us(wl: Workload, sms: int, block_m: int, block_n: int, split_k: int = 1) -> float:
+    """The estimated time of v8 on wl with block_m x block_n tiles whose K is split in
+    split_k (every tile): the rounds of units on the SMs, each unit's K blocks at the tile's
+    TILE_TIMES_US per block, plus its time per tile (and SPLIT_US where split)."""
+    per_block, per_tile = TILE_TIMES_US[(block_m, block_n)]
+    blocks = -(-k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) // split_k)
+    rounds = -(-tile_count(wl, block_m, block_n) * split_k // sms)
+    return rounds * (blocks * per_block + per_tile + (SPLIT_US if split_k > 1 else 0))
+
+
+def timed_tiles(wl: Workload, sms: int, space: dict, split: tuple[int, int, int, bool]):
+    """(block_m, block_n, split_k): of the unsplit TILE_TIMES_US tiles the space and the
+    layout take, and the split plan `split` (block_m, block_n, split_k, split_tail) where it
+    splits every tile of a timed shape, the one of least `timed_tile_us`."""
+    plans = [(m, n, 1) for m, n in TILE_TIMES_US if m in space["block_m"]
+             and n in space["block_n"] and 1 in space["split_k"] and tile_takes(wl.layout, m, n)]
+    block_m, block_n, split_k, split_tail = split
+    if split_k > 1 and not split_tail and (block_m, block_n) in TILE_TIMES_US:
+        plans.append((block_m, block_n, split_k))
+    return min(plans, key=lambda plan: timed_tile_us(wl, sms, *plan), default=None)
+
+
 def promoted_widths(block_m: int, layout: str, space: dict, knobs: dict) -> tuple[dict, dict]:
     """The space's widths, and the default width (the widest of them), whose block_m-row tiles
     leave room for promote_k's float32 sums: twice the accumulators within a thread's
@@ -116,9 +159,12 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
       split_tail: only the last, partial wave's);
     - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
-      tiles take CLUSTER_WAVES waves or more and no rows are staged (`staged_operands`); else
+      tiles take CLUSTER_WAVES waves or more, their rows of tiles padded to whole pairs are at
+      most CLUSTER_PADDING times as many, and no rows are staged (`staged_operands`); else
       256-row tiles (`tall_tiles`, nt) where the 128-row ones take more than a wave and the
-      256-row ones cost no more;
+      256-row ones cost no more; else, for 16-bit inputs past decode batches whose 128x256
+      tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and the
+      split plan where it splits every tile) of least estimated time (`timed_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
@@ -146,18 +192,26 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     block_n = tile_widths(wl, sms, block_m, knobs, space)
     waves, split_k, split_tail = split_plan(wl, sms, block_m, block_n, space["split_k"])
     # Step 3. Clusters where the tiles take many waves; else pingpong's or tall tiles.
-    clustered = (not decode and not pingpong and not staged_operands(wl)
-                 and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms
+    row_tiles, wide_tiles = -(-wl.dims["M"] // 128), tile_count(wl, 128, 256)
+    padded = row_tiles + row_tiles % 2 > CLUSTER_PADDING * row_tiles
+    clustered = (not decode and not pingpong and not staged_operands(wl) and not padded
+                 and wide_tiles >= CLUSTER_WAVES * sms
                  and 2 in space["cluster_m"] and 128 in space["block_m"]
                  and 256 in space["block_n"] and 1 in space["split_k"])
     tall = None if decode or promote_k or wl.layout != "nt" or TALL_M not in space["block_m"] \
         or tile_count(wl, block_m, block_n) <= sms else tall_tiles(wl, sms, space, waves)
+    timed = timed_tiles(wl, sms, space, (block_m, block_n, split_k, split_tail)) \
+        if not decode and not promote_k and DTYPE_BYTES[wl.dtype] == 2 \
+        and (wide_tiles <= TIMED_WAVES * sms or padded and wide_tiles >= CLUSTER_WAVES * sms) \
+        else None
     if clustered:
         block_m, block_n, split_k, split_tail = 128, 256, 1, False
     elif pingpong:  # the widest whole tile one consumer holds (nn: whole 64-column boxes)
         block_n = widest_fitting(block_m, wl.layout, True, space["block_n"]) or knobs["block_n"]
     elif tall:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
+    elif timed:
+        (block_m, block_n, split_k), split_tail = timed, False
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
     return {"block_m": block_m, "block_n": block_n,

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""On the GPU machine: several settings of a rung over a suite's shapes, the way the suite
+runs one rung (every pair built first in parallel workers, then each kernel checked against
+float64 and timed beside cuBLAS, records appended as they are measured), to see which setting
+each shape wants before a heuristic is changed.
+
+    python3 scripts/sweep_suite.py --suite wide-bf16 --tokens 300 700 \\
+        --schedules v8 v8:block_m=128,block_n=192,split_k=1 --results sweep.jsonl
+
+--tokens keeps the suite's shapes of those M only. The records carry each setting's knobs
+(params); reporting them per setting is the analysis's business, not this script's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from schedules import suites  # noqa: E402
+from tuning import explore, measure  # noqa: E402
+from tuning.suite import run_suite  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", required=True, choices=sorted(suites.SUITES))
+    parser.add_argument("--tokens", type=int, nargs="*", help="the M of the shapes to keep")
+    parser.add_argument("--schedules", nargs="+", required=True,
+                        help="schedule names with knobs, as the runner's --schedule takes them")
+    parser.add_argument("--results", default="sweep.jsonl")
+    args = parser.parse_args()
+    if not measure.gpu_present():
+        print("sweep_suite.py times kernels: it needs a CUDA GPU, and there is none here")
+        return 1
+    suite = suites.get(args.suite)
+    if args.tokens:
+        kept = tuple(e for e in suite.entries if e.workload.dims["M"] in args.tokens)
+        suite = dataclasses.replace(suite, entries=kept)
+    run_suite(suite, args.schedules, explore.Settings(results=args.results), say=print,
+              warn=print)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
