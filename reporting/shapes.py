@@ -198,16 +198,34 @@ def _bar_label(run: list[Record]) -> str:
                                 _shape(workload_of(first))) if p)
 
 
+MOST_BARS = 48  # a suite with more shapes is drawn by M: one point per shape, not one bar
+
+
 def plot_suite(runs: list[list[Record]], title: str, path: str) -> None:
-    """One bar per shape: the best correct rung's % of cuBLAS, coloured by dtype, with the 100%
-    line; a shape without a correct rung gets no bar and says so."""
+    """The best correct rung's % of cuBLAS per shape, coloured by dtype, with the 100% line:
+    a bar per shape, or, for suites of more than MOST_BARS shapes, a point per shape at its M
+    with each M's geometric mean (`_draw_by_m`); a shape without a correct rung says so."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    wide = len(runs) > MOST_BARS
+    fig, ax = plt.subplots(figsize=(10, 6) if wide else (max(8.0, 0.32 * len(runs) + 2), 6))
+    handles = (_draw_by_m if wide else _draw_bars)(ax, runs)
+    handles.append(ax.axhline(100, color="black", linestyle="--", linewidth=0.8, label="cuBLAS"))
+    ax.set_ylabel("best correct rung, % of cuBLAS")
+    ax.set_title(title, fontsize=10)
+    ax.legend(handles=handles, fontsize=8, loc="upper left", ncol=len(handles))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _draw_bars(ax, runs: list[list[Record]]) -> list:
+    """One bar per shape, named on the x axis; returns the dtypes' legend handles."""
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.32 * len(runs) + 2), 6))
     colours: dict[str, str] = {}
     highest = 100.0
     for x, run in enumerate(runs):
@@ -219,18 +237,38 @@ def plot_suite(runs: list[list[Record]], title: str, path: str) -> None:
         else:
             ax.bar(x, percent, color=colour)
             highest = max(highest, percent)
-    cublas = ax.axhline(100, color="black", linestyle="--", linewidth=0.8, label="cuBLAS")
     ax.set_xlim(-0.6, len(runs) - 0.4)  # room for the shapes without a bar, too
     ax.set_ylim(0, highest * 1.2)  # headroom for the legend
     ax.set_xticks(range(len(runs)))
     ax.set_xticklabels([_bar_label(run) for run in runs], rotation=90, fontsize=7)
-    ax.set_ylabel("best correct rung, % of cuBLAS")
-    ax.set_title(title, fontsize=10)
-    handles = [Patch(color=c, label=d) for d, c in colours.items()] + [cublas]
-    ax.legend(handles=handles, fontsize=8, loc="upper left", ncol=len(handles))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return [Patch(color=c, label=d) for d, c in colours.items()]
+
+
+def _draw_by_m(ax, runs: list[list[Record]]) -> list:
+    """One point per shape at its M (log scale), and each M's geometric mean joined by a line;
+    the shapes without a correct rung counted in the x axis's label. Returns the legend's
+    handles."""
+    by_dtype: dict[str, list[tuple[int, float]]] = {}
+    missing = 0
+    for run in runs:
+        wl = workload_of(run[0])
+        percent = percent_of_cublas(run, best_rung(run))
+        if percent is None:
+            missing += 1
+        else:
+            by_dtype.setdefault(wl.dtypes, []).append((wl.dims["M"], percent))
+    handles, highest = [], 100.0
+    for i, (dtypes, points) in enumerate(by_dtype.items()):
+        ms, percents = zip(*points)
+        handles.append(ax.scatter(ms, percents, s=14, alpha=0.6, color=f"C{i}", label=dtypes))
+        means = sorted((m, geomean([p for pm, p in points if pm == m])) for m in set(ms))
+        ax.plot(*zip(*means), color=f"C{i}", linewidth=1.2)
+        highest = max(highest, *percents)
+    ax.set_xscale("log")
+    ax.set_ylim(0, highest * 1.2)
+    ax.set_xlabel("M (tokens); the line: each M's geometric mean"
+                  + (f"; {missing} shapes without a correct rung" if missing else ""))
+    return handles
 
 
 def _where(runs: list[list[Record]]) -> str:

@@ -357,3 +357,31 @@ def test_a_report_of_mixed_records_is_the_suites_and_says_what_it_left_out(capsy
     assert code == 0 and err.startswith("warning: 1 records of ") and "not from suite runs" in err
     text = (tmp_path / "r.md").read_text()
     assert "## Suite `llm-bf16`" in text and "1024x512x2048" not in text
+
+
+def test_a_suite_of_many_shapes_is_drawn_by_m_one_point_per_shape():
+    """wide-bf16's committed run (192 shapes, more than MOST_BARS): one point per shape with a
+    correct rung at its M, and a line through each M's geometric mean of % of cuBLAS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tuning import records
+
+    committed = [Record.of(r) for r in records.load("reports/h100-shapes.jsonl").records]
+    runs = next(runs for (name, _), runs in shapes.sections(committed).items()
+                if name == "wide-bf16")
+    assert len(runs) > shapes.MOST_BARS
+    fig, ax = plt.subplots()
+    handles = shapes._draw_by_m(ax, runs)
+    points = handles[0].get_offsets()
+    percents = {(shapes.workload_of(run[0]).dims["M"],
+                 shapes.percent_of_cublas(run, shapes.best_rung(run))) for run in runs}
+    assert len(points) == len(runs) and {tuple(p) for p in points} == percents
+    (line,) = ax.get_lines()
+    ms = sorted({m for m, _ in percents})
+    assert list(line.get_xdata()) == ms
+    assert list(line.get_ydata()) == pytest.approx(
+        [shapes.geomean([p for m2, p in percents if m2 == m]) for m in ms])
+    plt.close(fig)
