@@ -34,6 +34,8 @@ TORCH = "torch"
 GEMV_RUNGS = ("blockreduce", "rowalign", "multirow")
 V8 = "v8"
 V8_WIDTHS = (128, 256)  # block_n tried at every bucket
+MEDIUM_TILES = ((64, 256), (128, 192))  # whole tiles also tried past 64 rows: the H100's sweep
+# of wide-bf16 found them fastest most often at M = 300-2500 (reports/notes/h100-shapes.md)
 SPLITS = (1, 2, 3, 4, 6, 8)  # v8's split_k values (its space)
 MOST_WORKSPACE_BYTES = 64 << 20  # split K's partials per kernel: a model holds many kernels
 LAYER_DTYPES = ("float16", "bfloat16")
@@ -146,8 +148,9 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     """v8 for the bucket's rows: the heuristic's own choice for its most rows, then 64-row tiles
     (at most 64 rows) or 128-row ones at each of V8_WIDTHS, whole and with the tiles of a last,
     partial wave split to fill the SMs at the probe Ms (split_tail: its split tiles are counted
-    at each call); settings v8 refuses, or whose workspace passes MOST_WORKSPACE_BYTES, are left
-    out. A fast_accum layer's v8 keeps its sums in wgmma's accumulator (no promote_k)."""
+    at each call), and past 64 rows the MEDIUM_TILES whole; settings v8 refuses, or whose
+    workspace passes MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
+    in wgmma's accumulator (no promote_k)."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
     if v8.workload_refusal(wl):
@@ -163,6 +166,9 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         wanted += [{"block_m": block_m, "block_n": block_n, "split_k": split, "split_tail": True,
                     **single, **accumulate}
                    for split in sorted(_fill_splits(layer, bucket, max_tokens, block_m, block_n))]
+    if most > 64:
+        wanted += [{"block_m": m, "block_n": n, "split_k": 1, "split_tail": False, **single,
+                    **accumulate} for m, n in MEDIUM_TILES]
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)

@@ -395,7 +395,7 @@ def search_section(searches: list[Record], run: list[Record] | None,
 
 def plot_curves(searches: list[Record], run: list[Record] | None, title: str, path: str) -> None:
     """Best-so-far time against trials for each search, with cuBLAS and the best manual rung."""
-    import matplotlib
+    import matplotlib  # loaded only where a figure is drawn; its Agg backend before pyplot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -510,7 +510,7 @@ def plot_roofline(runs: list[list[Record]], title: str, path: str,
     marker, named in the legend; our fastest kernel is drawn large and filled, cuBLAS large and
     hollow, the other kernels small, so the legend, not labels at the points, says what each
     is. Returns the points drawn, (group, kernel, TFLOP/s)."""
-    import matplotlib
+    import matplotlib  # loaded only where a figure is drawn; its Agg backend before pyplot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -205,7 +205,7 @@ def plot_suite(runs: list[list[Record]], title: str, path: str) -> None:
     """The best correct rung's % of cuBLAS per shape, coloured by dtype, with the 100% line:
     a bar per shape, or, for suites of more than MOST_BARS shapes, a point per shape at its M
     with each M's geometric mean (`_draw_by_m`); a shape without a correct rung says so."""
-    import matplotlib
+    import matplotlib  # loaded only where a figure is drawn; its Agg backend before pyplot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -224,7 +224,7 @@ def plot_suite(runs: list[list[Record]], title: str, path: str) -> None:
 
 def _draw_bars(ax, runs: list[list[Record]]) -> list:
     """One bar per shape, named on the x axis; returns the dtypes' legend handles."""
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # as plot_suite loads matplotlib: only to draw
 
     colours: dict[str, str] = {}
     highest = 100.0

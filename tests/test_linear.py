@@ -47,6 +47,10 @@ def test_candidates_always_include_torch_gemv_rungs_at_one_row_and_v8_elsewhere(
     many = candidates(layer, Bucket(65, 256), 4096)
     assert {c.rung for c in many} == {TORCH, "v8"}
     assert any(dict(c.knobs)["split_k"] > 1 for c in many if c.rung == "v8")
+    tiles = {(dict(c.knobs)["block_m"], dict(c.knobs)["block_n"]) for c in many if c.rung == "v8"}
+    assert {(64, 256), (128, 192)} <= tiles  # the medium-M tiles, past 64 rows only
+    few = candidates(layer, Bucket(17, 64), 4096)
+    assert all(dict(c.knobs)["block_m"] == 64 for c in few if c.rung == "v8")
 
 
 @pytest.mark.parametrize("bucket", [Bucket(2, 16), Bucket(257, 1024), Bucket(1025, None)])
