@@ -20,7 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from schedules import suites  # noqa: E402
+from schedules import ExplorerError, suites  # noqa: E402
+from schedules.errors import UsageError  # noqa: E402
 from tuning import explore, measure  # noqa: E402
 from tuning.suite import run_suite  # noqa: E402
 
@@ -33,17 +34,26 @@ def main() -> int:
                         help="schedule names with knobs, as the runner's --schedule takes them")
     parser.add_argument("--results", default="sweep.jsonl")
     args = parser.parse_args()
-    if not measure.gpu_present():
-        print("sweep_suite.py times kernels: it needs a CUDA GPU, and there is none here")
-        return 1
     suite = suites.get(args.suite)
     if args.tokens:
         kept = tuple(e for e in suite.entries if e.workload.dims["M"] in args.tokens)
+        if not kept:
+            raise UsageError(f"suite {suite.name} has no shape at M = "
+                             f"{', '.join(map(str, args.tokens))}")
         suite = dataclasses.replace(suite, entries=kept)
+    for name in args.schedules:  # a bad name or knob refused here, not in the build workers
+        explore.resolve(suite.entries[0].workload, name, explore.SearchResults())
+    if not measure.gpu_present():
+        print("sweep_suite.py times kernels: it needs a CUDA GPU, and there is none here")
+        return 1
     run_suite(suite, args.schedules, explore.Settings(results=args.results), say=print,
               warn=print)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ExplorerError as e:  # a bad schedule name or knob, or no such shapes: one line
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

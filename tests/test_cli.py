@@ -353,8 +353,13 @@ def test_a_shape_that_would_not_fit_the_gpu_is_refused_before_anything_is_alloca
     ("clock_probe.py", ["--shape", "0x64x64"], 2, "error: dimensions must be positive, got M=0\n"),
     pytest.param("clock_probe.py", ["--shape", "64x64x64"], 2, "error: no GPU here",
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
+    ("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "3"], 2,
+     "error: suite wide-bf16 has no shape at M = 3\n"),
+    pytest.param("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "300"], 1,
+                 "sweep_suite.py times kernels: it needs a CUDA GPU",
+                 marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
 ])
-def test_the_knob_ab_and_clock_scripts_refuse_bad_input_and_a_machine_without_a_gpu_in_one_line(
+def test_the_gpu_scripts_refuse_bad_input_and_a_machine_without_a_gpu_in_one_line(
         script, argv, code, said):
     import subprocess
 
