@@ -25,7 +25,7 @@ TMA_STORE_STAGES = {2: 3, 1: 4}  # tma_store: where its boxes leave room for so 
 # 16-bit inputs: each tile shape's time, in microseconds on an H100, per K block of 128 bytes
 # and per tile (its prologue and epilogue), fitted to unsplit tiles over the wide-bf16 suite's
 # shapes at M = 48 to 2500 (reports/notes/h100-shapes.md, "Medium M"); SPLIT_US a split
-# tile's extra (its partials through the workspace), fitted to the same runs.
+# tile's extra (its partials through the workspace), the value that chose best on those runs.
 TILE_TIMES_US = {(128, 128): (0.3741, 3.22), (128, 160): (0.4238, 4.63),
                  (128, 192): (0.4868, 4.32), (128, 256): (0.6320, 5.46),
                  (64, 192): (0.3959, 2.64), (64, 256): (0.3770, 3.45), (256, 192): (0.7719, 7.38)}
@@ -191,7 +191,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     # Step 2. The width, and K split to fill the SMs.
     block_n = tile_widths(wl, sms, block_m, knobs, space)
     waves, split_k, split_tail = split_plan(wl, sms, block_m, block_n, space["split_k"])
-    # Step 3. Clusters where the tiles take many waves; else pingpong's or tall tiles.
+    # Step 3. Clusters where the tiles take many waves; else pingpong's, tall or timed tiles.
     row_tiles, wide_tiles = -(-wl.dims["M"] // 128), tile_count(wl, 128, 256)
     padded = row_tiles + row_tiles % 2 > CLUSTER_PADDING * row_tiles
     clustered = (not decode and not pingpong and not staged_operands(wl) and not padded
