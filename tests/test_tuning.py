@@ -327,8 +327,8 @@ def test_xgb_beats_random_on_the_recorded_seed_space():
 
 def test_a_search_measures_the_rungs_own_configuration_for_the_shape_first(tmp_path):
     """Records override a rung's shape heuristic, so a search starts from the heuristic's pick
-    (v8 on 1000x4608x3584 nn: the last wave's 12 tiles in 8 K slices, C stored by TMA),
-    whatever the tuner would try first."""
+    (v8 on 1000x4608x3584 nn, not the signature's defaults), whatever the tuner would try
+    first."""
     entry, wl = schedules.get("gemm", "v8"), Workload("gemm", (1000, 4608, 3584), "bfloat16",
                                                        "float32", "nn")
     path = str(tmp_path / "at.jsonl")
@@ -336,9 +336,7 @@ def test_a_search_measures_the_rungs_own_configuration_for_the_shape_first(tmp_p
                    path=path, device="H100", tuner="random", seed=0, trials=3,
                    say=lambda _: None, warn=lambda _: None)
     first = records.load(path).records[0]["config"]
-    assert first == {"block_m": 128, "block_n": 256, "stages": 4, "group_m": 8, "split_k": 8,
-                     "split_tail": True, "tma_store": True, "cluster_m": 1, "cluster_n": 1,
-                     "pingpong": False, "promote_k": None}
+    assert first == entry.defaults_for(wl) and first != entry.defaults
 
 
 def test_curve_is_the_best_so_far_of_one_search():
