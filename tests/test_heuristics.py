@@ -342,6 +342,28 @@ def test_random_shapes_resolve_without_an_exception_other_than_a_refusal(shape, 
     assert resolved, f"no workload of {shape} could exist"
 
 
+def test_v8s_heuristic_picks_only_settings_v8_takes_on_random_shapes():
+    """v8's own choice (its rules, the timed tiles included) passes its refusals on 400 seeded
+    random 16-bit and fp8 GEMMs, M drawn as decode batches, medium M or anything to 20000, N
+    and K as anything or a real layer's: a pick v8 refused would fail every default run."""
+    rng = random.Random(60)
+    entry = schedules.get("gemm", "v8")
+    checked = 0
+    for _ in range(400):
+        M = rng.choice([rng.randint(1, 64), rng.randint(65, 1500), rng.randint(1, 20000)])
+        N, K = (rng.choice([rng.randint(1, 20000), rng.choice([896, 2048, 5120, 14336, 128256])])
+                for _ in range(2))
+        dtype = rng.choice(["float16", "bfloat16", FP8])
+        layout = "nt" if dtype == FP8 else rng.choice(["nn", "nt"])
+        try:
+            wl = Workload("gemm", (M, N, K), dtype, rng.choice([None, "float32"]), layout)
+        except WorkloadError:
+            continue
+        entry.refuse(wl, **entry.defaults_for(wl))  # raises ScheduleNotApplicable if refused
+        checked += 1
+    assert checked > 350
+
+
 def test_short_k_multirow_reduces_within_groups_of_lanes(compiled):
     """K=64 halves: 8 K threads, 4 rows' threads to a warp; the all-reduce shuffles within
     groups of 8 lanes."""
