@@ -2,6 +2,7 @@
 # On the GPU machine (after `source .gpu-stage/b/unpack.sh`): the GPU test tier, then the runs
 # behind the committed reports. Logs and results go to $OUT (or ./gpu-out).
 #   bash scripts/gpu-session.sh tests        # pytest -m gpu: 8 at once, then those marked alone
+#                                            # ($TESTS_SHARD=a, then b: the tier in two commands)
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
 #   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
@@ -76,9 +77,15 @@ export PYTHONUNBUFFERED=1
 results=reports/h100-tuning.jsonl
 for part in "$@"; do
   case "$part" in
-    tests)
-      { python3 -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8
-        python3 -m pytest -m "gpu and alone" -q -p no:cacheprovider; } 2>&1 | tee "$out/pytest-gpu.log" ;;
+    tests)  # $TESTS_SHARD a or b: half of the tier each (about 4 and 8 minutes on an H100)
+      case "${TESTS_SHARD:-all}" in
+        a) shard=(tests/test_gpu.py -k "not gemv") ;;
+        b) shard=(tests -k "gemv or not test_gpu") ;;
+        *) shard=() ;;
+      esac
+      { python3 -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8 "${shard[@]}"
+        [ "${TESTS_SHARD:-all}" = a ] || python3 -m pytest -m "gpu and alone" -q -p no:cacheprovider
+      } 2>&1 | tee "$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}.log" ;;
     nvfp4)
       python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k nvfp4 2>&1 \
         | tee "$out/pytest-gpu-nvfp4.log"
