@@ -6,6 +6,7 @@ the report from synthetic records."""
 import functools
 import json
 import math
+import os
 import re
 
 import pytest
@@ -369,7 +370,8 @@ def test_a_suite_of_many_shapes_is_drawn_by_m_one_point_per_shape():
 
     from tuning import records
 
-    committed = [Record.of(r) for r in records.load("reports/h100-shapes.jsonl").records]
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "reports", "h100-shapes.jsonl")
+    committed = [Record.of(r) for r in records.load(path).records]
     runs = next(runs for (name, _), runs in shapes.sections(committed).items()
                 if name == "wide-bf16")
     assert len(runs) > shapes.MOST_BARS
