@@ -7,10 +7,11 @@ from __future__ import annotations
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
-from .geometry import (BLOCK_N_STEP, MOST_ACCUMULATORS, ROW_BYTES, arena_bytes, box_bytes,
-                       consumer_accumulators, consumer_tile, k_block_count, staged_operands,
+from .geometry import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes, box_bytes,
+                       consumer_accumulators, k_block_count, staged_operands,
                        widest_fitting)
-from .refusals import c_rows_take_tma, workload_refusal
+from .knobs import Knobs
+from .refusals import c_rows_take_tma, tile_refusal, workload_refusal
 
 TMA_NARROW_COST = 0.57  # a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
 TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
@@ -91,14 +92,12 @@ def tall_tiles(wl: Workload, sms: int, space: dict, waves: float) -> int | None:
     return min(n for n, c in cost.items() if c == cheapest)
 
 
-def tile_takes(layout: str, block_m: int, block_n: int) -> bool:
-    """Whether v8 takes block_m x block_n tiles in `layout` (two consumers, not pingpong): each
-    consumer's columns whole pieces of BLOCK_N_STEP, its accumulators within a thread's, and
-    256-row tiles in nt only (as `tall_tiles` takes them)."""
-    step = BLOCK_N_STEP[layout][0]
-    return (block_n % step == 0 and consumer_tile(block_m, block_n)[1] % step == 0
-            and consumer_accumulators(block_m, block_n) <= MOST_ACCUMULATORS
-            and (block_m < TALL_M or layout == "nt"))
+def tile_takes(wl: Workload, knobs: dict, block_m: int, block_n: int) -> bool:
+    """Whether the heuristic may give wl block_m x block_n tiles (two consumers, not pingpong):
+    where v8's `tile_refusal` takes them, and 256-row tiles in nt only (as `tall_tiles` takes
+    them)."""
+    tile = Knobs(**{**knobs, "block_m": block_m, "block_n": block_n, "pingpong": False})
+    return tile_refusal(wl, tile) is None and (block_m < TALL_M or wl.layout == "nt")
 
 
 def timed_tile_us(wl: Workload, sms: int, block_m: int, block_n: int, split_k: int = 1) -> float:
@@ -111,12 +110,13 @@ def timed_tile_us(wl: Workload, sms: int, block_m: int, block_n: int, split_k: i
     return rounds * (blocks * per_block + per_tile + (SPLIT_US if split_k > 1 else 0))
 
 
-def timed_tiles(wl: Workload, sms: int, space: dict, split: tuple[int, int, int, bool]):
-    """(block_m, block_n, split_k): of the unsplit TILE_TIMES_US tiles the space and the
-    layout take, and the split plan `split` (block_m, block_n, split_k, split_tail) where it
-    splits every tile of a timed shape, the one of least `timed_tile_us`."""
+def timed_tiles(wl: Workload, sms: int, knobs: dict, space: dict,
+                split: tuple[int, int, int, bool]):
+    """(block_m, block_n, split_k): of the unsplit TILE_TIMES_US tiles the space holds and v8
+    takes (`tile_takes`), and the split plan `split` (block_m, block_n, split_k, split_tail)
+    where it splits every tile of a timed shape, the one of least `timed_tile_us`."""
     plans = [(m, n, 1) for m, n in TILE_TIMES_US if m in space["block_m"]
-             and n in space["block_n"] and 1 in space["split_k"] and tile_takes(wl.layout, m, n)]
+             and n in space["block_n"] and 1 in space["split_k"] and tile_takes(wl, knobs, m, n)]
     block_m, block_n, split_k, split_tail = split
     if split_k > 1 and not split_tail and (block_m, block_n) in TILE_TIMES_US:
         plans.append((block_m, block_n, split_k))
@@ -200,7 +200,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
                  and 256 in space["block_n"] and 1 in space["split_k"])
     tall = None if decode or promote_k or wl.layout != "nt" or TALL_M not in space["block_m"] \
         or tile_count(wl, block_m, block_n) <= sms else tall_tiles(wl, sms, space, waves)
-    timed = timed_tiles(wl, sms, space, (block_m, block_n, split_k, split_tail)) \
+    timed = timed_tiles(wl, sms, knobs, space, (block_m, block_n, split_k, split_tail)) \
         if not decode and not promote_k and DTYPE_BYTES[wl.dtype] == 2 \
         and (wide_tiles <= TIMED_WAVES * sms or padded and wide_tiles >= CLUSTER_WAVES * sms) \
         else None

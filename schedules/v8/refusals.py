@@ -56,6 +56,12 @@ def _register_refusal(wl: Workload, knobs: Knobs) -> str | None:
             f"accumulators{whole}; at most {MOST_ACCUMULATORS} fit (block_n={widest} does)")
 
 
+def tile_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """Why v8 cannot take knobs' tile for wl (its split among the consumers, a thread's
+    accumulators), in one line; None where it can."""
+    return _tile_shape_refusal(wl, knobs) or _register_refusal(wl, knobs)
+
+
 def _block_scales_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """Block-scaled fp8: each K block's sums are multiplied by their scales as they are
     promoted into float32, so they must be promoted once per scale block (promote_k =
