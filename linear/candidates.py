@@ -157,18 +157,20 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         return []
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
-    single = {"cluster_m": 1, "cluster_n": 1, "pingpong": False}
     accumulate = {"promote_k": None} if layer.fast_accum else {}
+
+    def tiles(m: int, n: int, split: int = 1) -> dict:
+        """m x n tiles, whole or with a last wave's split in `split`, one CTA each."""
+        return {"block_m": m, "block_n": n, "split_k": split, "split_tail": split > 1,
+                "cluster_m": 1, "cluster_n": 1, "pingpong": False, **accumulate}
+
     wanted = [accumulate]
     for block_n in V8_WIDTHS:
-        wanted.append({"block_m": block_m, "block_n": block_n, "split_k": 1,
-                       "split_tail": False, **single, **accumulate})
-        wanted += [{"block_m": block_m, "block_n": block_n, "split_k": split, "split_tail": True,
-                    **single, **accumulate}
-                   for split in sorted(_fill_splits(layer, bucket, max_tokens, block_m, block_n))]
+        wanted += [tiles(block_m, block_n)] + [
+            tiles(block_m, block_n, split)
+            for split in sorted(_fill_splits(layer, bucket, max_tokens, block_m, block_n))]
     if most > 64:
-        wanted += [{"block_m": m, "block_n": n, "split_k": 1, "split_tail": False, **single,
-                    **accumulate} for m, n in MEDIUM_TILES]
+        wanted += [tiles(m, n) for m, n in MEDIUM_TILES]
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)
