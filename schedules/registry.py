@@ -14,6 +14,7 @@ with the same buffers, which the schedule function then edits (or only checks).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import types
@@ -61,7 +62,14 @@ class ScheduleEntry:
 
     @property
     def defaults(self) -> dict:
-        """The tunable parameters and their default values (the signature's)."""
+        """The tunable parameters and their default values (the signature's), a dict of the
+        caller's own."""
+        return dict(self._signature_defaults)
+
+    @functools.cached_property
+    def _signature_defaults(self) -> dict:
+        """The signature's knobs and defaults, read once: a search's refusal check asks for
+        them for every configuration it proposes (thousands a batch)."""
         params = list(inspect.signature(self.fn).parameters.values())[2:]
         return {p.name: p.default for p in params}
 

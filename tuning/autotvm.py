@@ -96,7 +96,22 @@ def best(history: History) -> tuple[dict, float] | None:
 def _unmeasured(configs: list[dict], history: History, pending=frozenset()) -> list[dict]:
     """The configurations neither measured (in `history`) nor `pending` (keys of those known
     otherwise: in flight, or measured but not yet shown to the tuner)."""
-    return [c for c in configs if (key := config_key(c)) not in history and key not in pending]
+    return _without(configs, history.keys() | pending)
+
+
+def _without(configs: list[dict], keys) -> list[dict]:
+    """`configs` but those whose config_key is in `keys`, in order, compared by their values:
+    writing every configuration of a large space (v8's: 193,536) as its key, batch after batch,
+    held a farm's search back more than measuring did."""
+    if not keys:
+        return list(configs)
+    known = {_values(json.loads(key)) for key in keys}
+    return [c for c in configs if _values(c) not in known]
+
+
+def _values(config: dict) -> tuple:
+    """A configuration as a hashable value: what its config_key says, without writing it."""
+    return tuple(sorted(config.items()))
 
 
 def _taken(config: dict) -> bool:
@@ -153,11 +168,14 @@ class RandomTuner:
         many at a time as are still wanted, so that where all are taken it is one sample of
         `n` (the same seed, the same order)."""
         chosen: list[dict] = []
+        left = list(left)
         while len(chosen) < n and left:
-            drawn = self.rng.sample(left, min(n - len(chosen), len(left)))
-            chosen += filter(takes, drawn)
-            asked = {id(config) for config in drawn}
-            left = [config for config in left if id(config) not in asked]
+            # positions, not configurations: the same draw as sampling `left` itself, and
+            # those asked leave `left` in place (thousands of draws where most are refused)
+            drawn = self.rng.sample(range(len(left)), min(n - len(chosen), len(left)))
+            chosen += filter(takes, (left[at] for at in drawn))
+            for at in sorted(drawn, reverse=True):
+                del left[at]
         return chosen
 
 
@@ -247,7 +265,7 @@ def tune(space: Space, tuner, measure: Callable[[list[dict]], list[Outcome]], hi
             while (not exhausted and len(landing) < in_flight
                    and counts.measured + len(flying) < trials):
                 if refused:  # out of the tuners' sight
-                    configs = [c for c in configs if config_key(c) not in refused]
+                    configs = _without(configs, refused)
                     refused.clear()
                 batch = propose_now(tuner, space, configs, history, flying,
                                     min(batch_size, trials - counts.measured - len(flying)),
@@ -304,24 +322,35 @@ class Configurations:
         applied = [self._apply(config) for config in configs]
         for config in configs:
             self.applied.pop(config_key(config))
-        return candidates.measure_modules(
-            [Outcome(Status.INVALID, error=str(a)) if isinstance(a, ScheduleNotApplicable) else a
-             for a in applied], self.target, self.builder, self.runner)
+        return candidates.measure_modules([as_candidate(a) for a in applied], self.target,
+                                          self.builder, self.runner)
 
     def _apply(self, config: dict):
-        """The template applied with `config`, kept until it is measured: its module, its
-        refusal (ScheduleNotApplicable), or the build_failed Outcome of a schedule error."""
+        """The template applied with `config` (apply_config), kept until it is measured."""
         key = config_key(config)
         with self.applying:
             if key not in self.applied:
-                try:
-                    self.applied[key] = self.entry.apply(self.wl, self.target, **config)
-                except ScheduleNotApplicable as refused:
-                    self.applied[key] = refused
-                except Exception as e:  # noqa: BLE001  a schedule error: this candidate's failure
-                    self.applied[key] = Outcome(Status.BUILD_FAILED,
-                                                error=f"{type(e).__name__}: {e}"[:500])
+                self.applied[key] = apply_config(self.entry, self.wl, self.target, config)
             return self.applied[key]
+
+
+def apply_config(entry: ScheduleEntry, wl: Workload, target, config: dict):
+    """`entry` applied to `wl` with `config`: its module, its refusal (ScheduleNotApplicable),
+    or the build_failed Outcome of a schedule error (that candidate's failure alone)."""
+    try:
+        return entry.apply(wl, target, **config)
+    except ScheduleNotApplicable as refused:
+        return refused
+    except Exception as e:  # noqa: BLE001  a schedule error: this candidate's failure
+        return Outcome(Status.BUILD_FAILED, error=f"{type(e).__name__}: {e}"[:500])
+
+
+def as_candidate(applied):
+    """What candidates.measure_modules takes of apply_config's answer: a refusal becomes the
+    invalid Outcome it is measured as."""
+    if isinstance(applied, ScheduleNotApplicable):
+        return Outcome(Status.INVALID, error=str(applied))
+    return applied
 
 
 # -- records ------------------------------------------------------------------------------------
