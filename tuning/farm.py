@@ -6,7 +6,8 @@ and measuring what it is sent, and the runner that sends a search's candidates t
     python runner.py --tune metaschedule --rpc-tracker host1:9190 --rpc-key h200 ...
 
 The engine is TVM's RPC: its tracker hands out free servers, its sessions carry a chunk of
-candidates (their modules as TVM's JSON) and their Outcomes back. Each host builds what it
+candidates (their modules as TVM's JSON, or a template search's configurations, which the server
+applies) and their Outcomes back. Each host builds what it
 measures, on its own cores shared among its servers, so adding a host adds building as well as
 measuring; a search's own host only proposes candidates (FarmBuilder writes their modules).
 
@@ -51,10 +52,11 @@ from tvm.rpc import base, server
 from tvm.rpc.tracker import Tracker
 from tvm.s_tir import meta_schedule as ms
 
+import schedules
 from schedules.errors import ExplorerError, FarmGone, UsageError
 from schedules.workloads import Workload
 
-from . import candidates
+from . import autotvm, candidates
 from .candidates import Outcome, Status
 
 BUILD_AND_EVALUATE = "explorer.farm.build_and_evaluate"  # the servers' remote function
@@ -79,19 +81,21 @@ _sessions = threading.BoundedSemaphore(SESSIONS)  # the sessions this server ser
 def _build_and_evaluate(request: str) -> str:
     """The servers' remote function: a chunk of one search's candidates (`request`, JSON of the
     search's workload, target, device, flush and run timeout, and the candidates' modules as
-    TVM's JSON), built in this server's build workers (its share of the host's cores) and
-    measured by local_runner on this host as they are built. Returns each candidate's Outcome,
+    TVM's JSON or a template's name and configurations to apply), built in this server's build
+    workers (its share of the host's cores) and measured by local_runner on this host as they
+    are built. Returns each candidate's Outcome,
     in order, with the device that measured them (candidates.measuring_device), as JSON."""
     started = time.monotonic()
     asked = json.loads(request)
-    modules = asked.pop("modules")
+    modules, configs = asked.pop("modules", None), asked.pop("configs", None)
     with _new_search:
         if _searching.get("asked") != asked:  # a new search: its workers replace the last's
             _start_search(asked)
-    _say(f"building and measuring {len(modules)} candidate{'s' * (len(modules) > 1)}")
-    outcomes = candidates.measure_modules([tvm.ir.load_json(m) for m in modules],
-                                          _searching["target"], _searching["builder"],
-                                          _searching["runner"])
+    count = len(modules if configs is None else configs)
+    _say(f"building and measuring {count} candidate{'s' * (count > 1)}")
+    outcomes = candidates.measure_modules(
+        [tvm.ir.load_json(m) for m in modules] if configs is None else _applied(configs),
+        _searching["target"], _searching["builder"], _searching["runner"])
     for outcome in outcomes:
         time_ms = f" {outcome.time_ms:.4f} ms" if outcome.time_ms is not None else ""
         _say(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
@@ -99,6 +103,15 @@ def _build_and_evaluate(request: str) -> str:
          f"{_build_times(_searching['builder'].seconds)}")
     return json.dumps({"outcomes": [dataclasses.asdict(o) for o in outcomes],
                        "device": _searching["device"]})
+
+
+def _applied(configs: list[dict]) -> list:
+    """A template search's configurations, each applied here (autotvm.apply_config): its
+    module, or the Outcome of its refusal or schedule error."""
+    entry = schedules.get(_searching["workload"].op, _searching["asked"]["schedule"])
+    return [autotvm.as_candidate(autotvm.apply_config(entry, _searching["workload"],
+                                                      _searching["target"], config))
+            for config in configs]
 
 
 def _start_search(asked: dict) -> None:
@@ -111,7 +124,7 @@ def _start_search(asked: dict) -> None:
     builder = candidates.WarmBuilder(_build_workers(),
                                      on_built=candidates.built_candidates_to(runner))
     builder.start(target)
-    _searching.update(asked=asked, builder=builder, runner=runner, target=target,
+    _searching.update(asked=asked, builder=builder, runner=runner, target=target, workload=wl,
                       device=candidates.measuring_device(runner))
 
 
@@ -239,10 +252,12 @@ def _parts(chunk: Future, count: int) -> list[Future]:
 @derived_object
 class FarmRunner(ms.runner.PyRunner):
     """Builds and measures a search's candidates (a FarmBuilder's module files) on the servers
-    registered with a tracker under a key: each batch is split into one chunk per server, and
-    each chunk, on a thread of its own, asks the tracker for a free server, sends it the
-    modules and gets their Outcomes back. A server that goes away with a chunk costs that try
-    only: the chunk goes to the next free server (one line to `say`), up to LOST_TRIES times.
+    registered with a tracker under a key: each batch is split into SESSIONS chunks per server
+    (one that finishes early takes the next chunk, so a batch waits less for its slowest
+    server), and each chunk, on a thread of its own, asks the tracker for a free server, sends
+    it the modules (or a template's configurations: measure_configs) and gets their Outcomes
+    back. A server that goes away with a chunk costs that try only: the chunk goes to the next
+    free server (one line to `say`), up to LOST_TRIES times.
     While a chunk waits for a server, it asks every POLL_S whether any is left; after
     `gone_after_s` with none (or with no tracker), it raises FarmGone, and so does every chunk
     after it. What ended the search is kept as `stopped_by`: MetaSchedule hands an error raised
@@ -276,27 +291,41 @@ class FarmRunner(ms.runner.PyRunner):
         """Each candidate's Outcome (candidates.outcomes_of)."""
         return [part.result() for part in self._submit(list(runner_inputs))]
 
-    def _submit(self, runner_inputs: list) -> list[Future]:
-        """A future per candidate: the candidates split into one chunk per server."""
-        size = max(1, -(-len(runner_inputs) // self.servers))
+    def measure_configs(self, schedule: str, configs: list[dict]) -> list[Outcome]:
+        """A template search's batch: each configuration of `schedule` applied, built and
+        measured on the servers (in SESSIONS chunks per server), so that the search's host only
+        proposes them: applied here, one after another, they would hold back every server."""
+        device = candidates.device_of(tvm.ir.load_json(self.request["target"]))
+        return [part.result() for part in self._submit(configs, lambda chunk: self.measure_chunk(
+            {"device": device, "schedule": schedule, "configs": chunk}, len(chunk)))]
+
+    def _submit(self, items: list, measure: Callable | None = None) -> list[Future]:
+        """A future per candidate: `items` (runner inputs, or what `measure` takes) split into
+        SESSIONS chunks per server, each measured on a thread of its own."""
+        size = max(1, -(-len(items) // (self.servers * SESSIONS)))
         parts = []
-        for at in range(0, len(runner_inputs), size):
-            chunk = runner_inputs[at:at + size]
-            parts += _parts(self.pool.submit(self.measure, chunk), len(chunk))
+        for at in range(0, len(items), size):
+            chunk = items[at:at + size]
+            parts += _parts(self.pool.submit(measure or self.measure, chunk), len(chunk))
         return parts
 
     def measure(self, runner_inputs: list) -> list[Outcome]:
-        """A chunk of candidates, built and measured on the first free server: a server that
-        goes away before the chunk reaches it is passed over (CONNECT_TRIES times); one that
-        goes away with it sends it to the next (LOST_TRIES times), after which each of its
-        candidates is run_failed."""
+        """A chunk of built candidates (their module files), measured by measure_chunk."""
         modules = []
         for runner_input in runner_inputs:
             with open(runner_input.artifact_path) as f:
                 modules.append(f.read())
-        request = json.dumps({**self.request, "device": runner_inputs[0].device_type,
-                              "modules": modules})
-        count, why = len(runner_inputs), ""
+        return self.measure_chunk({"device": runner_inputs[0].device_type, "modules": modules},
+                                  len(runner_inputs))
+
+    def measure_chunk(self, chunk: dict, count: int) -> list[Outcome]:
+        """A chunk of `count` candidates (`chunk`: the device, and their modules or their
+        template's configurations), built and measured on the first free server: a server that
+        goes away before the chunk reaches it is passed over (CONNECT_TRIES times); one that
+        goes away with it sends it to the next (LOST_TRIES times), after which each of its
+        candidates is run_failed."""
+        request = json.dumps({**self.request, **chunk})
+        why = ""
         for attempt in range(1, LOST_TRIES + 1):
             try:
                 answer = self._answer(request, count)

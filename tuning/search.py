@@ -9,6 +9,7 @@ tuning curve from.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
         def template_search(target, builder, runner):
             configurations = autotvm.Configurations(entry, wl, target, builder, runner)
             return autotvm.search(
-                entry, wl, configurations.measure, refusal=configurations.refusal,
+                entry, wl, _template_measure(configurations, runner),
+                refusal=configurations.refusal,
                 path=request.records, device=request.device, tuner=tuner,
                 seed=request.seed, trials=request.trials, batch=autotvm.BATCH * _servers(runner),
                 in_flight=_in_flight(runner), say=say, warn=warn)
@@ -128,6 +130,15 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
         return template_search
     raise UsageError(f"unknown search '{request.search}'; valid: metaschedule, "
                      "autotvm:<template>")
+
+
+def _template_measure(configurations: autotvm.Configurations, runner):
+    """How a template search measures a batch of configurations: applied, built and measured on
+    a farm's servers (this host only proposes them), else applied here and measured by the
+    runner."""
+    if isinstance(runner, FarmRunner):
+        return functools.partial(runner.measure_configs, configurations.entry.name)
+    return configurations.measure
 
 
 def _servers(runner) -> int:
