@@ -555,9 +555,9 @@ def _start_the_search_on_both_servers(address, log):
 
 @pytest.mark.slow
 def test_a_server_that_hangs_with_a_chunk_loses_it_to_another(farm):
-    """A server stopped (SIGSTOP: its host hung, not gone) while it holds a chunk: after
-    lost_after_s without an answer, the chunk goes to the other server, one line says so, the
-    stopped one is handed no chunk again, and every candidate is measured."""
+    """A server stopped (SIGSTOP: its host hung, not gone) while it holds chunks (up to
+    SESSIONS): after lost_after_s without an answer, each goes to the other server, a line says
+    so for each, the stopped one is handed no chunk again, and every candidate is measured."""
     from tuning import farm as farms
 
     address, _, log = farm
@@ -581,9 +581,10 @@ def test_a_server_that_hangs_with_a_chunk_loses_it_to_another(farm):
             os.kill(stopped, signal.SIGCONT)
         candidates.shut_down(runner)
     assert len(results) == 6 and not [r.error_msg for r in results if r.error_msg], results
-    (lost,) = said
-    assert "no answer from 127.0.0.1:" in lost and "in 10 s" in lost, lost
-    assert lost.endswith("they go to the next free server"), lost
+    assert 1 <= len(said) <= farms.SESSIONS, said
+    for lost in said:
+        assert "no answer from 127.0.0.1:" in lost and "in 10 s" in lost, lost
+        assert lost.endswith("they go to the next free server"), lost
     assert len(runner.hung) == 1
 
 
