@@ -8,6 +8,7 @@ Every tracker, server and farm is started here and stopped in `finally`; every c
 under a time limit."""
 
 import contextlib
+import glob
 import json
 import os
 import re
@@ -487,6 +488,35 @@ def test_a_search_on_the_farm_records_its_summary_under_the_servers_device(farm,
     assert recorded["trials"] == 4 and recorded["op"] == "gemm"
     assert {k: recorded[k] for k in ("gpu", "driver", "arch")} == candidates.this_cpu()
     assert "search summary recorded in results.jsonl (measured on CPU (" in out
+
+
+@pytest.mark.slow
+def test_a_farm_server_starts_its_build_workers_before_its_first_search(farm):
+    """Each server starts its build workers before it registers, so that a search's first
+    chunk does not wait for them: once the farm is ready, and before any chunk, each server
+    has its worker processes."""
+    _, _, log = farm
+    deadline = time.time() + REFUSED_WITHIN_S
+    for name in ("cpu0", "cpu1"):
+        pid = _server_pid(log, name)
+        while not _children(pid):
+            assert time.time() < deadline, f"{name} (pid {pid}) started no worker"
+            time.sleep(0.1)
+    assert "building and measuring" not in log.read_text()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (read from /proc)."""
+    children = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.split("/")[2]))
+    return children
 
 
 @pytest.mark.slow

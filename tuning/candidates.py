@@ -119,9 +119,19 @@ class WarmBuilder(ms.builder.PyBuilder):
     def start(self, target: tvm.target.Target) -> None:
         """Start every worker now, each with a first build for `target` (_first_build), and
         return at once: the workers get ready while the search chooses its first batch."""
+        self._spawn(_first_build, target)
+
+    def spawn(self) -> None:
+        """Start every worker now, before any target is known (a farm server, before it takes
+        a search), and return at once: each imports what builds need meanwhile."""
+        self._spawn(int)
+
+    def _spawn(self, job: Callable, *args) -> None:
+        """`job` once per worker, so that every worker starts (each job waits seconds for its
+        worker to start, so each gets a thread and a worker)."""
         pool = self._pool(tensor_intrinsics=False)
-        for _ in range(self.max_workers):  # each job waits seconds for its worker to start,
-            pool.submit(_first_build, target)  # so each gets a thread and a worker
+        for _ in range(self.max_workers):
+            pool.submit(job, *args)
 
     def _pool(self, tensor_intrinsics: bool) -> PopenPoolExecutor:
         """The workers, started (again, with the tensor intrinsics) where they are not yet."""
@@ -178,6 +188,14 @@ def _warm_up_runner() -> None:
     import tvm  # noqa: F401  lazy: the import every run needs, in the runner worker
 
 
+def _runner_worker(timeout_sec: float) -> PopenPoolExecutor:
+    """A CheckingRunner's worker process, started now (its imports and CUDA context take
+    seconds, run while other work goes on)."""
+    pool = PopenPoolExecutor(max_workers=1, timeout=timeout_sec, initializer=_warm_up_runner)
+    pool.submit(int)  # any task starts the worker
+    return pool
+
+
 @derived_object
 class _CheckedFuture(ms.runner.PyRunnerFuture):
     """One candidate of a CheckingRunner, checked and timed the first time it is asked about:
@@ -210,21 +228,26 @@ class CheckingRunner(ms.runner.PyRunner):
     measuring thread: from `measure_soon` as each is built (a WarmBuilder's on_built), or when
     asked for."""
 
-    def __init__(self, wl: Workload, flush: str = "read", timeout_sec: float = RUN_TIMEOUT_S):
+    def __init__(self, wl: Workload, flush: str = "read", timeout_sec: float = RUN_TIMEOUT_S,
+                 workers: tuple[PopenPoolExecutor, PopenPoolExecutor] | None = None):
         super().__init__()
         self.evaluate = functools.partial(measure.evaluate_artifact, wl, flush)
         self.timeout_sec = timeout_sec
         self.best_ms: float | None = None
-        self.pool, self.standby = self._new_pool(), self._new_pool()
+        # its worker and the standby: those given (started_workers), else started now
+        self.pool, self.standby = workers or (self._new_pool(), self._new_pool())
         self.measurer = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self.soon: dict[str, concurrent.futures.Future] = {}  # artifact: its measurement
 
     def _new_pool(self) -> PopenPoolExecutor:
         """A worker, started now (its warm-up runs while others measure)."""
-        pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_sec,
-                                 initializer=_warm_up_runner)
-        pool.submit(int)  # any task starts the worker
-        return pool
+        return _runner_worker(self.timeout_sec)
+
+    @staticmethod
+    def started_workers() -> tuple[PopenPoolExecutor, PopenPoolExecutor]:
+        """A worker and its standby, started now for a CheckingRunner made later (`workers`),
+        with the default run timeout: a farm server starts them before it takes a search."""
+        return _runner_worker(RUN_TIMEOUT_S), _runner_worker(RUN_TIMEOUT_S)
 
     def device(self) -> dict:
         """The GPU the worker measures on: its name, driver and arch (asked of the worker, so
@@ -399,12 +422,14 @@ def this_cpu() -> dict:
 
 
 def local_runner(device: str, wl: Workload, flush: str = "read",
-                 timeout_sec: float = RUN_TIMEOUT_S) -> ms.runner.Runner:
+                 timeout_sec: float = RUN_TIMEOUT_S, workers: tuple | None = None
+                 ) -> ms.runner.Runner:
     """How candidates are measured on this machine: on its GPU (device "cuda"), a worker
-    process that checks and times each candidate with this project's harness; otherwise (a
+    process that checks and times each candidate with this project's harness (`workers`: its
+    worker and standby, started beforehand by CheckingRunner.started_workers); otherwise (a
     CPU target), TVM's local runner."""
     if device == "cuda":
-        return CheckingRunner(wl, flush, timeout_sec)
+        return CheckingRunner(wl, flush, timeout_sec, workers)
     return ms.runner.LocalRunner(timeout_sec=timeout_sec, initializer=IGNORE_CTRL_C)
 
 

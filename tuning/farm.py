@@ -74,6 +74,7 @@ READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, 
 # -- a server: builds and measures the candidates sent to it -------------------------------------
 
 _searching: dict = {}  # this server's search: "asked" (its settings), builder, runner, target...
+_started: dict = {}  # workers started before the first search (_start_workers), until it takes them
 _new_search = threading.Lock()  # its sessions, at a new search's first chunks
 _sessions = threading.BoundedSemaphore(SESSIONS)  # the sessions this server serves at once
 
@@ -114,15 +115,34 @@ def _applied(configs: list[dict]) -> list:
             for config in configs]
 
 
+def _start_workers() -> None:
+    """This server's build workers (and, on a GPU, its measuring worker and standby) started
+    before it registers with the tracker, for its first search to take (_start_search): started
+    at a search's first chunk, by every server of a host at once, they held back that search's
+    first batches."""
+    builder = candidates.WarmBuilder(_build_workers())
+    builder.spawn()
+    _started.update(builder=builder, runner_workers=candidates.CheckingRunner.started_workers()
+                    if os.environ.get("CUDA_VISIBLE_DEVICES") else None)
+
+
 def _start_search(asked: dict) -> None:
     """A new search's build workers and runner (the last search's shut down): a WarmBuilder
-    on this server's share of the cores, handing each built candidate to the runner."""
+    on this server's share of the cores, handing each built candidate to the runner; those
+    _start_workers started, where the search is the first (and its runs take the default
+    timeout, theirs)."""
     candidates.shut_down(_searching.get("builder"), _searching.get("runner"))
     wl = Workload(**{**asked["workload"], "shape": tuple(asked["workload"]["shape"])})
     target = tvm.ir.load_json(asked["target"])
-    runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"])
-    builder = candidates.WarmBuilder(_build_workers(),
-                                     on_built=candidates.built_candidates_to(runner))
+    workers = _started.pop("runner_workers", None)
+    if workers and (asked["device"] != "cuda" or asked["timeout_s"] != candidates.RUN_TIMEOUT_S):
+        for pool in workers:  # not this search's: a CPU target's, or another timeout's
+            pool.shutdown()
+        workers = None
+    runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"],
+                                     workers)
+    builder = _started.pop("builder", None) or candidates.WarmBuilder(_build_workers())
+    builder.on_built = candidates.built_candidates_to(runner)
     builder.start(target)
     _searching.update(asked=asked, builder=builder, runner=runner, target=target, workload=wl,
                       device=candidates.measuring_device(runner))
@@ -177,6 +197,7 @@ def serve(tracker: str, key: str, host: str) -> None:
     sock.bind((host, 0))
     sock.listen(1)
     port = sock.getsockname()[1]
+    _start_workers()
     _say(f"serving on port {port}, pid {os.getpid()}")
     server._listen_loop(sock, port, key, (tracker_host, tracker_port), None, None)
 
