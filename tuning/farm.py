@@ -7,9 +7,9 @@ and measuring what it is sent, and the runner that sends a search's candidates t
 
 The engine is TVM's RPC: its tracker hands out free servers, its sessions carry a chunk of
 candidates (their modules as TVM's JSON, or a template search's configurations, which the server
-applies) and their Outcomes back. Each host builds what it
-measures, on its own cores shared among its servers, so adding a host adds building as well as
-measuring; a search's own host only proposes candidates (FarmBuilder writes their modules).
+applies) and their Outcomes back. Each host builds what it measures, on its own cores shared
+among its servers, so adding a host adds building as well as measuring; a search's own host only
+proposes candidates (FarmBuilder writes their modules).
 
 Why not TVM's own `tvm.exec.rpc_server` (tried on the two-H200 host, issue 25): it serves each
 session in a forked process, in which every candidate failed with cudaErrorInitializationError;
@@ -84,8 +84,8 @@ def _build_and_evaluate(request: str) -> str:
     search's workload, target, device, flush and run timeout, and the candidates' modules as
     TVM's JSON or a template's name and configurations to apply), built in this server's build
     workers (its share of the host's cores) and measured by local_runner on this host as they
-    are built. Returns each candidate's Outcome,
-    in order, with the device that measured them (candidates.measuring_device), as JSON."""
+    are built. Returns each candidate's Outcome, in order, with the device that measured them
+    (candidates.measuring_device), as JSON."""
     started = time.monotonic()
     asked = json.loads(request)
     modules, configs = asked.pop("modules", None), asked.pop("configs", None)
