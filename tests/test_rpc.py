@@ -524,7 +524,7 @@ def test_a_farm_server_applies_a_template_searchs_configurations(farm):
     """A template search's batch goes to the servers as configurations, which each server
     applies itself (the search's host only proposes them): here, on CPU servers, one v5k
     refuses for this target (invalid, with v5k's reason) and one it applies but cannot build
-    for a CPU (build_failed), in a chunk per server."""
+    for a CPU (build_failed), each in a chunk of its own."""
     from tuning import farm as farms
 
     address, _, log = farm
