@@ -305,6 +305,35 @@ def test_xgb_finds_within_5_percent_of_the_grid_best_in_a_quarter_of_the_space(t
         assert autotvm.best(history)[1] <= 1.05 * best, f"seed {seed}"
 
 
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_the_random_draw_by_position_draws_what_sampling_the_configurations_did(seed):
+    """The random tuner draws positions of the unmeasured configurations and deletes them in
+    place: the same configurations, in the same order, as sampling the list itself and
+    rebuilding it after each draw, so a search resumed from older records proposes what it
+    would have. Here most configurations are refused, as v8's are."""
+    import random
+
+    configs = SEED_SPACE.configs()
+    refused = set(range(0, len(configs), 5)) | set(range(0, len(configs), 3))
+    takes = {id(c): i not in refused for i, c in enumerate(configs)}
+
+    def by_sampling(left, n, rng):
+        chosen = []
+        while len(chosen) < n and left:
+            drawn = rng.sample(left, min(n - len(chosen), len(left)))
+            chosen += [c for c in drawn if takes[id(c)]]
+            asked = {id(c) for c in drawn}
+            left = [c for c in left if id(c) not in asked]
+        return chosen
+
+    tuner = autotvm.RandomTuner(seed)
+    for known in (0, 16, 40):
+        tuner._reseed(known)
+        drawn = tuner._draw(configs, 16, lambda c: takes[id(c)])
+        assert drawn == by_sampling(configs, 16, random.Random(f"{seed}/{known}"))
+        assert len(drawn) == 16
+
+
 def test_xgb_beats_random_on_the_recorded_seed_space():
     """Over 20 seeds: a better best after a quarter of the space, reached in fewer trials."""
     grid = recorded_grid("seed_template")
