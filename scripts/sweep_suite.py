@@ -56,4 +56,4 @@ if __name__ == "__main__":
         sys.exit(main())
     except ExplorerError as e:  # a bad schedule name or knob, or no such shapes: one line
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(e.exit_status)

@@ -329,10 +329,15 @@ class Configurations:
         """Build and run each configuration: one the template refuses after all is invalid,
         one it fails to schedule build_failed (that candidate's failure alone)."""
         applied = [self._apply(config) for config in configs]
-        for config in configs:
-            self.applied.pop(config_key(config))
+        self.forget(configs)
         return candidates.measure_modules([as_candidate(a) for a in applied], self.target,
                                           self.builder, self.runner)
+
+    def forget(self, configs: list[dict]) -> None:
+        """Drop the modules kept for `configs` (refusal keeps a template's without a `refuse`
+        check): they are being measured, here or by a farm that applies them itself."""
+        for config in configs:
+            self.applied.pop(config_key(config), None)
 
     def _apply(self, config: dict):
         """The template applied with `config` (apply_config), kept until it is measured."""

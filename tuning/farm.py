@@ -296,6 +296,7 @@ class FarmRunner(ms.runner.PyRunner):
         self.tracker, self.key, self.gone_after_s = tracker, key, gone_after_s
         self.lost_after_s = lost_after_s  # None: lost_after's bound for the chunk
         self.hung: set[str] = set()  # servers (host:port) that gave a chunk no answer
+        self.device = candidates.device_of(target)  # where the servers run a template's chunks
         self.request = {"workload": dataclasses.asdict(wl), "target": tvm.ir.save_json(target),
                         "flush": flush, "timeout_s": timeout_sec}
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -316,9 +317,8 @@ class FarmRunner(ms.runner.PyRunner):
         """A template search's batch: each configuration of `schedule` applied, built and
         measured on the servers (in SESSIONS chunks per server), so that the search's host only
         proposes them: applied here, one after another, they would hold back every server."""
-        device = candidates.device_of(tvm.ir.load_json(self.request["target"]))
         return [part.result() for part in self._submit(configs, lambda chunk: self.measure_chunk(
-            {"device": device, "schedule": schedule, "configs": chunk}, len(chunk)))]
+            {"device": self.device, "schedule": schedule, "configs": chunk}, len(chunk)))]
 
     def _submit(self, items: list, measure: Callable | None = None) -> list[Future]:
         """A future per candidate: `items` (runner inputs, or what `measure` takes) split into

@@ -9,7 +9,6 @@ tuning curve from.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -136,9 +135,14 @@ def _template_measure(configurations: autotvm.Configurations, runner):
     """How a template search measures a batch of configurations: applied, built and measured on
     a farm's servers (this host only proposes them), else applied here and measured by the
     runner."""
-    if isinstance(runner, FarmRunner):
-        return functools.partial(runner.measure_configs, configurations.entry.name)
-    return configurations.measure
+    if not isinstance(runner, FarmRunner):
+        return configurations.measure
+
+    def measure_on_the_farm(configs: list[dict]) -> list:
+        configurations.forget(configs)
+        return runner.measure_configs(configurations.entry.name, configs)
+
+    return measure_on_the_farm
 
 
 def _servers(runner) -> int:
