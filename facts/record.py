@@ -7,11 +7,16 @@ a launch (tuning.explain: status "counted"). They share the workload's fields an
 when the run took place; the fields only some kinds have are None on the others. A line of an
 earlier schema is read in the current one (facts.migrated); fields the type does not name are
 kept in `rest`.
+
+The runs write their records through the same type (tuning.bench.Run.record builds a Record, a
+field the type does not name refused there with a TypeError) and `json_line`, the inverse of
+`from_json`: reading and writing a line live here, in one module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +34,10 @@ class Timing:
     max_ms: float
     samples: int | None = None
     method: str | None = None
+
+    def to_json(self) -> dict:
+        """The timing as a line holds it: the fields it has."""
+        return {k: v for k, v in vars(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -83,22 +92,43 @@ class Record:
     trials: int | None = None
     trials_per_min: float | None = None
     curve: list | None = None
+    candidates: dict | None = None  # what it did with its candidates (candidates.Counts)
     # counters of a launch (facts.counters)
     counters: dict | None = None
     # fields of the line that the type does not name
     rest: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        """One form however the record was made, the one a line read gives: its shape a tuple,
+        its timing a Timing, a compute ceiling a Record, its curve's points [trial, ms] lists.
+        (A writer passes the workload's shape as a list, and a search's curve of tuples.)"""
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(self.shape))
+        if isinstance(self.timing, dict):
+            object.__setattr__(self, "timing", Timing(**self.timing))
+        if isinstance(self.compute_ceiling, dict):
+            object.__setattr__(self, "compute_ceiling", Record.from_json(self.compute_ceiling))
+        if self.curve is not None:
+            object.__setattr__(self, "curve", [list(point) for point in self.curve])
+
     @classmethod
     def from_json(cls, line: dict) -> Record:
         """The record of a parsed line, in the current schema."""
         line = migrated(line)
-        named = {f.name for f in dataclasses.fields(cls)} - {"rest"}
-        values = {k: v for k, v in line.items() if k in named}
-        if isinstance(values.get("timing"), dict):
-            values["timing"] = Timing(**values["timing"])
-        if values.get("shape") is not None:
-            values["shape"] = tuple(values["shape"])
-        return cls(**values, rest={k: v for k, v in line.items() if k not in named})
+        return cls(**{k: v for k, v in line.items() if k in NAMED},
+                   rest={k: v for k, v in line.items() if k not in NAMED})
+
+    def to_json(self) -> dict:
+        """The parsed line this record is read from (`from_json`'s inverse): each field that is
+        not None, as JSON holds it, and the fields kept in `rest`."""
+        named = {name: _as_json(value) for name in NAMED
+                 if (value := getattr(self, name)) is not None}
+        return {**named, **self.rest}
+
+    def json_line(self) -> str:
+        """The record as one line of a records file (tuning.records.append writes it), its
+        keys sorted as every line has been written."""
+        return json.dumps(self.to_json(), sort_keys=True)
 
     @classmethod
     def of(cls, line: dict | Record) -> Record:
@@ -114,3 +144,15 @@ class Record:
     def median_ms(self) -> float | None:
         """The median time where the kernel passed its check and was timed; None otherwise."""
         return self.timing.median_ms if self.status == "ok" and self.timing else None
+
+
+def _as_json(value):
+    """A field's value as a line holds it: a Timing or a Record (a compute ceiling) as its
+    object, a tuple (the shape) as a list."""
+    if isinstance(value, (Timing, Record)):
+        return value.to_json()
+    return list(value) if isinstance(value, tuple) else value
+
+
+# The fields a line names on the type (the others go to `rest`), in the type's order.
+NAMED = tuple(f.name for f in dataclasses.fields(Record) if f.name != "rest")

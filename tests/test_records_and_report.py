@@ -1,5 +1,6 @@
 """The JSONL store and the markdown report, on recorded measurements (no GPU needed)."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -423,3 +424,29 @@ def test_a_record_line_reads_as_a_typed_record_in_the_current_schema():
     assert record.workload.label() == "gemm 1024x512x2048 float32 nn"
     assert record.rest == {"note": "by hand"} and Record.of(record) is record
     assert Record.from_json({**line, "status": "failed"}).median_ms is None
+
+
+COMMITTED = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "reports", "*.jsonl")))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=os.path.basename)
+def test_every_committed_line_is_written_back_as_it_was_read(path):
+    """facts.record writes what it reads: each committed line, read as a Record and written as
+    a line, reads back as an equal Record, and is the same JSON with its keys sorted."""
+    for where, line, problem in records.lines(path):
+        assert problem is None, where
+        record = Record.from_json(line)
+        written = record.json_line()
+        assert Record.from_json(json.loads(written)) == record, where
+        assert written == json.dumps(line, sort_keys=True), where
+
+
+def test_a_record_with_its_compute_ceiling_set_is_written_and_read_back_whole():
+    """to_json is from_json's inverse on the renderers' form too: a kernel whose compute
+    ceiling with_ceilings has set (a Record in a Record) writes it as a JSON object."""
+    ceiling = Record.from_json(compute_ceiling(tflops=60.0))
+    kernel = dataclasses.replace(Record.from_json(measurement("v3", 0.9)),
+                                 compute_ceiling=ceiling, copy_gbps=3000.0)
+    line = json.loads(kernel.json_line())
+    assert line["compute_ceiling"]["compute_tflops"] == 60.0
+    assert Record.from_json(line) == kernel

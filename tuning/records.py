@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from facts import FLUSHES, migrated
+from facts.record import Record
 from schedules.errors import ExplorerError, RecordsError
 from schedules.workloads import Workload
 
@@ -219,11 +220,13 @@ def measurements(path: str, warn: Callable[[str], None],
     return [migrated(r) for r in load_and_warn(path, warn, then, check=measurement_problem)]
 
 
-def append(path: str, record: dict) -> None:
-    """Add one record as one line. If the file's last line lacks its newline (a write cut
-    short), the new record starts on a line of its own so the damage stays on that one line."""
+def append(path: str, record: Record | dict) -> None:
+    """Add one record as one line: a measurement Record as facts.record writes it (its
+    json_line), any other line (a search's trial, its progress) as its JSON object. If the
+    file's last line lacks its newline (a write cut short), the new record starts on a line of
+    its own so the damage stays on that one line."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    line = json.dumps(record, sort_keys=True)
+    line = record.json_line() if isinstance(record, Record) else json.dumps(record, sort_keys=True)
     needs_newline = False
     if os.path.exists(path) and os.path.getsize(path) > 0:
         with open(path, "rb") as f:
