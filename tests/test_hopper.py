@@ -540,6 +540,47 @@ def test_v8_promote_k_adds_wgmmas_sums_into_float32_sums_every_promote_k_element
     assert taken and min(taken) > last_wait
 
 
+def _first_accumulator(wgmma) -> int:
+    """The index of the first accumulator register a wgmma call writes."""
+    first = next(a for a in wgmma.args if isinstance(a, tvm.ir.TensorLoad)
+                 and a.source.name == "acc")
+    return int(first.indices[0])
+
+
+def test_v8_promote_overlap_takes_two_sets_in_turn_and_waits_for_all_once_a_run(lowered):
+    """promote_overlap=4 (K = 4096: 32 blocks of 128, 8 whole runs): the accumulators are two
+    sets of 64; in the run loop the 4 blocks' wgmmas write the sets in turn, each block waits
+    for the block before alone (wait_group 1) and adds that block's set into the float32 sums,
+    and the run ends in one wait for all before its last block's set is added: 4 x 64 sums
+    stored a run."""
+    wl = gemm((4096, 4096, 4096), FP8, layout="nt")
+    kernel = kf.kernel(lowered("v8", wl, block_n=128, promote_k=128, promote_overlap=4))
+    assert kf.buffers(kernel)["acc"] == ("local", (128,), "float32")
+    (run_loop,) = [f for f in kf.loop(kernel, "r") if kf.calls(f, "ptx.wgmma_fp8_ss")]
+    firsts = [_first_accumulator(c) for c in kf.calls(run_loop, "ptx.wgmma_fp8_ss")]
+    assert firsts == [0] * 4 + [64] * 4 + [0] * 4 + [64] * 4
+    assert [kf.ints(c) for c in kf.calls(run_loop, "ptx.wgmma_wait_group")] == [(1,)] * 4 + [(0,)]
+    assert len(kf.stores_to(run_loop, "sums")) == 4 * 64
+
+
+@pytest.mark.parametrize("wl, knobs", [
+    (gemm((4096, 4096, 4096), FP8, "bfloat16", "nt"), {"block_n": 128, "promote_overlap": 4}),
+    (gemm((128, 4608, 4096), FP8, "bfloat16", "nt"),
+     {"block_n": 128, "split_k": 3, "promote_overlap": 4}),  # runs of a count known at the call
+    (gemm((1000, 1000, 1168), FP8, "float32", "nt"),  # 64x256: two consumers side by side
+     {"block_m": 64, "block_n": 256, "promote_overlap": 2}),
+], ids=["whole", "split", "64x256"])
+@needs_nvcc
+def test_v8_promote_overlap_compiles_without_serialized_wgmmas_or_spills(compiled, wl, knobs):
+    """ptxas serializes every wgmma of a kernel that reads a set of accumulators where it
+    cannot tell that set's wgmmas done (across the K loop's back edge, or past an `if` around a
+    block): overlapped runs must not, nor spill the third set of registers."""
+    _, source, _ = compiled("v8", wl, promote_k=128, **knobs)
+    (resources,) = build.nvcc_resources(source, "sm_90").values()
+    assert not resources["wgmma_serialized"]
+    assert resources["spill_stores"] == resources["spill_loads"] == 0
+
+
 @pytest.mark.parametrize("wl, knobs, words", [
     (gemm((4096, 4096, 4096), "bfloat16", layout="nt"), {"promote_k": 128},
      "bfloat16 wgmma accumulates in float32 already"),
@@ -547,6 +588,16 @@ def test_v8_promote_k_adds_wgmmas_sums_into_float32_sums_every_promote_k_element
      "promote_k=192 is not a positive multiple of 128"),
     (gemm((4096, 4096, 4096), FP8, layout="nt"), {"promote_k": 128, "block_n": 256},
      "2 x 128 registers a consumer thread for a 128x256 tile; at most 192"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"),
+     {"promote_k": 128, "block_n": 192, "promote_overlap": 2},
+     "two sets of wgmma's sums and the float32 sums, 3 x 96 registers"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"),
+     {"promote_k": 256, "block_n": 128, "promote_overlap": 2}, "needs promote_k=128"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"),
+     {"promote_k": 128, "block_n": 128, "promote_overlap": 1}, "0 (off) or at least 2, not 1"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"),
+     {"promote_k": 128, "block_m": 64, "block_n": 128, "promote_overlap": 2, "pingpong": True},
+     "(pingpong=False)"),
 ])
 def test_v8_refuses_promotion_it_cannot_make_in_one_line(wl, knobs, words):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(words)):

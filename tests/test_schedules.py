@@ -170,6 +170,7 @@ def test_no_spills_on_the_shapes_a_rung_is_built_for(name, wl, compiled, nvcc_re
     _, source, _ = compiled(name, wl)
     for kernel, usage in nvcc_resources(source, "sm_90").items():
         assert usage.get("spill_stores", 0) == 0 and usage.get("stack_bytes", 0) == 0, (kernel, usage)
+        assert not usage["wgmma_serialized"], (kernel, usage)
 
 
 @pytest.mark.parametrize("wl", [WORKLOADS["gemm"][0], WORKLOADS["gemv"][0]], ids=["gemm", "gemv"])

@@ -171,6 +171,10 @@ BLOCK_CASES = [  # (the pingpong case: K staged into rows TMA can load, one shor
     (block((16, 7168, 2048)), {}),  # a decode batch: 64-row tiles, split K
     (block((256, 384, 100), "float32"), {"pingpong": True, "block_m": 64, "block_n": 128}),
     (block((129, 200, 4096), "float32"), {"block_m": 64}),
+    # promote_overlap: runs of 4 blocks and the blocks after them, ragged edges, split K
+    (block((300, 520, 1000), "float32"), {"block_n": 128, "promote_overlap": 4}),
+    (block((1100, 4608, 1024)), {"block_n": 128, "split_k": 3, "split_tail": True,
+                                 "promote_overlap": 2}),
 ]
 
 

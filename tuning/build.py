@@ -432,7 +432,9 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
 
 def nvcc_resources(source: str, arch: str) -> dict | None:
     """Compile `source` with the local nvcc to a cubin and read registers, shared memory,
-    stack and spills per kernel from --resource-usage. None when nvcc is not on PATH."""
+    stack and spills per kernel from --resource-usage, and whether ptxas serialized its wgmmas
+    (a wgmma's accumulators read before a wait that ptxas can tell covers it). None when nvcc
+    is not on PATH."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return None
@@ -457,11 +459,17 @@ def _parse_resource_usage(report: str) -> dict:
     kernels = {}
     current = None
     for line in report.splitlines():
+        serialized = re.search(r"wgmma.mma_async instructions are serialized.* function '(\w+)'",
+                               line)
+        if serialized:
+            kernels.setdefault(serialized.group(1), {})["wgmma_serialized"] = True
+            continue
         name = re.search(r"Compiling entry function '(\w+)'", line) or re.search(
             r"Function properties for (\w+)", line
         )
         if name:
             current = kernels.setdefault(name.group(1), {})
+            current.setdefault("wgmma_serialized", False)
             continue
         if current is None:
             continue

@@ -272,14 +272,20 @@ def first_row_of(plan, me, m0):
     return m0 + plan.consumer_rows(me.consumer) + me.warp * 16 + me.lane // 4
 
 
+def block_scale_count(plan) -> int:
+    """Block scales: a consumer thread's scales of one K block: those of its 2 x m_wgmmas rows
+    (A_scale), then those of the b_scale_blocks blocks of 128 columns that its part of the tile
+    may touch (B_scale)."""
+    return 2 * plan.m_wgmmas + plan.b_scale_blocks
+
+
 def block_scale_registers(plan):
-    """Block scales: a consumer thread's registers for one K block's scales, those of its
-    2 x m_wgmmas rows (A_scale), then those of the b_scale_blocks blocks of 128 columns that its
-    part of the tile may touch (B_scale), allocated here; else None."""
+    """Block scales: a consumer thread's registers for the scales of one K block per set of
+    accumulators (`block_scale_count` each), allocated here; else None."""
     if not plan.block_scaled:
         return None
     return IRBuilder.name("factors", T.alloc_local(
-        (2 * plan.m_wgmmas + plan.b_scale_blocks,), "float32"))
+        (block_scale_count(plan) * plan.accumulator_sets,), "float32"))
 
 
 def block_scales(plan, operands, me, m0, n0, first_block):
@@ -292,24 +298,26 @@ def block_scales(plan, operands, me, m0, n0, first_block):
 
 
 @T.macro
-def load_block_scales(plan, me, scales, kb):
+def load_block_scales(plan, me, scales, kb, acc_set):
     """Block scales: K block kb's scales of the thread's rows (indices clamped at C's last row,
     where nothing is stored) and of the blocks of B's rows that its part of the tile may
-    touch (clamped at the last block), into its registers, before the K block's wgmmas, so
-    that the loads are done by the time its sums are promoted."""
+    touch (clamped at the last block), into the registers of accumulator set acc_set, before
+    the K block's wgmmas, so that the loads are done by the time its sums are promoted."""
+    first = T.meta_var(acc_set * block_scale_count(plan))
     for mi in T.unroll(plan.m_wgmmas):
         for h in T.unroll(2):
             row = T.meta_var(pair_at(plan, scales, mi, 0, h)[0])
-            me.factors[mi * 2 + h] = scales.A_scale[T.min(row, plan.M - 1), kb]
+            me.factors[first + mi * 2 + h] = scales.A_scale[T.min(row, plan.M - 1), kb]
     for j in T.unroll(plan.b_scale_blocks):
-        me.factors[2 * plan.m_wgmmas + j] = scales.B_scale[
+        me.factors[first + 2 * plan.m_wgmmas + j] = scales.B_scale[
             T.min(scales.first_col // FP8_BLOCK + j, plan.scale_blocks[0] - 1), kb]
 
 
-def column_block_scale(plan, me, scales, n8):
+def column_block_scale(plan, me, scales, n8, first):
     """Block scales: the loaded B scale of 8-column group n8's block (its j-th from the
-    consumer's first), picked by selects, which keep the registers registers."""
-    b_scales = [me.factors[2 * plan.m_wgmmas + j] for j in range(plan.b_scale_blocks)]
+    consumer's first), among the scales from register `first` on, picked by selects, which
+    keep the registers registers."""
+    b_scales = [me.factors[first + 2 * plan.m_wgmmas + j] for j in range(plan.b_scale_blocks)]
     j = pair_at(plan, scales, 0, n8, 0)[1] // FP8_BLOCK - scales.first_col // FP8_BLOCK
     picked = b_scales[-1]
     for block in reversed(range(plan.b_scale_blocks - 1)):
@@ -318,71 +326,119 @@ def column_block_scale(plan, me, scales, n8):
 
 
 @T.macro
-def add_scaled_sums(plan, me, scales):
-    """Block scales: each accumulator of the K block times its row's A scale and its column
-    block's B scale, added into its float32 sum (DeepGEMM's promotion)."""
+def add_scaled_sums(plan, me, scales, acc_set):
+    """Block scales: each accumulator of the K block in set acc_set times its row's A scale
+    and its column block's B scale, added into its float32 sum (DeepGEMM's promotion)."""
+    base, first_scale = T.meta_var((acc_set * plan.accumulators,
+                                    acc_set * block_scale_count(plan)))
     for n8 in T.unroll(plan.wg_n // 8):
-        b_scale: T.let[T.float32] = column_block_scale(plan, me, scales, n8)
+        b_scale: T.let[T.float32] = column_block_scale(plan, me, scales, n8, first_scale)
         for mi in T.unroll(plan.m_wgmmas):
             for h in T.unroll(2):
                 first = T.meta_var(pair_at(plan, scales, mi, n8, h)[2])
                 for e in T.unroll(2):
-                    me.sums[first + e] = me.sums[first + e] \
-                        + me.acc[first + e] * (me.factors[mi * 2 + h] * b_scale)
+                    me.sums[first + e] = me.sums[first + e] + me.acc[base + first + e] * (
+                        me.factors[first_scale + mi * 2 + h] * b_scale)
+
+
+@T.macro
+def add_to_sums(plan, me, scales, acc_set):
+    """The accumulators of set acc_set (their wgmmas done) added into the float32 sums (block
+    scales: times their scales; the set's next K block's first wgmma starts them afresh)."""
+    if scales is None:
+        for i in T.unroll(plan.accumulators):
+            me.sums[i] = me.sums[i] + me.acc[acc_set * plan.accumulators + i]
+    else:
+        add_scaled_sums(plan, me, scales, acc_set)
 
 
 @T.macro
 def promote(plan, me, scales):
     """promote_k: wait for every wgmma in flight, then add the accumulators into the float32
-    sums (block scales: times their scales; the next K block's first wgmma starts them
-    afresh)."""
+    sums (`add_to_sums`)."""
     T.ptx.wgmma.wait_group.sync.aligned(0)
     for i in T.unroll(plan.accumulators):
         cuda_call(FENCE_OPERAND, me.acc[i])
-    if scales is None:
-        for i in T.unroll(plan.accumulators):
-            me.sums[i] = me.sums[i] + me.acc[i]
-    else:
-        add_scaled_sums(plan, me, scales)
+    add_to_sums(plan, me, scales, 0)
 
 
 @T.macro
-def k_loop(plan, me, shared, count, scales):
-    """The consumer's K loop over its unit's `count` K blocks: wait for a stage's bytes,
-    multiply its part of the tile with wgmma, and free the stage of the K block before (whose
-    wgmmas wait_group 1 has seen finish). promote_k: every promote_blocks K blocks, wgmma's
-    sums are added into the float32 sums once they are done (promote), and the next block's
-    first wgmma starts them afresh (its scale-d predicate false). Block scales (`scales`, else
-    None): each K block's are loaded first, and applied as it is promoted."""
+def k_block(plan, me, shared, kt, scales, acc_set, promotion):
+    """K block kt of the consumer's K loop: wait for its stage's bytes, multiply its part of
+    the tile with wgmma into accumulator set acc_set, and free the stage of the K block before
+    (whose wgmmas wait_group 1 has seen finish). promote_k: wgmma's sums are added into the
+    float32 sums once they are done, and the next block's first wgmma starts them afresh (its
+    scale-d predicate false); `promotion` says when: "wait" every promote_blocks K blocks,
+    waiting for the wgmmas (promote); in an overlapped run (`overlapped_run`), "none" for its
+    first block and "previous" for the others: the block before's sums (the other set) are
+    added while this block's wgmmas run. Block scales (`scales`, else None): each K block's
+    are loaded first, into its set's registers, and applied as it is promoted."""
     stages = T.meta_var(plan.knobs.stages)
-    acc = T.meta_var(me.acc)
-    for kt in range(count):
-        if scales is not None:
-            load_block_scales(plan, me, scales, scales.first_block + kt)
-        s: T.let[T.int32] = (me.used[0] + kt) % stages
-        T.cuda.mbarrier_wait(shared.full.ptr_to([s]), (me.used[0] + kt) // stages % 2)
-        stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
+    acc, base = T.meta_var((me.acc, acc_set * plan.accumulators))
+    if scales is not None:
+        load_block_scales(plan, me, scales, scales.first_block + kt, acc_set)
+    s: T.let[T.int32] = (me.used[0] + kt) % stages
+    T.cuda.mbarrier_wait(shared.full.ptr_to([s]), (me.used[0] + kt) // stages % 2)
+    stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
+    for i in T.unroll(plan.accumulators):
+        cuda_call(FENCE_OPERAND, acc[base + i])
+    T.ptx.wgmma.fence.sync.aligned()
+    for ks in T.unroll(plan.block_k // plan.k_step):
+        for mi in T.unroll(plan.m_wgmmas):
+            plan.wgmma(*[acc[base + mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
+                       descriptor(stage + T.Cast("uint32", plan.a_offset(me.consumer, mi, ks)),
+                                  16, ATOM),
+                       descriptor(stage + T.Cast("uint32", plan.b_offset(me.consumer, ks)),
+                                  plan.b_leading, ATOM),
+                       adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
+    T.ptx.wgmma.commit_group.sync.aligned()
+    T.ptx.wgmma.wait_group.sync.aligned(1)
+    if promotion == "previous":  # the block before's wgmmas are done: promote its set
         for i in T.unroll(plan.accumulators):
-            cuda_call(FENCE_OPERAND, acc[i])
-        T.ptx.wgmma.fence.sync.aligned()
-        for ks in T.unroll(plan.block_k // plan.k_step):
-            for mi in T.unroll(plan.m_wgmmas):
-                plan.wgmma(*[acc[mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
-                           descriptor(stage + T.Cast("uint32", plan.a_offset(me.consumer, mi, ks)),
-                                      16, ATOM),
-                           descriptor(stage + T.Cast("uint32", plan.b_offset(me.consumer, ks)),
-                                      plan.b_leading, ATOM),
-                           adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
-        T.ptx.wgmma.commit_group.sync.aligned()
-        T.ptx.wgmma.wait_group.sync.aligned(1)
+            cuda_call(FENCE_OPERAND, acc[(1 - acc_set) * plan.accumulators + i])
+        add_to_sums(plan, me, scales, 1 - acc_set)
+    elif promotion == "wait":
         for i in T.unroll(plan.accumulators):
             cuda_call(FENCE_OPERAND, acc[i])
         if plan.promotes:
             if (kt + 1) % plan.promote_blocks == 0:
                 promote(plan, me, scales)
-        if kt > 0:  # the K block before's wgmmas are done: free its stage
-            cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
-                      me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+    if kt > 0:  # the K block before's wgmmas are done: free its stage
+        cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
+                  me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+
+
+@T.macro
+def overlapped_run(plan, me, shared, first, scales):
+    """promote_overlap: a run of that many K blocks from `first`, taking the two sets of
+    accumulators in turn, each promoted under the next one's wgmmas; then a wait for every
+    wgmma and the last block's set promoted. Runs are whole and end in that wait: ptxas tells
+    which wgmmas are done only along one path, so reading a set across the loop's back edge,
+    or past an `if` around a block, would serialize every wgmma."""
+    run = T.meta_var(plan.knobs.promote_overlap)
+    k_block(plan, me, shared, first, scales, 0, "none")
+    for b in T.unroll(1, run):
+        k_block(plan, me, shared, first + b, scales, b % 2, "previous")
+    T.ptx.wgmma.wait_group.sync.aligned(0)
+    for i in T.unroll(plan.accumulators):
+        cuda_call(FENCE_OPERAND, me.acc[(run - 1) % 2 * plan.accumulators + i])
+    add_to_sums(plan, me, scales, (run - 1) % 2)
+
+
+@T.macro
+def k_loop(plan, me, shared, count, scales):
+    """The consumer's K loop over its unit's `count` K blocks (`k_block`); with
+    promote_overlap, in whole runs of that many blocks (`overlapped_run`), the blocks left
+    after the last whole run promoted one at a time."""
+    if plan.overlaps:
+        run = T.meta_var(plan.knobs.promote_overlap)
+        for r in range(count // run):
+            overlapped_run(plan, me, shared, r * run, scales)
+        for kt in range(count // run * run, count):
+            k_block(plan, me, shared, kt, scales, 0, "wait")
+    else:
+        for kt in range(count):
+            k_block(plan, me, shared, kt, scales, 0, "wait")
 
 
 @T.macro
@@ -393,7 +449,7 @@ def multiply(plan, me, shared, cta, j, count, scales):
     K blocks' promoted, and the sums taken as the accumulators), the last stage freed and the
     ring position moved past the unit (pingpong: past the other's unit too)."""
     acc, used = T.meta_var((me.acc, me.used))
-    for i in T.unroll(plan.accumulators):
+    for i in T.unroll(plan.accumulators * plan.accumulator_sets):
         acc[i] = T.float32(0)
     if plan.promotes:
         for i in T.unroll(plan.accumulators):
@@ -406,12 +462,13 @@ def multiply(plan, me, shared, cta, j, count, scales):
         if plan.unit_of(cta, j + 1) < plan.units:
             T.ptx.bar.arrive(T.uint32(TURN_BARRIER + 1 - me.consumer), T.uint32(CONSUMER_THREADS))
     T.ptx.wgmma.wait_group.sync.aligned(0)
-    for i in T.unroll(plan.accumulators):
+    for i in T.unroll(plan.accumulators * plan.accumulator_sets):
         cuda_call(SETTLE, acc[i])
     if plan.promotes:
         if count % plan.promote_blocks != 0:  # the blocks since the last promotion
             for i in T.unroll(plan.accumulators):
                 me.sums[i] = me.sums[i] + acc[i]
+    if plan.promotes:
         for i in T.unroll(plan.accumulators):
             acc[i] = me.sums[i]
     cuda_call(FREE_STAGE, shared.empty.ptr_to([(used[0] + count - 1) % plan.knobs.stages]),
@@ -590,7 +647,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     # Step 1. Registers, accumulators, the ring position and who this thread is.
     T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
     consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
-    acc = T.alloc_local((plan.accumulators,), "float32")
+    acc = T.alloc_local((plan.accumulators * plan.accumulator_sets,), "float32")
     sums = T.meta_var(float32_sums(plan, acc))
     factors = T.meta_var(block_scale_registers(plan))
     used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed

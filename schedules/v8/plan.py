@@ -108,6 +108,18 @@ class Plan:
         return self.promote_blocks > 0
 
     @property
+    def overlaps(self) -> bool:
+        """Whether each K block's sums are promoted while the next block multiplies into a
+        second set of accumulators (promote_overlap)."""
+        return self.knobs.promote_overlap > 0
+
+    @property
+    def accumulator_sets(self) -> int:
+        """The sets of wgmma accumulators a consumer thread keeps: two where they take turns
+        (promote_overlap), else one."""
+        return 2 if self.overlaps else 1
+
+    @property
     def wgmma(self):
         """The consumer's wgmma instruction: m64, its columns, k16 (16-bit) or k32 (fp8)."""
         ptx = PTX_TYPE[self.dtype]

@@ -88,10 +88,40 @@ def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return (f"v8 promotes after whole K blocks of {block_k} {wl.dtype} elements: "
                 f"promote_k={promote_k} is not a positive multiple of {block_k}")
     accumulators = consumer_accumulators(knobs.block_m, knobs.block_n, knobs.pingpong)
-    if 2 * accumulators > MOST_ACCUMULATORS:
-        return (f"v8 with promote_k keeps wgmma's and the float32 sums, 2 x {accumulators} "
+    sets = promoted_sets(knobs)
+    if sets * accumulators > MOST_ACCUMULATORS:
+        kept = "two sets of wgmma's sums" if knobs.promote_overlap else "wgmma's sums"
+        return (f"v8 with promote_k keeps {kept} and the float32 sums, {sets} x {accumulators} "
                 f"registers a consumer thread for a {knobs.block_m}x{knobs.block_n} tile; at "
                 f"most {MOST_ACCUMULATORS} fit (promote_k=none, or a narrower block_n)")
+    return None
+
+
+def promoted_sets(knobs: Knobs) -> int:
+    """The sets of accumulators a consumer thread keeps with promote_k: wgmma's sums and the
+    float32 sums, and with promote_overlap a second set of wgmma's sums."""
+    return 3 if knobs.promote_overlap else 2
+
+
+def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """promote_overlap: runs of at least 2 K blocks, each promoted (promote_k of one K block)
+    while the next block multiplies into the other set of accumulators; two consumers on one
+    tile (not pingpong)."""
+    overlap = knobs.promote_overlap
+    if not overlap:
+        return None
+    block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
+    if overlap < 2:
+        return (f"v8's promote_overlap is the K blocks multiplied in turn between waits for the "
+                f"tensor cores: 0 (off) or at least 2, not {overlap}")
+    if knobs.promote_k != block_k:
+        return (f"v8's promote_overlap promotes each K block's sums while the next block "
+                f"multiplies: it needs promote_k={block_k} (one K block), not "
+                f"promote_k={'none' if knobs.promote_k is None else knobs.promote_k}")
+    if knobs.pingpong:
+        return ("v8's promote_overlap keeps a third set of accumulators, for which pingpong's "
+                "consumers (each a whole tile) have no registers left: ptxas spills them "
+                "(pingpong=False)")
     return None
 
 
@@ -174,7 +204,8 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 
 CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
-          _shared_memory_refusal, _split_refusal, _staging_refusal, _workspace_refusal)
+          _overlap_refusal, _shared_memory_refusal, _split_refusal, _staging_refusal,
+          _workspace_refusal)
 
 
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:
