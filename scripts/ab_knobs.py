@@ -52,19 +52,19 @@ def main() -> int:
     for round_ in range(args.rounds):
         cublas = bench.measure_cublas(run, wl)
         records.append(args.results, cublas)
-        if cublas["status"] != "ok":
-            print(f"cuBLAS failed: {cublas.get('error')}")
+        if cublas.status != "ok":
+            print(f"cuBLAS failed: {cublas.error}")
             return 1
-        base = cublas["timing"]["median_ms"]
+        base = cublas.timing.median_ms
         line = [f"round {round_}: cuBLAS {base:.4f} ms"]
         for name, (entry, done) in built.items():
             record = bench.measure_tvm(run, wl, entry.name, entry.kind, entry.defaults,
                                        done.executable)
             records.append(args.results, record)
-            if record["status"] != "ok":
-                line.append(f"{name} FAILED ({record.get('error')})")
+            if record.status != "ok":
+                line.append(f"{name} FAILED ({record.error})")
                 continue
-            ms = record["timing"]["median_ms"]
+            ms = record.timing.median_ms
             ratios[name].append(base / ms)
             line.append(f"{name} {ms:.4f} ms ({100 * base / ms:.1f}%)")
         print(f"{wl.label()} | " + " | ".join(line), flush=True)

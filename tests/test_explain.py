@@ -158,14 +158,15 @@ def test_counter_records_are_keyed_as_timings_and_read_back(tmp_path, monkeypatc
     path = str(tmp_path / "counters.jsonl")
     made = explain.record_counters(WL, ["v3"], path, say=lambda line: None)
     assert not (tmp_path / "v3").exists()  # the build, profiled twice, is cleaned up
-    assert [r["flush"] for r in made] == ["none", "read"]
-    assert all(explain.counters_problem(r) is None and r["status"] == "counted" for r in made)
-    assert made[0]["params"] == resolve(WL, "v3", SearchResults()).defaults
+    assert [r.flush for r in made] == ["none", "read"]
+    assert all(explain.counters_problem(r.to_json()) is None and r.status == "counted"
+               for r in made)
+    assert made[0].params == resolve(WL, "v3", SearchResults()).defaults
     found = explain.recorded(path, WL, resolve(WL, "v3", SearchResults()), warn=print)
     assert found["read"]["counters"]["duration_ns"] == 2.0
     assert explain.recorded(path, WL, resolve(WL, "v2", SearchResults()), warn=print) == {}
-    assert explain.counters_problem({**made[0], "counters": {"registers": "many",
-                                                             "stalls": {}}}) is not None
+    assert explain.counters_problem({**made[0].to_json(), "counters": {"registers": "many",
+                                                                       "stalls": {}}}) is not None
 
 
 DIFF = """--- v2 (lowered)

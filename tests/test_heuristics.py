@@ -9,6 +9,7 @@ import pytest
 import tvm
 
 import schedules
+from facts.record import Record, Timing
 from schedules import Workload, gemv, heuristics
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
@@ -485,10 +486,10 @@ def test_best_on_a_gpu_measures_its_portfolio_where_no_records_know_the_workload
 
     def fake_explore(wl_, chosen, settings, say=print, warn=print, extra_records=None):
         asked.append((settings.results, [c.name for c in chosen]))
-        ran = [{"kind": "rung", "schedule": c.name, "status": "failed" if c.name == "multirow"
-                else "ok", "timing": {"median_ms": times[c.name]}} for c in chosen]
-        return ran + [{"kind": "baseline", "schedule": "cublas", "status": "ok",
-                       "timing": {"median_ms": 0.0001}}]
+        ran = [Record(kind="rung", schedule=c.name, status="failed" if c.name == "multirow"
+                      else "ok", timing=Timing(*[times[c.name]] * 3)) for c in chosen]
+        return ran + [Record(kind="baseline", schedule="cublas", status="ok",
+                             timing=Timing(0.0001, 0.0001, 0.0001))]
 
     monkeypatch.setattr(measure, "gpu_present", lambda: True)
     monkeypatch.setattr(measure, "device_facts", lambda: {"gpu": "GPU A", "arch": "sm_90"})

@@ -127,13 +127,13 @@ def on_the_cpu(monkeypatch):
 ])  # float16 outputs only: torch's bmm has no CPU kernel for out_dtype=float32
 def test_the_nvfp4_baselines_are_checked_against_float64_and_timed(on_the_cpu, wl, multiply):
     cublas, dequant = bench.measure_baselines(on_the_cpu, wl)
-    assert (cublas["schedule"], dequant["schedule"]) == ("cublas", f"torch-dequant-{multiply}")
+    assert (cublas.schedule, dequant.schedule) == ("cublas", f"torch-dequant-{multiply}")
     for record in cublas, dequant:
-        assert record["kind"] == "baseline" and record["status"] == "ok", record.get("error")
-        assert record["rel_error"] < record["tolerance"] and record["timing"]["median_ms"] == 0.05
-        assert record["dtype"] == "nvfp4" and record["out_dtype"] == wl.out_dtype
-    assert cublas["params"]["call"] == measure.cublas_call(wl)
-    assert dequant["params"] == {"call": measure.dequantizing_call(wl)}
+        assert record.kind == "baseline" and record.status == "ok", record.error
+        assert record.rel_error < record.tolerance and record.timing.median_ms == 0.05
+        assert record.dtype == "nvfp4" and record.out_dtype == wl.out_dtype
+    assert cublas.params["call"] == measure.cublas_call(wl)
+    assert dequant.params == {"call": measure.dequantizing_call(wl)}
 
 
 def test_cublas_decodes_before_its_launches_and_the_dequantizing_baseline_in_each():
@@ -157,8 +157,8 @@ def test_a_baseline_that_multiplies_the_wrong_values_fails_its_check(on_the_cpu,
 
     monkeypatch.setattr(measure, "operands", x_reversed_but_in_the_reference)
     cublas, dequant = bench.measure_baselines(on_the_cpu, wl)
-    assert cublas["status"] == dequant["status"] == "failed"
-    assert cublas["error"].startswith("relative error") and "timing" not in cublas
+    assert cublas.status == dequant.status == "failed"
+    assert cublas.error.startswith("relative error") and cublas.timing is None
 
 
 def test_the_read_ceiling_is_a_record_of_the_run(monkeypatch):
@@ -169,10 +169,10 @@ def test_the_read_ceiling_is_a_record_of_the_run(monkeypatch):
     run = bench.Run(flush="write", facts=FACTS)
     record = bench.measure_read(run)
     assert asked == [(1 << 30, "write")]
-    assert (record["schedule"], record["kind"], record["op"], record["status"]) == (
+    assert (record.schedule, record.kind, record.op, record.status) == (
         "device-read", "ceiling", "read", "ok")
-    assert record["read_gbps"] == 2700.0 and record["params"] == {"bytes": 1 << 30}
-    assert record["run_id"] == run.run_id and record["timing"]["median_ms"] == 0.4
+    assert record.read_gbps == 2700.0 and record.params == {"bytes": 1 << 30}
+    assert record.run_id == run.run_id and record.timing.median_ms == 0.4
 
 
 @pytest.mark.parametrize("wl, measured", [

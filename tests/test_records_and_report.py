@@ -8,10 +8,11 @@ import os
 import pytest
 
 import facts
-from facts.record import Record
+from facts.record import Record, Timing
 from reporting.render import render, table_rows
 from schedules.errors import RecordsError
-from tuning import records
+from schedules.workloads import Workload
+from tuning import bench, records
 
 
 def typed(records):
@@ -266,8 +267,7 @@ def test_the_roofline_draws_correct_kernels_only(tmp_path):
 
 
 def test_measure_compute_records_the_ceiling_the_report_reads(monkeypatch):
-    from schedules.workloads import Workload
-    from tuning import bench, measure
+    from tuning import measure
 
     timed = []
 
@@ -281,18 +281,18 @@ def test_measure_compute_records_the_ceiling_the_report_reads(monkeypatch):
                                           "arch": "sm_90"})
     record = bench.measure_compute(run, "bfloat16")
     assert timed == ["write"]
-    assert record["compute_tflops"] == pytest.approx(Workload(
+    assert record.compute_tflops == pytest.approx(Workload(
         "gemm", (8192, 8192, 8192), "bfloat16", "float32").flops / 2e-3 / 1e12)
-    assert (record["kind"], record["op"], record["schedule"], record["dtype"]) == (
+    assert (record.kind, record.op, record.schedule, record.dtype) == (
         "ceiling", "compute", "device-compute", "bfloat16")
-    assert record["params"] == {"size": 8192, "call": "torch.mm(out_dtype=float32)"}
-    assert record["run_id"] == run.run_id and record["status"] == "ok"
-    assert (record["flush"], record["schema"]) == ("write", facts.SCHEMA)
+    assert record.params == {"size": 8192, "call": "torch.mm(out_dtype=float32)"}
+    assert record.run_id == run.run_id and record.status == "ok"
+    assert (record.flush, record.schema) == ("write", facts.SCHEMA)
     shape = (4096, 4096, 4096)
     measured = [measurement("v7", 0.5, run.run_id, shape=shape, dtype="bfloat16",
-                            out_dtype="float32", date=record["date"])]
+                            out_dtype="float32", date=record.date)]
     text = render(measured + [record], "t")
-    assert f"cuBLAS 8192^3 bfloat16, this run: {record['compute_tflops']:.0f} TFLOP/s" in text
+    assert f"cuBLAS 8192^3 bfloat16, this run: {record.compute_tflops:.0f} TFLOP/s" in text
 
 
 def test_searches_under_different_shared_memory_limits_are_told_apart():
@@ -439,6 +439,68 @@ def test_every_committed_line_is_written_back_as_it_was_read(path):
         written = record.json_line()
         assert Record.from_json(json.loads(written)) == record, where
         assert written == json.dumps(line, sort_keys=True), where
+
+
+RUN_FACTS = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "arch": "sm_90"}
+TIMING = {"median_ms": 0.5, "min_ms": 0.4, "max_ms": 0.7, "samples": 100, "method": "events"}
+# A record of each kind as the runs build them: whether of a workload, schedule, kind, params,
+# and the other fields.
+WRITTEN = {
+    "rung": (True, "v3", "rung", {"tile": 16},
+             dict(status="ok", rel_error=1e-7, tolerance=1e-5, timing=TIMING,
+                  structure={"kernels": 1, "grid (x,y,z)": "8x8x1"},
+                  resources={"main_kernel": {"registers": 40, "spill_stores": 0}})),
+    "failed rung": (True, "v2", "rung", {}, dict(status="failed", rel_error=None,
+                                                 error="relative error nan > 1e-05")),
+    "tuned": (True, "autotvm:seed_template", "tuned", {"tile": 32},
+              dict(status="ok", timing=TIMING, suite="llm-bf16", model="Llama-3-8B",
+                   layer="qkv_proj", aligned=[1024, 512, 2048])),
+    "baseline": (True, "cublas", "baseline", {"tf32": False, "call": "torch.mm"},
+                 dict(status="ok", timing=TIMING)),
+    "ceiling": (False, "device-compute", "ceiling", {"size": 8192, "call": "torch.mm"},
+                dict(op="compute", dtype="float32", status="ok", compute_tflops=50.0,
+                     timing=TIMING)),
+    "search": (True, "autotvm:seed_template", "search", {"tile": 32},
+               dict(status="ok", search="autotvm", tuner="xgb", seed=0, trials=3, space=64,
+                    candidates={"proposed": 3, "refused": 0, "measured": 3},
+                    trials_per_min=12.5, curve=[(1, None), (2, 0.7), (3, 0.5)])),
+    "metaschedule search": (True, "metaschedule", "search", {"work_dir": "ms"},
+                            dict(status="ok", search="metaschedule", tuner="evolutionary",
+                                 rules="cuda", seed=1, shared_kb=227, trials=8,
+                                 trials_per_min=3.0, curve=[(4, 0.9), (8, 0.5)])),
+    "counted": (True, "v3", "rung", {"tile": 16},
+                dict(status="counted", counters={"duration_ns": 2.0, "stalls": {"wait": 1.0}})),
+}
+
+
+@pytest.mark.parametrize("kind", WRITTEN)
+def test_a_record_the_runs_write_reads_back_equal(tmp_path, kind):
+    """Each kind of record bench.Run builds (from a workload's fields, a timing given as its
+    JSON object, a curve of tuples, a null field) is appended as a line that reads back as an
+    equal Record and passes the checks that a report reads records through."""
+    wl, schedule, record_kind, params, fields = WRITTEN[kind]
+    run = bench.Run(flush="write", facts=RUN_FACTS)
+    made = run.record(Workload("gemm", (1024, 512, 2048)) if wl else None, schedule, record_kind,
+                      params, **fields)
+    assert made.timing is None or isinstance(made.timing, Timing)
+    assert made.schema == facts.SCHEMA and made.rest == {}
+    path = str(tmp_path / "results.jsonl")
+    records.append(path, made)
+    [line] = records.load(path).records
+    assert Record.from_json(line) == made and records.measurement_problem(line) is None
+
+
+def test_a_field_the_record_does_not_name_is_refused_where_the_record_is_built(tmp_path):
+    """A misspelt or new field at a call site is a TypeError there, not a key that a records
+    file gains unseen (name it on Record first); so is a workload's field given twice."""
+    run = bench.Run(facts=RUN_FACTS)
+    wl = Workload("gemm", (64, 64, 64))
+    path = tmp_path / "results.jsonl"
+    with pytest.raises(TypeError, match="median"):
+        records.append(str(path), run.record(wl, "v3", "rung", {}, status="ok", median=0.5))
+    with pytest.raises(TypeError, match="shape"):
+        records.append(str(path), run.record(wl, "v3", "rung", {}, shape=[1, 2, 3]))
+    assert not path.exists()
 
 
 def test_a_record_with_its_compute_ceiling_set_is_written_and_read_back_whole():

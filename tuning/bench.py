@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 import tvm
 
 from facts import SCHEMA
+from facts.record import Record
 from schedules.workloads import Workload
 
 from . import measure
@@ -31,23 +32,17 @@ class Run:
     def run_id(self) -> str:
         return f"{self.started:%Y%m%dT%H%M%SZ}-{os.getpid()}"
 
-    def record(self, wl: Workload | None, schedule: str, kind: str, params: dict, **fields) -> dict:
-        base = {
-            "run_id": self.run_id,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "schedule": schedule,
-            "kind": kind,
-            "params": params,
-            "gpu": self.facts["gpu"],
-            "driver": self.facts["driver"],
-            "arch": self.facts["arch"],
-            "tvm": tvm.__version__,
-            "flush": self.flush,
-            "schema": SCHEMA,
-        }
-        if wl is not None:
-            base.update(wl.record_fields())
-        return {**base, **fields}
+    def record(self, wl: Workload | None, schedule: str, kind: str, params: dict,
+               **fields) -> Record:
+        """A record of this run: `schedule` (of `kind`, with `params`) on `wl` (None: a
+        ceiling, which names its own op), where and when it ran, and `fields`, each a field of
+        Record: a name the type lacks, or one given twice, is a TypeError here, not a new key
+        in the records file."""
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        workload = wl.record_fields() if wl is not None else {}
+        return Record(run_id=self.run_id, date=when, schedule=schedule, kind=kind, params=params,
+                      gpu=self.facts["gpu"], driver=self.facts["driver"], arch=self.facts["arch"],
+                      tvm=tvm.__version__, flush=self.flush, schema=SCHEMA, **workload, **fields)
 
 
 def _guarded(measure_fn):
@@ -71,7 +66,7 @@ def _checked_and_timed(run: Run, wl: Workload, runner_of, tolerance: float, seed
 
 
 def measure_tvm(run: Run, wl: Workload, schedule: str, kind: str, params: dict, executable,
-                seed: int = 0, **extra) -> dict:
+                seed: int = 0, **extra) -> Record:
     """Check a built TVM kernel against float64 and, if correct, time it."""
     runner_of = lambda inputs: measure.tvm_runner(  # noqa: E731
         executable, wl, inputs, measure.poisoned_output(wl))
@@ -80,7 +75,7 @@ def measure_tvm(run: Run, wl: Workload, schedule: str, kind: str, params: dict, 
 
 
 def measure_cublas(run: Run, wl: Workload, tf32: bool = False, fast_accum: bool = False,
-                   seed: int = 0) -> dict:
+                   seed: int = 0) -> Record:
     """torch (cuBLAS) on the same inputs and harness, writing the workload's output dtype (its
     params name the call); TF32 and fp8's fast accumulation are rows of their own. nvfp4: on B
     and x dequantized before timing."""
@@ -91,7 +86,7 @@ def measure_cublas(run: Run, wl: Workload, tf32: bool = False, fast_accum: bool 
                       **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl, tf32), seed))
 
 
-def measure_dequantizing(run: Run, wl: Workload, seed: int = 0) -> dict:
+def measure_dequantizing(run: Run, wl: Workload, seed: int = 0) -> Record:
     """nvfp4 or block-scaled fp8 as a user without a fused kernel runs it: B and x dequantized
     to float16, then torch's mv / bmm (`torch-dequant-mv`, `torch-dequant-bmm`), or A and B
     times their block scales in bfloat16, then torch's mm (`torch-dequant-mm`), both steps in
@@ -102,7 +97,7 @@ def measure_dequantizing(run: Run, wl: Workload, seed: int = 0) -> dict:
                       **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl), seed))
 
 
-def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
+def measure_triton(run: Run, wl: Workload, seed: int = 0) -> Record | None:
     """The TileLang seed's Triton GEMV on the same inputs and harness; None without triton."""
     try:
         from . import triton_gemv  # lazy: triton is installed on GPU machines only
@@ -115,7 +110,7 @@ def measure_triton(run: Run, wl: Workload, seed: int = 0) -> dict | None:
                       **_checked_and_timed(run, wl, runner_of, measure.tolerance(wl), seed))
 
 
-def measure_baselines(run: Run, wl: Workload) -> list[dict]:
+def measure_baselines(run: Run, wl: Workload) -> list[Record]:
     """The references measured next to every TVM kernel: cuBLAS (and TF32 for fp32 GEMM, fast
     accumulation for fp8 scaled per tensor or by rows), and the seed's Triton GEMV where
     triton is installed; for nvfp4, cuBLAS on the dequantized operands and the
@@ -133,21 +128,21 @@ def measure_baselines(run: Run, wl: Workload) -> list[dict]:
     return [m for m in measured if m is not None]
 
 
-def _bandwidth_ceiling(run: Run, what: str, nbytes: int, measured: tuple) -> dict:
+def _bandwidth_ceiling(run: Run, what: str, nbytes: int, measured: tuple) -> Record:
     """The record of a bandwidth ceiling of this run, `measured` as (GB/s, Timing) over `nbytes`:
     schedule `device-<what>`, op `<what>`, its GB/s in `<what>_gbps`."""
     gbps, timing = measured
     return run.record(None, f"device-{what}", "ceiling", {"bytes": nbytes}, op=what,
-                      status="ok", **{f"{what}_gbps": gbps}, timing=timing.as_dict())
+                      status="ok", **{f"{what}_gbps": gbps}, timing=timing)
 
 
-def measure_copy(run: Run, nbytes: int = 1 << 30) -> dict:
+def measure_copy(run: Run, nbytes: int = 1 << 30) -> Record:
     """The copy-bandwidth ceiling of this run: bytes read plus bytes written."""
     return _bandwidth_ceiling(run, "copy", nbytes,
                               measure.copy_bandwidth_gbps(nbytes, flush=run.flush))
 
 
-def measure_read(run: Run, nbytes: int = 1 << 30) -> dict:
+def measure_read(run: Run, nbytes: int = 1 << 30) -> Record:
     """The read-bandwidth ceiling of this run (a sum over a buffer): what a GEMV, which reads
     its weights and writes next to nothing, can reach."""
     return _bandwidth_ceiling(run, "read", nbytes,
@@ -157,7 +152,7 @@ def measure_read(run: Run, nbytes: int = 1 << 30) -> dict:
 COMPUTE_SIZE = 8192  # M = N = K of the GEMM whose cuBLAS rate is a run's compute ceiling
 
 
-def measure_compute(run: Run, dtype: str, size: int = COMPUTE_SIZE) -> dict:
+def measure_compute(run: Run, dtype: str, size: int = COMPUTE_SIZE) -> Record:
     """The compute ceiling of this run for inputs of `dtype`: cuBLAS on a size^3 GEMM, float32
     with TF32 off, 16-bit inputs with the float32 output that the GEMM rungs write; the roofline's
     flat roof. A rate measured here, never the datasheet's peak."""
@@ -165,10 +160,10 @@ def measure_compute(run: Run, dtype: str, size: int = COMPUTE_SIZE) -> dict:
     tflops, timing = measure.gemm_tflops(wl, flush=run.flush)
     params = {"size": size, "call": measure.cublas_call(wl)}
     return run.record(None, "device-compute", "ceiling", params, op="compute", dtype=dtype,
-                      status="ok", compute_tflops=tflops, timing=timing.as_dict())
+                      status="ok", compute_tflops=tflops, timing=timing)
 
 
-def measure_ceilings(run: Run, wl: Workload) -> list[dict]:
+def measure_ceilings(run: Run, wl: Workload) -> list[Record]:
     """The ceilings a run of `wl` is read against: the copy bandwidth; for GEMVs the read
     bandwidth; the compute ceiling in the input dtype. nvfp4 runs get no compute ceiling: no
     cuBLAS GEMM takes nvfp4 (a Workload refuses it), and float16's rate would be another dtype's

@@ -45,6 +45,7 @@ from tabulate import tabulate
 import facts
 from facts.counters import (LARGE, METRICS, Change, Metric, changes, counter_changes,
                             fmt_count)
+from facts.record import Record
 from schedules import PRESETS, parse_shape
 from schedules.errors import BuildFailed, ExplorerError, ScheduleNotApplicable, UsageError
 from schedules.workloads import DEFAULT_DTYPES, Workload
@@ -373,7 +374,7 @@ def counters_problem(record) -> str | None:
 
 
 def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
-                    say: Callable[[str], None] = print) -> list[dict]:
+                    say: Callable[[str], None] = print) -> list[Record]:
     """Profile each schedule of `names` on `wl` warm and flushed (profile; built once, here,
     for both) and append a record of each to `path`, keyed as bench.Run keys timings, status
     'counted'. Every launch is profiled before anything is written: a failure records

@@ -168,15 +168,15 @@ def _measured_best(wl: Workload, names: list[str], found: SearchResults,
         chosen = [schedules.get(wl.op, name).for_workload(wl) for name in names]
         runs = explore(wl, chosen, Settings(results=path, show_ir=False), say=lambda _: None,
                        warn=warn)
-    timed = [r for r in runs if r["kind"] != "baseline" and r["status"] == "ok"]
+    timed = [r for r in runs if r.kind != "baseline" and r.median_ms is not None]
     if not timed:
         raise KernelFailed(f"best: none of {', '.join(names)} ran correctly on {wl.label()}")
-    fastest = min(timed, key=lambda r: r["timing"]["median_ms"])
+    fastest = min(timed, key=lambda r: r.median_ms)
     kept = f"recorded in {found.results}" if found.results else "not kept: no --results"
-    warn(f"best: {fastest['schedule']} (measured here, no records knowing this workload: the "
-         f"fastest correct of {', '.join(r['schedule'] for r in timed)}, "
-         f"{fastest['timing']['median_ms']:.3f} ms; {kept})")
-    return schedules.get(wl.op, fastest["schedule"]).for_workload(wl)
+    warn(f"best: {fastest.schedule} (measured here, no records knowing this workload: the "
+         f"fastest correct of {', '.join(r.schedule for r in timed)}, "
+         f"{fastest.median_ms:.3f} ms; {kept})")
+    return schedules.get(wl.op, fastest.schedule).for_workload(wl)
 
 
 def _committed(path: str) -> str:
@@ -373,7 +373,7 @@ def build_schedule(schedule, wl: Workload, target) -> build.Built:
 
 def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str], None] = print,
             warn: Callable[[str], None] = print, extra_records: list[dict] | None = None
-            ) -> list[dict]:
+            ) -> list[Record]:
     """Lower, print, build, check, time and record each chosen schedule, then the baselines;
     warnings (a corrupt records line, a kernel that spills) go to `warn`. Returns the records
     of this run (none without a GPU)."""
@@ -440,13 +440,12 @@ def explore(wl: Workload, chosen: list, settings: Settings, say: Callable[[str],
     ceilings = bench.measure_ceilings(run, wl)  # copy; read for GEMVs; compute, but not nvfp4's
     for ceiling in ceilings:
         records.append(settings.results, ceiling)
-    read_against = with_ceilings([Record.of(m) for m in measured],
-                                 [Record.of(c) for c in ceilings])
+    read_against = with_ceilings(measured, ceilings)
     say(f"\n{wl.label()} on {run.facts['gpu']}; {measure.timing_method(run.flush)}"
         f"{ceilings_text(read_against[0])}")
     say(markdown_table(table_rows(read_against)))
     say(f"records appended to {settings.results}")
-    failed = [m for m in measured if m["kind"] != "baseline" and m["status"] != "ok"]
+    failed = [m for m in measured if m.kind != "baseline" and m.status != "ok"]
     if settings.explicit and failed:
-        raise KernelFailed(f"{failed[0]['schedule']}: {failed[0].get('error') or 'failed'}")
+        raise KernelFailed(f"{failed[0].schedule}: {failed[0].error or 'failed'}")
     return measured

@@ -24,6 +24,7 @@ import shutil
 from datetime import datetime, timezone
 from typing import Callable
 
+from facts.record import Record
 from schedules.errors import BuildFailed, KernelFailed, ScheduleNotApplicable, UsageError
 from schedules.workloads import Workload
 
@@ -63,17 +64,18 @@ def _tensor_specs(wl: Workload) -> list[dict]:
             for name, shape in wl.buffer_shapes().items()]
 
 
-def _measured(record: dict | None, gpu: dict | None) -> str:
+def _measured(record: Record | None, gpu: dict | None) -> str:
     """kernel.json's words on the time it gives."""
     if record:
-        timing = record["timing"]
-        return f"median of {timing['samples']} launches on {record['gpu']}: {timing['method']}"
+        timing = record.timing
+        return f"median of {timing.samples} launches on {record.gpu}: {timing.method}"
     if gpu is None:
         return "not measured: built on a machine without a GPU"
     return "not measured"
 
 
-def manifest(wl: Workload, schedule, target, gpu: dict | None, record: dict | None = None) -> dict:
+def manifest(wl: Workload, schedule, target, gpu: dict | None,
+             record: Record | None = None) -> dict:
     """What kernel.json says of a kernel (and what `Kernel` checks inputs against): the workload,
     the schedule and its knobs, the arch it was built for and the compute capability it runs
     on, the GPU and TVM it was built with, and the measurement `record` of it (none: null)."""
@@ -88,10 +90,10 @@ def manifest(wl: Workload, schedule, target, gpu: dict | None, record: dict | No
         "arch": arch, "compute_capability": f"{major}.{minor}",
         "gpu": gpu["name"] if gpu else None,
         **loader.versions_here(),
-        "time_ms": record["timing"]["median_ms"] if record else None,
+        "time_ms": record.timing.median_ms if record else None,
         "measured": _measured(record, gpu),
-        "timing": record["timing"] if record else None,
-        "rel_error": record["rel_error"] if record else None,
+        "timing": record.timing.to_json() if record else None,
+        "rel_error": record.rel_error if record else None,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -134,7 +136,7 @@ def refuse_unusable_directory(directory: str) -> None:
                          "empty directory (nothing was written)")
 
 
-def _measure(wl: Workload, schedule, built: build.Built, settings: Settings) -> dict:
+def _measure(wl: Workload, schedule, built: build.Built, settings: Settings) -> Record:
     """Check and time the kernel as the runner does a rung (the record appended to
     settings.results); a kernel that fails its check is KernelFailed, and is not exported."""
     measure.require_memory(wl)
@@ -143,8 +145,8 @@ def _measure(wl: Workload, schedule, built: build.Built, settings: Settings) -> 
                                built.executable, structure=built.structure,
                                resources=built.resources)
     records.append(settings.results, record)
-    if record["status"] != "ok":
-        raise KernelFailed(f"{schedule.name}: {record.get('error') or 'failed'}; nothing exported")
+    if record.status != "ok":
+        raise KernelFailed(f"{schedule.name}: {record.error or 'failed'}; nothing exported")
     return record
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import math
 import subprocess
-from dataclasses import asdict, dataclass
 from typing import Callable
 
 from facts import FLUSHES, SCALE_EXPONENTS, SEARCH_BUDGET_MS
+from facts.record import Timing  # what time_kernel gives: the timing a record carries
 from schedules import fp4
 from schedules.errors import KernelFailed, UsageError
 from schedules.workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload
@@ -63,18 +63,6 @@ def device_facts() -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
     }
-
-
-@dataclass(frozen=True)
-class Timing:
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    samples: int
-    method: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def timing_method(flush: str) -> str:
@@ -445,12 +433,12 @@ def check_and_time(
     budget_ms: float = BUDGET_MS, cutoff_ms: float | None = None,
 ) -> dict:
     """`check`, and only a correct kernel is then timed (time_kernel's cutoff_ms). Returns the
-    fields of a measurement record: status, rel_error, tolerance, timing."""
+    fields of a measurement record: status, rel_error, tolerance, timing (a Timing)."""
     result = check(wl, run, inputs, tolerance)
     if result["status"] != "ok":
         return result
     timing = time_kernel(run, flush=flush, budget_ms=budget_ms, cutoff_ms=cutoff_ms)
-    return {**result, "timing": timing.as_dict()}
+    return {**result, "timing": timing}
 
 
 class WrongResult(KernelFailed):
@@ -472,7 +460,7 @@ def evaluate_artifact(wl: Workload, flush: str, artifact_path: str,
                             cutoff_ms=None if best_ms is None else SLOWER_THAN_BEST * best_ms)
     if result["status"] != "ok":
         raise WrongResult(result["error"])
-    return result["timing"]["median_ms"] * 1e-3
+    return result["timing"].median_ms * 1e-3
 
 
 def read_bandwidth_gbps(nbytes: int = 1 << 30, flush: str = "read") -> tuple[float, Timing]:

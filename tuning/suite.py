@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import tvm
@@ -127,7 +127,7 @@ def _gpu_run(flush: str):
 
 def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
               say: Callable[[str], None] = LOG.info, warn: Callable[[str], None] = LOG.warning,
-              workers: int | None = None) -> list[dict]:
+              workers: int | None = None) -> list[Record]:
     """Build every (shape, schedule in `names`) pair of `suite`, then on a GPU check and time
     them with the baselines, appending each record to settings.results as it is measured.
     Returns the records of this run (none without a GPU)."""
@@ -174,7 +174,7 @@ def _warn_spills(wl: Workload, names: list[str], prepared: list[Prepared],
                  f"on {wl.label()}")
 
 
-def _measure_one(run, wl: Workload, name: str, prepared: Prepared, tags: dict) -> dict:
+def _measure_one(run, wl: Workload, name: str, prepared: Prepared, tags: dict) -> Record:
     """The record of one pair: skipped or build_failed as built, else checked and timed (a
     module that does not load is failed)."""
 
@@ -192,14 +192,14 @@ def _measure_one(run, wl: Workload, name: str, prepared: Prepared, tags: dict) -
 
 
 def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]], results: str,
-             say: Callable[[str], None]) -> list[dict]:
+             say: Callable[[str], None]) -> list[Record]:
     """On the GPU, shape by shape: each built kernel checked and timed, then the baselines;
     then the copy ceiling. Every record is appended to `results` as soon as it is measured."""
 
     measured = []
     progress = Progress(len(suite.entries), f"suite {suite.name}", "shape", bar=False)
 
-    def keep(record: dict) -> dict:
+    def keep(record: Record) -> Record:
         records.append(results, record)
         measured.append(record)
         return record
@@ -208,12 +208,12 @@ def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]]
         tags = {"suite": suite.name, **entry.tags()}
         shape = [keep(_measure_one(run, entry.workload, name, p, tags))
                  for name, p in zip(names, built)]
-        shape += [keep({**baseline, **tags})
+        shape += [keep(replace(baseline, **tags))
                   for baseline in bench.measure_baselines(run, entry.workload)]
-        say(progress.counted(shapes.summary_line([Record.of(r) for r in shape])))
-    ceiling = keep(bench.measure_copy(run) | {"suite": suite.name})
+        say(progress.counted(shapes.summary_line(shape)))
+    ceiling = keep(replace(bench.measure_copy(run), suite=suite.name))
     say(f"\nsuite {suite.name} on {run.facts['gpu']}; {measure.timing_method(run.flush)}; "
-        f"copy bandwidth {ceiling['copy_gbps']:.0f} GB/s")
-    say(shapes.suite_tables([Record.of(r) for r in measured]))
+        f"copy bandwidth {ceiling.copy_gbps:.0f} GB/s")
+    say(shapes.suite_tables(measured))
     say(f"records appended to {results}")
     return measured
