@@ -27,6 +27,7 @@ import tvm
 
 from schedules.errors import KernelFailed
 from tuning import loader, measure
+from tuning.farm import BUILD_WORKERS_VARIABLE
 from tuning.progress import Progress
 
 from .buckets import Bucket, BucketTable
@@ -35,7 +36,8 @@ from .candidates import TORCH, Candidate, LayerShape, build_candidate, candidate
 
 FLUSH = "read"  # a model's layers find their weights in DRAM: each launch after an L2 flush
 PROBE_BUDGET_MS = 60.0  # timing budget of one candidate at one probe M
-BUILD_WORKERS = max(1, min(16, (os.cpu_count() or 2) - 1))
+BUILD_WORKERS = int(os.environ.get(BUILD_WORKERS_VARIABLE)  # a farm server's share of its host
+                    or max(1, min(16, (os.cpu_count() or 2) - 1)))
 
 
 @dataclass
@@ -95,7 +97,7 @@ def _load(path: str):
 
 
 @dataclass
-class _Pending:
+class Pending:
     """A (layer, bucket) without a usable cache entry: its candidates and, once built, their
     libraries (or why they failed)."""
 
@@ -106,7 +108,7 @@ class _Pending:
     built: dict = field(default_factory=dict)  # candidate -> kernel.so path, or BaseException
 
 
-def _build_all(pending: list[_Pending], max_tokens: int, arch: str,
+def _build_all(pending: list[Pending], max_tokens: int, arch: str,
                say: Callable[[str], None]) -> None:
     """Build every TVM candidate of every pending bucket, in BUILD_WORKERS processes."""
     jobs = [(p, c) for p in pending for c in p.candidates if c.built]
@@ -188,7 +190,7 @@ def _check(run: Callable, probes: list[_Probe], tolerance: float) -> tuple[dict,
                     if wrong else None)
 
 
-def _measure_bucket(p: _Pending, max_tokens: int) -> tuple[dict, dict]:
+def _measure_bucket(p: Pending, max_tokens: int) -> tuple[dict, dict]:
     """Check and time each candidate of a pending bucket at its probe Ms. Returns, per candidate
     name, {"status", "times_ms" | "error"}, and the runs of the correct ones by name."""
     weight = _operand(p.layer, p.layer.out_features,
@@ -225,7 +227,7 @@ def _choose(results: dict) -> str:
     return min(correct, key=lambda name: sum(correct[name][m] / fastest[m] for m in probes))
 
 
-def _tune(p: _Pending, max_tokens: int, cache: Cache, say: Callable[[str], None]) -> BucketKernel:
+def _tune(p: Pending, max_tokens: int, cache: Cache, say: Callable[[str], None]) -> BucketKernel:
     """Measure a pending bucket's candidates, cache the fastest correct one, and return it."""
     results, runs = _measure_bucket(p, max_tokens)
     name = _choose(results)
@@ -279,16 +281,43 @@ def _from_cache(layer: LayerShape, bucket: Bucket, key: dict, cache: Cache,
                         manifest.get("measured", {}), entry.directory)
 
 
+class Tuner:
+    """How a portfolio tunes the buckets the cache lacks, on this machine: the GPU it measures on
+    (which cache keys name) and the measuring. A farm's servers tune with the head's Tuner
+    (linear/farm.py); the farm's CPU tests stand in for the GPU with a Tuner of their own."""
+
+    def gpu(self) -> dict:
+        """This machine's GPU (loader.gpu_here); KernelFailed without one."""
+        gpu = loader.gpu_here()
+        if gpu is None:
+            raise KernelFailed("linear layers choose their kernels by measuring them on a CUDA "
+                               "GPU, and torch sees none here")
+        return gpu
+
+    def tune(self, pending: list[Pending], max_tokens: int, gpu: dict, cache: Cache,
+             say: Callable[[str], None]) -> list[BucketKernel]:
+        """Each pending bucket's kernel, chosen by measurement and cached (all buckets'
+        candidates built together first), in the order of `pending`."""
+        _build_all(pending, max_tokens, _arch(gpu), say)
+        progress = Progress(len(pending), "measuring", "bucket", bar=False)
+        try:
+            return [_tune(p, max_tokens, cache, lambda line: say(progress.counted(line)))
+                    for p in pending]
+        finally:
+            for p in pending:  # the candidates' own libraries: the chosen ones are cached
+                for path in p.built.values():
+                    if isinstance(path, str):
+                        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
 def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: int,
             cache: Cache | None = None, say: Callable[[str], None] = print,
-            warn: Callable[[str], None] = print) -> dict[LayerShape, LayerKernels]:
+            warn: Callable[[str], None] = print, tuner: Tuner | None = None
+            ) -> dict[LayerShape, LayerKernels]:
     """Every layer's kernels for every bucket: from the cache where it holds them, else chosen
-    by measurement now (all missing buckets' candidates built together first) and cached."""
-    cache = cache or Cache()
-    gpu = loader.gpu_here()
-    if gpu is None:
-        raise KernelFailed("linear layers choose their kernels by measuring them on a CUDA GPU, "
-                           "and torch sees none here")
+    by measurement now (`tuner`, by default on this GPU) and cached."""
+    cache, tuner = cache or Cache(), tuner or Tuner()
+    gpu = tuner.gpu()
     found = {layer: LayerKernels(layer, BucketTable(buckets), [None] * len(buckets))
              for layer in dict.fromkeys(layers)}
     pending = []
@@ -297,20 +326,12 @@ def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: i
             key = cache_key(layer, bucket, max_tokens, gpu)
             kernels.kernels[i] = _from_cache(layer, bucket, key, cache, warn)
             if kernels.kernels[i] is None:
-                pending.append((i, _Pending(layer, bucket, key,
+                pending.append((i, Pending(layer, bucket, key,
                                             candidates(layer, bucket, max_tokens))))
     if pending:
         say(f"measuring {len(pending)} of {len(found) * len(buckets)} (layer, bucket) pairs "
             f"({sum(len(p.candidates) for _, p in pending)} candidates); cache: {cache.root}")
-        _build_all([p for _, p in pending], max_tokens, _arch(gpu), say)
-        progress = Progress(len(pending), "measuring", "bucket", bar=False)
-        try:
-            for i, p in pending:
-                found[p.layer].kernels[i] = _tune(p, max_tokens, cache,
-                                                  lambda line: say(progress.counted(line)))
-        finally:
-            for _, p in pending:  # the candidates' own libraries: the chosen ones are cached
-                for path in p.built.values():
-                    if isinstance(path, str):
-                        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        tuned = tuner.tune([p for _, p in pending], max_tokens, gpu, cache, say)
+        for (i, p), kernel in zip(pending, tuned):
+            found[p.layer].kernels[i] = kernel
     return found

@@ -727,7 +727,7 @@ def test_a_farm_runner_gives_up_on_a_key_whose_servers_have_all_gone_or_hung():
         since = runner._none_since(None)
         time.sleep(2.1)
         with pytest.raises(FarmGone, match="no RPC server under key 'gpu' .* but 1 that gave "
-                                           "a chunk no answer for 2 s"):
+                                           "a request no answer for 2 s"):
             runner._none_since(since)
         runner = farms.FarmRunner(address, "gpu", Workload("gemm", (32, 32, 32)), LLVM,
                                   gone_after_s=2)

@@ -93,14 +93,14 @@ def _build_and_evaluate(request: str) -> str:
         if _searching.get("asked") != asked:  # a new search: its workers replace the last's
             _start_search(asked)
     count = len(modules if configs is None else configs)
-    _say(f"building and measuring {count} candidate{'s' * (count > 1)}")
+    say_here(f"building and measuring {count} candidate{'s' * (count > 1)}")
     outcomes = candidates.measure_modules(
         [tvm.ir.load_json(m) for m in modules] if configs is None else _applied(configs),
         _searching["target"], _searching["builder"], _searching["runner"])
     for outcome in outcomes:
         time_ms = f" {outcome.time_ms:.4f} ms" if outcome.time_ms is not None else ""
-        _say(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
-    _say(f"chunk done in {time.monotonic() - started:.1f} s; builds: "
+        say_here(f"{outcome.status}{time_ms}{f': {outcome.error}' if outcome.error else ''}")
+    say_here(f"chunk done in {time.monotonic() - started:.1f} s; builds: "
          f"{_build_times(_searching['builder'].seconds)}")
     return json.dumps({"outcomes": [dataclasses.asdict(o) for o in outcomes],
                        "device": _searching["device"]})
@@ -181,16 +181,20 @@ def _serve_session(sock, addr, load_library) -> None:
         server._server_env(load_library, work)
         server._ffi_api.ServerLoop(sock.detach())  # which closes the connection
     except Exception as e:  # noqa: BLE001  a client that went away: serve the others
-        _say(f"session from {addr[0]} ended: {candidates.error_summary(str(e))}")
+        say_here(f"session from {addr[0]} ended: {candidates.error_summary(str(e))}")
     finally:
         work.remove()
         _sessions.release()
 
 
-def serve(tracker: str, key: str, host: str) -> None:
-    """Register with the tracker under `key` and serve sessions, one at a time, for ever."""
+def serve(tracker: str, key: str, host: str, functions: dict[str, Callable] | None = None
+          ) -> None:
+    """Register with the tracker under `key` and serve sessions for ever: their remote
+    function is BUILD_AND_EVALUATE, or one of `functions` (by name) that the farm's entry
+    point (tvm_explorer/farm.py) adds for the packages above this one."""
     tracker_host, tracker_port = candidates.parse_tracker(tracker)
-    tvm.register_global_func(BUILD_AND_EVALUATE, _build_and_evaluate, override=True)
+    for name, function in {BUILD_AND_EVALUATE: _build_and_evaluate, **(functions or {})}.items():
+        tvm.register_global_func(name, function, override=True)
     server._serving = _serve_in_process
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -198,12 +202,13 @@ def serve(tracker: str, key: str, host: str) -> None:
     sock.listen(1)
     port = sock.getsockname()[1]
     _start_workers()
-    _say(f"serving on port {port}, pid {os.getpid()}")
+    say_here(f"serving on port {port}, pid {os.getpid()}")
     server._listen_loop(sock, port, key, (tracker_host, tracker_port), None, None)
 
 
-def _say(line: str) -> None:
-    """One line of this server's log, written whole (its sessions' threads say at once)."""
+def say_here(line: str) -> None:
+    """One line of this server's log, written whole (its sessions' threads say at once), with
+    the server's name (FARM_SERVER)."""
     sys.stderr.write(f"[{os.environ.get('FARM_SERVER', 'server')}] {line}\n")
     sys.stderr.flush()
 
@@ -270,39 +275,178 @@ def _parts(chunk: Future, count: int) -> list[Future]:
     return parts
 
 
+class Unreached(Exception):
+    """No server could be reached for a request (CONNECT_TRIES tries), with the reason."""
+
+
+class ServersLost(Exception):
+    """LOST_TRIES servers went away (or hung) with one request; the last one's reason."""
+
+
+class FarmClient:
+    """The servers registered with a tracker under a key, as a caller sees them: each request
+    (`call`, on a thread of the caller's) goes to the first free server the tracker hands out.
+    A server that goes away with it, or gives no answer within the caller's bound (a host that
+    hangs rather than dies), costs that try only: one line to `say`, and the request goes to
+    the next free server, up to LOST_TRIES times; a server that hung is handed nothing again.
+    While a request waits for a server, it asks every POLL_S whether any is left; after
+    `gone_after_s` with none (or with no tracker), it raises FarmGone, and so does every request
+    after it; what ended the caller's work is kept as `stopped_by`. A search's chunks
+    (FarmRunner) and a model's linear layers (linear/farm.py) share it."""
+
+    gone = "the RPC farm has gone ({why})"  # FarmGone's message
+
+    def __init__(self, tracker: str, key: str, *, gone_after_s: float = GONE_AFTER_S,
+                 say: Callable[[str], None] | None = None):
+        self.tracker, self.key, self.gone_after_s = tracker, key, gone_after_s
+        self.hung: set[str] = set()  # servers (host:port) that gave a request no answer
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.stopped_by: ExplorerError | None = None
+        self.servers = candidates.check_rpc(tracker, key)
+
+    def call(self, function: str, request: str, lost_after: float, held: str,
+             then: tuple[str, str]) -> str:
+        """The reply of the remote `function` to `request` from the first free server. Each
+        server lost with it says so in a line naming what it `held` and what becomes of it:
+        then[0] (it goes to the next free server), or after the last of LOST_TRIES then[1],
+        and ServersLost. Unreached where no server could be reached; FarmGone where the farm
+        has gone; UsageError where its servers are not this project's."""
+        why = ""
+        for attempt in range(1, LOST_TRIES + 1):
+            try:
+                return self._answer(function, request, lost_after)
+            except (ExplorerError, Unreached):  # the farm gone, or not this project's; no server
+                raise
+            except Exception as e:  # noqa: BLE001  the server (or its host) went away or hung
+                why = candidates.error_summary(str(e))
+                self.say(f"farm: a server went away with {held} ({why}); "
+                         f"{then[attempt == LOST_TRIES]}")
+        raise ServersLost(why)
+
+    def _answer(self, function: str, request: str, lost_after: float) -> str:
+        """The first free server's reply to `request`, asked in a thread of its own: a server
+        that gives no answer within `lost_after` seconds of being handed it raises
+        TimeoutError, and is never handed a request again (its thread is left to wait)."""
+        done, box = threading.Event(), {"chosen": threading.Event()}
+
+        def ask() -> None:
+            try:
+                box["answer"] = self._remote_function(box, function)(request)
+            except BaseException as e:  # noqa: BLE001  the caller's to raise
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, daemon=True).start()
+        while not (box["chosen"].wait(POLL_S) or done.is_set()):
+            pass  # the tracker has no free server yet (_none_since ends a farm that has gone)
+        if not done.wait(lost_after):
+            self.hung.add(box.get("server"))
+            raise TimeoutError(f"no answer from {box.get('server', 'a server')} in "
+                               f"{lost_after:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box["answer"]
+
+    def _remote_function(self, box: dict, function: str):
+        """The remote `function` of the first free server; Unreached where none could be
+        reached in CONNECT_TRIES tries."""
+        for attempt in range(CONNECT_TRIES):
+            try:
+                session = self._session(box)
+                break
+            except (OSError, RuntimeError) as e:  # the server went before we reached it
+                if attempt == CONNECT_TRIES - 1:
+                    raise Unreached(candidates.error_summary(
+                        f"no RPC server reached in {CONNECT_TRIES} tries: {e}")) from None
+        try:
+            return session.get_function(function)
+        except Exception:  # noqa: BLE001  TVM's own server, or an older farm's
+            self._stop(UsageError(f"the RPC servers under key '{self.key}' are not this "
+                                  "project's farm servers: start them with scripts/rpc-farm.sh"))
+
+    def _session(self, box: dict):
+        """A session with a free server, once the tracker hands out one that has not hung
+        (its address kept in `box`)."""
+        while True:
+            url, server_port, match_key = self._free_server()
+            if f"{url}:{server_port}" not in self.hung:
+                box["server"] = f"{url}:{server_port}"
+                box["chosen"].set()
+                return rpc.connect(url, server_port, match_key)
+            time.sleep(POLL_S)  # a hung server handed out again: ask again, not at once
+
+    def _free_server(self) -> tuple:
+        """(address, port, match key) of the next server the tracker hands out."""
+        host, port = candidates.parse_tracker(self.tracker)
+        try:
+            sock = candidates.tracker_socket(host, port, candidates.TRACKER_TIMEOUT_S)
+        except UsageError as e:
+            self._farm_gone(str(e))
+        with sock:
+            base.sendjson(sock, [base.TrackerCode.REQUEST, self.key, "", 1])
+            none_since = None
+            while not select.select([sock], [], [], POLL_S)[0]:
+                none_since = self._none_since(none_since)
+            code, value = base.recvjson(sock)
+        if code != base.TrackerCode.SUCCESS:
+            raise RuntimeError(f"the tracker answered a request with code {code}")
+        return tuple(value)
+
+    def _none_since(self, since: float | None) -> float | None:
+        """While waiting for a server: since when none has been under the key but those that
+        hung (None: one that has not is); FarmGone once that has lasted gone_after_s, or when
+        the tracker is gone. A hung server stays registered, busy with the request it never
+        answered: counted, it would keep the caller waiting for ever."""
+        if self.stopped_by:
+            raise self.stopped_by
+        try:
+            servers = candidates.servers_now(self.tracker, self.key)
+        except UsageError as e:
+            self._farm_gone(str(e))
+        if servers > len(self.hung):
+            return None
+        since = since or time.monotonic()
+        if time.monotonic() - since >= self.gone_after_s:
+            hung = f" but {servers} that gave a request no answer" if servers else ""
+            self._farm_gone(f"no RPC server under key '{self.key}' with the tracker at "
+                            f"{self.tracker}{hung} for {self.gone_after_s:g} s")
+        return since
+
+    def _farm_gone(self, why: str):
+        self._stop(FarmGone(self.gone.format(why=why)))
+
+    def _stop(self, error: ExplorerError):
+        self.stopped_by = error
+        raise error
+
+
 @derived_object
-class FarmRunner(ms.runner.PyRunner):
-    """Builds and measures a search's candidates (a FarmBuilder's module files) on the servers
-    registered with a tracker under a key: each batch is split into SESSIONS chunks per server
-    (one that finishes early takes the next chunk, so a batch waits less for its slowest
-    server), and each chunk, on a thread of its own, asks the tracker for a free server, sends
-    it the modules (or a template's configurations: measure_configs) and gets their Outcomes
-    back. A server that goes away with a chunk costs that try only: the chunk goes to the next
-    free server (one line to `say`), up to LOST_TRIES times.
-    While a chunk waits for a server, it asks every POLL_S whether any is left; after
-    `gone_after_s` with none (or with no tracker), it raises FarmGone, and so does every chunk
-    after it. What ended the search is kept as `stopped_by`: MetaSchedule hands an error raised
-    in a runner back as another one.
+class FarmRunner(ms.runner.PyRunner, FarmClient):
+    """Builds and measures a search's candidates (a FarmBuilder's module files) on a farm's
+    servers (FarmClient): each batch is split into SESSIONS chunks per server (one that finishes
+    early takes the next chunk, so a batch waits less for its slowest server), and each chunk,
+    on a thread of its own, goes to a free server with the modules (or a template's
+    configurations: measure_configs) and gets their Outcomes back; a chunk that LOST_TRIES
+    servers lost counts as run_failed. What ended the search is kept as `stopped_by`:
+    MetaSchedule hands an error raised in a runner back as another one.
     `servers_device` is the GPU (or CPU) the servers measure on, as their replies name it: one
     search's times are all from one kind, so a server that names another one ends the search."""
 
     sessions = SESSIONS  # batches a search keeps in flight on the farm (autotvm.tune)
+    gone = ("the search's RPC farm has gone ({why}); the batches measured before this one are "
+            "kept: start the farm again and run the same command to resume")
 
     def __init__(self, tracker: str, key: str, wl: Workload, target: tvm.target.Target, *,
                  flush: str = "read", timeout_sec: float = candidates.RUN_TIMEOUT_S,
                  gone_after_s: float = GONE_AFTER_S, say: Callable[[str], None] | None = None,
                  lost_after_s: float | None = None):
-        super().__init__()
-        self.tracker, self.key, self.gone_after_s = tracker, key, gone_after_s
+        FarmClient.__init__(self, tracker, key, gone_after_s=gone_after_s, say=say)
         self.lost_after_s = lost_after_s  # None: lost_after's bound for the chunk
-        self.hung: set[str] = set()  # servers (host:port) that gave a chunk no answer
         self.device = candidates.device_of(target)  # where the servers run a template's chunks
         self.request = {"workload": dataclasses.asdict(wl), "target": tvm.ir.save_json(target),
                         "flush": flush, "timeout_s": timeout_sec}
-        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.stopped_by: ExplorerError | None = None
         self.servers_device: dict | None = None
-        self.servers = candidates.check_rpc(tracker, key)
         self.pool = ThreadPoolExecutor(max_workers=self.servers * SESSIONS)
 
     def run(self, runner_inputs):
@@ -341,32 +485,24 @@ class FarmRunner(ms.runner.PyRunner):
 
     def measure_chunk(self, chunk: dict, count: int) -> list[Outcome]:
         """A chunk of `count` candidates (`chunk`: the device, and their modules or their
-        template's configurations), built and measured on the first free server: a server that
-        goes away before the chunk reaches it is passed over (CONNECT_TRIES times); one that
-        goes away with it sends it to the next (LOST_TRIES times), after which each of its
+        template's configurations), built and measured on the first free server (FarmClient.
+        call); where no server could be reached, or LOST_TRIES servers lost it, each of its
         candidates is run_failed."""
-        request = json.dumps({**self.request, **chunk})
-        why = ""
-        for attempt in range(1, LOST_TRIES + 1):
-            try:
-                answer = self._answer(request, count)
-            except ExplorerError:  # the farm gone, or not this project's: the search ends
-                raise
-            except Exception as e:  # noqa: BLE001  the server (or its host) went away or hung
-                why = candidates.error_summary(str(e))
-                self.say(f"farm: a server went away with {count} candidate"
-                         f"{'s' * (count > 1)} ({why}); " + (
-                             "they go to the next free server" if attempt < LOST_TRIES else
-                             f"{LOST_TRIES} servers lost them: they count as run_failed"))
-                continue
-            if isinstance(answer, Outcome):  # no server reached
-                return [answer] * count
-            reply = json.loads(answer)
-            self.measured_on(reply["device"])
-            return [Outcome(Status(o["status"]), o["time_ms"], o["error"])
-                    for o in reply["outcomes"]]
-        return [Outcome(Status.RUN_FAILED, error=f"{LOST_TRIES} RPC servers went away while "
-                        f"building and measuring it; the last: {why}"[:300])] * count
+        them = f"{count} candidate{'s' * (count > 1)}"
+        try:
+            answer = self.call(BUILD_AND_EVALUATE, json.dumps({**self.request, **chunk}),
+                               self.lost_after(count), them,
+                               ("they go to the next free server",
+                                f"{LOST_TRIES} servers lost them: they count as run_failed"))
+        except Unreached as e:
+            return [Outcome(Status.RUN_FAILED, error=str(e))] * count
+        except ServersLost as e:
+            return [Outcome(Status.RUN_FAILED, error=f"{LOST_TRIES} RPC servers went away while "
+                            f"building and measuring it; the last: {e}"[:300])] * count
+        reply = json.loads(answer)
+        self.measured_on(reply["device"])
+        return [Outcome(Status(o["status"]), o["time_ms"], o["error"])
+                for o in reply["outcomes"]]
 
     def lost_after(self, count: int) -> float:
         """How long a chunk of `count` candidates may take before its server counts as lost
@@ -375,52 +511,6 @@ class FarmRunner(ms.runner.PyRunner):
         if self.lost_after_s is not None:
             return self.lost_after_s
         return SETUP_S + SESSIONS * count * (candidates.BUILD_TIMEOUT_S + self.request["timeout_s"])
-
-    def _answer(self, request: str, count: int):
-        """The first free server's reply to a chunk of `count` candidates (or the run_failed
-        Outcome of one no server could be reached for), asked in a thread of its own: a server
-        that gives no answer within lost_after(count) of being handed the chunk raises
-        TimeoutError, and is never handed a chunk again (its thread is left to wait)."""
-        done, box = threading.Event(), {"chosen": threading.Event()}
-
-        def ask() -> None:
-            try:
-                build_and_evaluate = self._remote_function(box)
-                box["answer"] = (build_and_evaluate if isinstance(build_and_evaluate, Outcome)
-                                 else build_and_evaluate(request))
-            except BaseException as e:  # noqa: BLE001  the caller's to raise
-                box["error"] = e
-            finally:
-                done.set()
-
-        threading.Thread(target=ask, daemon=True).start()
-        while not (box["chosen"].wait(POLL_S) or done.is_set()):
-            pass  # the tracker has no free server yet (_none_since ends a farm that has gone)
-        lost_after = self.lost_after(count)
-        if not done.wait(lost_after):
-            self.hung.add(box.get("server"))
-            raise TimeoutError(f"no answer from {box.get('server', 'a server')} in "
-                               f"{lost_after:.0f} s")
-        if "error" in box:
-            raise box["error"]
-        return box["answer"]
-
-    def _remote_function(self, box: dict):
-        """The build-and-measure function of the first free server, or the run_failed Outcome
-        of a chunk no server could be reached for."""
-        for attempt in range(CONNECT_TRIES):
-            try:
-                session = self._session(box)
-                break
-            except (OSError, RuntimeError) as e:  # the server went before we reached it
-                if attempt == CONNECT_TRIES - 1:
-                    return Outcome(Status.RUN_FAILED, error=candidates.error_summary(
-                        f"no RPC server reached in {CONNECT_TRIES} tries: {e}"))
-        try:
-            return session.get_function(BUILD_AND_EVALUATE)
-        except Exception:  # noqa: BLE001  TVM's own server, or an older farm's
-            self._stop(UsageError(f"the RPC servers under key '{self.key}' are not this "
-                                  "project's farm servers: start them with scripts/rpc-farm.sh"))
 
     def measured_on(self, device: dict) -> None:
         """Note the device a server measured on: the first one is the search's; another kind
@@ -432,63 +522,6 @@ class FarmRunner(ms.runner.PyRunner):
                 f"the RPC servers under key '{self.key}' measure on different devices "
                 f"({self.servers_device['gpu']} and {device['gpu']}): one search's times must "
                 "come from one kind of GPU; give each kind its own key"))
-
-    def _session(self, box: dict):
-        """A session with a free server, once the tracker hands out one that has not hung
-        (its address kept in `box`)."""
-        while True:
-            url, server_port, match_key = self._free_server()
-            if f"{url}:{server_port}" not in self.hung:
-                box["server"] = f"{url}:{server_port}"
-                box["chosen"].set()
-                return rpc.connect(url, server_port, match_key)
-            time.sleep(POLL_S)  # a hung server handed out again: ask again, not at once
-
-    def _free_server(self) -> tuple:
-        """(address, port, match key) of the next server the tracker hands out."""
-        host, port = candidates.parse_tracker(self.tracker)
-        try:
-            sock = candidates.tracker_socket(host, port, candidates.TRACKER_TIMEOUT_S)
-        except UsageError as e:
-            self._farm_gone(str(e))
-        with sock:
-            base.sendjson(sock, [base.TrackerCode.REQUEST, self.key, "", 1])
-            none_since = None
-            while not select.select([sock], [], [], POLL_S)[0]:
-                none_since = self._none_since(none_since)
-            code, value = base.recvjson(sock)
-        if code != base.TrackerCode.SUCCESS:
-            raise RuntimeError(f"the tracker answered a request with code {code}")
-        return tuple(value)
-
-    def _none_since(self, since: float | None) -> float | None:
-        """While waiting for a server: since when none has been under the key but those that
-        hung (None: one that has not is); FarmGone once that has lasted gone_after_s, or when
-        the tracker is gone. A hung server stays registered, busy with the chunk it never
-        answered: counted, it would keep the search waiting for ever."""
-        if self.stopped_by:
-            raise self.stopped_by
-        try:
-            servers = candidates.servers_now(self.tracker, self.key)
-        except UsageError as e:
-            self._farm_gone(str(e))
-        if servers > len(self.hung):
-            return None
-        since = since or time.monotonic()
-        if time.monotonic() - since >= self.gone_after_s:
-            hung = f" but {servers} that gave a chunk no answer" if servers else ""
-            self._farm_gone(f"no RPC server under key '{self.key}' with the tracker at "
-                            f"{self.tracker}{hung} for {self.gone_after_s:g} s")
-        return since
-
-    def _farm_gone(self, why: str):
-        self._stop(FarmGone(f"the search's RPC farm has gone ({why}); the batches measured "
-                            "before this one are kept: start the farm again and run the same "
-                            "command to resume"))
-
-    def _stop(self, error: ExplorerError):
-        self.stopped_by = error
-        raise error
 
 
 # -- the farm: a tracker and a server per GPU, kept running --------------------------------------
@@ -510,10 +543,12 @@ def gpus_here() -> list[str]:
 class Farm:
     """The server processes of this host, one per GPU (pinned with CUDA_VISIBLE_DEVICES) or
     `count` unpinned ones, each restarted when it exits; each builds its candidates on its share
-    of the host's cores."""
+    of the host's cores. Each runs `python -m <entry> --serve`: the farm's entry point, which
+    registers its remote functions (serve)."""
 
-    def __init__(self, tracker: str, key: str, host: str, gpus: list[str] | None, count: int):
-        self.tracker, self.key, self.host = tracker, key, host
+    def __init__(self, tracker: str, key: str, host: str, gpus: list[str] | None, count: int,
+                 entry: str):
+        self.tracker, self.key, self.host, self.entry = tracker, key, host, entry
         self.names = ([f"gpu{g}" + (f".{gpus[:i].count(g)}" if gpus.count(g) > 1 else "")
                        for i, g in enumerate(gpus)] if gpus else
                       [f"cpu{i}" for i in range(count)])  # gpu0.0, gpu0.1: two on GPU 0
@@ -526,7 +561,7 @@ class Farm:
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[i]
         self.procs[i] = subprocess.Popen(
-            [sys.executable, "-m", "tuning.farm", "--serve", "--tracker", self.tracker,
+            [sys.executable, "-m", self.entry, "--serve", "--tracker", self.tracker,
              "--key", self.key, "--host", self.host], env=env, start_new_session=True)
 
     def keep_up(self) -> None:
@@ -598,15 +633,16 @@ def _wait_until_registered(tracker: str, key: str, count: int) -> int:
         time.sleep(0.5)
 
 
-def run_farm(args: argparse.Namespace) -> None:
-    """Start the farm and keep it up until SIGINT or SIGTERM."""
+def run_farm(args: argparse.Namespace, entry: str) -> None:
+    """Start the farm (its servers run `python -m <entry> --serve`) and keep it up until SIGINT
+    or SIGTERM."""
     _checked(args)
     gpus = None if args.servers else (args.gpus.split(",") if args.gpus else gpus_here())
     tracker = None
     if not args.tracker:
         tracker = Tracker(args.host, port=args.port, port_end=args.port + 1, silent=True)
     address = args.tracker or f"{'127.0.0.1' if args.host == '0.0.0.0' else args.host}:{args.port}"
-    farm = Farm(address, args.key, args.host, gpus, args.servers or 0)
+    farm = Farm(address, args.key, args.host, gpus, args.servers or 0, entry)
     stopping = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.append(True))
@@ -629,18 +665,18 @@ def run_farm(args: argparse.Namespace) -> None:
     print("farm stopped", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, entry: str,
+         functions: Callable[[], dict[str, Callable]] | None = None) -> int:
+    """The farm's command line, run by its entry point `entry` (a module run with `python -m`,
+    which each server runs again with --serve): a server serves BUILD_AND_EVALUATE and the
+    remote functions `functions()` makes (called in servers only). The exit status."""
     args = _arguments(argv)
     try:
         if args.serve:
-            serve(args.tracker, args.key, args.host)
+            serve(args.tracker, args.key, args.host, functions() if functions else None)
         else:
-            run_farm(args)
+            run_farm(args, entry)
     except ExplorerError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,320 @@
+"""linear/farm.py: a model's (layer, bucket) pairs tuned on a farm's servers, each server's
+entry (manifest and kernel.so) written into the head's cache as it lands and loaded from there.
+
+CPU tier: farms on loopback whose servers tune with a stand-in for the GPU
+(tests/linear_farm_stand_in.py: real llvm libraries, a GPU named by $STAND_IN_GPU), with faults
+injected: a server killed or stopped mid-pair, the head killed mid-way, the farm gone, a pair a
+server cannot tune, a server of another GPU. GPU tier: two servers on GPU 0 running the
+portfolio itself. Every farm and head started here is stopped in `finally`, under a time limit."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tvm
+
+import linear_farm_stand_in as stand_in
+from linear import farm as linear_farm
+from linear.buckets import buckets_from_edges
+from linear.cache import LIBRARY, MANIFEST, Cache
+from linear.candidates import LayerShape
+from tuning import candidates, farm as farms
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+READY_S = 120  # the farm's servers import TVM, torch and the project, and register
+HEAD_S = 120  # the most a head here may take
+SECONDS = "2"  # each pair a stand-in server tunes takes this long: long enough to kill it
+LAYERS = [LayerShape(64, 32, "bfloat16"), LayerShape(48, 32, "bfloat16")]
+FAILING = LayerShape(24, 32, "bfloat16")  # the stand-in servers fail its pairs
+BUCKETS = buckets_from_edges((1, 2, 17))  # M = 1 chooses torch's (no library), the others build
+MAX_TOKENS = 64
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stand_in_env(**env) -> dict:
+    """This environment with tests/ on PYTHONPATH (the stand-in's module) and `env` added."""
+    path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **env}
+
+
+@contextlib.contextmanager
+def started_farm(log, argv: list[str], servers: int, env: dict | None = None):
+    """The farm `argv` starts (its entry point and its servers' flags) on loopback under key
+    'farm', its servers' lines to `log`: yields (tracker address, farm process) once it says all
+    `servers` have registered; stopped after (SIGTERM: it stops its servers), then killed."""
+    port = free_port()
+    with open(log, "w") as err:
+        proc = subprocess.Popen([*argv, "--key", "farm", "--host", "127.0.0.1", "--port",
+                                 str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=err, text=True, start_new_session=True)
+    try:
+        ready = proc.stdout.readline() if _readable(proc, READY_S) else ""
+        assert f"{servers} under key 'farm'" in ready, (ready, log.read_text()[-2000:])
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        _stop(proc)
+
+
+def _readable(proc, seconds: float) -> bool:
+    import select
+
+    return bool(select.select([proc.stdout], [], [], seconds)[0])
+
+
+def _stop(proc) -> None:
+    """A farm stopped as Ctrl-C stops it (its servers too), then its process group killed."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def stand_in_farm(log, servers: int = 2, **env):
+    """A farm whose servers tune with the stand-in, each pair taking SECONDS."""
+    return started_farm(log, [sys.executable, "-m", stand_in.ENTRY, "--servers", str(servers)],
+                        servers, _stand_in_env(**{stand_in.SECONDS: SECONDS, **env}))
+
+
+def tune(address: str, cache: Cache, said: list, layers=LAYERS, **options) -> dict:
+    """linear.farm.prepare of `layers` on the farm at `address`, tuning with the stand-in here
+    too; every line it says appended to `said`."""
+    return linear_farm.prepare(layers, BUCKETS, MAX_TOKENS, address, "farm", cache, said.append,
+                               said.append, tuner=stand_in.StandIn(), **options)
+
+
+def _served(log, since: int = 0) -> list[tuple[str, str]]:
+    """(server, pair) of each pair the farm's servers began to tune, past `since` characters of
+    their log."""
+    found = []
+    for line in log.read_text()[since:].splitlines():
+        name, _, said = line.partition("] tuning ")
+        if said:
+            found.append((name.lstrip("["), said))
+    return found
+
+
+def _server_pid(log, name: str) -> int:
+    serving = [line for line in log.read_text().splitlines()
+               if line.startswith(f"[{name}] serving on port ")]
+    return int(serving[-1].rsplit("pid ", 1)[1])
+
+
+def _wait_for(predicate, what: str, seconds: float = HEAD_S):
+    """predicate()'s first true value, asked every 50 ms for up to `seconds`."""
+    deadline = time.time() + seconds
+    while not (found := predicate()):
+        assert time.time() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.05)
+    return found
+
+
+def _both_serving(address: str) -> None:
+    """Wait until both of the farm's servers are registered (one a test killed is restarted
+    by the farm, in tens of seconds)."""
+    _wait_for(lambda: candidates.servers_now(address, "farm") >= 2, "two servers", READY_S)
+
+
+def _first_to_tune(log, since: int) -> str:
+    """The server that begins to tune a pair first, past `since` characters of the log."""
+    return _wait_for(lambda: next((server for server, _ in _served(log, since)), None),
+                     "pair on a server")
+
+
+def _sources(found: dict, layers=LAYERS) -> list[str]:
+    return [k.source for layer in layers for k in found[layer].kernels]
+
+
+def _adds_one(library: str) -> bool:
+    """Whether the library's `main` (the stand-in's kernel) adds one to four floats."""
+    a = tvm.runtime.tensor(np.arange(4, dtype="float32"))
+    b = tvm.runtime.tensor(np.zeros(4, dtype="float32"))
+    tvm.runtime.load_module(library)["main"](a, b)
+    return bool((b.numpy() == np.arange(4) + 1).all())
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory):
+    """Two stand-in servers that fail FAILING's pairs, each having tuned a pair already (its
+    worker process started): (tracker address, farm process, its servers' log)."""
+    log = tmp_path_factory.mktemp("linear-farm") / "farm.log"
+    with stand_in_farm(log, **{stand_in.FAILS: FAILING.label()}) as (address, proc):
+        for attempt in range(3):
+            tune(address, Cache(str(log.parent / f"warm-{attempt}")), [])
+            if {server for server, _ in _served(log)} == {"cpu0", "cpu1"}:
+                break
+        yield address, proc, log
+
+
+# -- the transfer, without a farm -----------------------------------------------------------------
+
+
+def test_a_servers_entry_is_written_here_under_the_key_it_was_made_with(tmp_path):
+    """What a server sends back (its cache entry, the library in base64) is written here under
+    the key in its manifest, and the library that made the trip loads and runs."""
+    request = json.loads(linear_farm._request(LAYERS[0], BUCKETS[1], MAX_TOKENS))
+    reply = linear_farm._tune_pair(stand_in.StandIn(), request)
+    entry = linear_farm._write(Cache(str(tmp_path)), reply)
+    assert entry.manifest == reply["manifest"] and entry.manifest["choice"] == stand_in.RUNG
+    assert entry.manifest["key"]["gpu"] == "Stand-in GPU"
+    assert _adds_one(os.path.join(entry.directory, LIBRARY))
+
+
+# -- a farm of stand-in servers -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_each_pair_is_tuned_on_a_server_written_here_and_then_loaded_from_the_cache(
+        farm, tmp_path):
+    """Every pair goes to a server, both servers tune some, each entry lands in this cache (its
+    library loads and runs here), and every kernel is loaded from the cache; a second prepare
+    sends nothing. A pair a server cannot tune is tuned here, one line each."""
+    address, _, log = farm
+    cache, said, start = Cache(str(tmp_path)), [], len(log.read_text())
+    found = tune(address, cache, said, [*LAYERS, FAILING])
+    served = _served(log, start)
+    assert len(served) == 3 * len(BUCKETS) and {s for s, _ in served} == {"cpu0", "cpu1"}
+    assert set(_sources(found)) == {"cache"} and set(_sources(found, [FAILING])) == {"measured"}
+    assert [k.candidate.name for k in found[LAYERS[0]].kernels] == ["torch", *[stand_in.RUNG] * 2]
+    built = [k.entry for k in found[LAYERS[0]].kernels[1:]]
+    assert all(_adds_one(os.path.join(entry, LIBRARY)) for entry in built)
+    failed = [line for line in said if line.startswith("farm: ")]
+    assert len(failed) == len(BUCKETS) and all(
+        f"could not tune {FAILING.label()} " in line and line.endswith(
+            f"stand-in fails {FAILING.label()}); it is tuned here") for line in failed), said
+    again = []
+    assert set(_sources(tune(address, cache, again, [*LAYERS, FAILING]), [*LAYERS, FAILING])) \
+        == {"cache"}
+    assert again == [] and len(_served(log, start)) == len(served)
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_pair_costs_that_pair_only(farm, tmp_path):
+    """A server killed while it tunes: each pair it held goes to the other server, one line
+    each, and every pair is tuned on the farm and loaded from the cache."""
+    address, _, log = farm
+    _both_serving(address)
+    said, start = [], len(log.read_text())
+    with ThreadPoolExecutor(1) as head:
+        found = head.submit(tune, address, Cache(str(tmp_path)), said)
+        os.kill(_server_pid(log, _first_to_tune(log, start)), signal.SIGKILL)
+        kernels = found.result(timeout=HEAD_S)
+    assert set(_sources(kernels)) == {"cache"}
+    lost = [line for line in said if line.startswith("farm: a server went away with ")]
+    assert 1 <= len(lost) <= farms.SESSIONS, said
+    assert all(line.endswith("); it goes to the next free server") for line in lost), lost
+
+
+@pytest.mark.slow
+def test_a_server_that_hangs_mid_pair_loses_it_to_another(farm, tmp_path):
+    """A server stopped (its host hung) while it tunes: after lost_after_s without an answer,
+    each pair it held goes to the other server, one line each, and is tuned there."""
+    address, _, log = farm
+    _both_serving(address)
+    said, start, stopped = [], len(log.read_text()), None
+    try:
+        with ThreadPoolExecutor(1) as head:
+            found = head.submit(tune, address, Cache(str(tmp_path)), said, lost_after_s=30)
+            stopped = _server_pid(log, _first_to_tune(log, start))
+            os.kill(stopped, signal.SIGSTOP)
+            kernels = found.result(timeout=HEAD_S)
+    finally:
+        if stopped:
+            os.kill(stopped, signal.SIGCONT)
+    assert set(_sources(kernels)) == {"cache"}
+    lost = [line for line in said if line.startswith("farm: a server went away with ")]
+    assert 1 <= len(lost) <= farms.SESSIONS, said
+    assert all("(no answer from 127.0.0.1:" in line and " in 30 s); it goes to the next free "
+               "server" in line for line in lost), lost
+
+
+HEAD = """
+import sys
+from linear.cache import Cache
+from test_linear_farm import tune
+
+class Printed(list):
+    def append(self, line):
+        print(line, flush=True)
+
+tune(sys.argv[1], Cache(sys.argv[2]), Printed())
+"""  # a head in a process of its own: `tune` on the farm at argv[1], into the cache at argv[2]
+
+
+@pytest.mark.slow
+def test_a_head_killed_mid_way_resumes_from_the_cache_tuning_nothing_again(farm, tmp_path):
+    """The head killed once a pair has landed: the entries in the cache are kept, and the same
+    call again sends only the pairs they lack."""
+    address, _, log = farm
+    cache = Cache(str(tmp_path / "cache"))
+    head = subprocess.Popen([sys.executable, "-c", HEAD, address, cache.root], cwd=ROOT,
+                            env=_stand_in_env(), stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        while " tuned on " not in (head.stdout.readline() if _readable(head, HEAD_S) else ""):
+            assert head.poll() is None, "the head ended, or said nothing, before a pair landed"
+    finally:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+    kept = {name: os.path.getmtime(os.path.join(cache.root, name, MANIFEST))
+            for name in os.listdir(cache.root) if not name.startswith(".")}
+    assert 1 <= len(kept) < len(LAYERS) * len(BUCKETS)
+    said, start = [], len(log.read_text())
+    assert set(_sources(tune(address, cache, said))) == {"cache"}
+    left = len(LAYERS) * len(BUCKETS) - len(kept)
+    assert said[0].startswith(f"tuning {left} (layer, bucket) pair"), said
+    assert len(_served(log, start)) == left
+    assert all(os.path.getmtime(os.path.join(cache.root, name, MANIFEST)) == mtime
+               for name, mtime in kept.items())
+
+
+@pytest.mark.slow
+def test_a_pair_tuned_on_another_gpu_is_kept_for_it_and_tuned_here(farm, tmp_path, monkeypatch):
+    """The servers' GPU is not this one: their entries are written here under their own GPU's
+    key, not used here (one line each, saying why), and the pairs are tuned here."""
+    address, _, _ = farm
+    monkeypatch.setenv(stand_in.GPU, "Head GPU")
+    cache, said = Cache(str(tmp_path)), []
+    found = tune(address, cache, said)
+    assert set(_sources(found)) == {"measured"}
+    other = [line for line in said if "its cached kernel was made with gpu Stand-in GPU (here "
+             "Head GPU); measuring again for this one" in line]
+    assert len(other) == len(LAYERS) * len(BUCKETS), said
+    gpus = [json.load(open(os.path.join(cache.root, name, MANIFEST)))["key"]["gpu"]
+            for name in os.listdir(cache.root)]
+    assert sorted(gpus) == ["Head GPU"] * 6 + ["Stand-in GPU"] * 6
+
+
+@pytest.mark.slow
+def test_the_pairs_left_when_the_farm_goes_are_tuned_here(tmp_path):
+    """The farm stopped once a pair has landed: the pairs in flight and those not yet sent are
+    tuned here (one line for all of them), and those that landed are loaded from the cache."""
+    log, said = tmp_path / "farm.log", []
+    with stand_in_farm(log, servers=1) as (address, proc), ThreadPoolExecutor(1) as head:
+        found = head.submit(tune, address, Cache(str(tmp_path / "cache")), said)
+        _wait_for(lambda: any(" tuned on " in line for line in said), "pair landed")
+        _stop(proc)
+        kernels = found.result(timeout=HEAD_S)
+    sources = _sources(kernels)
+    assert sorted(set(sources)) == ["cache", "measured"], sources
+    gone = [line for line in said if line.startswith("farm: the RPC farm has gone (")]
+    left = sources.count("measured")
+    assert len(gone) == 1 and gone[0].endswith(
+        f"; the {left} (layer, bucket) pair{'s' * (left > 1)} it had not tuned "
+        f"{'are' if left > 1 else 'is'} tuned here"), said
