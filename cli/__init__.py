@@ -9,6 +9,7 @@
     tvm-explorer report reports/x.md               # markdown from the results file
     tvm-explorer export DIR --schedule blockreduce # a kernel, its CUDA and a loader, written out
     tvm-explorer linear --shape 4096x4096 --dtype bfloat16   # tune and cache linear layers' kernels
+    tvm-explorer linear --shape 4096x4096 --rpc-tracker host1:9190 --rpc-key h100   # on a farm
 
 This package imports only the standard library at its top: `--help` and a refused flag cost no
 TVM or torch import (the handlers in cli/commands.py import what their mode needs). `runner.py`
@@ -158,8 +159,9 @@ MODES = {
     "export": Mode("writes one schedule's kernel", ("--schedule", *WORKLOAD, *BUILD, *FOUND),
                    (("export", dict(metavar="DIR", help="a new or empty directory: kernel.cu, "
                                     "kernel.so, load.py and kernel.json")),)),
-    "linear": Mode("tunes and caches linear layers' kernels (on a GPU)",
-                   ("--layer", "--dtype", "--max-tokens", "--json")),
+    "linear": Mode("tunes and caches linear layers' kernels (on a GPU, or a farm's)",
+                   ("--layer", "--dtype", "--max-tokens", "--rpc-tracker", "--rpc-key",
+                    "--json")),
 }
 
 # The old flat flags that name a mode (runner.py), and the mode each names.

@@ -345,14 +345,18 @@ def checked_arch(name: str) -> str:
 
 def linear_layers(args) -> None:
     """linear: every --shape's kernels for every bucket of M, from the cache or measured now
-    (linear.portfolio.prepare), one line per (layer, bucket) saying which kernel it runs; with
+    (linear.portfolio.prepare; with --rpc-tracker, those the cache lacks on the farm's servers
+    first: linear.farm.prepare), one line per (layer, bucket) saying which kernel it runs; with
     --json, one JSON line per layer. Shapes are checked before anything needs the GPU."""
-    from linear import LayerShape, buckets_from_edges
+    from linear import LayerShape, buckets_from_edges, farm
     from linear.candidates import LAYER_DTYPES
     from linear.module import DEFAULT_MAX_TOKENS
     from linear.portfolio import prepare
     from schedules import Workload, parse_shape
 
+    if bool(args.rpc_tracker) != bool(args.rpc_key):
+        raise Refused("a farm is named by --rpc-tracker HOST:PORT and --rpc-key KEY together "
+                      "(the key its servers registered under)")
     if not args.shape:
         raise Refused("linear needs at least one --shape NxK (out_features x in_features)")
     dtype = args.dtype or "bfloat16"
@@ -362,8 +366,10 @@ def linear_layers(args) -> None:
         raise Refused(f"--max-tokens is at least 1, not {args.max_tokens}")
     layers = [LayerShape(*Workload("gemv", parse_shape(text, "gemv"), dtype).shape, dtype)
               for text in args.shape]
-    found = prepare(layers, buckets_from_edges(), args.max_tokens or DEFAULT_MAX_TOKENS,
-                    say=say, warn=warn)
+    buckets, max_tokens = buckets_from_edges(), args.max_tokens or DEFAULT_MAX_TOKENS
+    found = (farm.prepare(layers, buckets, max_tokens, args.rpc_tracker, args.rpc_key, say=say,
+                          warn=warn) if args.rpc_tracker else
+             prepare(layers, buckets, max_tokens, say=say, warn=warn))
     for layer, kernels in found.items():
         chosen = {bucket.label(): kernel.candidate.name
                   for bucket, kernel in zip(kernels.table.buckets, kernels.kernels)}

@@ -26,8 +26,10 @@ import weakref
 
 import torch
 
+from schedules.errors import UsageError
 from tuning.loader import BadInput
 
+from . import farm
 from .buckets import Bucket, buckets_from_edges
 from .cache import Cache, export_entries
 from .candidates import LAYER_DTYPES, TORCH, LayerShape, scaled_linear
@@ -382,10 +384,15 @@ def replace_linears(model: torch.nn.Module, **options) -> int:
     return replaced
 
 
-def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=print) -> dict:
+def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=print, *,
+            rpc_tracker: str | None = None, rpc_key: str | None = None) -> dict:
     """Give every Linear of `model` (or `model` itself) its kernels: each distinct (shape,
-    buckets, max_tokens) is tuned or loaded once (portfolio.prepare) and shared. Returns the
-    LayerKernels by layer shape."""
+    buckets, max_tokens) is tuned or loaded once (portfolio.prepare) and shared. With a farm
+    (`rpc_tracker` host:port and `rpc_key`, as searches name one), what the cache lacks is
+    tuned on the farm's servers (farm.prepare). Returns the LayerKernels by layer shape."""
+    if (rpc_tracker is None) != (rpc_key is None):
+        raise UsageError("a farm is named by both rpc_tracker (its tracker's host:port) and "
+                         "rpc_key (the key its servers registered under)")
     layers = [model] if isinstance(model, Linear) else \
         [m for m in model.modules() if isinstance(m, Linear)]
     for layer in layers:
@@ -397,8 +404,10 @@ def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=
         groups.setdefault((layer.buckets, layer.max_tokens), []).append(layer)
     found = {}
     for (buckets, max_tokens), members in groups.items():
-        kernels = prepare_kernels([m.shape for m in members], buckets, max_tokens, cache, say,
-                                  warn)
+        shapes = [m.shape for m in members]
+        kernels = (farm.prepare(shapes, buckets, max_tokens, rpc_tracker, rpc_key, cache, say,
+                                warn) if rpc_tracker else
+                   prepare_kernels(shapes, buckets, max_tokens, cache, say, warn))
         for member in members:
             member.kernels = kernels[member.shape]
         found.update(kernels)

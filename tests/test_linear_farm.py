@@ -18,13 +18,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 import tvm
 
+import cli
+import linear
 import linear_farm_stand_in as stand_in
 from linear import farm as linear_farm
 from linear.buckets import buckets_from_edges
 from linear.cache import LIBRARY, MANIFEST, Cache
 from linear.candidates import LayerShape
+from schedules.errors import UsageError
 from tuning import candidates, farm as farms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -176,6 +180,27 @@ def test_a_servers_entry_is_written_here_under_the_key_it_was_made_with(tmp_path
     assert _adds_one(os.path.join(entry.directory, LIBRARY))
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--rpc-tracker", "127.0.0.1:1"], "a farm is named by --rpc-tracker HOST:PORT and "
+                                       "--rpc-key KEY together"),
+    (["--rpc-key", "farm"], "a farm is named by --rpc-tracker HOST:PORT and --rpc-key KEY"),
+    (["--rpc-tracker", "127.0.0.1:{port}", "--rpc-key", "farm"],
+     "cannot reach the RPC tracker at 127.0.0.1:{port}: connection refused"),
+], ids=["no-key", "no-tracker", "tracker-down"])
+def test_linear_on_a_farm_that_cannot_be_used_is_refused_in_one_line(capsys, argv, message):
+    port = str(free_port())
+    argv = [a.replace("{port}", port) for a in argv]
+    assert cli.main(["linear", "--shape", "64x32", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: " + message.replace("{port}", port)), err
+    assert err.count("\n") == 1 and not out
+
+
+def test_prepare_takes_a_farm_by_its_tracker_and_key_together():
+    with pytest.raises(UsageError, match="both rpc_tracker .* and rpc_key"):
+        linear.prepare(torch.nn.Sequential(), rpc_tracker="127.0.0.1:1")
+
+
 # -- a farm of stand-in servers -------------------------------------------------------------------
 
 
@@ -318,3 +343,47 @@ def test_the_pairs_left_when_the_farm_goes_are_tuned_here(tmp_path):
     assert len(gone) == 1 and gone[0].endswith(
         f"; the {left} (layer, bucket) pair{'s' * (left > 1)} it had not tuned "
         f"{'are' if left > 1 else 'is'} tuned here"), said
+
+
+# -- the GPU tier: the portfolio on two servers of GPU 0 ------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.alone  # two servers building and timing on GPU 0 beside the head
+def test_a_model_tuned_on_two_gpu_servers_runs_their_kernels_right(tmp_path):
+    """A small model's layers tuned on two servers of GPU 0 (scripts/rpc-farm.sh --gpus 0,0):
+    every pair is tuned on a server (both take some), lands in this cache under GPU 0's key
+    (this machine's) and is loaded from there; each pair measured the candidates local tuning
+    measures; the model is right against float64 at each bucket's Ms; and a fresh prepare
+    without the farm loads every kernel from the cache."""
+    from linear import portfolio
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 256, bias=False), torch.nn.SiLU(),
+                                torch.nn.Linear(256, 512)).to("cuda", torch.bfloat16)
+    reference = [layer.weight.detach().double() for layer in (model[0], model[2])]
+    options = dict(buckets=buckets_from_edges((1, 2)), max_tokens=64)
+    linear.replace_linears(model, **options)
+    cache, log, said = Cache(str(tmp_path / "cache")), tmp_path / "farm.log", []
+    with started_farm(log, ["bash", os.path.join(ROOT, "scripts", "rpc-farm.sh"), "--gpus",
+                            "0,0"], 2) as (address, _):
+        found = linear.prepare(model, cache=cache, say=said.append, warn=said.append,
+                               rpc_tracker=address, rpc_key="farm")
+    assert {k.source for kernels in found.values() for k in kernels.kernels} == {"cache"}, said
+    assert {server for server, _ in _served(log)} == {"gpu0.0", "gpu0.1"}
+    local = portfolio.prepare(list(found), options["buckets"], options["max_tokens"],
+                              Cache(str(tmp_path / "local")), print, print)
+    for shape, kernels in found.items():
+        assert [set(k.measured) for k in kernels.kernels] == \
+            [set(k.measured) for k in local[shape].kernels]
+    for m in (1, 2, 37, 64):
+        x = torch.randn(m, 512, device="cuda", dtype=torch.bfloat16)
+        hidden = torch.nn.functional.silu(x.double() @ reference[0].T)
+        expected = hidden @ reference[1].T + model[2].bias.double()
+        with torch.no_grad():
+            y = model(x).double()
+        assert float((y - expected).norm() / expected.norm()) < 2e-2, m
+    fresh = []
+    again = linear.prepare(model, cache=cache, say=fresh.append, warn=fresh.append)
+    assert {k.source for kernels in again.values() for k in kernels.kernels} == {"cache"}
+    assert fresh == []
