@@ -8,6 +8,7 @@ server cannot tune, a server of another GPU. GPU tier: two servers on GPU 0 runn
 portfolio itself. Every farm and head started here is stopped in `finally`, under a time limit."""
 
 import contextlib
+import glob
 import json
 import os
 import signal
@@ -232,18 +233,36 @@ def test_each_pair_is_tuned_on_a_server_written_here_and_then_loaded_from_the_ca
 @pytest.mark.slow
 def test_a_server_killed_mid_pair_costs_that_pair_only(farm, tmp_path):
     """A server killed while it tunes: each pair it held goes to the other server, one line
-    each, and every pair is tuned on the farm and loaded from the cache."""
+    each, and every pair is tuned on the farm and loaded from the cache. The farm restarts the
+    server, and ends the worker processes it left first."""
     address, _, log = farm
     _both_serving(address)
     said, start = [], len(log.read_text())
     with ThreadPoolExecutor(1) as head:
         found = head.submit(tune, address, Cache(str(tmp_path)), said)
-        os.kill(_server_pid(log, _first_to_tune(log, start)), signal.SIGKILL)
+        server = _first_to_tune(log, start)
+        killed = _server_pid(log, server)
+        assert _group(killed) != [killed]  # its worker process, at least
+        os.kill(killed, signal.SIGKILL)
         kernels = found.result(timeout=HEAD_S)
     assert set(_sources(kernels)) == {"cache"}
     lost = [line for line in said if line.startswith("farm: a server went away with ")]
     assert 1 <= len(lost) <= farms.SESSIONS, said
     assert all(line.endswith("); it goes to the next free server") for line in lost), lost
+    _wait_for(lambda: f"farm: server {server} exited with status -9; restarting it"
+              in log.read_text(), "restart", READY_S)
+    assert _group(killed) == []
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of the process group `pgid` (read from /proc)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            with open(stat) as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                    found.append(int(stat.split("/")[2]))
+    return found
 
 
 @pytest.mark.slow

@@ -1,5 +1,7 @@
 """A farm of GPUs for searches: one RPC server per GPU behind TVM's RPC tracker, each building
 and measuring what it is sent, and the runner that sends a search's candidates to all of them.
+Its entry point is tvm_explorer/farm.py (`main` here, with the remote functions of the packages
+above this one: a model's linear layers, linear/farm.py, which uses FarmClient as FarmRunner does).
 
     scripts/rpc-farm.sh --key h200                          # this host: a tracker, a server per GPU
     scripts/rpc-farm.sh --key h200 --tracker host1:9190     # another host: its servers join host1's
@@ -23,8 +25,8 @@ runner a search on that host would use (candidates.local_runner): on CUDA, a wor
 that checks the candidate against float64 and times it with this project's harness, replaced
 after a crash or a timeout. So a candidate that fails to build, faults or hangs costs that
 candidate only, and records from the farm are checked like local ones. The farm (`main`)
-restarts a server process that exits all the same, and a search's FarmRunner sends the chunk a
-lost server held to the next free one. It ends the search with FarmGone, rather than waiting,
+restarts a server process that exits all the same (ending the workers it left), and a search's
+FarmRunner sends the chunk a lost server held to the next free one (FarmClient). It ends the search with FarmGone, rather than waiting,
 when the tracker or every server under the key has gone.
 """
 
@@ -565,20 +567,33 @@ class Farm:
              "--key", self.key, "--host", self.host], env=env, start_new_session=True)
 
     def keep_up(self) -> None:
-        """Start every server that is not running (all of them, the first time)."""
+        """Start every server that is not running (all of them, the first time); one that
+        exited has its worker processes ended first (_end_group)."""
         for i, proc in enumerate(self.procs):
             if proc is not None and proc.poll() is None:
                 continue
             if proc is not None:
                 print(f"farm: server {self.names[i]} exited with status {proc.returncode}; "
                       "restarting it", file=sys.stderr, flush=True)
+                _end_group(proc)
             self.start(i)
 
     def stop(self) -> None:
         for proc in self.procs:
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            if proc is not None:
+                _end_group(proc)
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """End a server and every process it started (its session's group): a server killed
+    outright leaves its workers behind, waiting for work that never comes (a multiprocessing
+    worker holds both ends of its own queue, so it never sees its server go), with the memory,
+    on a GPU the device memory, they hold."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the server and all it started have ended
+        pass
+    proc.wait()
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
