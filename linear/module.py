@@ -15,7 +15,8 @@ per tensor, or one per row of x (..., 1) and of the weight (N x 1, each output f
 Eager calls go straight to the kernel (a TVM function call with torch tensors: tvm_ffi takes
 torch's current stream). Under torch.compile the layer is one operator,
 torch.ops.tvm_explorer.linear (fp8: linear_fp8), with a fake implementation for any M, so that
-compiled graphs and CUDA graphs hold the kernel itself; where the bucket of the traced rows (or
+compiled graphs and CUDA graphs hold the kernel itself, x checked once, at tracing, wherever it
+is one the layer takes (the graph's guards keep it so); where the bucket of the traced rows (or
 every bucket) chose torch's F.linear (fp8: torch._scaled_mm), the layer is traced as that call,
 which the compiler handles as it does stock layers.
 """
@@ -39,27 +40,30 @@ DEFAULT_MAX_TOKENS = 4096
 _LAYERS: "weakref.WeakValueDictionary[int, Linear]" = weakref.WeakValueDictionary()
 
 _library = torch.library.Library("tvm_explorer", "FRAGMENT")
-_library.define("linear(Tensor x, Tensor weight, Tensor? bias, int layer) -> Tensor")
+_library.define("linear(Tensor x, Tensor weight, Tensor? bias, int layer, bool check=True) "
+                "-> Tensor")
 _library.define("linear_fp8(Tensor x, Tensor x_scale, Tensor weight, Tensor weight_scale, "
-                "Tensor? bias, int layer) -> Tensor")
+                "Tensor? bias, int layer, bool check=True) -> Tensor")
 
 
-def _linear_cuda(x, weight, bias, layer: int):
-    """The operator on CUDA tensors: the layer's own eager call."""
-    return _LAYERS[layer].call(x, weight, bias)
+def _linear_cuda(x, weight, bias, layer: int, check: bool = True):
+    """The operator on CUDA tensors: the layer's eager call, its checks of x left out where
+    tracing found x good (check=False: Linear._needs_checks)."""
+    return _LAYERS[layer].call(x, weight, bias, check)
 
 
-def _linear_fake(x, weight, bias, layer: int):
+def _linear_fake(x, weight, bias, layer: int, check: bool = True):
     """The output's shape and dtype for any M, for tracing (fake and meta tensors)."""
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _linear_fp8_cuda(x, x_scale, weight, weight_scale, bias, layer: int):
-    """The fp8 operator on CUDA tensors: the layer's own eager call."""
-    return _LAYERS[layer].call_fp8(x, x_scale, weight, weight_scale, bias)
+def _linear_fp8_cuda(x, x_scale, weight, weight_scale, bias, layer: int, check: bool = True):
+    """The fp8 operator on CUDA tensors: the layer's eager call, its checks of x and x_scale
+    left out where tracing found them good (check=False)."""
+    return _LAYERS[layer].call_fp8(x, x_scale, weight, weight_scale, bias, check)
 
 
-def _linear_fp8_fake(x, x_scale, weight, weight_scale, bias, layer: int):
+def _linear_fp8_fake(x, x_scale, weight, weight_scale, bias, layer: int, check: bool = True):
     """The fp8 output's shape and dtype (the layer's out_dtype) for any M, for tracing."""
     return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=_LAYERS[layer].out_dtype)
 
@@ -201,34 +205,54 @@ class Linear(torch.nn.Module):
         """The layer as torch.compile sees it: torch's own call (F.linear, or fp8's
         torch._scaled_mm) where the rows' bucket runs torch's (every bucket, or M's where M is
         fixed at tracing), which the compiler then handles as it does stock layers; else the
-        operator, which runs M's kernel at each call."""
+        operator, which runs M's kernel at each call (checking x only where `_needs_checks`)."""
         m = x.numel() // self.in_features
         as_torch = self._compiles_as_torch or (isinstance(m, int) and self._runs is not None
                                                and self._torch_runs[self._bucket(max(m, 1))])
         if not self.is_fp8:
             return torch.nn.functional.linear(x, self.weight, self.bias) if as_torch else \
-                torch.ops.tvm_explorer.linear(x, self.weight, self.bias, self._key)
+                torch.ops.tvm_explorer.linear(x, self.weight, self.bias, self._key,
+                                              self._needs_checks(x, x_scale))
         if not as_torch:
             return torch.ops.tvm_explorer.linear_fp8(x, x_scale, self.weight, self.weight_scale,
-                                                     self.bias, self._key)
+                                                     self.bias, self._key,
+                                                     self._needs_checks(x, x_scale))
         y = scaled_linear(x.reshape(-1, self.in_features), self._rows_scale(x_scale, -1),
                           self.weight, self.weight_scale, self.bias, self.out_dtype,
                           self.fast_accum)
         return y.view(*x.shape[:-1], self.out_features)
 
+    def _needs_checks(self, x: torch.Tensor, x_scale: torch.Tensor | None) -> bool:
+        """Whether the compiled operator must check x (fp8: and x_scale) at each call: where x,
+        as traced, is one the eager call would refuse, so that the compiled call refuses it in
+        the same line. Elsewhere the graph's guards hold x's dtype, shape, device and
+        requires_grad (and grad mode) as traced, and inductor hands custom operators inputs of
+        the strides they were traced with (needs_exact_strides, its default), so checking
+        again would only cost. Raising here instead would make dynamo run every Linear eagerly
+        from then on (it skips the code of a frame whose tracing raised)."""
+        weight = self.weight
+        return bool(torch.is_grad_enabled() and (x.requires_grad
+                                                 or getattr(x_scale, "requires_grad", False))
+                    or x.device != weight.device or not x.is_contiguous()
+                    or _x_kind_problem(x, weight, self.in_features)
+                    or self.is_fp8 and self._scale_problem(x, x_scale))
+
     def _rows_scale(self, x_scale: torch.Tensor, m: int) -> torch.Tensor:
         """x's scale for x seen as m rows (m x 1 where scales go by rows; one element as is)."""
         return x_scale.view(m, 1) if self.scales == "row" else x_scale
 
-    def call(self, x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
+    def call(self, x: torch.Tensor, weight: torch.Tensor, bias,
+             check: bool = True) -> torch.Tensor:
         """The eager call: check x, pick M's bucket's kernel and run it (bias included). Kept to
-        few Python steps: this is the layer's whole cost on the CPU."""
-        if x.requires_grad and torch.is_grad_enabled():
-            self._refuse_gradient("x")
+        few Python steps: this is the layer's whole cost on the CPU. The compiled operator
+        passes check=False where tracing found x good (`_needs_checks`)."""
         k = self.in_features
-        if x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
-                or x.get_device() != weight.get_device() or not x.is_contiguous():
-            self._refuse(x, weight)
+        if check:
+            if x.requires_grad and torch.is_grad_enabled():
+                self._refuse_gradient("x")
+            if x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
+                    or x.get_device() != weight.get_device() or not x.is_contiguous():
+                self._refuse(x, weight)
         runs = self._runs or self._prepare_on_first_call()
         m = x.numel() // k
         if m == 0:
@@ -239,18 +263,20 @@ class Linear(torch.nn.Module):
         return run(x.view(m, k), weight, bias).view(*x.shape[:-1], self.out_features)
 
     def call_fp8(self, x: torch.Tensor, x_scale, weight: torch.Tensor, weight_scale: torch.Tensor,
-                 bias) -> torch.Tensor:
+                 bias, check: bool = True) -> torch.Tensor:
         """The fp8 eager call: check x and x_scale, pick M's bucket's kernel and run it (scales
-        and bias included); as few Python steps as `call`."""
-        if torch.is_grad_enabled() and (x.requires_grad or getattr(x_scale, "requires_grad",
-                                                                   False)):
-            self._refuse_gradient("x" if x.requires_grad else "x_scale")
+        and bias included); as few Python steps as `call`, and as it, check=False from the
+        compiled operator where tracing found x and x_scale good."""
         k = self.in_features
-        if x_scale is None or x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
-                or x.get_device() != weight.get_device() or not x.is_contiguous() \
-                or x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale) \
-                or x_scale.get_device() != x.get_device() or not x_scale.is_contiguous():
-            self._refuse(x, weight, x_scale)
+        if check:
+            if torch.is_grad_enabled() and (x.requires_grad
+                                            or getattr(x_scale, "requires_grad", False)):
+                self._refuse_gradient("x" if x.requires_grad else "x_scale")
+            if x_scale is None or x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
+                    or x.get_device() != weight.get_device() or not x.is_contiguous() \
+                    or x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale) \
+                    or x_scale.get_device() != x.get_device() or not x_scale.is_contiguous():
+                self._refuse(x, weight, x_scale)
         runs = self._runs or self._prepare_on_first_call()
         m = x.numel() // k
         if m == 0:

@@ -251,6 +251,60 @@ def test_a_call_that_needs_a_gradient_is_refused():
         _prepared_layer()(x)
 
 
+def _traced_check(layer, *args, grad: bool = False):
+    """The check flag the compiled layer passes its operator (tvm_explorer.linear or
+    linear_fp8), traced on `args` with dynamo's caches emptied first."""
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.set_grad_enabled(grad):
+        torch.compile(layer, backend=backend, fullgraph=True, dynamic=False)(*args)
+    (node,) = [n for gm in graphs for n in gm.graph.nodes
+               if str(n.target).startswith("tvm_explorer.linear")]
+    return node.args[-1]
+
+
+@pytest.mark.parametrize("x, grad, check", [
+    (torch.zeros(3, 64, dtype=torch.bfloat16, device="meta"), False, False),
+    (torch.zeros(3, 64, dtype=torch.bfloat16, device="meta", requires_grad=True), False, False),
+    (torch.zeros(3, 64, dtype=torch.bfloat16, device="meta", requires_grad=True), True, True),
+    (torch.zeros(3, 65, dtype=torch.bfloat16, device="meta"), False, True),
+    (torch.zeros(3, 64, dtype=torch.float16, device="meta"), False, True),
+    (torch.zeros(64, 3, dtype=torch.bfloat16, device="meta").T, False, True),
+    (torch.zeros(3, 64, dtype=torch.bfloat16), False, True),  # not on the weight's device
+])
+def test_a_compiled_layer_checks_x_at_each_call_only_where_it_traced_one_eager_refuses(
+        x, grad, check):
+    """Where x as traced is good, the graph's guards keep it so and the operator runs M's
+    kernel unchecked (check=False); else it checks at each call, refusing in the eager line."""
+    assert _traced_check(_prepared_layer((1,), ("rowalign",), device="meta"), x,
+                         grad=grad) is check
+
+
+def test_the_operator_runs_the_rows_kernel_unchecked_only_where_told():
+    """check=False (a good x at tracing) goes straight to M's bucket's run, x of any leading
+    shape as rows; check=True refuses as the eager call does (here: x is not on the GPU)."""
+    from linear.candidates import Candidate
+    from linear.module import _linear_cuda
+    from linear.portfolio import BucketKernel, LayerKernels
+
+    rows = []
+    layer = linear.Linear(64, 32, buckets=buckets_from_edges((1, 2)), device="meta")
+    layer.kernels = LayerKernels(layer.shape, BucketTable(layer.buckets), [
+        BucketKernel(Candidate("rowalign"), lambda x, w, b: rows.append(("M=1", x.shape)), ""),
+        BucketKernel(Candidate("v8"), lambda x, w, b: rows.append(("M=2-", x.shape)) or x[:, :32],
+                     "")])
+    x = torch.zeros(2, 3, 64, dtype=torch.bfloat16)
+    assert _linear_cuda(x, layer.weight, None, layer._key, False).shape == (2, 3, 32)
+    assert rows == [("M=2-", (6, 64))]
+    with pytest.raises(BadInput, match="input x is on cpu"):
+        _linear_cuda(x, layer.weight, None, layer._key)
+
+
 # -- GPU tier ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

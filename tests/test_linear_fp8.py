@@ -258,6 +258,21 @@ def test_a_compiled_fast_accum_layer_traces_as_fast_scaled_mm(fresh_dynamo):
     assert "use_fast_accum = True" in graphs[0]
 
 
+@pytest.mark.parametrize("scales, x_scale, check", [
+    ("tensor", torch.ones((), device="meta"), False),
+    ("row", torch.ones(3, 1, device="meta"), False),
+    ("row", torch.ones(3, device="meta"), True),  # not one scale per row as a column
+    ("row", torch.ones(3, 1, dtype=torch.float16, device="meta"), True),
+])
+def test_a_compiled_fp8_layer_checks_at_each_call_only_where_it_traced_a_bad_x_scale(
+        scales, x_scale, check):
+    from tests.test_linear import _traced_check
+
+    layer = _fp8_layer(scales, (TORCH, V8), device="meta")  # M = 3: v8, the operator
+    x = torch.zeros(3, 64, device="meta").to(FP8)
+    assert _traced_check(layer, x, x_scale) is check
+
+
 @pytest.mark.parametrize("scales, x, x_scale, message", [
     ("tensor", torch.zeros(3, 64, dtype=torch.bfloat16), torch.ones(()),
      "input x is torch.bfloat16, not the weight's torch.float8_e4m3fn"),
