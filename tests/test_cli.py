@@ -344,27 +344,43 @@ def test_a_shape_that_would_not_fit_the_gpu_is_refused_before_anything_is_alloca
     assert measure.bytes_needed(Workload("gemm", (1024, 512, 2048))) < free
 
 
+V8 = ["--schedules", "v8"]
+
+
 @pytest.mark.parametrize("script, argv, code, said", [
-    ("ab_knobs.py", ["--shape", "0x64x64"], 2, "error: dimensions must be positive, got M=0\n"),
-    ("ab_knobs.py", ["--shape", "64x64x64", "--dtype", "float33"], 2, "error: unknown dtype 'float33'"),
-    pytest.param("ab_knobs.py", ["--shape", "64x64x64"], 1,
+    ("ab_knobs.py", ["--shape", "0x64x64", *V8], 2,
+     "error: dimensions must be positive, got M=0\n"),
+    ("ab_knobs.py", ["--shape", "64x64x64", "--dtype", "float33", *V8], 2,
+     "error: unknown dtype 'float33'"),
+    pytest.param("ab_knobs.py", ["--shape", "64x64x64", *V8], 1,
                  "ab_knobs.py times kernels: it needs a CUDA GPU",
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
-    ("clock_probe.py", ["--shape", "0x64x64"], 2, "error: dimensions must be positive, got M=0\n"),
-    pytest.param("clock_probe.py", ["--shape", "64x64x64"], 2, "error: no GPU here",
+    ("clock_probe.py", ["--shape", "0x64x64", *V8], 2,
+     "error: dimensions must be positive, got M=0\n"),
+    pytest.param("clock_probe.py", ["--shape", "64x64x64", *V8], 2, "error: no GPU here",
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
-    ("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "3"], 2,
+    ("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "3", *V8], 2,
      "error: suite wide-bf16 has no shape at M = 3\n"),
-    pytest.param("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "300"], 1,
+    pytest.param("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "300", *V8], 1,
                  "sweep_suite.py times kernels: it needs a CUDA GPU",
+                 marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
+    ("compile_call_cost.py", ["--shape", "0x64x64"], 2,
+     "error: dimensions must be positive, got M=0\n"),
+    ("compile_call_cost.py", ["--dtype", "float32"], 2,
+     "error: linear layers take float16 or bfloat16, not float32\n"),
+    ("compile_call_cost.py", ["--calls", "0"], 2, "error: --calls and --rounds are at least 1"),
+    ("compile_call_cost.py", ["--kernel", "v9"], 2, "error: no candidate v9 for 4096x4096 "
+                                                    "bfloat16 at M = 16; its candidates: v8:"),
+    pytest.param("compile_call_cost.py", [], 1,
+                 "compile_call_cost.py times calls: it needs a CUDA GPU",
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
 ])
 def test_the_gpu_scripts_refuse_bad_input_and_a_machine_without_a_gpu_in_one_line(
         script, argv, code, said):
     import subprocess
 
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *argv,
-                           "--schedules", "v8"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *argv],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == code
     assert (done.stderr + done.stdout).startswith(said) and "Traceback" not in done.stderr
 
