@@ -50,6 +50,7 @@ _LIBRARY = torch.library.Library("call_cost_probe", "DEF")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line's arguments (argparse refuses a malformed one)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="16x4096x4096",
                         help="MxNxK: x is M x K, the weight N x K")
@@ -103,20 +104,22 @@ def forced_layer(stock: torch.nn.Linear, m: int, candidate: Candidate) -> linear
     return layer
 
 
-def _fake(x, weight, bias, layer):
+def _fake(x, weight, bias, layer, check=True):
+    """The no-op operators' output for tracing, as our operator's fake gives it."""
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 def noop_ops(out: torch.Tensor) -> tuple:
     """Two operators of our operator's schema whose CUDA kernels return `out`: one defined as
     ours is (torch.library.Library), one through torch.library.custom_op."""
-    _LIBRARY.define("noop(Tensor x, Tensor weight, Tensor? bias, int layer) -> Tensor")
-    _LIBRARY.impl("noop", lambda x, weight, bias, layer: out, "CUDA")
+    _LIBRARY.define("noop(Tensor x, Tensor weight, Tensor? bias, int layer, bool check=True) "
+                    "-> Tensor")
+    _LIBRARY.impl("noop", lambda x, weight, bias, layer, check=True: out, "CUDA")
     torch.library.register_fake("call_cost_probe::noop", _fake, lib=_LIBRARY)
 
     @torch.library.custom_op("call_cost_probe::noop_custom", mutates_args=(), device_types="cuda")
     def noop_custom(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    layer: int) -> torch.Tensor:
+                    layer: int, check: bool = True) -> torch.Tensor:
         return out
 
     noop_custom.register_fake(_fake)
@@ -124,14 +127,15 @@ def noop_ops(out: torch.Tensor) -> tuple:
 
 
 class Calls(torch.nn.Module):
-    """An operator of our schema as a layer: forward(x) = op(x, weight, None, 0)."""
+    """An operator of our schema as a layer, called as compiled graphs call ours:
+    forward(x) = op(x, weight, None, 0, False)."""
 
     def __init__(self, op, weight: torch.nn.Parameter):
         super().__init__()
         self.op, self.weight = op, weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.op(x, self.weight, None, 0)
+        return self.op(x, self.weight, None, 0, False)
 
 
 def subjects(stock: torch.nn.Linear, ours: linear.Linear, m: int) -> dict:
