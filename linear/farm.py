@@ -41,7 +41,7 @@ from .buckets import Bucket
 from .cache import LIBRARY, MANIFEST, Cache
 from .candidates import LayerShape, candidates
 
-TUNE = "explorer.linear.tune"  # the servers' remote function (ItemServer)
+TUNE = "explorer.linear.tune"  # the servers' remote function (PairServer)
 
 
 class _Left(Exception):
@@ -72,7 +72,7 @@ def _ready() -> None:
 
 
 def _started_worker() -> ProcessPoolExecutor:
-    """A worker process for ItemServer, started now (not at the first pair, which would wait
+    """A worker process for PairServer, started now (not at the first pair, which would wait
     for its imports)."""
     worker = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
     worker.submit(_ready)
@@ -80,7 +80,7 @@ def _started_worker() -> ProcessPoolExecutor:
 
 
 def _tune_pair(tuner: portfolio.Tuner, request: dict) -> dict:
-    """In ItemServer's worker: the pair of `request` tuned by portfolio.prepare into a cache of
+    """In PairServer's worker: the pair of `request` tuned by portfolio.prepare into a cache of
     its own, which is removed after; the entry it made, as a reply holds it (its manifest, with
     the key it was made under, and its kernel.so in base64, or None where torch's is chosen)."""
     layer, bucket, max_tokens = _asked(request)
@@ -97,7 +97,7 @@ def _tune_pair(tuner: portfolio.Tuner, request: dict) -> dict:
     return {"manifest": manifest, "library": library}
 
 
-class ItemServer:
+class PairServer:
     """The servers' remote function TUNE (tvm_explorer/farm.py registers it): a (layer, bucket)
     tuned by portfolio.prepare with `tuner` in this server's worker process, so that a kernel
     that faults takes the worker, not the server (a worker that failed is replaced), and one
@@ -146,14 +146,21 @@ def _write(cache: Cache, reply: dict):
     return cache.write(key, manifest, write_library if library is not None else None)
 
 
+def _lost_after(layer: LayerShape, bucket: Bucket, max_tokens: int) -> float:
+    """How long a pair may take before its server counts as hung: a server's setup, then each
+    of its candidates built and run at their timeouts, one after another, the pair a server's
+    other session holds too (its server tunes one at a time)."""
+    return SETUP_S + SESSIONS * len(candidates(layer, bucket, max_tokens)) * (
+        BUILD_TIMEOUT_S + RUN_TIMEOUT_S)
+
+
 def _on_a_server(client: FarmClient, layer: LayerShape, bucket: Bucket, max_tokens: int,
                  cache: Cache, lost_after_s: float | None) -> str:
     """The pair tuned on the first free server and written into `cache`; the line that says
     so. _Left where the farm did not tune it: LOST_TRIES servers lost it (client.call said so),
     none could be reached, or the server could not tune it."""
     label = _label(layer, bucket)
-    lost_after = lost_after_s or SETUP_S + SESSIONS * len(candidates(layer, bucket, max_tokens)) \
-        * (BUILD_TIMEOUT_S + RUN_TIMEOUT_S)
+    lost_after = lost_after_s or _lost_after(layer, bucket, max_tokens)
     try:
         answer = client.call(TUNE, _request(layer, bucket, max_tokens), lost_after, label,
                              ("it goes to the next free server",

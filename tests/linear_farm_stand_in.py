@@ -65,7 +65,7 @@ class StandIn(Tuner):
 
 def remote_functions() -> dict:
     """The stand-in farm's servers' remote function: linear's, tuning with StandIn."""
-    return {linear_farm.TUNE: linear_farm.ItemServer(StandIn())}
+    return {linear_farm.TUNE: linear_farm.PairServer(StandIn())}
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ import contextlib
 import glob
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,9 +30,9 @@ import linear_farm_stand_in as stand_in
 from linear import farm as linear_farm
 from linear.buckets import buckets_from_edges
 from linear.cache import LIBRARY, MANIFEST, Cache
-from linear.candidates import LayerShape
+from linear.candidates import LayerShape, candidates
 from schedules.errors import UsageError
-from tuning import candidates, farm as farms
+from tuning import candidates as tuning_candidates, farm as farms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -44,8 +46,7 @@ MAX_TOKENS = 64
 
 
 def free_port() -> int:
-    import socket
-
+    """A port nothing listens on now (the kernel's pick, released at once)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -76,8 +77,7 @@ def started_farm(log, argv: list[str], servers: int, env: dict | None = None):
 
 
 def _readable(proc, seconds: float) -> bool:
-    import select
-
+    """Whether proc's stdout has something to read within `seconds`."""
     return bool(select.select([proc.stdout], [], [], seconds)[0])
 
 
@@ -133,7 +133,8 @@ def _wait_for(predicate, what: str, seconds: float = HEAD_S):
 def _both_serving(address: str) -> None:
     """Wait until both of the farm's servers are registered (one a test killed is restarted
     by the farm, in tens of seconds)."""
-    _wait_for(lambda: candidates.servers_now(address, "farm") >= 2, "two servers", READY_S)
+    _wait_for(lambda: tuning_candidates.servers_now(address, "farm") >= 2, "two servers",
+              READY_S)
 
 
 def _first_to_tune(log, since: int) -> str:
@@ -245,7 +246,7 @@ def test_a_server_killed_mid_pair_costs_that_pair_only(farm, tmp_path):
         assert _group(killed) != [killed]  # its worker process, at least
         os.kill(killed, signal.SIGKILL)
         kernels = found.result(timeout=HEAD_S)
-    assert set(_sources(kernels)) == {"cache"}
+    assert set(_sources(kernels)) == {"cache"}, said
     lost = [line for line in said if line.startswith("farm: a server went away with ")]
     assert 1 <= len(lost) <= farms.SESSIONS, said
     assert all(line.endswith("); it goes to the next free server") for line in lost), lost
@@ -356,7 +357,7 @@ def test_the_pairs_left_when_the_farm_goes_are_tuned_here(tmp_path):
         _stop(proc)
         kernels = found.result(timeout=HEAD_S)
     sources = _sources(kernels)
-    assert sorted(set(sources)) == ["cache", "measured"], sources
+    assert sorted(set(sources)) == ["cache", "measured"], (sources, said)
     gone = [line for line in said if line.startswith("farm: the RPC farm has gone (")]
     left = sources.count("measured")
     assert len(gone) == 1 and gone[0].endswith(
@@ -375,8 +376,6 @@ def test_a_model_tuned_on_two_gpu_servers_runs_their_kernels_right(tmp_path):
     (this machine's) and is loaded from there; each pair measured the candidates local tuning
     measures; the model is right against float64 at each bucket's Ms; and a fresh prepare
     without the farm loads every kernel from the cache."""
-    from linear import portfolio
-
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, 256, bias=False), torch.nn.SiLU(),
                                 torch.nn.Linear(256, 512)).to("cuda", torch.bfloat16)
@@ -390,11 +389,10 @@ def test_a_model_tuned_on_two_gpu_servers_runs_their_kernels_right(tmp_path):
                                rpc_tracker=address, rpc_key="farm")
     assert {k.source for kernels in found.values() for k in kernels.kernels} == {"cache"}, said
     assert {server for server, _ in _served(log)} == {"gpu0.0", "gpu0.1"}
-    local = portfolio.prepare(list(found), options["buckets"], options["max_tokens"],
-                              Cache(str(tmp_path / "local")), print, print)
     for shape, kernels in found.items():
-        assert [set(k.measured) for k in kernels.kernels] == \
-            [set(k.measured) for k in local[shape].kernels]
+        assert [set(k.measured) for k in kernels.kernels] == [
+            {c.name for c in candidates(shape, bucket, options["max_tokens"])}
+            for bucket in options["buckets"]]
     for m in (1, 2, 37, 64):
         x = torch.randn(m, 512, device="cuda", dtype=torch.bfloat16)
         hidden = torch.nn.functional.silu(x.double() @ reference[0].T)

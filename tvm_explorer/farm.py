@@ -18,7 +18,7 @@ ENTRY = "tvm_explorer.farm"  # this module, as each server is started again (pyt
 def remote_functions() -> dict:
     """The servers' remote functions besides tuning's own: linear's, by name (its worker
     process started now, before the server registers)."""
-    return {linear_farm.TUNE: linear_farm.ItemServer()}
+    return {linear_farm.TUNE: linear_farm.PairServer()}
 
 
 def main(argv: list[str] | None = None) -> int:
