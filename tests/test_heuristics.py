@@ -66,7 +66,8 @@ CHOICES = [
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 64, "block_n": 160, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((128, 4608, 3584), FP8, "nt"),
-     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False, "promote_k": 128}),
+     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False, "promote_k": 128,
+      "promote_overlap": 8}),
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nn"),
      {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
     ("v8", gemm((128, 6144, 4096), "float16", "nt"),
@@ -89,9 +90,11 @@ CHOICES = [
     # 27 waves of 128x256 tiles (8 or more): those, in clusters of 2 along M, in place of the
     # 256x160 ones that cost no more; fp8 and nn too; 6.8 waves (1000 x 28672) are not enough
     ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"), {"cluster_m": 2}),
-    # (fp8 promotes its sums by default: tiles of at most 128x192, no clusters; see below)
+    # (fp8 promotes its sums by default, each K block's under the next one's wgmmas in runs of
+    # 8, or 4 where K is split: tiles of at most 128x128, no clusters; see below)
     ("v8", gemm((4096, 28672, 4096), FP8, "nt"),
-     {"block_n": 128, "stages": 6, "split_k": 3, "split_tail": True, "promote_k": 128}),
+     {"block_n": 128, "stages": 6, "split_k": 3, "split_tail": True, "promote_k": 128,
+      "promote_overlap": 4}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
     # ... but not where rows are staged (K = 4095): its grid's barrier needs no clusters
     ("v8", gemm((4096, 28672, 4095), "bfloat16", "nt"),
@@ -101,7 +104,7 @@ CHOICES = [
     # the register stores where a stage would go for fp8, where boxes of 144 float32 columns
     # would have 64-byte rows, and where C's rows are not whole 16-byte multiples
     ("v8", gemm((4096, 6144, 4096), FP8, "nt"),
-     {"block_n": 128, "stages": 6, "promote_k": 128}),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
     ("v8", gemm((4096, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 256, "block_n": 144, "tma_store": False}),
     ("v8", gemm((4096, 4094, 4096), "float16", "nt"), {"tma_store": False}),
@@ -138,12 +141,14 @@ def changed(entry, wl, chosen=None) -> dict:
                                    (16, 6144, 4096), (4096, 4096, 4096)])
 def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
     """fp8: promote_k=128 wherever the user leaves it to the heuristic (4096^3 too, whose
-    other rungs keep their defaults), on a tile whose two sets of sums fit a thread; asked
-    for none, the fast form's tiles (clusters and 256-row tiles included)."""
+    other rungs keep their defaults), each K block's promotion under the next one's wgmmas
+    (runs of 8, of 4 where K is split), on a tile whose three sets of sums fit a thread;
+    asked for none, the fast form's tiles (clusters and 256-row tiles included)."""
     v8, wl = schedules.get("gemm", "v8"), gemm(shape, FP8, "nt")
     knobs = v8.defaults_for(wl)
     assert knobs["promote_k"] == 128
-    assert 2 * consumer_accumulators(knobs["block_m"], knobs["block_n"]) <= MOST_ACCUMULATORS
+    assert knobs["promote_overlap"] == (8 if knobs["split_k"] == 1 else 4)
+    assert 3 * consumer_accumulators(knobs["block_m"], knobs["block_n"]) <= MOST_ACCUMULATORS
     v8.apply(wl, build.cuda_target())  # not refused
     fast = {(4096, 28672, 4096): {"cluster_m": 2},
             (4096, 6144, 4096): {"block_m": 256, "block_n": 192, "tma_store": False}}

@@ -556,11 +556,29 @@ def test_v8_promote_overlap_takes_two_sets_in_turn_and_waits_for_all_once_a_run(
     wl = gemm((4096, 4096, 4096), FP8, layout="nt")
     kernel = kf.kernel(lowered("v8", wl, block_n=128, promote_k=128, promote_overlap=4))
     assert kf.buffers(kernel)["acc"] == ("local", (128,), "float32")
-    (run_loop,) = [f for f in kf.loop(kernel, "r") if kf.calls(f, "ptx.wgmma_fp8_ss")]
+    (run_loop,) = [f for f in kf.loop(kernel, "kr") if kf.calls(f, "ptx.wgmma_fp8_ss")]
     firsts = [_first_accumulator(c) for c in kf.calls(run_loop, "ptx.wgmma_fp8_ss")]
     assert firsts == [0] * 4 + [64] * 4 + [0] * 4 + [64] * 4
     assert [kf.ints(c) for c in kf.calls(run_loop, "ptx.wgmma_wait_group")] == [(1,)] * 4 + [(0,)]
     assert len(kf.stores_to(run_loop, "sums")) == 4 * 64
+
+
+def test_v8_promote_overlap_takes_the_blocks_after_whole_runs_in_one_shorter_run(lowered):
+    """promote_overlap=8 on K = 3968 (31 blocks, a count known as the kernel is built): 3 whole
+    runs in the loop over kr, then one run of the 7 blocks left after it, ending in its own
+    wait for all; no block promoted alone (the loop over kt for K split is empty)."""
+    wl = gemm((1024, 1024, 3968), FP8, layout="nt")
+    kernel = kf.kernel(lowered("v8", wl, block_n=128, split_k=1, promote_k=128,
+                               promote_overlap=8))
+    (runs,) = [f for f in kf.loop(kernel, "kr") if kf.calls(f, "ptx.wgmma_fp8_ss")]
+    assert int(runs.extent) == 3
+    in_runs = kf.calls(runs, "ptx.wgmma_wait_group")
+    after = [kf.ints(c) for c in kf.calls(kernel, "ptx.wgmma_wait_group")
+             if not any(c.same_as(d) for d in in_runs)]
+    assert [kf.ints(c) for c in in_runs] == [(1,)] * 8 + [(0,)]
+    assert after[:8] == [(1,)] * 7 + [(0,)]
+    outside = len(kf.calls(kernel, "ptx.wgmma_fp8_ss")) - len(kf.calls(runs, "ptx.wgmma_fp8_ss"))
+    assert outside == 7 * 4  # the shorter run's blocks' k steps
 
 
 @pytest.mark.parametrize("wl, knobs", [
@@ -594,7 +612,9 @@ def test_v8_promote_overlap_compiles_without_serialized_wgmmas_or_spills(compile
     (gemm((4096, 4096, 4096), FP8, layout="nt"),
      {"promote_k": 256, "block_n": 128, "promote_overlap": 2}, "needs promote_k=128"),
     (gemm((4096, 4096, 4096), FP8, layout="nt"),
-     {"promote_k": 128, "block_n": 128, "promote_overlap": 1}, "0 (off) or at least 2, not 1"),
+     {"promote_k": 128, "block_n": 128, "promote_overlap": 1}, "none (off) or 2 to 8, not 1"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"),
+     {"promote_k": 128, "block_n": 128, "promote_overlap": 16}, "none (off) or 2 to 8, not 16"),
     (gemm((4096, 4096, 4096), FP8, layout="nt"),
      {"promote_k": 128, "block_m": 64, "block_n": 128, "promote_overlap": 2, "pingpong": True},
      "(pingpong=False)"),

@@ -124,7 +124,9 @@ def test_padding_rungs_refuse_block_scales_on_ragged_shapes(target):
 
 
 @pytest.mark.parametrize("shape, knobs, clamps", [
-    ((300, 520, 1000), {}, {299, 4}),  # ragged M, N, K: split K (the heuristic's), 128 columns
+    # ragged M, N, K: split K (the heuristic's), 128 columns; promotions that wait (the
+    # overlapped runs' loads: the next test)
+    ((300, 520, 1000), {"promote_overlap": None}, {299, 4}),
     ((1000, 1000, 1008), {"block_n": 144, "split_k": 3, "tma_store": True}, {999, 7}),
     ((256, 384, 1000), {"pingpong": True, "block_m": 64, "block_n": 128}, {2}),  # K staged
 ])
@@ -143,6 +145,23 @@ def test_v8_reads_the_scales_per_k_block_in_the_loop_not_after_it(shape, knobs, 
     assert [s for s in kf.stores_to(kernel, "sums") if kf.variables(s.value) >= {"factors"}]
     assert clamps <= {int(m.b) for m in lowering.find(kernel, tvm.tirx.Min)
                       if isinstance(m.b, tvm.tirx.IntImm)}
+
+
+def test_v8_overlapped_runs_read_each_blocks_scales_into_its_sets_registers(lowered):
+    """promote_overlap=4 (the default's runs of 8 where K is whole; K = 4096: 8 runs): each
+    block loads its scales into the registers of its set of accumulators (two sets of
+    factors), all of them in the loop over the runs, and each promotion multiplies by its own
+    set's: a run's 4 blocks load 4 x (2 rows + B's blocks) scales and promote 4 x 64 sums."""
+    kernel = kf.kernel(lowered("v8", block((1000, 1024, 4096)), block_n=128, split_k=1,
+                               promote_overlap=4))
+    per_set = 2 + 2  # a thread's 2 rows of A, and the 2 blocks of B its 64 columns may touch
+    assert kf.buffers(kernel)["factors"] == ("local", (2 * per_set,), "float32")
+    (runs,) = [f for f in kf.loop(kernel, "kr") if kf.calls(f, "ptx.wgmma_fp8_ss")]
+    loads = kf.loads_from(kernel, "A_scale") + kf.loads_from(kernel, "B_scale")
+    in_runs = kf.loads_from(runs, "A_scale") + kf.loads_from(runs, "B_scale")
+    assert len(loads) == len(in_runs) == 4 * per_set
+    assert len([s for s in kf.stores_to(runs, "sums") if kf.variables(s.value) >= {"factors"}]) \
+        == 4 * 64
 
 
 @needs_nvcc

@@ -21,6 +21,8 @@ CONSUMERS = 2  # consumer warpgroups
 THREADS = (1 + CONSUMERS) * WARPGROUP * 32  # a producer warpgroup and the consumers
 CONSUMER_THREADS = CONSUMERS * WARPGROUP * 32
 MOST_ACCUMULATORS = 192  # fp32 accumulators a consumer thread keeps within its 232 registers
+MOST_OVERLAP = 8  # promote_overlap's longest run of K blocks (16 spilled registers in ptxas)
+MOST_SPLIT_OVERLAP = 4  # ... where K is split: the blocks' count is known only at the call
 TMA_STRIDE_BYTES = 16  # TMA takes global row strides in whole multiples of this
 MOST_PARTIAL_BYTES = 256 << 20  # split K's float32 partials: the most its workspace may hold
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
-from .geometry import (MOST_ACCUMULATORS, ROW_BYTES, arena_bytes, box_bytes,
+from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_BYTES, arena_bytes, box_bytes,
                        consumer_accumulators, k_block_count, staged_operands,
                        widest_fitting)
 from .knobs import Knobs
-from .refusals import c_rows_take_tma, tile_refusal, workload_refusal
+from .refusals import c_rows_take_tma, promoted_sets, tile_refusal, workload_refusal
 
 TMA_NARROW_COST = 0.57  # a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
 TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
@@ -123,12 +123,37 @@ def timed_tiles(wl: Workload, sms: int, knobs: dict, space: dict,
     return min(plans, key=lambda plan: timed_tile_us(wl, sms, *plan), default=None)
 
 
-def promoted_widths(block_m: int, layout: str, space: dict, knobs: dict) -> tuple[dict, dict]:
+def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
+                     promote_k: int | None, pingpong: bool) -> int | None:
+    """promote_overlap: the user's or a search's where the space holds one value; else, where
+    each K block is promoted (promote_k of one block) by two consumers on a tile of one of the
+    space's widths that leaves room for a third set of accumulators, the longest run
+    (MOST_OVERLAP; the split plan may shorten it); else None."""
+    if len(space["promote_overlap"]) == 1:
+        return knobs["promote_overlap"]
+    one_block = promote_k == ROW_BYTES // DTYPE_BYTES[wl.dtype]
+    room = any(promoted_sets(MOST_OVERLAP) * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS
+               for n in space["block_n"])
+    return MOST_OVERLAP if one_block and room and not pingpong \
+        and MOST_OVERLAP in space["promote_overlap"] else None
+
+
+def split_overlap(overlap: int | None, split_k: int, space: dict) -> int | None:
+    """promote_overlap where K is split: at most MOST_SPLIT_OVERLAP (v8 refuses longer runs
+    there), the longest of the space's that fits."""
+    if split_k == 1 or overlap is None or overlap <= MOST_SPLIT_OVERLAP:
+        return overlap
+    return max((run for run in space["promote_overlap"] if run and run <= MOST_SPLIT_OVERLAP),
+               default=None)
+
+
+def promoted_widths(block_m: int, layout: str, space: dict, knobs: dict,
+                    sets: int) -> tuple[dict, dict]:
     """The space's widths, and the default width (the widest of them), whose block_m-row tiles
-    leave room for promote_k's float32 sums: twice the accumulators within a thread's
-    MOST_ACCUMULATORS."""
+    leave room for promote_k's float32 sums (and promote_overlap's second set of wgmma's): the
+    `sets` sets of accumulators within a thread's MOST_ACCUMULATORS."""
     widths = [n for n in space["block_n"]
-              if 2 * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS]
+              if sets * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS]
     widest = widest_fitting(block_m, layout, False, widths) or knobs["block_n"]
     return {**space, "block_n": widths}, {**knobs, "block_n": widest}
 
@@ -169,9 +194,11 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       one consumer holds (no split K, clusters or tall tiles of its own);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
-      torch._scaled_mm's default), among the widths whose two sets of accumulators fit a
-      thread (`promoted_widths`; no clusters or tall tiles then), unless the user or a
-      search names promote_k (none: fast accumulation).
+      torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
+      accumulation); each K block's promotion under the next one's wgmmas in runs of
+      MOST_OVERLAP blocks (`promoted_overlap`; MOST_SPLIT_OVERLAP where K is split); among
+      the widths whose sets of accumulators fit a thread (`promoted_widths`; no clusters or
+      tall tiles then).
     Where the user asks for a cluster or pingpong, K is not split (they take whole tiles). Each
     knob only where the space holds the value. Nothing for a workload v8 refuses whatever its
     knobs (`workload_refusal`): its refusal says why."""
@@ -186,8 +213,9 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     decode = wl.dims["M"] <= WGMMA_M or (wl.dims["M"] <= 2 * WGMMA_M
                                          and tile_count(wl, 2 * WGMMA_M, 128) < sms)
     block_m = WGMMA_M if decode and WGMMA_M in space["block_m"] else knobs["block_m"]
+    overlap = promoted_overlap(wl, block_m, knobs, space, promote_k, pingpong)
     if promote_k:
-        space, knobs = promoted_widths(block_m, wl.layout, space, knobs)
+        space, knobs = promoted_widths(block_m, wl.layout, space, knobs, promoted_sets(overlap))
     # Step 2. The width, and K split to fill the SMs.
     block_n = tile_widths(wl, sms, block_m, knobs, space)
     waves, split_k, split_tail = split_plan(wl, sms, block_m, block_n, space["split_k"])
@@ -214,10 +242,12 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         (block_m, block_n, split_k), split_tail = timed, False
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
+    split_k = split_k if split_k in space["split_k"] else knobs["split_k"]
     return {"block_m": block_m, "block_n": block_n,
             "stages": max(fitting_stages(block_m, block_n, space, tma_store),
                           default=knobs["stages"]),
             "tma_store": tma_store,
-            "split_k": split_k if split_k in space["split_k"] else knobs["split_k"],
+            "split_k": split_k,
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
-            "promote_k": promote_k, **({"cluster_m": 2} if clustered else {})}
+            "promote_k": promote_k, "promote_overlap": split_overlap(overlap, split_k, space),
+            **({"cluster_m": 2} if clustered else {})}

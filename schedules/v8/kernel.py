@@ -409,33 +409,38 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
 
 
 @T.macro
-def overlapped_run(plan, me, shared, first, scales):
-    """promote_overlap: a run of that many K blocks from `first`, taking the two sets of
+def overlapped_run(plan, me, shared, first, length, scales):
+    """promote_overlap: a run of `length` K blocks from `first`, taking the two sets of
     accumulators in turn, each promoted under the next one's wgmmas; then a wait for every
     wgmma and the last block's set promoted. Runs are whole and end in that wait: ptxas tells
     which wgmmas are done only along one path, so reading a set across the loop's back edge,
     or past an `if` around a block, would serialize every wgmma."""
-    run = T.meta_var(plan.knobs.promote_overlap)
     k_block(plan, me, shared, first, scales, 0, "none")
-    for b in T.unroll(1, run):
+    for b in T.unroll(1, length):
         k_block(plan, me, shared, first + b, scales, b % 2, "previous")
     T.ptx.wgmma.wait_group.sync.aligned(0)
     for i in T.unroll(plan.accumulators):
-        cuda_call(FENCE_OPERAND, me.acc[(run - 1) % 2 * plan.accumulators + i])
-    add_to_sums(plan, me, scales, (run - 1) % 2)
+        cuda_call(FENCE_OPERAND, me.acc[(length - 1) % 2 * plan.accumulators + i])
+    add_to_sums(plan, me, scales, (length - 1) % 2)
 
 
 @T.macro
 def k_loop(plan, me, shared, count, scales):
     """The consumer's K loop over its unit's `count` K blocks (`k_block`); with
-    promote_overlap, in whole runs of that many blocks (`overlapped_run`), the blocks left
-    after the last whole run promoted one at a time."""
+    promote_overlap, in whole runs of that many blocks (`overlapped_run`), then the blocks
+    left: as one shorter run where their count is known as the kernel is built, else (K split:
+    known at the call) one at a time, promoted as promote_k promotes (a loop of runs there
+    spilled registers)."""
     if plan.overlaps:
         run = T.meta_var(plan.knobs.promote_overlap)
-        for r in range(count // run):
-            overlapped_run(plan, me, shared, r * run, scales)
-        for kt in range(count // run * run, count):
-            k_block(plan, me, shared, kt, scales, 0, "wait")
+        for kr in range(count // run):
+            overlapped_run(plan, me, shared, kr * run, run, scales)
+        left = T.meta_var(count % run)
+        if isinstance(left, tirx.IntImm) and left.value > 1:
+            overlapped_run(plan, me, shared, count - left, left.value, scales)
+        else:
+            for kt in range(count - left, count):
+                k_block(plan, me, shared, kt, scales, 0, "wait")
     else:
         for kt in range(count):
             k_block(plan, me, shared, kt, scales, 0, "wait")

@@ -20,4 +20,4 @@ class Knobs:
     cluster_n: int
     pingpong: bool
     promote_k: int | None = None  # fp8: K elements between promotions of wgmma's sums
-    promote_overlap: int = 0  # fp8: K blocks in turn, each promoted under the next's wgmmas
+    promote_overlap: int | None = None  # fp8: runs of K blocks, each promoted under the next's

@@ -111,7 +111,7 @@ class Plan:
     def overlaps(self) -> bool:
         """Whether each K block's sums are promoted while the next block multiplies into a
         second set of accumulators (promote_overlap)."""
-        return self.knobs.promote_overlap > 0
+        return self.knobs.promote_overlap is not None
 
     @property
     def accumulator_sets(self) -> int:

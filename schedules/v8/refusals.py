@@ -8,10 +8,11 @@ from .. import heuristics
 from ..errors import ScheduleNotApplicable
 from ..tensorcore import HOPPER_SHARED_BYTES
 from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload
-from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_PARTIAL_BYTES,
-                       ROW_BYTES, TMA_STRIDE_BYTES, any_m_partial_bytes, arena_bytes,
-                       consumer_accumulators, consumer_tile, k_block_count, partial_bytes,
-                       split_tiles, staged_operands, widest_fitting)
+from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_OVERLAP,
+                       MOST_PARTIAL_BYTES, MOST_SPLIT_OVERLAP, ROW_BYTES, TMA_STRIDE_BYTES,
+                       any_m_partial_bytes, arena_bytes, consumer_accumulators, consumer_tile,
+                       k_block_count, partial_bytes, split_tiles, staged_operands,
+                       widest_fitting)
 from .knobs import Knobs
 
 
@@ -88,36 +89,40 @@ def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return (f"v8 promotes after whole K blocks of {block_k} {wl.dtype} elements: "
                 f"promote_k={promote_k} is not a positive multiple of {block_k}")
     accumulators = consumer_accumulators(knobs.block_m, knobs.block_n, knobs.pingpong)
-    sets = promoted_sets(knobs)
+    sets = promoted_sets(knobs.promote_overlap)
     if sets * accumulators > MOST_ACCUMULATORS:
-        kept = "two sets of wgmma's sums" if knobs.promote_overlap else "wgmma's sums"
+        kept = "wgmma's sums" if knobs.promote_overlap is None else "two sets of wgmma's sums"
         return (f"v8 with promote_k keeps {kept} and the float32 sums, {sets} x {accumulators} "
                 f"registers a consumer thread for a {knobs.block_m}x{knobs.block_n} tile; at "
                 f"most {MOST_ACCUMULATORS} fit (promote_k=none, or a narrower block_n)")
     return None
 
 
-def promoted_sets(knobs: Knobs) -> int:
+def promoted_sets(promote_overlap: int | None) -> int:
     """The sets of accumulators a consumer thread keeps with promote_k: wgmma's sums and the
     float32 sums, and with promote_overlap a second set of wgmma's sums."""
-    return 3 if knobs.promote_overlap else 2
+    return 2 if promote_overlap is None else 3
 
 
 def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
-    """promote_overlap: runs of at least 2 K blocks, each promoted (promote_k of one K block)
-    while the next block multiplies into the other set of accumulators; two consumers on one
-    tile (not pingpong)."""
+    """promote_overlap: runs of 2 to MOST_OVERLAP K blocks (MOST_SPLIT_OVERLAP where K is
+    split), each promoted (promote_k of one K block) while the next block multiplies into the
+    other set of accumulators; two consumers on one tile (not pingpong)."""
     overlap = knobs.promote_overlap
-    if not overlap:
+    if overlap is None:
         return None
     block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
-    if overlap < 2:
+    if not 2 <= overlap <= MOST_OVERLAP:
         return (f"v8's promote_overlap is the K blocks multiplied in turn between waits for the "
-                f"tensor cores: 0 (off) or at least 2, not {overlap}")
+                f"tensor cores: none (off) or 2 to {MOST_OVERLAP}, not {overlap}")
     if knobs.promote_k != block_k:
         return (f"v8's promote_overlap promotes each K block's sums while the next block "
                 f"multiplies: it needs promote_k={block_k} (one K block), not "
                 f"promote_k={'none' if knobs.promote_k is None else knobs.promote_k}")
+    if knobs.split_k > 1 and overlap > MOST_SPLIT_OVERLAP:
+        return (f"v8's promote_overlap runs of more than {MOST_SPLIT_OVERLAP} K blocks, where "
+                f"K is split (the blocks' count known only at the call), spill registers in "
+                f"ptxas: promote_overlap={overlap} with split_k={knobs.split_k}")
     if knobs.pingpong:
         return ("v8's promote_overlap keeps a third set of accumulators, for which pingpong's "
                 "consumers (each a whole tile) have no registers left: ptxas spills them "
@@ -204,7 +209,7 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 
 CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
-          _overlap_refusal, _shared_memory_refusal, _split_refusal, _staging_refusal,
+          _shared_memory_refusal, _split_refusal, _overlap_refusal, _staging_refusal,
           _workspace_refusal)
 
 

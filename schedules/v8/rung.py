@@ -43,14 +43,14 @@ def v8_kernel_any_m(wl: Workload, **knobs):
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
                                "pingpong": [False, True], "promote_k": [None, 128, 256],
-                               "promote_overlap": [0, 2, 4, 8]},
+                               "promote_overlap": [None, 2, 4, 8]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals,
           brings=("inst_executed", -1))
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
        tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
        pingpong: bool = False, promote_k: int | None = None,
-       promote_overlap: int = 0) -> None:
+       promote_overlap: int | None = None) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -80,10 +80,10 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     into float32 registers every promote_k K elements and starts wgmma's sums afresh, as
     DeepGEMM and cuBLAS's default do (twice the accumulator registers; the heuristic's
     default for fp8 is 128, none is the fast form). promote_overlap (promote_k of one K
-    block): runs of that many K blocks multiply into two sets of accumulators in turn, each
-    block's sums promoted while the next block's wgmmas run, and the consumer waits for the
-    tensor cores once a run, where otherwise every promotion waits for them (three sets of
-    registers: 128x128 tiles at most). A TIRx kernel (schedules/v8/), sm_90a only.
+    block; 2 to 8): runs of that many K blocks multiply into two sets of accumulators in turn,
+    each block's sums promoted while the next block's wgmmas run, and the consumer waits for
+    the tensor cores once a run (the blocks left after whole runs in runs of two), where
+    otherwise every promotion waits for them (three sets of registers: 128x128 tiles at most). A TIRx kernel (schedules/v8/), sm_90a only.
 
     Against v7: one thread issues a box's TMA load where v7's 256 threads each computed
     addresses and issued cp.async, so the kernel runs far fewer instructions (the counter it
