@@ -150,14 +150,15 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     partial wave split to fill the SMs at the probe Ms (split_tail: its split tiles are counted
     at each call), and past 64 rows the MEDIUM_TILES whole; settings v8 refuses, or whose
     workspace passes MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
-    in wgmma's accumulator (no promote_k)."""
+    in wgmma's accumulator (no promote_k); a precise one's promotions wait (v8 for any M takes
+    no promote_overlap)."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
     if v8.workload_refusal(wl):
         return []
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
-    accumulate = {"promote_k": None} if layer.fast_accum else {}
+    accumulate = {"promote_k": None} if layer.fast_accum else {"promote_overlap": None}
 
     def tiles(m: int, n: int, split: int = 1) -> dict:
         """m x n tiles, whole or with a last wave's split in `split`, one CTA each."""

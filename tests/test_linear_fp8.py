@@ -88,6 +88,21 @@ def test_a_fast_accum_layer_runs_fast_scaled_mm_and_v8_without_promotion(bucket)
     assert launcher(Candidate(TORCH), layer, None).keywords["use_fast_accum"] is True
 
 
+@pytest.mark.parametrize("bucket", [Bucket(1, 1), Bucket(65, 256), Bucket(1025, None)])
+def test_a_precise_layers_v8_promotes_with_waits_as_v8_for_any_m_refuses_overlap(bucket):
+    """v8 for any M spills promote_overlap's third set of accumulators: a precise fp8 layer's
+    v8 candidates promote every 128 K with waits, and asked for overlap, v8 for any M refuses
+    it in one line."""
+    from schedules import v8
+    from schedules.errors import ScheduleNotApplicable
+
+    layer = LayerShape(4096, 4096, "float8_e4m3fn", "row")
+    found = [dict(c.knobs) for c in candidates(layer, bucket, 4096) if c.rung == V8]
+    assert found and all(k["promote_k"] == 128 and k["promote_overlap"] is None for k in found)
+    with pytest.raises(ScheduleNotApplicable, match="promote_overlap=none, not 4"):
+        v8.v8_kernel_any_m(layer.gemm(4096), **{**found[0], "promote_overlap": 4})
+
+
 @pytest.mark.parametrize("scales", SCALES)
 def test_v8_for_an_fp8_bucket_takes_m_and_the_scales_form_at_each_call(scales):
     """One build serves every M: A's rows, and (rowwise) A_scale's length, are the size M."""

@@ -18,7 +18,7 @@ from .geometry import (BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ELEMENT_BYTES, ROW
                        arena_bytes, box_bytes, consumer_tile, k_block_count, split_tiles,
                        staged_operands, tma_columns)
 from .knobs import Knobs
-from .refusals import CHECKS, any_m_workspace_refusal, refuse
+from .refusals import ANY_M_CHECKS, CHECKS, refuse
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,8 +88,9 @@ class Plan:
     def build(cls, wl: Workload, knobs: Knobs, sms: int, most_m: int | None = None) -> "Plan":
         """The plan for wl and knobs on `sms` SMs; with most_m (wl's M), for any M up to most_m
         rows (M symbolic). Refused first as v8 refuses them (ScheduleNotApplicable), and for
-        any M also where split K's workspace for any M would be too large."""
-        refuse(wl, knobs, CHECKS if most_m is None else CHECKS + (any_m_workspace_refusal,))
+        any M also where split K's workspace for any M would be too large or promote_overlap
+        is asked for (ANY_M_CHECKS)."""
+        refuse(wl, knobs, CHECKS if most_m is None else CHECKS + ANY_M_CHECKS)
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,

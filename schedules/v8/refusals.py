@@ -208,6 +208,20 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
     return None
 
 
+def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """v8 for any M up to wl's: no promote_overlap. Its tile walk's counts, computed from M at
+    each call, leave no registers for the third set of accumulators (ptxas spilled 4 to 612
+    bytes on a 768x1024 layer's tiles), and its blocks' count where K is split failed to
+    lower."""
+    if knobs.promote_overlap is None:
+        return None
+    return (f"v8 for any M keeps its tile walk's counts in registers, where promote_overlap's "
+            f"third set of accumulators spills: promote_overlap=none, not "
+            f"{knobs.promote_overlap}")
+
+
+ANY_M_CHECKS = (any_m_workspace_refusal, any_m_overlap_refusal)  # v8 for any M's, besides CHECKS
+
 CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
           _shared_memory_refusal, _split_refusal, _overlap_refusal, _staging_refusal,
           _workspace_refusal)

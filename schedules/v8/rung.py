@@ -31,8 +31,8 @@ def v8_kernel(wl: Workload, **knobs):
 def v8_kernel_any_m(wl: Workload, **knobs):
     """v8's kernel for every M up to wl's: M is a size given at each call (A's rows), and wl's
     M the most a call may bring where split_k > 1 without split_tail (it sizes split K's
-    workspace; with split_tail any M fits). Refused as v8 refuses wl, and where the workspace
-    for any M would pass MOST_PARTIAL_BYTES."""
+    workspace; with split_tail any M fits). Refused as v8 refuses wl, where the workspace
+    for any M would pass MOST_PARTIAL_BYTES, and with promote_overlap (ANY_M_CHECKS)."""
     return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS,
                                             most_m=wl.dims["M"]))
 
