@@ -321,6 +321,8 @@ def test_searches_under_different_shared_memory_limits_are_told_apart():
     ("flush", "sideways", "flush 'sideways' is none of read, write, none"),
     ("params", [], "params [] is not dict"),
     ("resources", {"": None}, "resources of kernel '' null are not counts"),  # found by hypothesis
+    ("resources", {"k": {"registers": 168, "wgmma_serialized": 1}},
+     "resources of kernel 'k' {\"registers\": 168, \"wgmma_seriali"),
 ])
 def test_a_record_with_a_bad_field_is_named_by_line_and_skipped_and_the_rest_renders(
         tmp_path, field, value, says):
@@ -334,6 +336,19 @@ def test_a_record_with_a_bad_field_is_named_by_line_and_skipped_and_the_rest_ren
     assert len(loaded.problems) == 1 and loaded.problems[0].startswith(f"{path}:2: {says}")
     assert [r["schedule"] for r in loaded.records] == ["naive", "v2", "v3", "dlight", "cublas"]
     assert "| v3 " in render(loaded.records) and "| v1 " not in render(loaded.records)
+
+
+def test_a_record_with_the_resources_nvcc_reports_passes_its_field_checks():
+    """build.nvcc_resources' counts and its wgmma_serialized flag (a bool, not a count) are a
+    record's resources as they are written."""
+    from tuning import build
+
+    usage = build._parse_resource_usage(
+        "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+        "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads")
+    assert usage["k"]["wgmma_serialized"] is False and usage["k"]["registers"] == 168
+    assert records.measurement_problem({**seed_run()[1], "resources": usage}) is None
 
 
 def test_every_committed_record_passes_its_field_checks():

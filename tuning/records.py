@@ -156,11 +156,13 @@ def _kind_problem(record: dict) -> str | None:
 
 
 def _resources_problem(resources: dict | None) -> str | None:
-    """What is wrong with a record's resources: per kernel, nvcc's counts (numbers) by name."""
+    """What is wrong with a record's resources: per kernel, nvcc's counts (numbers) by name,
+    and whether ptxas serialized its wgmmas (true or false, build.nvcc_resources)."""
     for kernel, usage in (resources or {}).items():
         if not isinstance(usage, dict) or not all(
-                isinstance(count, NUMBER) and not isinstance(count, bool)
-                for count in usage.values()):
+                isinstance(value, bool) if name == "wgmma_serialized"
+                else isinstance(value, NUMBER) and not isinstance(value, bool)
+                for name, value in usage.items()):
             return f"resources of kernel '{kernel[:40]}' {json.dumps(usage)[:40]} are not counts"
     return None
 
