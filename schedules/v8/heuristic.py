@@ -7,9 +7,9 @@ from __future__ import annotations
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
-from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_BYTES, arena_bytes, box_bytes,
-                       consumer_accumulators, k_block_count, staged_operands,
-                       widest_fitting)
+from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_BYTES,
+                       arena_bytes, box_bytes, consumer_accumulators, k_block_count,
+                       staged_operands, widest_fitting)
 from .knobs import Knobs
 from .refusals import c_rows_take_tma, promoted_sets, tile_refusal, workload_refusal
 

@@ -210,9 +210,8 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """v8 for any M up to wl's: no promote_overlap. Its tile walk's counts, computed from M at
-    each call, leave no registers for the third set of accumulators (ptxas spilled 4 to 612
-    bytes on a 768x1024 layer's tiles), and its blocks' count where K is split failed to
-    lower."""
+    each call, leave no registers for the third set of accumulators (ptxas spills them), and
+    its split units' counts of K blocks do not lower (reports/notes/h100-shapes.md)."""
     if knobs.promote_overlap is None:
         return None
     return (f"v8 for any M keeps its tile walk's counts in registers, where promote_overlap's "
