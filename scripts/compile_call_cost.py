@@ -35,14 +35,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from facts import check_writable  # noqa: E402
 import linear  # noqa: E402
 from linear.buckets import BucketTable, buckets_from_edges  # noqa: E402
 from linear.candidates import (  # noqa: E402
     LAYER_DTYPES, TORCH, Candidate, LayerShape, build_candidate, candidates, launcher)
+from linear.module import _linear_fake  # noqa: E402  the fake our operator registers
 from linear.portfolio import BucketKernel, LayerKernels  # noqa: E402
 from schedules import ExplorerError, Workload, parse_shape  # noqa: E402
-from schedules.errors import UsageError  # noqa: E402
-from tuning import loader  # noqa: E402
+from schedules.errors import KernelFailed, UsageError  # noqa: E402
+from tuning import loader, measure  # noqa: E402
 
 ALL_MODES = ("eager", "default", "reduce-overhead")
 WARMUP = 50
@@ -66,15 +68,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def checked(args: argparse.Namespace) -> tuple[LayerShape, int, Candidate]:
     """The layer, its M and the candidate the arguments ask for; ExplorerError (one line) for
     anything else, before any GPU work."""
-    m, n, k = parse_shape(args.shape, "gemm")
-    Workload("gemm", (m, n, k), args.dtype, None, "nt")  # refuses dimensions and dtypes
+    # the Workload refuses dimensions (their count too) and dtypes before the shape is unpacked
+    m, n, k = Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, None, "nt").shape
     if args.dtype not in LAYER_DTYPES:
         raise UsageError(f"linear layers take {' or '.join(LAYER_DTYPES)}, not {args.dtype}")
     if args.calls < 1 or args.rounds < 1:
         raise UsageError(f"--calls and --rounds are at least 1, not {args.calls} and "
                          f"{args.rounds}")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        raise UsageError(f"--json {args.json}: its directory does not exist")
+    if args.json:
+        check_writable(args.json, "--json")  # not after the whole GPU run
     layer = LayerShape(n, k, args.dtype)
     ours = [c for c in candidates(layer, _buckets(m)[-1], m) if c.built]
     chosen = [c for c in ours if args.kernel in (None, c.name)]
@@ -104,25 +106,20 @@ def forced_layer(stock: torch.nn.Linear, m: int, candidate: Candidate) -> linear
     return layer
 
 
-def _fake(x, weight, bias, layer, check=True):
-    """The no-op operators' output for tracing, as our operator's fake gives it."""
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
 def noop_ops(out: torch.Tensor) -> tuple:
     """Two operators of our operator's schema whose CUDA kernels return `out`: one defined as
     ours is (torch.library.Library), one through torch.library.custom_op."""
     _LIBRARY.define("noop(Tensor x, Tensor weight, Tensor? bias, int layer, bool check=True) "
                     "-> Tensor")
     _LIBRARY.impl("noop", lambda x, weight, bias, layer, check=True: out, "CUDA")
-    torch.library.register_fake("call_cost_probe::noop", _fake, lib=_LIBRARY)
+    torch.library.register_fake("call_cost_probe::noop", _linear_fake, lib=_LIBRARY)
 
     @torch.library.custom_op("call_cost_probe::noop_custom", mutates_args=(), device_types="cuda")
     def noop_custom(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                     layer: int, check: bool = True) -> torch.Tensor:
         return out
 
-    noop_custom.register_fake(_fake)
+    noop_custom.register_fake(_linear_fake)
     return torch.ops.call_cost_probe.noop.default, noop_custom
 
 
@@ -178,7 +175,8 @@ def measured(name: str, fn, mode: str, x: torch.Tensor, calls: int, rounds: int)
         run = fn if mode == "eager" else torch.compile(fn, mode=mode)
         found = [loop_us(run, x, calls) for _ in range(rounds)]
     except Exception as e:  # noqa: BLE001  reported in its row
-        return {**row, "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"}
+        said = next(iter(str(e).strip().splitlines()), "")  # an exception may say nothing
+        return {**row, "error": type(e).__name__ + (f": {said[:200]}" if said else "")}
     return {**row, **{key: statistics.median(r[key] for r in found) for key in found[0]},
             "rounds": found}
 
@@ -195,7 +193,8 @@ def line(row: dict) -> str:
 
 def run_all(layer: LayerShape, m: int, candidate: Candidate, calls: int, rounds: int) -> dict:
     """Build our layer, check it against F.linear, then time every subject in its modes,
-    printing each row as it is measured."""
+    printing each row as it is measured. BuildFailed where the kernel does not build,
+    KernelFailed where its error against F.linear is over the layer's tolerance."""
     torch.manual_seed(0)
     dtype = getattr(torch, layer.dtype)
     stock = torch.nn.Linear(layer.in_features, layer.out_features, bias=False, device="cuda",
@@ -205,6 +204,11 @@ def run_all(layer: LayerShape, m: int, candidate: Candidate, calls: int, rounds:
     with torch.no_grad():
         want = stock(x).float()
         error = float((ours(x).float() - want).norm() / want.norm())
+        allowed = measure.tolerance(layer.gemm(m))  # the portfolio's check's
+        if not error <= allowed:  # NaN too
+            raise KernelFailed(f"{candidate.name} is wrong for {m}x{layer.out_features}x"
+                               f"{layer.in_features} {layer.dtype}: relative error {error:.3g} "
+                               f"against F.linear, over {allowed:g}; nothing timed")
         print(f"{m}x{layer.out_features}x{layer.in_features} {layer.dtype} on "
               f"{torch.cuda.get_device_name()}: ours {candidate.name} (relative error "
               f"{error:.2e} against F.linear), {calls} calls a loop, median of {rounds} loops\n"
@@ -226,14 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         layer, m, candidate = checked(args)
-    except ExplorerError as e:
+        if loader.gpu_here() is None:
+            print("compile_call_cost.py times calls: it needs a CUDA GPU, and there is none here",
+                  file=sys.stderr)
+            return 1
+        found = run_all(layer, m, candidate, args.calls, args.rounds)
+    except ExplorerError as e:  # bad input (2), or a kernel that did not build or is wrong (1)
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if loader.gpu_here() is None:
-        print("compile_call_cost.py times calls: it needs a CUDA GPU, and there is none here",
-              file=sys.stderr)
-        return 1
-    found = run_all(layer, m, candidate, args.calls, args.rounds)
+        return e.exit_status
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

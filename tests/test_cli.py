@@ -366,8 +366,15 @@ V8 = ["--schedules", "v8"]
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
     ("compile_call_cost.py", ["--shape", "0x64x64"], 2,
      "error: dimensions must be positive, got M=0\n"),
+    ("compile_call_cost.py", ["--shape", "16x4096"], 2,
+     "error: gemm takes a shape MxNxK of 3 integers, got (16, 4096)\n"),
+    ("compile_call_cost.py", ["--shape", "1x2x3x4"], 2,
+     "error: gemm takes a shape MxNxK of 3 integers, got (1, 2, 3, 4)\n"),
     ("compile_call_cost.py", ["--dtype", "float32"], 2,
      "error: linear layers take float16 or bfloat16, not float32\n"),
+    ("compile_call_cost.py", ["--json", ROOT], 2, f"error: --json {ROOT} is a directory\n"),
+    ("compile_call_cost.py", ["--json", "/proc/x.json"], 2,
+     "error: cannot write --json /proc/x.json: "),
     ("compile_call_cost.py", ["--calls", "0"], 2, "error: --calls and --rounds are at least 1"),
     ("compile_call_cost.py", ["--kernel", "v9"], 2, "error: no candidate v9 for 4096x4096 "
                                                     "bfloat16 at M = 16; its candidates: v8:"),
@@ -383,6 +390,33 @@ def test_the_gpu_scripts_refuse_bad_input_and_a_machine_without_a_gpu_in_one_lin
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == code
     assert (done.stderr + done.stdout).startswith(said) and "Traceback" not in done.stderr
+
+
+def test_the_call_cost_script_says_in_one_line_what_stopped_a_run(capsys, monkeypatch):
+    """A kernel that did not build (or is wrong: KernelFailed) ends the run in one line, exit
+    1, not a traceback; a subject that raised with no message still gets its row."""
+    import importlib.util
+
+    from schedules.errors import BuildFailed
+
+    spec = importlib.util.spec_from_file_location(
+        "compile_call_cost", os.path.join(ROOT, "scripts", "compile_call_cost.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def failed(*args):
+        raise BuildFailed("v8 did not compile")
+
+    monkeypatch.setattr(script.loader, "gpu_here", lambda: {"compute_capability": "9.0"})
+    monkeypatch.setattr(script, "run_all", failed)
+    assert script.main(["--shape", "16x64x64"]) == 1
+    assert capsys.readouterr().err == "error: v8 did not compile\n"
+
+    def silent(x):
+        raise RuntimeError()
+
+    assert script.measured("kernel", silent, "eager", None, 1, 1) == {
+        "subject": "kernel", "mode": "eager", "error": "RuntimeError"}
 
 
 def results_of_the_seed_run(tmp_path):
