@@ -581,6 +581,22 @@ def test_v8_promote_overlap_takes_the_blocks_after_whole_runs_in_one_shorter_run
     assert outside == 7 * 4  # the shorter run's blocks' k steps
 
 
+def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():
+    """ptxas's C7514 line (as it printed it for an overlapped run read across the K loop's back
+    edge) marks its kernel; a kernel without it is marked false."""
+    usage = build._parse_resource_usage(
+        "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are "
+        "serialized due to non wgmma instructions reading accumulator registers of  a wgmma "
+        "between start and end of the pipeline stage in the function 'main_kernel'\n"
+        "ptxas info    : Compiling entry function 'main_kernel' for 'sm_90a'\n"
+        "ptxas info    : Used 168 registers, used 16 barriers, 1024 bytes smem\n"
+        "ptxas info    : Compiling entry function 'other' for 'sm_90a'\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 0 bytes smem\n")
+    assert usage["main_kernel"]["wgmma_serialized"] is True
+    assert usage["main_kernel"]["registers"] == 168
+    assert usage["other"]["wgmma_serialized"] is False
+
+
 @pytest.mark.parametrize("wl, knobs", [
     (gemm((4096, 4096, 4096), FP8, "bfloat16", "nt"), {"block_n": 128, "promote_overlap": 4}),
     (gemm((128, 4608, 4096), FP8, "bfloat16", "nt"),

@@ -321,6 +321,10 @@ def test_searches_under_different_shared_memory_limits_are_told_apart():
     ("flush", "sideways", "flush 'sideways' is none of read, write, none"),
     ("params", [], "params [] is not dict"),
     ("resources", {"": None}, "resources of kernel '' null are not counts"),  # found by hypothesis
+    ("curve", [1, 2], "curve [1, 2] is not a list of [trial, time] points"),
+    ("compute_ceiling", {"kind": "ceiling"}, "compute_ceiling: no 'schedule' field"),
+    ("timing", {"median_ms": 1.0, "min_ms": 1.0, "max_ms": 1.0, "p99": 2.0},
+     'timing {"median_ms": 1.0'),
     ("resources", {"k": {"registers": 168, "wgmma_serialized": 1}},
      "resources of kernel 'k' {\"registers\": 168, \"wgmma_seriali"),
 ])

@@ -40,6 +40,7 @@ OPTIONAL = {"params": dict, "timing": dict, "resources": dict, "structure": dict
             "seed": int, "rules": str, "space": int, "shared_kb": int, "trials_per_min": NUMBER,
             "schema": int}
 TIMES = ("median_ms", "min_ms", "max_ms")  # a timing's times: positive, finite
+TIMING_NAMES = {*TIMES, "samples", "method"}  # every name a timing may have (facts.record.Timing)
 WORKLOAD_KINDS = ("rung", "tuned", "baseline", "search")  # records of one workload
 WORKLOAD = {"shape": list, "dtype": str, "out_dtype": str, "layout": str}  # as recorded
 CEILING_OPS = ("copy", "read", "compute")  # what a ceiling record measured
@@ -140,9 +141,7 @@ def _kind_problem(record: dict) -> str | None:
         return f"a {kind} record without its params (where it came from)"
     if kind == "search":
         curve = record.get("curve")
-        if not isinstance(curve, list) or not curve or not all(
-                isinstance(p, list) and len(p) == 2 and isinstance(p[1], (*NUMBER, type(None)))
-                for p in curve):
+        if not curve or not _is_curve(curve):
             return "a search without its curve of [trial, time] points"
         if not isinstance(record.get("search"), str) or not isinstance(record.get("trials"), int) \
                 or record["search"] != "metaschedule" and not isinstance(record.get("tuner"), str):
@@ -167,6 +166,31 @@ def _resources_problem(resources: dict | None) -> str | None:
     return None
 
 
+def _typed_fields_problem(record: dict) -> str | None:
+    """What is wrong with the fields that facts.record.Record reads into types of its own, on
+    a record of any kind: a timing with a Timing's names (its three times at least), a curve
+    of [trial, time] points, a compute ceiling that is itself a sound record."""
+    timing = record.get("timing")
+    if isinstance(timing, dict) and not set(TIMES) <= set(timing) <= TIMING_NAMES:
+        return (f"timing {json.dumps(timing)[:40]} does not have a timing's names "
+                f"({', '.join(TIMES)}; samples, method)")
+    curve = record.get("curve")
+    if curve is not None and not _is_curve(curve):
+        return f"curve {json.dumps(curve)[:40]} is not a list of [trial, time] points"
+    ceiling = record.get("compute_ceiling")
+    if ceiling is not None:
+        problem = measurement_problem(ceiling)
+        return f"compute_ceiling: {problem}" if problem else None
+    return None
+
+
+def _is_curve(curve) -> bool:
+    """Whether `curve` is a list of [trial, time] points (time a number, or null)."""
+    return isinstance(curve, list) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[1], (*NUMBER, type(None)))
+        for p in curve)
+
+
 def measurement_problem(record) -> str | None:
     """What is wrong with a measurement record (as bench.Run.record writes them), field by
     field, in one phrase; None for a record that the reports and `best` can read."""
@@ -176,7 +200,8 @@ def measurement_problem(record) -> str | None:
         for name, kind in fields.items():
             if problem := _type_problem(record, name, kind, optional):
                 return problem
-    return _resources_problem(record.get("resources")) or _kind_problem(record)
+    return _resources_problem(record.get("resources")) or _kind_problem(record) \
+        or _typed_fields_problem(record)
 
 
 def load(path: str, required: tuple[str, ...] = MEASUREMENT,

@@ -138,6 +138,13 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
         and MOST_OVERLAP in space["promote_overlap"] else None
 
 
+def long_runs_asked(space: dict) -> bool:
+    """Whether the user or a search names promote_overlap runs longer than v8 takes where K is
+    split (MOST_SPLIT_OVERLAP): their tiles are then whole."""
+    (run, *others) = space["promote_overlap"]
+    return not others and run is not None and run > MOST_SPLIT_OVERLAP
+
+
 def split_overlap(overlap: int | None, split_k: int, space: dict) -> int | None:
     """promote_overlap where K is split: at most MOST_SPLIT_OVERLAP (v8 refuses longer runs
     there), the longest of the space's that fits."""
@@ -205,7 +212,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     if workload_refusal(wl):
         return {}
     pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster
-    if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong:  # whole tiles
+    if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong \
+            or long_runs_asked(space):  # whole tiles
         space = {**space, "split_k": [1], "split_tail": [False]}
     promote_k = knobs["promote_k"] if len(space["promote_k"]) == 1 else \
         PROMOTE_K if wl.dtype == FP8 and PROMOTE_K in space["promote_k"] else None

@@ -429,8 +429,8 @@ def k_loop(plan, me, shared, count, scales):
     """The consumer's K loop over its unit's `count` K blocks (`k_block`); with
     promote_overlap, in whole runs of that many blocks (`overlapped_run`), then the blocks
     left: as one shorter run where their count is known as the kernel is built, else (K split:
-    known at the call) one at a time, promoted as promote_k promotes (a loop of runs there
-    spilled registers)."""
+    known at the call) one at a time, promoted as promote_k promotes (ptxas spills registers
+    for runs of a count known only at the call)."""
     if plan.overlaps:
         run = T.meta_var(plan.knobs.promote_overlap)
         for kr in range(count // run):
@@ -473,7 +473,6 @@ def multiply(plan, me, shared, cta, j, count, scales):
         if count % plan.promote_blocks != 0:  # the blocks since the last promotion
             for i in T.unroll(plan.accumulators):
                 me.sums[i] = me.sums[i] + acc[i]
-    if plan.promotes:
         for i in T.unroll(plan.accumulators):
             acc[i] = me.sums[i]
     cuda_call(FREE_STAGE, shared.empty.ptr_to([(used[0] + count - 1) % plan.knobs.stages]),

@@ -112,6 +112,9 @@ def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     if overlap is None:
         return None
     block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
+    if wl.dtype != FP8:
+        return (f"v8's promote_overlap overlaps fp8's promotions (promote_k); {wl.dtype} wgmma "
+                f"accumulates in float32 already: promote_overlap must be none, not {overlap}")
     if not 2 <= overlap <= MOST_OVERLAP:
         return (f"v8's promote_overlap is the K blocks multiplied in turn between waits for the "
                 f"tensor cores: none (off) or 2 to {MOST_OVERLAP}, not {overlap}")

@@ -82,8 +82,10 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     default for fp8 is 128, none is the fast form). promote_overlap (promote_k of one K
     block; 2 to 8): runs of that many K blocks multiply into two sets of accumulators in turn,
     each block's sums promoted while the next block's wgmmas run, and the consumer waits for
-    the tensor cores once a run (the blocks left after whole runs in runs of two), where
-    otherwise every promotion waits for them (three sets of registers: 128x128 tiles at most). A TIRx kernel (schedules/v8/), sm_90a only.
+    the tensor cores once a run (the blocks left after whole runs: one shorter run, or where
+    K is split one at a time, waiting), where otherwise every promotion waits for them (three
+    sets of registers: at most 64 accumulators a consumer, as 128x128 and 64x256 tiles give).
+    A TIRx kernel (schedules/v8/), sm_90a only.
 
     Against v7: one thread issues a box's TMA load where v7's 256 threads each computed
     addresses and issued cp.async, so the kernel runs far fewer instructions (the counter it
