@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 import tvm
 
-from schedules.errors import KernelFailed
+from schedules.errors import KernelFailed, UsageError
 from tuning import loader, measure
 from tuning.farm import BUILD_WORKERS_VARIABLE
 from tuning.progress import Progress
@@ -36,8 +36,19 @@ from .candidates import TORCH, Candidate, LayerShape, build_candidate, candidate
 
 FLUSH = "read"  # a model's layers find their weights in DRAM: each launch after an L2 flush
 PROBE_BUDGET_MS = 60.0  # timing budget of one candidate at one probe M
-BUILD_WORKERS = int(os.environ.get(BUILD_WORKERS_VARIABLE)  # a farm server's share of its host
-                    or max(1, min(16, (os.cpu_count() or 2) - 1)))
+
+
+def _build_workers() -> int:
+    """How many processes build candidates: FARM_BUILD_WORKERS where set (a farm server's share
+    of its host), else this host's CPUs less one, at most 16. Read when building, not at import,
+    so that a bad value is refused in one line (UsageError), not a traceback at `import linear`."""
+    value = os.environ.get(BUILD_WORKERS_VARIABLE, "").strip()
+    if not value:
+        return max(1, min(16, (os.cpu_count() or 2) - 1))
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"{BUILD_WORKERS_VARIABLE} is a count of build processes (at least 1), "
+                         f"not {value!r}")
+    return int(value)
 
 
 @dataclass
@@ -110,12 +121,12 @@ class Pending:
 
 def _build_all(pending: list[Pending], max_tokens: int, arch: str,
                say: Callable[[str], None]) -> None:
-    """Build every TVM candidate of every pending bucket, in BUILD_WORKERS processes."""
+    """Build every TVM candidate of every pending bucket, in _build_workers() processes."""
     jobs = [(p, c) for p in pending for c in p.candidates if c.built]
     if not jobs:
         return
     started = time.perf_counter()
-    with ProcessPoolExecutor(BUILD_WORKERS, mp_context=get_context("spawn")) as pool, \
+    with ProcessPoolExecutor(_build_workers(), mp_context=get_context("spawn")) as pool, \
             contextlib.closing(Progress(len(jobs), "building", "candidate")) as progress:
         futures = [(p, c, pool.submit(_build_to_file, (p.layer, p.bucket, c, max_tokens, arch)))
                    for p, c in jobs]
@@ -283,8 +294,9 @@ def _from_cache(layer: LayerShape, bucket: Bucket, key: dict, cache: Cache,
 
 class Tuner:
     """How a portfolio tunes the buckets the cache lacks, on this machine: the GPU it measures on
-    (which cache keys name) and the measuring. A farm's servers tune with the head's Tuner
-    (linear/farm.py); the farm's CPU tests stand in for the GPU with a Tuner of their own."""
+    (which cache keys name) and the measuring. A farm's servers tune with a Tuner of their own,
+    on their own GPUs (tvm_explorer/farm.py gives each PairServer this default one); the farm's
+    CPU tests stand in for the GPU with a Tuner subclass, on the head and the servers alike."""
 
     def gpu(self) -> dict:
         """This machine's GPU (loader.gpu_here); KernelFailed without one."""
