@@ -326,8 +326,7 @@ def main(argv: list[str] | None = None,
     except KeyboardInterrupt:
         if args is None:
             return 130
-        kept = args.work_dir or args.records or args.results
-        print(f"\ninterrupted: everything measured so far is kept in {kept}; "
+        print(f"\ninterrupted: everything measured so far is kept in {kept_in(args)}; "
               "run the same command again to resume", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -338,6 +337,16 @@ def main(argv: list[str] | None = None,
             raise
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
+
+
+def kept_in(args: argparse.Namespace) -> str:
+    """Where an interrupted command keeps what it measured, for its interrupt line: for linear,
+    the linear cache (with its root where linear.cache is loaded; before, nothing was tuned),
+    else the work dir, records or results file."""
+    if args.mode != "linear":
+        return args.work_dir or args.records or args.results
+    cache = sys.modules.get("linear.cache")
+    return "the linear cache" + (f" ({cache.default_root()})" if cache else "")
 
 
 def closed_pipe() -> int:
