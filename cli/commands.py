@@ -354,7 +354,7 @@ def linear_layers(args) -> None:
     from linear.portfolio import prepare
     from schedules import Workload, parse_shape
 
-    if bool(args.rpc_tracker) != bool(args.rpc_key):
+    if (args.rpc_tracker is None) != (args.rpc_key is None):
         raise Refused("a farm is named by --rpc-tracker HOST:PORT and --rpc-key KEY together "
                       "(the key its servers registered under)")
     if not args.shape:
@@ -368,7 +368,7 @@ def linear_layers(args) -> None:
               for text in args.shape]
     buckets, max_tokens = buckets_from_edges(), args.max_tokens or DEFAULT_MAX_TOKENS
     found = (farm.prepare(layers, buckets, max_tokens, args.rpc_tracker, args.rpc_key, say=say,
-                          warn=warn) if args.rpc_tracker else
+                          warn=warn) if args.rpc_tracker is not None else
              prepare(layers, buckets, max_tokens, say=say, warn=warn))
     for layer, kernels in found.items():
         chosen = {bucket.label(): kernel.candidate.name

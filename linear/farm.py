@@ -10,7 +10,8 @@ cache as it lands, then loads every kernel from there (portfolio.prepare).
 The farm's own machinery (tuning.farm.FarmClient) hands each pair to a free server, at most
 SESSIONS per server at once. A server lost or hung with a pair costs that pair only: it goes to
 the next free server, one line says so, and after LOST_TRIES servers it is tuned here, as are
-those no server could tune and those left when the farm has gone. A pair is in the cache as soon
+those no server could tune (a server whose worker hangs on a pair kills it and says so, within
+1/SESSIONS of the head's wait) and those left when the farm has gone. A pair is in the cache as soon
 as it lands, so a head killed mid-way resumes from the cache, tuning nothing again. An entry
 made on a server is keyed by the server's GPU and versions (its manifest's key): where they are
 not the head's, the head does not use it, and portfolio.prepare says so in one line and tunes
@@ -27,11 +28,11 @@ import socket
 import tempfile
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Callable
 
-from schedules.errors import FarmGone
+from schedules.errors import FarmGone, UsageError
 from tuning.candidates import BUILD_TIMEOUT_S, RUN_TIMEOUT_S, error_summary
 from tuning.farm import (LOST_TRIES, SESSIONS, SETUP_S, FarmClient, ServersLost, Unreached,
                          say_here)
@@ -49,10 +50,11 @@ class _Left(Exception):
     where client.call has said it)."""
 
 
-def _request(layer: LayerShape, bucket: Bucket, max_tokens: int) -> str:
-    """A (layer, bucket) as a server is asked to tune it, JSON."""
+def _request(layer: LayerShape, bucket: Bucket, max_tokens: int, lost_after: float) -> str:
+    """A (layer, bucket) as a server is asked to tune it, JSON, with how long the head waits
+    for the answer (`lost_after`, which bounds the server's wait on its worker)."""
     return json.dumps({"layer": dataclasses.asdict(layer), "bucket": [bucket.first, bucket.last],
-                       "max_tokens": max_tokens})
+                       "max_tokens": max_tokens, "lost_after": lost_after})
 
 
 def _asked(request: dict) -> tuple[LayerShape, Bucket, int]:
@@ -71,12 +73,35 @@ def _ready() -> None:
     """Nothing: a worker that has run it has imported torch, TVM and the project."""
 
 
-def _started_worker() -> ProcessPoolExecutor:
+def _started_worker() -> tuple[ProcessPoolExecutor, Future]:
     """A worker process for PairServer, started now (not at the first pair, which would wait
-    for its imports)."""
+    for its imports), and the future of its being ready (_ready run)."""
     worker = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
-    worker.submit(_ready)
-    return worker
+    return worker, worker.submit(_ready)
+
+
+class _Hung(Exception):
+    """A worker that gave no answer in time, with the line that says so."""
+
+
+def _answer(future: Future, bound_s: float, what: str):
+    """`future`'s result within `bound_s`; _Hung, saying that the worker gave no answer `what`
+    in that time, where it has none by then (a TimeoutError of the worker's own is raised)."""
+    try:
+        return future.result(timeout=bound_s)
+    except TimeoutError:
+        if future.done():
+            raise
+        raise _Hung(f"its worker gave no answer {what} in {bound_s:.0f} s; the worker is "
+                    "killed") from None
+
+
+def _ended(worker: ProcessPoolExecutor) -> None:
+    """`worker` ended now, busy or not: its process killed (shutdown alone leaves a busy one
+    running, a hung kernel for ever), then the pool shut without waiting."""
+    for process in list((worker._processes or {}).values()):
+        process.kill()
+    worker.shutdown(wait=False, cancel_futures=True)
 
 
 def _tune_pair(tuner: portfolio.Tuner, request: dict) -> dict:
@@ -100,15 +125,19 @@ def _tune_pair(tuner: portfolio.Tuner, request: dict) -> dict:
 class PairServer:
     """The servers' remote function TUNE (tvm_explorer/farm.py registers it): a (layer, bucket)
     tuned by portfolio.prepare with `tuner` in this server's worker process, so that a kernel
-    that faults takes the worker, not the server (a worker that failed is replaced), and one
-    pair at a time, so that each pair's timings have this GPU to themselves (a second session
-    waits for the first). Replies with JSON: the entry made (_tune_pair) or the error, with the
-    server's name and the seconds it took."""
+    that faults takes the worker, not the server, and one pair at a time, so that each pair's
+    timings have this GPU to themselves (a second session waits for the first). The worker,
+    once started, has a 1/SESSIONS share of the head's wait for the pair (a pair may wait on
+    the lock for one other's share): a worker that fails or has not answered by then is
+    killed and replaced, and the reply, due before the head gives up on this server, is the
+    error (the head then tunes the pair itself, as any a server could not tune). Replies with
+    JSON: the entry made (_tune_pair) or the error, with the server's name and the seconds it
+    took."""
 
     def __init__(self, tuner: portfolio.Tuner | None = None):
         self.tuner = tuner or portfolio.Tuner()
         self.lock = threading.Lock()
-        self.worker = _started_worker()
+        self.worker, self.ready = _started_worker()
 
     def __call__(self, request: str) -> str:
         asked = json.loads(request)
@@ -116,16 +145,27 @@ class PairServer:
         say_here(f"tuning {label}")
         with self.lock:
             started = time.monotonic()
-            try:
-                reply = self.worker.submit(_tune_pair, self.tuner, asked).result()
-            except Exception as e:  # noqa: BLE001  the pair's failure, or its worker's end
-                reply = {"error": error_summary(f"{type(e).__name__}: {e}")}
-                self.worker.shutdown(wait=False, cancel_futures=True)
-                self.worker = _started_worker()
+            reply = self._tuned(asked, asked["lost_after"] / SESSIONS)
         seconds = time.monotonic() - started
         say_here(f"{label}: {reply.get('error') or reply['manifest']['choice']} in {seconds:.1f} s")
         server = f"{os.environ.get('FARM_SERVER', 'a server')} on {socket.gethostname()}"
         return json.dumps({**reply, "server": server, "seconds": seconds})
+
+    def _tuned(self, asked: dict, bound_s: float) -> dict:
+        """The worker's reply to `asked` within `bound_s` of its being ready (its start is the
+        server's setup, which the head's wait allows SETUP_S for apart); else the error, the
+        worker ended (_ended) and a new one started."""
+        try:
+            _answer(self.ready, SETUP_S, "to start")
+            tuning = self.worker.submit(_tune_pair, self.tuner, asked)
+            return _answer(tuning, bound_s, "to the pair")
+        except _Hung as e:
+            error = str(e)
+        except Exception as e:  # noqa: BLE001  the pair's failure, or its worker's end
+            error = error_summary(f"{type(e).__name__}: {e}")
+        _ended(self.worker)
+        self.worker, self.ready = _started_worker()
+        return {"error": error}
 
 
 # -- the head: the pairs the cache lacks sent to the farm, then loaded from the cache ------------
@@ -147,9 +187,10 @@ def _write(cache: Cache, reply: dict):
 
 
 def _lost_after(layer: LayerShape, bucket: Bucket, max_tokens: int) -> float:
-    """How long a pair may take before its server counts as hung: a server's setup, then each
-    of its candidates built and run at their timeouts, one after another, the pair a server's
-    other session holds too (its server tunes one at a time)."""
+    """How long the head waits on a server for a pair before it counts the server as hung:
+    SETUP_S, then SESSIONS shares of the pair's candidates' build and run timeouts, summed (a
+    share for the pair and one for each other pair its server may tune first). PairServer gives
+    its worker 1/SESSIONS of it."""
     return SETUP_S + SESSIONS * len(candidates(layer, bucket, max_tokens)) * (
         BUILD_TIMEOUT_S + RUN_TIMEOUT_S)
 
@@ -162,9 +203,9 @@ def _on_a_server(client: FarmClient, layer: LayerShape, bucket: Bucket, max_toke
     label = _label(layer, bucket)
     lost_after = lost_after_s or _lost_after(layer, bucket, max_tokens)
     try:
-        answer = client.call(TUNE, _request(layer, bucket, max_tokens), lost_after, label,
-                             ("it goes to the next free server",
-                              f"{LOST_TRIES} servers lost it: it is tuned here"))
+        answer = client.call(TUNE, _request(layer, bucket, max_tokens, lost_after),
+                             lost_after, label, ("it goes to the next free server",
+                                                 f"{LOST_TRIES} servers lost it: it is tuned here"))
     except ServersLost:
         raise _Left() from None
     except Unreached as e:
@@ -204,6 +245,14 @@ def _tune_on_farm(client: FarmClient, pairs: list[tuple[LayerShape, Bucket]], ma
              f"had not tuned {'are' if gone > 1 else 'is'} tuned here")
 
 
+def refuse_empty(tracker: str, key: str) -> None:
+    """A farm named with an empty (or blank) tracker or key refused (UsageError), so that it is
+    not taken for no farm, which would quietly tune everything here."""
+    if not tracker.strip() or not key.strip():
+        raise UsageError(f"a farm is named by its tracker's host:port and its servers' key, "
+                         f"neither empty; not tracker {tracker!r} and key {key!r}")
+
+
 def _missing(cache: Cache, key: dict) -> bool:
     """Whether `cache` has no entry for `key` (a corrupt one is portfolio.prepare's to name,
     remove and tune again)."""
@@ -218,8 +267,10 @@ def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: i
     bucket) pairs the cache lacks are tuned on its servers first (`lost_after_s`: how long one
     may take before its server counts as hung; by default its candidates' builds and runs at
     their timeouts), then portfolio.prepare (with `tuner`) loads every pair from the cache and
-    tunes here what the farm did not. A tracker that cannot be reached, or has no server under
-    `key`, is refused (UsageError) before anything is tuned."""
+    tunes here what the farm did not. An empty tracker or key, a tracker that cannot be
+    reached, or one with no server under `key`, is refused (UsageError) before anything is
+    tuned."""
+    refuse_empty(tracker, key)
     cache, tuner = cache or Cache(), tuner or portfolio.Tuner()
     client = FarmClient(tracker, key, say=warn)
     gpu = tuner.gpu()

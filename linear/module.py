@@ -414,11 +414,14 @@ def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=
             rpc_tracker: str | None = None, rpc_key: str | None = None) -> dict:
     """Give every Linear of `model` (or `model` itself) its kernels: each distinct (shape,
     buckets, max_tokens) is tuned or loaded once (portfolio.prepare) and shared. With a farm
-    (`rpc_tracker` host:port and `rpc_key`, as searches name one), what the cache lacks is
-    tuned on the farm's servers (farm.prepare). Returns the LayerKernels by layer shape."""
+    (`rpc_tracker` host:port and `rpc_key`, as searches name one, neither empty), what the
+    cache lacks is tuned on the farm's servers (farm.prepare). Returns the LayerKernels by
+    layer shape."""
     if (rpc_tracker is None) != (rpc_key is None):
         raise UsageError("a farm is named by both rpc_tracker (its tracker's host:port) and "
                          "rpc_key (the key its servers registered under)")
+    if rpc_tracker is not None:
+        farm.refuse_empty(rpc_tracker, rpc_key)
     layers = [model] if isinstance(model, Linear) else \
         [m for m in model.modules() if isinstance(m, Linear)]
     for layer in layers:
@@ -432,7 +435,7 @@ def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=
     for (buckets, max_tokens), members in groups.items():
         shapes = [m.shape for m in members]
         kernels = (farm.prepare(shapes, buckets, max_tokens, rpc_tracker, rpc_key, cache, say,
-                                warn) if rpc_tracker else
+                                warn) if rpc_tracker is not None else
                    prepare_kernels(shapes, buckets, max_tokens, cache, say, warn))
         for member in members:
             member.kernels = kernels[member.shape]

@@ -3,7 +3,7 @@ whose GPU is named by $STAND_IN_GPU and whose tuning, after sleeping $STAND_IN_S
 in flight long enough to kill or stop its server), builds a real library for each pending
 bucket on the llvm target (a kernel that adds one to four floats) or, for the bucket of M = 1,
 chooses torch's (no library); a layer named by $STAND_IN_FAILS (its label) fails, as a pair
-whose candidates all fail would.
+whose candidates all fail would, and one named by $STAND_IN_HANGS never returns (a hung kernel).
 
 Run as a module, it is a farm's entry point whose servers tune with it (tuning.farm.main):
 `python -m linear_farm_stand_in --key farm --servers 2 ...`, with tests/ on PYTHONPATH.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 import tvm
@@ -26,6 +27,7 @@ from tuning import farm
 
 ENTRY = "linear_farm_stand_in"
 GPU, SECONDS, FAILS = "STAND_IN_GPU", "STAND_IN_SECONDS", "STAND_IN_FAILS"
+HANGS = "STAND_IN_HANGS"
 RUNG = "stand-in"
 
 
@@ -48,6 +50,8 @@ class StandIn(Tuner):
         return {"name": os.environ.get(GPU, "Stand-in GPU"), "compute_capability": "0.0"}
 
     def tune(self, pending, max_tokens, gpu, cache, say) -> list[BucketKernel]:
+        if any(p.layer.label() == os.environ.get(HANGS) for p in pending):
+            threading.Event().wait()
         time.sleep(float(os.environ.get(SECONDS, "0")))
         return [self._tuned(p, cache) for p in pending]
 
