@@ -26,8 +26,9 @@ that checks the candidate against float64 and times it with this project's harne
 after a crash or a timeout. So a candidate that fails to build, faults or hangs costs that
 candidate only, and records from the farm are checked like local ones. The farm (`main`)
 restarts a server process that exits all the same (ending the workers it left), and a search's
-FarmRunner sends the chunk a lost server held to the next free one (FarmClient). It ends the search with FarmGone, rather than waiting,
-when the tracker or every server under the key has gone.
+FarmRunner sends the chunk a lost server held to the next free one (FarmClient). It ends the
+search with FarmGone, rather than waiting, when the tracker or every server under the key has
+gone.
 """
 
 from __future__ import annotations
@@ -64,13 +65,14 @@ from .candidates import Outcome, Status
 BUILD_AND_EVALUATE = "explorer.farm.build_and_evaluate"  # the servers' remote function
 BUILD_WORKERS_VARIABLE = "FARM_BUILD_WORKERS"  # a server's build workers (_build_workers)
 TRACKER_PORT = 9190
-GONE_AFTER_S = 30.0  # no server under the key for this long: the farm has gone (a restart takes seconds)
+GONE_AFTER_S = 30.0  # no server under the key this long: the farm has gone (a restart: seconds)
 POLL_S = 1.0  # how often a candidate waiting for a server asks whether any is left
 CONNECT_TRIES = 3  # a server the tracker handed out may go away before the chunk reaches it
 LOST_TRIES = 3  # servers that may lose one chunk before its candidates count as failed
 SESSIONS = 2  # chunks a server holds at once: it builds the next while the last finishes
 SETUP_S = 120.0  # a server's start of a new search: its workers, TVM's tensor intrinsics
-READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how many did
+READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how
+# many did
 
 
 # -- a server: builds and measures the candidates sent to it -------------------------------------

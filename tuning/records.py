@@ -1,16 +1,14 @@
 """JSON-lines files: one JSON value per line, appended, never rewritten.
 
-Measurement records (--results) carry their schema's version (facts.SCHEMA) and are read in
-the current one (facts.migrated). They are keyed by workload (op, shape, dtype, out_dtype, layout, and
-fp8's scales where they go by rows),
-schedule and params, device (GPU name) and TVM version, and carry the run they belong to
-(run_id) and its date. The searches keep theirs the same way: a template search's trials
-(tuning/autotvm.py) and MetaSchedule's progress.jsonl (tuning/metaschedule.py), whose database
-files are JSON lines too. A line that cannot be read is named by path and line number, and
-left in the file as it is. A measurement record is also checked field by field
-(`measurement_problem`) before a report or `best` reads it, so one bad field costs that
-record only.
-"""
+Measurement records (--results) carry their schema's version (facts.SCHEMA) and are read in the
+current one (facts.migrated). They are keyed by workload (op, shape, dtype, out_dtype, layout,
+and fp8's scales where they go by rows), schedule and params, device (GPU name) and TVM version,
+and carry the run they belong to (run_id) and its date. The searches keep theirs the same way: a
+template search's trials (tuning/autotvm.py) and MetaSchedule's progress.jsonl
+(tuning/metaschedule.py), whose database files are JSON lines too. A line that cannot be read is
+named by path and line number, and left in the file as it is. A measurement record is also
+checked field by field (`measurement_problem`) before a report or `best` reads it, so one bad
+field costs that record only."""
 
 from __future__ import annotations
 
