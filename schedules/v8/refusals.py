@@ -83,8 +83,8 @@ def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return None
     block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
     if wl.dtype != FP8:
-        return (f"v8 promotes fp8 wgmma's sums into float32 (promote_k); {wl.dtype} wgmma "
-                f"accumulates in float32 already: promote_k must be none, not {promote_k}")
+        return _fp8_only(wl, "v8 promotes fp8 wgmma's sums into float32 (promote_k)",
+                         "promote_k", promote_k)
     if promote_k % block_k:
         return (f"v8 promotes after whole K blocks of {block_k} {wl.dtype} elements: "
                 f"promote_k={promote_k} is not a positive multiple of {block_k}")
@@ -96,6 +96,13 @@ def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
                 f"registers a consumer thread for a {knobs.block_m}x{knobs.block_n} tile; at "
                 f"most {MOST_ACCUMULATORS} fit (promote_k=none, or a narrower block_n)")
     return None
+
+
+def _fp8_only(wl: Workload, what: str, knob: str, value) -> str:
+    """Why `knob`, one of fp8's promotions (`what` v8 does with it), cannot take a 16-bit
+    workload: its wgmma accumulates in float32 already, so the knob must be none."""
+    return (f"{what}; {wl.dtype} wgmma accumulates in float32 already: {knob} must be none, "
+            f"not {value}")
 
 
 def promoted_sets(promote_overlap: int | None) -> int:
@@ -113,8 +120,8 @@ def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return None
     block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
     if wl.dtype != FP8:
-        return (f"v8's promote_overlap overlaps fp8's promotions (promote_k); {wl.dtype} wgmma "
-                f"accumulates in float32 already: promote_overlap must be none, not {overlap}")
+        return _fp8_only(wl, "v8's promote_overlap overlaps fp8's promotions (promote_k)",
+                         "promote_overlap", overlap)
     if not 2 <= overlap <= MOST_OVERLAP:
         return (f"v8's promote_overlap is the K blocks multiplied in turn between waits for the "
                 f"tensor cores: none (off) or 2 to {MOST_OVERLAP}, not {overlap}")
