@@ -27,7 +27,7 @@ import tvm
 
 from schedules.errors import KernelFailed, UsageError
 from tuning import loader, measure
-from tuning.farm import BUILD_WORKERS_VARIABLE
+from tuning.candidates import build_workers, usable_cpus
 from tuning.progress import Progress
 
 from .buckets import Bucket, BucketTable
@@ -36,19 +36,6 @@ from .candidates import TORCH, Candidate, LayerShape, build_candidate, candidate
 
 FLUSH = "read"  # a model's layers find their weights in DRAM: each launch after an L2 flush
 PROBE_BUDGET_MS = 60.0  # timing budget of one candidate at one probe M
-
-
-def _build_workers() -> int:
-    """How many processes build candidates: FARM_BUILD_WORKERS where set (a farm server's share
-    of its host), else this host's CPUs less one, at most 16. Read when building, not at import,
-    so that a bad value is refused in one line (UsageError), not a traceback at `import linear`."""
-    value = os.environ.get(BUILD_WORKERS_VARIABLE, "").strip()
-    if not value:
-        return max(1, min(16, (os.cpu_count() or 2) - 1))
-    if not value.isdigit() or int(value) < 1:
-        raise UsageError(f"{BUILD_WORKERS_VARIABLE} is a count of build processes (at least 1), "
-                         f"not {value!r}")
-    return int(value)
 
 
 @dataclass
@@ -121,12 +108,14 @@ class Pending:
 
 def _build_all(pending: list[Pending], max_tokens: int, arch: str,
                say: Callable[[str], None]) -> None:
-    """Build every TVM candidate of every pending bucket, in _build_workers() processes."""
+    """Build every TVM candidate of every pending bucket, in FARM_BUILD_WORKERS processes where
+    set (build_workers), else this host's usable CPUs less one, at most 16."""
     jobs = [(p, c) for p in pending for c in p.candidates if c.built]
     if not jobs:
         return
     started = time.perf_counter()
-    with ProcessPoolExecutor(_build_workers(), mp_context=get_context("spawn")) as pool, \
+    workers = build_workers(max(1, min(16, usable_cpus() - 1)))
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool, \
             contextlib.closing(Progress(len(jobs), "building", "candidate")) as progress:
         futures = [(p, c, pool.submit(_build_to_file, (p.layer, p.bucket, c, max_tokens, arch)))
                    for p, c in jobs]

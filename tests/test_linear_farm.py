@@ -231,14 +231,21 @@ def test_an_interrupted_linear_command_names_the_linear_cache(capsys, monkeypatc
 
 
 @pytest.mark.parametrize("value", ["two", "0", "-1"])
-def test_a_bad_count_of_build_workers_is_refused_when_building_not_at_import(monkeypatch,
-                                                                            value):
-    monkeypatch.setenv(farms.BUILD_WORKERS_VARIABLE, value)
+def test_a_bad_count_of_build_workers_is_refused_in_one_line(monkeypatch, value):
+    monkeypatch.setenv(tuning_candidates.BUILD_WORKERS_VARIABLE, value)
     with pytest.raises(UsageError, match=f"FARM_BUILD_WORKERS is a count of build processes "
                                          f"\\(at least 1\\), not '{value}'"):
-        linear.portfolio._build_workers()
-    monkeypatch.setenv(farms.BUILD_WORKERS_VARIABLE, "3")
-    assert linear.portfolio._build_workers() == 3
+        tuning_candidates.build_workers(5)
+    monkeypatch.setenv(tuning_candidates.BUILD_WORKERS_VARIABLE, "3")
+    assert tuning_candidates.build_workers(5) == 3
+
+
+def test_builds_count_the_cpus_this_process_may_use_not_the_hosts(monkeypatch):
+    """Under taskset (or a container's cpuset), builds take the CPUs left to them."""
+    monkeypatch.delenv(tuning_candidates.BUILD_WORKERS_VARIABLE, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert tuning_candidates.usable_cpus() == 3
+    assert tuning_candidates.WarmBuilder().max_workers == 3
 
 
 def _running(pid: int) -> bool:

@@ -95,6 +95,30 @@ def _first_build(target: tvm.target.Target) -> None:
         build.build(schedules.get("gemv", "naive").apply(wl, target), target)
 
 
+BUILD_WORKERS_VARIABLE = "FARM_BUILD_WORKERS"  # a farm server's share of its host (build_workers)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity, which taskset and containers narrow,
+    rather than the host's count (os.cpu_count), so that builds are not oversubscribed."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def build_workers(default: int) -> int:
+    """How many processes build candidates: FARM_BUILD_WORKERS where set (a farm server's share
+    of its host), else `default`. Read when building, not at import, so that a bad value is
+    refused in one line (UsageError), not a traceback."""
+    value = os.environ.get(BUILD_WORKERS_VARIABLE, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"{BUILD_WORKERS_VARIABLE} is a count of build processes (at least 1), "
+                         f"not {value!r}")
+    return int(value)
+
+
 @derived_object
 class WarmBuilder(ms.builder.PyBuilder):
     """Builds candidates in parallel worker processes that stay up for the whole search. The
@@ -109,7 +133,7 @@ class WarmBuilder(ms.builder.PyBuilder):
                  on_built: Callable[[str], None] | None = None):
         super().__init__()
         self.timeout_sec = timeout_sec
-        self.max_workers = max_workers or os.cpu_count()
+        self.max_workers = max_workers or usable_cpus()
         self.on_built = on_built
         self.pool = None
         self.tensor_intrinsics = False  # whether the workers have imported them

@@ -63,7 +63,6 @@ from . import autotvm, candidates
 from .candidates import Outcome, Status
 
 BUILD_AND_EVALUATE = "explorer.farm.build_and_evaluate"  # the servers' remote function
-BUILD_WORKERS_VARIABLE = "FARM_BUILD_WORKERS"  # a server's build workers (_build_workers)
 TRACKER_PORT = 9190
 GONE_AFTER_S = 30.0  # no server under the key this long: the farm has gone (a restart: seconds)
 POLL_S = 1.0  # how often a candidate waiting for a server asks whether any is left
@@ -119,12 +118,18 @@ def _applied(configs: list[dict]) -> list:
             for config in configs]
 
 
+def _server_builder() -> candidates.WarmBuilder:
+    """A WarmBuilder on this server's share of the host's cores (FARM_BUILD_WORKERS, which the
+    farm sets), else on every core this process may use."""
+    return candidates.WarmBuilder(candidates.build_workers(candidates.usable_cpus()))
+
+
 def _start_workers() -> None:
     """This server's build workers (and, on a GPU, its measuring worker and standby) started
     before it registers with the tracker, for its first search to take (_start_search): started
     at a search's first chunk, by every server of a host at once, they held back that search's
     first batches."""
-    builder = candidates.WarmBuilder(_build_workers())
+    builder = _server_builder()
     builder.spawn()
     _started.update(builder=builder, runner_workers=candidates.CheckingRunner.started_workers()
                     if os.environ.get("CUDA_VISIBLE_DEVICES") else None)
@@ -145,7 +150,7 @@ def _start_search(asked: dict) -> None:
         workers = None
     runner = candidates.local_runner(asked["device"], wl, asked["flush"], asked["timeout_s"],
                                      workers)
-    builder = _started.pop("builder", None) or candidates.WarmBuilder(_build_workers())
+    builder = _started.pop("builder", None) or _server_builder()
     builder.on_built = candidates.built_candidates_to(runner)
     builder.start(target)
     _searching.update(asked=asked, builder=builder, runner=runner, target=target, workload=wl,
@@ -158,12 +163,6 @@ def _build_times(seconds: list[float]) -> str:
     if not seconds:
         return "none"
     return f"slowest {max(seconds):.1f} s, mean {sum(seconds) / len(seconds):.1f} s"
-
-
-def _build_workers() -> int:
-    """This server's build workers: FARM_BUILD_WORKERS (the farm gives each server its share of
-    the host's cores), else every core."""
-    return int(os.environ.get(BUILD_WORKERS_VARIABLE) or os.cpu_count() or 1)
 
 
 def _serve_in_process(sock, addr, opts, load_library) -> None:
@@ -561,7 +560,8 @@ class Farm:
 
     def start(self, i: int) -> None:
         env = {**os.environ, "FARM_SERVER": self.names[i],
-               BUILD_WORKERS_VARIABLE: str(max(1, (os.cpu_count() or 1) // len(self.names)))}
+               candidates.BUILD_WORKERS_VARIABLE:
+                   str(max(1, candidates.usable_cpus() // len(self.names)))}
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[i]
         self.procs[i] = subprocess.Popen(

@@ -10,7 +10,6 @@ tuning curve from.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -161,7 +160,7 @@ def _target(request: Request) -> tvm.target.Target:
     """Where the candidates are measured: this CPU (llvm), the RPC tracker's hosts (built for
     request.arch), or this machine's GPU."""
     if request.target == "llvm":
-        return tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count() or 1})
+        return tvm.target.Target({"kind": "llvm", "num-cores": candidates.usable_cpus()})
     if request.rpc_tracker:
         return build.cuda_target(request.arch)
     if not measure.gpu_present():

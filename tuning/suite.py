@@ -140,7 +140,7 @@ def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
         say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")
     jobs = [Job(entry.workload, name, arch, export=run is not None)
             for entry in suite.entries for name in names]
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    workers = min(workers or candidates.usable_cpus(), len(jobs))
     say(f"suite {suite.name}: {len(suite.entries)} shapes x {len(names)} schedules "
         f"({', '.join(names)}): building {len(jobs)} kernels for {arch} in {workers} worker "
         "processes")
