@@ -46,6 +46,10 @@ class ScheduleEntry:
     # this rung moves against the rung before it, and which way; a test holds the recorded
     # counters to it (tests/test_counters.py)
     brings: tuple[str, int] | None = None
+    # (wl) -> {knob: values}: of its space, the only values of those knobs that a workload can
+    # take whatever the other knobs are (v8's fp8 promotions: none on 16-bit inputs), so that a
+    # search never draws the others (space_for)
+    narrow: Callable | None = None
 
     def takes(self, wl: Workload) -> bool:
         """Whether this schedule is made for the workload's input dtype."""
@@ -85,11 +89,19 @@ class ScheduleEntry:
             knobs.update({k: v for k, v in picked.items() if k not in chosen})
         return knobs
 
+    def space_for(self, wl: Workload) -> dict:
+        """Its space as a search of `wl` draws from it: each knob's values, less those `narrow`
+        says `wl` never takes (v8 on 16-bit inputs: its space's 774,144 settings are 64,512)."""
+        allowed = self.narrow(wl) if self.narrow else {}
+        return {knob: [v for v in values if knob not in allowed or v in allowed[knob]]
+                for knob, values in self.space.items()}
+
     def own_choice(self, wl: Workload) -> dict | None:
         """The knobs of its space as it runs `wl` (defaults_for: its heuristic's picks), or None
         where its space does not hold one of them: what a search of the space measures first."""
-        own = {knob: value for knob, value in self.defaults_for(wl).items() if knob in self.space}
-        return own if all(own[knob] in values for knob, values in self.space.items()) else None
+        space = self.space_for(wl)
+        own = {knob: value for knob, value in self.defaults_for(wl).items() if knob in space}
+        return own if all(own[knob] in values for knob, values in space.items()) else None
 
     @property
     def knob_types(self) -> dict[str, tuple[type, bool]]:
@@ -235,19 +247,20 @@ _REGISTRY: dict[str, dict[str, ScheduleEntry]] = {op: {} for op in OPS}
 def schedule(op: str, name: str, *, baseline: bool = False, template: bool = False,
              space: dict | None = None, heuristic: Callable | None = None,
              compute: Callable | None = None, dtypes: tuple | None = None,
-             refuse: Callable | None = None, brings: tuple[str, int] | None = None):
+             refuse: Callable | None = None, brings: tuple[str, int] | None = None,
+             narrow: Callable | None = None):
     """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
     the knob space a template search explores, the heuristic that picks knobs per shape, where
     it schedules another definition of the workload, the function that builds it, and where it
     is made for some input dtypes only, those; where that function refuses knobs cheaply
     before it builds, the check alone (`refuse`); the counter its docstring says it moves
-    (`brings`)."""
+    (`brings`); the knob values a workload never takes, which searches skip (`narrow`)."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
         entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute, dtypes,
-                              refuse, brings)
+                              refuse, brings, narrow)
         unknown = set(space or {}) - set(entry.defaults)
         if unknown:
             raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")

@@ -5,6 +5,7 @@ like rungs, and every bad input."""
 
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -71,7 +72,7 @@ def search(tuner: str, seed: int, grid: dict, trials: int, space, history=None, 
     return history, order
 
 
-SEED_SPACE = autotvm.Space.of(schedules.get("gemm", "seed_template"))
+SEED_SPACE = autotvm.Space.of(schedules.get("gemm", "seed_template"), SEED_GEMM)
 
 
 def test_the_seed_template_space_is_the_blogs():
@@ -94,7 +95,7 @@ def test_every_declared_space_names_real_knobs_and_builds_its_first_config(compi
             wl = SEED_GEMM if op == "gemm" and entry.name != "v6" else (
                 Workload("gemm", (256, 256, 256), "float16") if op == "gemm"
                 else Workload("gemv", (1024, 1024), "float16"))
-            config = autotvm.Space.of(entry).configs()[0]
+            config = autotvm.Space.of(entry, wl).configs()[0]
             try:
                 compiled(entry.name, wl, **config)
             except ScheduleNotApplicable as e:
@@ -144,7 +145,7 @@ def test_a_search_resumes_from_its_records_and_measures_nothing_twice(tmp_path):
 def test_records_from_before_a_knob_joined_the_space_count_with_its_default(tmp_path):
     path = str(tmp_path / "at.jsonl")
     key = autotvm.search_key(SEED_GEMM, "v5k", "H100", "xgb")
-    space = autotvm.Space.of(schedules.get("gemm", "v5k"))
+    space = autotvm.Space.of(schedules.get("gemm", "v5k"), SEED_GEMM)
     old = {k: v for k, v in schedules.get("gemm", "v5k").defaults.items()
            if k in space.knobs and k != "atomic_sum"}  # a trial's config: the space's knobs
     records.append(path, autotvm.trial_record(key, old, Outcome(Status.OK, 0.06), 1))
@@ -252,6 +253,32 @@ def test_a_template_search_measures_no_setting_its_rung_refuses_and_counts_them(
     assert len(records.load(str(tmp_path / "at.jsonl")).records) == 40  # refusals: no trial
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8_e4m3fn"])
+def test_a_space_narrowed_for_a_workload_leaves_out_only_values_the_rung_refuses(dtype):
+    """v8's space for a 16-bit GEMM drops fp8's promotions (a twelfth of the space is left, so
+    that a search proposes, and checks, a twelfth as much); every dropped value is one v8
+    refuses with any other knobs. An fp8 GEMM keeps the whole space."""
+    v8 = schedules.get("gemm", "v8")
+    wl = Workload("gemm", (4096, 4096, 4096), dtype, layout="nt" if "float8" in dtype else "nn")
+    narrowed = autotvm.Space.of(v8, wl)
+    if "float8" in dtype:
+        assert narrowed.knobs == v8.space
+        return
+    assert len(narrowed) * 12 == len(autotvm.Space(v8.space))
+    rng, checked = random.Random(0), 0
+    while checked < 20:  # settings v8 takes, each with a dropped value in place of one knob's
+        config = {knob: rng.choice(values) for knob, values in narrowed.knobs.items()}
+        try:
+            v8.refuse(wl, **v8.defaults_for(wl, config))
+        except ScheduleNotApplicable:
+            continue
+        knob = rng.choice(["promote_k", "promote_overlap"])
+        dropped = rng.choice([v for v in v8.space[knob] if v not in narrowed.knobs[knob]])
+        with pytest.raises(ScheduleNotApplicable, match=f"{knob} must be none"):
+            v8.refuse(wl, **v8.defaults_for(wl, {**config, knob: dropped}))
+        checked += 1
+
+
 def test_a_template_search_of_a_rung_that_refuses_the_workload_is_refused_at_once(target):
     with pytest.raises(UsageError, match=re.escape(
             "autotvm:v8: v8 multiplies float16, bfloat16 or float8_e4m3fn on tensor cores, "
@@ -297,8 +324,8 @@ def test_every_committed_trial_has_one_of_the_statuses():
 @pytest.mark.parametrize("template", ["seed_template", "multirow"])
 def test_xgb_finds_within_5_percent_of_the_grid_best_in_a_quarter_of_the_space(template):
     grid = recorded_grid(template)
-    space = autotvm.Space.of(schedules.get("gemm" if template == "seed_template" else "gemv",
-                                           template))
+    wl = SEED_GEMM if template == "seed_template" else Workload("gemv", (1024, 1024))
+    space = autotvm.Space.of(schedules.get(wl.op, template), wl)
     best = min(o.time_ms for o in grid.values() if o.status == "ok")
     for seed in range(10):
         history, _ = search("xgb", seed, grid, len(space) // 4, space)
@@ -971,8 +998,8 @@ def test_a_setting_that_passes_the_check_but_not_the_rung_fails_to_build_alone(t
 
     def candidate(**knobs):
         sch = tvm.s_tir.Schedule(tvm.IRModule({"main": rungs.wl.prim_func()}))
-        rungspace.sample_knobs(sch, rungs.entries["v8"], schedules.get("gemm", "v8").defaults_for(
-            rungs.wl, knobs))
+        rungspace.sample_knobs(sch, rungs.entries["v8"], rungs.wl,
+                               schedules.get("gemm", "v8").defaults_for(rungs.wl, knobs))
         return ms.builder.BuilderInput(sch.mod, rungs.target)
 
     good, refused = candidate(block_n=192), candidate(block_m=256, block_n=256)

@@ -62,10 +62,12 @@ class Space:
     knobs: dict
 
     @classmethod
-    def of(cls, entry: ScheduleEntry) -> "Space":
+    def of(cls, entry: ScheduleEntry, wl: Workload) -> "Space":
+        """`entry`'s space as a search of `wl` draws from it (less the values `wl` never
+        takes: ScheduleEntry.space_for)."""
         if not entry.space:
             raise UsageError(f"{entry.op}/{entry.name} declares no knob space to search")
-        return cls(entry.space)
+        return cls(entry.space_for(wl))
 
     def configs(self) -> list[dict]:
         return [dict(zip(self.knobs, values)) for values in itertools.product(*self.knobs.values())]
@@ -481,7 +483,7 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
     measured first where the space holds it: records override that heuristic (`--schedule
     best`, `autotvm:<rung>`), so a search's best must never be slower than the rung without
     records."""
-    space = Space.of(entry)
+    space = Space.of(entry, wl)
     key = search_key(wl, entry.name, device, tuner, seed)
     history = history_of(store.load_and_warn(path, warn), key,
                          {knob: entry.defaults[knob] for knob in space.knobs})

@@ -54,13 +54,13 @@ def spaced(op: str) -> list[str]:
     return [e.name for e in schedules.entries(op, templates=True) if e.space]
 
 
-def sample_knobs(sch: tvm.s_tir.Schedule, entry: ScheduleEntry,
+def sample_knobs(sch: tvm.s_tir.Schedule, entry: ScheduleEntry, wl: Workload,
                  chosen: dict | None = None) -> None:
-    """Draw each knob of `entry` uniformly from its space (or, with `chosen`, decide it as
-    `chosen` says) and annotate the root block with it."""
+    """Draw each knob of `entry` uniformly from its space for `wl` (ScheduleEntry.space_for;
+    or, with `chosen`, decide it as `chosen` says) and annotate the root block with it."""
     root = sch.get_sblock("root")
     sch.annotate(root, RUNG, entry.name)
-    for knob, values in entry.space.items():
+    for knob, values in entry.space_for(wl).items():
         decision = None if chosen is None else values.index(chosen[knob])
         drawn = sch.sample_categorical([encode(v) for v in values],
                                        [1 / len(values)] * len(values), decision=decision)
@@ -147,7 +147,7 @@ class Rungs:
             drawn = []
             for entry in self.entries.values():
                 copy = sch.copy()
-                sample_knobs(copy, entry)
+                sample_knobs(copy, entry, self.wl)
                 drawn.append(copy)
             return drawn
 
@@ -163,7 +163,7 @@ class Rungs:
             if own is None:
                 continue
             sch = tvm.s_tir.Schedule(mod)
-            sample_knobs(sch, entry, own)
+            sample_knobs(sch, entry, self.wl, own)
             if self.takes(*knobs_of(sch.mod)):
                 args = ms.arg_info.ArgInfo.from_entry_func(sch.mod)
                 chosen.append(ms.MeasureCandidate(sch, args))

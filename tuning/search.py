@@ -114,7 +114,7 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
         if tuner not in autotvm.TUNERS:
             raise UsageError(f"unknown tuner '{tuner}'; valid: {', '.join(autotvm.TUNERS)}")
         entry = schedules.get(wl.op, request.search[len("autotvm:"):])
-        autotvm.Space.of(entry)  # a schedule without a space is refused before any work
+        autotvm.Space.of(entry, wl)  # a schedule without a space is refused before any work
 
         def template_search(target, builder, runner):
             configurations = autotvm.Configurations(entry, wl, target, builder, runner)

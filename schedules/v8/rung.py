@@ -9,7 +9,7 @@ from tvm.s_tir import Schedule
 from .. import heuristics
 from ..common import require_sm
 from ..registry import schedule
-from ..workloads import Workload
+from ..workloads import FP8, Workload
 from .heuristic import tma_tiles
 from .kernel import warp_specialized_gemm
 from .knobs import Knobs
@@ -21,6 +21,12 @@ def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
     """What v8_kernel refuses, without building the kernel (group_m, the order of the tiles,
     takes any value)."""
     refuse(wl, Knobs(group_m=group_m, **knobs))
+
+
+def v8_narrowed(wl: Workload) -> dict:
+    """The values of v8's knobs that `wl` can take at all: fp8's promotions none on 16-bit
+    inputs (refusals: _fp8_only), so that a search of a 16-bit GEMM never draws the others."""
+    return {} if wl.dtype == FP8 else {"promote_k": [None], "promote_overlap": [None]}
 
 
 def v8_kernel(wl: Workload, **knobs):
@@ -44,7 +50,7 @@ def v8_kernel_any_m(wl: Workload, **knobs):
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
                                "pingpong": [False, True], "promote_k": [None, 128, 256],
                                "promote_overlap": [None, 2, 4, 8]},
-          heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals,
+          heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals, narrow=v8_narrowed,
           brings=("inst_executed", -1))
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
