@@ -225,7 +225,7 @@ def _tune_on_farm(client: FarmClient, pairs: list[tuple[LayerShape, Bucket]], ma
     """Each of `pairs` tuned on the farm, SESSIONS per server at once, and written into `cache`
     as it lands; one line for each (to `warn` for those left to this machine, and one for all
     those left when the farm has gone)."""
-    gone = 0
+    gone, futures = 0, []
     pool = ThreadPoolExecutor(client.servers * SESSIONS)
     try:
         futures = [pool.submit(_on_a_server, client, layer, bucket, max_tokens, cache,
@@ -238,11 +238,27 @@ def _tune_on_farm(client: FarmClient, pairs: list[tuple[LayerShape, Bucket]], ma
                     warn(e.args[0])
             except FarmGone:
                 gone += 1
-    finally:  # a refusal or Ctrl-C: the pairs in flight land in the cache, no others are sent
+    except KeyboardInterrupt:
+        try:
+            _await_in_flight(pool, sum(f.running() for f in futures), warn)
+        finally:  # a second Ctrl-C, wherever it comes: their servers' work is lost, rather
+            client.abandon()  # than wait the minutes a pair may take
+        raise
+    finally:  # a refusal: the pairs in flight land in the cache, no others are sent
         pool.shutdown(wait=True, cancel_futures=True)
     if gone:
         warn(f"farm: {client.stopped_by}; the {gone} (layer, bucket) pair{'s' * (gone > 1)} it "
              f"had not tuned {'are' if gone > 1 else 'is'} tuned here")
+
+
+def _await_in_flight(pool: ThreadPoolExecutor, flying: int,
+                     warn: Callable[[str], None]) -> None:
+    """After Ctrl-C: no pair is sent again, and the `flying` ones are written into the cache as
+    their servers answer, which one line says (a second Ctrl-C abandons them: _tune_on_farm)."""
+    if flying:
+        warn(f"interrupted: no pair is sent again; the {flying} in flight are written into the "
+             "cache as their servers answer (Ctrl-C again to abandon them)")
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def refuse_empty(tracker: str, key: str) -> None:

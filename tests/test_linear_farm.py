@@ -27,6 +27,7 @@ import tvm
 import cli
 import linear
 import linear_farm_stand_in as stand_in
+from line_reader import Lines
 from linear import farm as linear_farm
 from linear.buckets import buckets_from_edges
 from linear.cache import LIBRARY, MANIFEST, Cache
@@ -393,8 +394,7 @@ def test_a_head_killed_mid_way_resumes_from_the_cache_tuning_nothing_again(farm,
                             env=_stand_in_env(), stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        while " tuned on " not in (head.stdout.readline() if _readable(head, HEAD_S) else ""):
-            assert head.poll() is None, "the head ended, or said nothing, before a pair landed"
+        Lines(head.stdout).until(" tuned on ", HEAD_S)
     finally:
         os.killpg(head.pid, signal.SIGKILL)
         head.wait()
@@ -408,6 +408,47 @@ def test_a_head_killed_mid_way_resumes_from_the_cache_tuning_nothing_again(farm,
     assert len(_served(log, start)) == left
     assert all(os.path.getmtime(os.path.join(cache.root, name, MANIFEST)) == mtime
                for name, mtime in kept.items())
+
+
+INTERRUPTIBLE_HEAD = HEAD.replace("tune(sys.argv[1], Cache(sys.argv[2]), Printed())", """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # not the ignoring one a test's left
+try:
+    tune(sys.argv[1], Cache(sys.argv[2]), Printed())
+except KeyboardInterrupt:
+    sys.exit(130)
+""")  # HEAD, taking Ctrl-C as the command line does
+
+
+def test_ctrl_c_waits_for_the_pairs_in_flight_and_a_second_ctrl_c_abandons_them(tmp_path):
+    """Ctrl-C while a server holds pairs that never end: one line says no pair is sent again and
+    the ones in flight are awaited; Ctrl-C again, and the head ends within seconds (exit 130),
+    rather than wait the minutes a pair may take."""
+    hangs = LAYERS[0].label()
+    with stand_in_farm(tmp_path / "farm.log", servers=1, **{stand_in.HANGS: hangs}) as (
+            address, _):
+        head = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_HEAD, address,
+                                 str(tmp_path / "cache")], cwd=ROOT, env=_stand_in_env(),
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _wait_for(lambda: len(_served(tmp_path / "farm.log")) == farms.SESSIONS,
+                      "pairs on the server")
+            lines = Lines(head.stdout)
+            head.send_signal(signal.SIGINT)
+            said = lines.until("interrupted: ", HEAD_S)
+            assert said[-1] == (f"interrupted: no pair is sent again; the {farms.SESSIONS} in "
+                                "flight are written into the cache as their servers answer "
+                                "(Ctrl-C again to abandon them)")
+            assert head.poll() is None  # waiting for them
+            abandoned = time.monotonic()
+            head.send_signal(signal.SIGINT)
+            assert head.wait(timeout=10) == 130
+            assert time.monotonic() - abandoned < 3 * farms.POLL_S + 2
+        finally:
+            if head.poll() is None:
+                os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+    assert all(hangs in pair for _, pair in _served(tmp_path / "farm.log"))
 
 
 @pytest.mark.slow

@@ -286,6 +286,10 @@ class ServersLost(Exception):
     """LOST_TRIES servers went away (or hung) with one request; the last one's reason."""
 
 
+class Abandoned(Exception):
+    """The caller abandoned a request before its server answered (FarmClient.abandon)."""
+
+
 class FarmClient:
     """The servers registered with a tracker under a key, as a caller sees them: each request
     (`call`, on a thread of the caller's) goes to the first free server the tracker hands out.
@@ -305,7 +309,13 @@ class FarmClient:
         self.hung: set[str] = set()  # servers (host:port) that gave a request no answer
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped_by: ExplorerError | None = None
+        self.abandoning = threading.Event()  # set by abandon: every call waiting returns
         self.servers = candidates.check_rpc(tracker, key)
+
+    def abandon(self) -> None:
+        """Stop waiting for the servers: every call waiting for one, or for its answer, raises
+        Abandoned within POLL_S (a second Ctrl-C: the servers' work on them is lost)."""
+        self.abandoning.set()
 
     def call(self, function: str, request: str, lost_after: float, held: str,
              then: tuple[str, str]) -> str:
@@ -313,12 +323,13 @@ class FarmClient:
         server lost with it says so in a line naming what it `held` and what becomes of it:
         then[0] (it goes to the next free server), or after the last of LOST_TRIES then[1],
         and ServersLost. Unreached where no server could be reached; FarmGone where the farm
-        has gone; UsageError where its servers are not this project's."""
+        has gone; UsageError where its servers are not this project's; Abandoned where the
+        caller abandoned it (abandon)."""
         why = ""
         for attempt in range(1, LOST_TRIES + 1):
             try:
                 return self._answer(function, request, lost_after)
-            except (ExplorerError, Unreached):  # the farm gone, or not this project's; no server
+            except (ExplorerError, Unreached, Abandoned):  # farm gone or not ours; none; abandoned
                 raise
             except Exception as e:  # noqa: BLE001  the server (or its host) went away or hung
                 why = candidates.error_summary(str(e))
@@ -342,14 +353,22 @@ class FarmClient:
 
         threading.Thread(target=ask, daemon=True).start()
         while not (box["chosen"].wait(POLL_S) or done.is_set()):
-            pass  # the tracker has no free server yet (_none_since ends a farm that has gone)
-        if not done.wait(lost_after):
-            self.hung.add(box.get("server"))
-            raise TimeoutError(f"no answer from {box.get('server', 'a server')} in "
-                               f"{lost_after:.0f} s")
+            self._still_waited_for()  # no free server yet (_none_since ends a farm gone)
+        answer_by = time.monotonic() + lost_after
+        while not done.wait(max(0.0, min(POLL_S, answer_by - time.monotonic()))):
+            self._still_waited_for()
+            if time.monotonic() >= answer_by:
+                self.hung.add(box.get("server"))
+                raise TimeoutError(f"no answer from {box.get('server', 'a server')} in "
+                                   f"{lost_after:.0f} s")
         if "error" in box:
             raise box["error"]
         return box["answer"]
+
+    def _still_waited_for(self) -> None:
+        """Abandoned, where the caller has abandoned its requests (abandon)."""
+        if self.abandoning.is_set():
+            raise Abandoned("the caller abandoned the request before its server answered")
 
     def _remote_function(self, box: dict, function: str):
         """The remote `function` of the first free server; Unreached where none could be
