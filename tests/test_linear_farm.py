@@ -411,8 +411,6 @@ def test_a_head_killed_mid_way_resumes_from_the_cache_tuning_nothing_again(farm,
 
 
 INTERRUPTIBLE_HEAD = HEAD.replace("tune(sys.argv[1], Cache(sys.argv[2]), Printed())", """
-import signal
-signal.signal(signal.SIGINT, signal.default_int_handler)  # not the ignoring one a test's left
 try:
     tune(sys.argv[1], Cache(sys.argv[2]), Printed())
 except KeyboardInterrupt:
