@@ -1189,15 +1189,6 @@ def test_the_builder_builds_tensor_core_candidates():
     assert builder.seconds == []  # the failed batch built nothing
 
 
-def test_a_template_search_on_this_gpu_keeps_two_batches_in_flight_and_on_this_cpu_one():
-    """On a GPU the checking runner measures each candidate as it is built, so the next batch
-    builds while the last is measured (as a farm server's two sessions do); TVM's CPU runner
-    measures a batch when asked, one at a time."""
-    on_the_gpu = candidates.CheckingRunner(SEED_GEMM, workers=(None, None))  # none started
-    assert tuning.search._in_flight(on_the_gpu) == 2
-    assert tuning.search._in_flight(candidates.local_runner("cpu", SEED_GEMM)) == 1
-
-
 @pytest.mark.parametrize("in_flight", [1, 2])
 @pytest.mark.parametrize("tuner", ["random", "xgb"])
 def test_a_search_killed_and_resumed_measures_what_an_undisturbed_one_does(tmp_path, tuner,
@@ -1205,7 +1196,7 @@ def test_a_search_killed_and_resumed_measures_what_an_undisturbed_one_does(tmp_p
     """A tuner's proposals depend on its seed and the configurations known only: a search
     whose head dies in its third batch, resumed from its records, measures the same
     configurations as one that ran undisturbed, none twice, and ends at the same best; with
-    one batch at a time, and with two in flight (a farm's, or a search on this GPU)."""
+    one batch at a time, and with two in flight (a farm's)."""
     grid = recorded_grid("seed_template")
     undisturbed, _ = search(tuner, 5, grid, 64, SEED_SPACE, in_flight=in_flight)
     path = str(tmp_path / "at.jsonl")

@@ -152,12 +152,8 @@ def _servers(runner) -> int:
 
 def _in_flight(runner) -> int:
     """How many batches a template search keeps in flight: a farm's sessions per server (each
-    server builds the next while it measures the last); two on this machine's GPU, whose
-    CheckingRunner measures each candidate as it is built, as a farm server's does for its two
-    sessions; else one (TVM's runners measure a batch when asked)."""
-    if isinstance(runner, FarmRunner):
-        return runner.sessions
-    return 2 if isinstance(runner, candidates.CheckingRunner) else 1
+    server builds the next while it measures the last), else one."""
+    return runner.sessions if isinstance(runner, FarmRunner) else 1
 
 
 def _target(request: Request) -> tvm.target.Target:
