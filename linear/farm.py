@@ -224,41 +224,56 @@ def _tune_on_farm(client: FarmClient, pairs: list[tuple[LayerShape, Bucket]], ma
                   lost_after_s: float | None) -> None:
     """Each of `pairs` tuned on the farm, SESSIONS per server at once, and written into `cache`
     as it lands; one line for each (to `warn` for those left to this machine, and one for all
-    those left when the farm has gone)."""
-    gone, futures = 0, []
+    those left when the farm has gone). On Ctrl-C no pair is sent again, and those in flight
+    are awaited as they land, one line saying so; a second Ctrl-C abandons them
+    (client.abandon: their servers' work is lost) rather than wait the minutes one may take."""
+    gone, futures, reported = 0, [], set()
     pool = ThreadPoolExecutor(client.servers * SESSIONS)
     try:
-        futures = [pool.submit(_on_a_server, client, layer, bucket, max_tokens, cache,
-                               lost_after_s) for layer, bucket in pairs]
+        for layer, bucket in pairs:
+            futures.append(pool.submit(_on_a_server, client, layer, bucket, max_tokens, cache,
+                                       lost_after_s))
         for done in as_completed(futures):
-            try:
-                say(done.result())
-            except _Left as e:
-                if e.args:
-                    warn(e.args[0])
-            except FarmGone:
-                gone += 1
+            reported.add(done)
+            gone += _report(done, say, warn)
     except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
         try:
-            _await_in_flight(pool, sum(f.running() for f in futures), warn)
-        finally:  # a second Ctrl-C, wherever it comes: their servers' work is lost, rather
-            client.abandon()  # than wait the minutes a pair may take
+            _await_in_flight([f for f in futures if f not in reported and not f.cancelled()],
+                             say, warn)
+        finally:  # a second Ctrl-C, wherever it comes
+            client.abandon()
         raise
-    finally:  # a refusal: the pairs in flight land in the cache, no others are sent
+    finally:  # a refusal or Ctrl-C: no pair is sent again
         pool.shutdown(wait=True, cancel_futures=True)
     if gone:
         warn(f"farm: {client.stopped_by}; the {gone} (layer, bucket) pair{'s' * (gone > 1)} it "
              f"had not tuned {'are' if gone > 1 else 'is'} tuned here")
 
 
-def _await_in_flight(pool: ThreadPoolExecutor, flying: int,
+def _report(done: Future, say: Callable[[str], None], warn: Callable[[str], None]) -> bool:
+    """Say how a pair's request ended (to `warn` where it is left to this machine); True where
+    the farm had gone before it was tuned, which the caller says once for all such pairs."""
+    try:
+        say(done.result())
+    except _Left as e:
+        if e.args:
+            warn(e.args[0])
+    except FarmGone:
+        return True
+    return False
+
+
+def _await_in_flight(flying: list[Future], say: Callable[[str], None],
                      warn: Callable[[str], None]) -> None:
-    """After Ctrl-C: no pair is sent again, and the `flying` ones are written into the cache as
-    their servers answer, which one line says (a second Ctrl-C abandons them: _tune_on_farm)."""
-    if flying:
-        warn(f"interrupted: no pair is sent again; the {flying} in flight are written into the "
+    """After Ctrl-C: the pairs `flying` are written into the cache as their servers answer,
+    which one line says first, and each said as it lands (_report)."""
+    waiting = sum(not f.done() for f in flying)
+    if waiting:
+        warn(f"interrupted: no pair is sent again; the {waiting} in flight are written into the "
              "cache as their servers answer (Ctrl-C again to abandon them)")
-    pool.shutdown(wait=True, cancel_futures=True)
+    for done in as_completed(flying):
+        _report(done, say, warn)
 
 
 def refuse_empty(tracker: str, key: str) -> None:

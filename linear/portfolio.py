@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 import tvm
 
-from schedules.errors import KernelFailed, UsageError
+from schedules.errors import KernelFailed
 from tuning import loader, measure
 from tuning.candidates import build_workers, usable_cpus
 from tuning.progress import Progress

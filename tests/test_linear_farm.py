@@ -242,11 +242,14 @@ def test_a_bad_count_of_build_workers_is_refused_in_one_line(monkeypatch, value)
 
 
 def test_builds_count_the_cpus_this_process_may_use_not_the_hosts(monkeypatch):
-    """Under taskset (or a container's cpuset), builds take the CPUs left to them."""
-    monkeypatch.delenv(tuning_candidates.BUILD_WORKERS_VARIABLE, raising=False)
+    """Under taskset (or a container's cpuset), a farm server's builds take the CPUs left to
+    them, or FARM_BUILD_WORKERS where the farm gives it a share."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.delenv(tuning_candidates.BUILD_WORKERS_VARIABLE, raising=False)
     assert tuning_candidates.usable_cpus() == 3
-    assert tuning_candidates.WarmBuilder().max_workers == 3
+    assert farms._server_builder().max_workers == 3
+    monkeypatch.setenv(tuning_candidates.BUILD_WORKERS_VARIABLE, "2")
+    assert farms._server_builder().max_workers == 2
 
 
 def _running(pid: int) -> bool:
@@ -411,6 +414,8 @@ def test_a_head_killed_mid_way_resumes_from_the_cache_tuning_nothing_again(farm,
 
 
 INTERRUPTIBLE_HEAD = HEAD.replace("tune(sys.argv[1], Cache(sys.argv[2]), Printed())", """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even where SIGINT came ignored
 try:
     tune(sys.argv[1], Cache(sys.argv[2]), Printed())
 except KeyboardInterrupt:
@@ -418,35 +423,39 @@ except KeyboardInterrupt:
 """)  # HEAD, taking Ctrl-C as the command line does
 
 
-def test_ctrl_c_waits_for_the_pairs_in_flight_and_a_second_ctrl_c_abandons_them(tmp_path):
-    """Ctrl-C while a server holds pairs that never end: one line says no pair is sent again and
-    the ones in flight are awaited; Ctrl-C again, and the head ends within seconds (exit 130),
-    rather than wait the minutes a pair may take."""
-    hangs = LAYERS[0].label()
-    with stand_in_farm(tmp_path / "farm.log", servers=1, **{stand_in.HANGS: hangs}) as (
-            address, _):
-        head = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_HEAD, address,
-                                 str(tmp_path / "cache")], cwd=ROOT, env=_stand_in_env(),
-                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+@pytest.mark.slow
+def test_ctrl_c_awaits_the_pairs_in_flight_and_a_second_ctrl_c_abandons_them(tmp_path):
+    """Two servers hold four pairs, each taking TAKES_S (a server tunes one at a time). Ctrl-C:
+    one line says the four are awaited and no pair is sent again; the first to land is written
+    into the cache and said, and no other pair reaches a server. Ctrl-C again, and the head
+    ends within seconds (exit 130), before the pairs left would land."""
+    takes_s = 8
+    log, cache = tmp_path / "farm.log", Cache(str(tmp_path / "cache"))
+    with stand_in_farm(log, **{stand_in.SECONDS: str(takes_s)}) as (address, _):
+        head = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_HEAD, address, cache.root],
+                                cwd=ROOT, env=_stand_in_env(), stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
-            _wait_for(lambda: len(_served(tmp_path / "farm.log")) == farms.SESSIONS,
-                      "pairs on the server")
             lines = Lines(head.stdout)
+            _wait_for(lambda: len(_served(log)) == 2 * farms.SESSIONS, "pairs on the servers")
             head.send_signal(signal.SIGINT)
-            said = lines.until("interrupted: ", HEAD_S)
-            assert said[-1] == (f"interrupted: no pair is sent again; the {farms.SESSIONS} in "
-                                "flight are written into the cache as their servers answer "
-                                "(Ctrl-C again to abandon them)")
-            assert head.poll() is None  # waiting for them
+            assert lines.until("interrupted: ", HEAD_S)[-1] == (
+                f"interrupted: no pair is sent again; the {2 * farms.SESSIONS} in flight are "
+                "written into the cache as their servers answer (Ctrl-C again to abandon them)")
+            landed = lines.until(" tuned on ", HEAD_S)[-1]
+            assert landed.startswith(LAYERS[0].label()) and head.poll() is None, landed
+            time.sleep(2 * farms.POLL_S)  # time for a pair sent as it landed to reach a server
+            assert len(_served(log)) == 2 * farms.SESSIONS  # none was
             abandoned = time.monotonic()
             head.send_signal(signal.SIGINT)
-            assert head.wait(timeout=10) == 130
+            assert head.wait(timeout=takes_s) == 130
             assert time.monotonic() - abandoned < 3 * farms.POLL_S + 2
         finally:
             if head.poll() is None:
                 os.killpg(head.pid, signal.SIGKILL)
             head.wait()
-    assert all(hangs in pair for _, pair in _served(tmp_path / "farm.log"))
+        entries = [n for n in os.listdir(cache.root) if not n.startswith(".")]
+        assert 1 <= len(entries) < 2 * farms.SESSIONS
 
 
 @pytest.mark.slow

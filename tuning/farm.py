@@ -309,7 +309,7 @@ class FarmClient:
         self.hung: set[str] = set()  # servers (host:port) that gave a request no answer
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped_by: ExplorerError | None = None
-        self.abandoning = threading.Event()  # set by abandon: every call waiting returns
+        self.abandoning = threading.Event()  # set by abandon: every waiting call raises
         self.servers = candidates.check_rpc(tracker, key)
 
     def abandon(self) -> None:
