@@ -237,8 +237,8 @@ def _tune_on_farm(client: FarmClient, pairs: list[tuple[LayerShape, Bucket]], ma
             reported.add(done)
             gone += _report(done, say, warn)
     except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
         try:
+            pool.shutdown(wait=False, cancel_futures=True)
             _await_in_flight([f for f in futures if f not in reported and not f.cancelled()],
                              say, warn)
         finally:  # a second Ctrl-C, wherever it comes

@@ -425,7 +425,7 @@ except KeyboardInterrupt:
 
 @pytest.mark.slow
 def test_ctrl_c_awaits_the_pairs_in_flight_and_a_second_ctrl_c_abandons_them(tmp_path):
-    """Two servers hold four pairs, each taking TAKES_S (a server tunes one at a time). Ctrl-C:
+    """Two servers hold four pairs, each taking takes_s (a server tunes one at a time). Ctrl-C:
     one line says the four are awaited and no pair is sent again; the first to land is written
     into the cache and said, and no other pair reaches a server. Ctrl-C again, and the head
     ends within seconds (exit 130), before the pairs left would land."""
