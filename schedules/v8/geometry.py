@@ -55,6 +55,11 @@ def staged_operands(wl: Workload) -> tuple[str, ...]:
                  if extent * element_bytes % TMA_STRIDE_BYTES)
 
 
+def k_block_elements(dtype: str) -> int:
+    """The K elements of one K block: one swizzled row (ROW_BYTES) of `dtype`."""
+    return ROW_BYTES // ELEMENT_BYTES[dtype]
+
+
 def k_block_count(K, element_bytes: int):
     """The K blocks of one swizzled row each (ROW_BYTES) that K makes, the last one ragged."""
     return -(-K * element_bytes // ROW_BYTES)

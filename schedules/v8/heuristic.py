@@ -7,8 +7,8 @@ from __future__ import annotations
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
-from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_BYTES,
-                       arena_bytes, box_bytes, consumer_accumulators, k_block_count,
+from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_BYTES, arena_bytes,
+                       box_bytes, consumer_accumulators, k_block_count, k_block_elements,
                        staged_operands, widest_fitting)
 from .knobs import Knobs
 from .refusals import c_rows_take_tma, promoted_sets, tile_refusal, workload_refusal
@@ -131,7 +131,7 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
     (MOST_OVERLAP; the split plan may shorten it); else None."""
     if len(space["promote_overlap"]) == 1:
         return knobs["promote_overlap"]
-    one_block = promote_k == ROW_BYTES // DTYPE_BYTES[wl.dtype]
+    one_block = promote_k == k_block_elements(wl.dtype)
     room = any(promoted_sets(MOST_OVERLAP) * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS
                for n in space["block_n"])
     return MOST_OVERLAP if one_block and room and not pingpong \

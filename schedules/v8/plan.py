@@ -14,8 +14,8 @@ from tvm.script.ir_builder import IRBuilder
 from ..tensorcore import WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload, fp8_blocks
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
-from .geometry import (BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ELEMENT_BYTES, ROW_BYTES,
-                       arena_bytes, box_bytes, consumer_tile, k_block_count, split_tiles,
+from .geometry import (BOX_ROWS, CONSUMERS, CONSUMER_THREADS, ELEMENT_BYTES, ROW_BYTES, arena_bytes,
+                       box_bytes, consumer_tile, k_block_count, k_block_elements, split_tiles,
                        staged_operands, tma_columns)
 from .knobs import Knobs
 from .refusals import ANY_M_CHECKS, CHECKS, refuse
@@ -329,7 +329,7 @@ def _multiply(dtype: str, layout: str, knobs: Knobs) -> dict:
     wg_m, wg_n, step_m, step_n = consumer_tile(knobs.block_m, knobs.block_n, knobs.pingpong)
     m_wgmmas = wg_m // 64  # m64 wgmmas of one consumer per k step
     per_wgmma = wg_n // 2  # accumulators of one m64 wgmma per thread
-    return {"element_bytes": element_bytes, "block_k": ROW_BYTES // element_bytes,
+    return {"element_bytes": element_bytes, "block_k": k_block_elements(dtype),
             "nt": layout == "nt", "wg_m": wg_m, "wg_n": wg_n, "step_m": step_m,
             "step_n": step_n, "m_wgmmas": m_wgmmas, "k_step": 32 // element_bytes,
             "per_wgmma": per_wgmma, "accumulators": m_wgmmas * per_wgmma,

@@ -11,7 +11,7 @@ from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload
 from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_OVERLAP,
                        MOST_PARTIAL_BYTES, MOST_SPLIT_OVERLAP, ROW_BYTES, TMA_STRIDE_BYTES,
                        any_m_partial_bytes, arena_bytes, consumer_accumulators, consumer_tile,
-                       k_block_count, partial_bytes, split_tiles, staged_operands,
+                       k_block_count, k_block_elements, partial_bytes, split_tiles, staged_operands,
                        widest_fitting)
 from .knobs import Knobs
 
@@ -81,7 +81,7 @@ def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
     promote_k = knobs.promote_k
     if promote_k is None:
         return None
-    block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
+    block_k = k_block_elements(wl.dtype)
     if wl.dtype != FP8:
         return _fp8_only(wl, "v8 promotes fp8 wgmma's sums into float32 (promote_k)",
                          "promote_k", promote_k)
@@ -118,7 +118,7 @@ def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     overlap = knobs.promote_overlap
     if overlap is None:
         return None
-    block_k = ROW_BYTES // ELEMENT_BYTES[wl.dtype]
+    block_k = k_block_elements(wl.dtype)
     if wl.dtype != FP8:
         return _fp8_only(wl, "v8's promote_overlap overlaps fp8's promotions (promote_k)",
                          "promote_overlap", overlap)
