@@ -70,8 +70,8 @@ CONNECT_TRIES = 3  # a server the tracker handed out may go away before the chun
 LOST_TRIES = 3  # servers that may lose one chunk before its candidates count as failed
 SESSIONS = 2  # chunks a server holds at once: it builds the next while the last finishes
 SETUP_S = 120.0  # a server's start of a new search: its workers, TVM's tensor intrinsics
-READY_WITHIN_S = 120.0  # the farm waits this long for its servers to register, then says how
-# many did
+# the farm waits this long for its servers to register, then says how many did
+READY_WITHIN_S = 120.0
 
 
 # -- a server: builds and measures the candidates sent to it -------------------------------------
