@@ -2,7 +2,8 @@
 # On the GPU machine (after `source .gpu-stage/b/unpack.sh`): the GPU test tier, then the runs
 # behind the committed reports. Logs and results go to $OUT (or ./gpu-out).
 #   bash scripts/gpu-session.sh tests        # pytest -m gpu: 8 at once, then those marked alone
-#                                            # ($TESTS_SHARD=a, then b: the tier in two commands)
+#                                            # ($TESTS_SHARD=a, then b: the tier in two commands;
+#                                            # $TESTS_GPUS="0 1": a run on each of those GPUs at once)
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
 #   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
@@ -77,15 +78,32 @@ export PYTHONUNBUFFERED=1
 results=reports/h100-tuning.jsonl
 for part in "$@"; do
   case "$part" in
-    tests)  # $TESTS_SHARD a or b: half of the tier each (about 4 and 8 minutes on an H100)
+    tests)  # $TESTS_SHARD a or b: half of the tier each (about 4 and 8 minutes on an H100);
+            # $TESTS_GPUS (e.g. "0 1 2 3"): the same at once on each of those GPUs, each run in a
+            # copy of the tree with a home and temporary folder of its own
       case "${TESTS_SHARD:-all}" in
         a) shard=(tests/test_gpu.py -k "not gemv") ;;
         b) shard=(tests -k "gemv or not test_gpu") ;;
         *) shard=() ;;
       esac
-      { python3 -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8 "${shard[@]}"
+      tier() {
+        python3 -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8 "${shard[@]}"
         [ "${TESTS_SHARD:-all}" = a ] || python3 -m pytest -m "gpu and alone" -q -p no:cacheprovider
-      } 2>&1 | tee "$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}.log" ;;
+      }
+      log="$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}"
+      if [ -z "${TESTS_GPUS:-}" ]; then
+        tier 2>&1 | tee "$log.log"
+      else
+        out_dir=$(cd "$out" && pwd)
+        for gpu in $TESTS_GPUS; do
+          copy=/tmp/tier-gpu$gpu
+          rm -rf "$copy" && mkdir -p "$copy/home" "$copy/tmp" && cp -r . "$copy/tree" && rm -rf "$copy/tree/$out"
+          ( cd "$copy/tree" && export CUDA_VISIBLE_DEVICES=$gpu HOME=$copy/home TMPDIR=$copy/tmp \
+              PYTHONPATH=/tmp/gpu-site:$copy/tree && tier > "$out_dir/${log##*/}-gpu$gpu.log" 2>&1 ) &
+        done
+        wait
+        tail -n 3 "$log"-gpu*.log
+      fi ;;
     nvfp4)
       python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k nvfp4 2>&1 \
         | tee "$out/pytest-gpu-nvfp4.log"

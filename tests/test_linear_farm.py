@@ -500,11 +500,11 @@ def test_the_pairs_left_when_the_farm_goes_are_tuned_here(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.alone  # two servers building and timing on GPU 0 beside the head
+@pytest.mark.alone  # two servers building and timing on this process's GPU beside the head
 def test_a_model_tuned_on_two_gpu_servers_runs_their_kernels_right(tmp_path):
-    """A small model's layers tuned on two servers of GPU 0 (scripts/rpc-farm.sh --gpus 0,0):
-    every pair is tuned on a server (both take some), lands in this cache under GPU 0's key
-    (this machine's) and is loaded from there; each pair measured the candidates local tuning
+    """A small model's layers tuned on two servers of this process's GPU (scripts/rpc-farm.sh
+    --gpus N,N): every pair is tuned on a server (both take some), lands in this cache under the
+    GPU's key (this machine's) and is loaded from there; each pair measured the candidates local tuning
     measures; the model is right against float64 at each bucket's Ms; and a fresh prepare
     without the farm loads every kernel from the cache."""
     torch.manual_seed(0)
@@ -514,12 +514,13 @@ def test_a_model_tuned_on_two_gpu_servers_runs_their_kernels_right(tmp_path):
     options = dict(buckets=buckets_from_edges((1, 2)), max_tokens=64)
     linear.replace_linears(model, **options)
     cache, log, said = Cache(str(tmp_path / "cache")), tmp_path / "farm.log", []
+    gpu = farms.gpus_here()[0]
     with started_farm(log, ["bash", os.path.join(ROOT, "scripts", "rpc-farm.sh"), "--gpus",
-                            "0,0"], 2) as (address, _):
+                            f"{gpu},{gpu}"], 2) as (address, _):
         found = linear.prepare(model, cache=cache, say=said.append, warn=said.append,
                                rpc_tracker=address, rpc_key="farm")
     assert {k.source for kernels in found.values() for k in kernels.kernels} == {"cache"}, said
-    assert {server for server, _ in _served(log)} == {"gpu0.0", "gpu0.1"}
+    assert {server for server, _ in _served(log)} == {f"gpu{gpu}.0", f"gpu{gpu}.1"}
     for shape, kernels in found.items():
         assert [set(k.measured) for k in kernels.kernels] == [
             {c.name for c in candidates(shape, bucket, options["max_tokens"])}

@@ -390,34 +390,35 @@ def _cuda_candidate(kind: str, wl: Workload, target):
 @pytest.mark.gpu
 @pytest.mark.alone  # under 8 parallel tests its faulting kernel outlived the 10 s run timeout
 def test_a_gpu_farm_server_outlives_a_faulting_and_a_hanging_kernel(tmp_path):
-    """Two servers on GPU 0: a kernel that traps and one that never ends each cost their
-    candidate only; both servers then check and time good kernels."""
+    """Two servers on this process's GPU: a kernel that traps and one that never ends each
+    cost their candidate only; both servers then check and time good kernels."""
     from tuning import build, farm as farms, measure
 
     wl = Workload("gemm", (256, 128, 512))
     target = build.cuda_target(measure.device_facts()["arch"])
-    log = tmp_path / "farm.log"
-    with started_farm(log, "--gpus", "0,0") as (address, _):
+    log, gpu = tmp_path / "farm.log", farms.gpus_here()[0]
+    with started_farm(log, "--gpus", f"{gpu},{gpu}") as (address, _):
         runner = farms.FarmRunner(address, "farm", wl, target, timeout_sec=10)
         (fault, hang), after = _bad_then_good(
             runner, [_cuda_candidate("fault", wl, target), _cuda_candidate("hang", wl, target)],
-            _cuda_candidate("good", wl, target), log, ["gpu0.0", "gpu0.1"])
+            _cuda_candidate("good", wl, target), log, [f"gpu{gpu}.0", f"gpu{gpu}.1"])
         assert candidates.check_rpc(address, "farm") == 2
     assert fault.status is Status.RUN_FAILED and fault.error, fault
     assert hang == Outcome(Status.TIMEOUT, error="run timed out after 10 s")
     assert all(o.status is Status.OK and o.time_ms > 0 for o in after), after
-    assert _last_outcomes(log) == {"gpu0.0": "ok", "gpu0.1": "ok"}, log.read_text()[-2000:]
+    assert _last_outcomes(log) == {f"gpu{gpu}.0": "ok", f"gpu{gpu}.1": "ok"}, \
+        log.read_text()[-2000:]
     assert "restarting" not in log.read_text()
 
 
 @pytest.mark.gpu
 def test_a_template_search_through_a_gpu_farm_measures_every_trial_on_its_servers(tmp_path):
-    """v8's template search through two servers on GPU 0: the servers apply, build, check and
-    time each configuration, and every trial lands in the records, correct."""
-    from tuning import records
+    """v8's template search through two servers on this process's GPU: the servers apply,
+    build, check and time each configuration, and every trial lands in the records, correct."""
+    from tuning import farm as farms, records
 
-    log = tmp_path / "farm.log"
-    with started_farm(log, "--gpus", "0,0") as (address, _):
+    log, gpu = tmp_path / "farm.log", farms.gpus_here()[0]
+    with started_farm(log, "--gpus", f"{gpu},{gpu}") as (address, _):
         status, out, err, _ = run_cli(
             ["--tune", "autotvm:v8", "--shape", "256x256x512", "--dtype", "float16", "--tuner",
              "random", "--trials", "6", "--records", "at.jsonl", "--no-ir",
@@ -766,6 +767,22 @@ def test_the_farm_refuses_bad_settings_in_one_line(args, words, tmp_path):
     assert done.returncode == 2 and time.time() - start < REFUSED_WITHIN_S
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("visible, gpus", [("2,3", ["2", "3"]), (" 1 ", ["1"]),
+                                           ("GPU-5f1e", ["GPU-5f1e"]), ("", None)],
+                         ids=["two", "spaced", "uuid", "empty"])
+def test_a_farm_serves_the_gpus_cuda_visible_devices_names(visible, gpus, monkeypatch):
+    """nvidia-smi lists every GPU of the host whatever CUDA_VISIBLE_DEVICES says: a farm
+    started under it serves the GPUs it names, and one that names none is refused."""
+    from tuning import farm as farms
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    if gpus is None:
+        with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES is empty"):
+            farms.gpus_here()
+    else:
+        assert farms.gpus_here() == gpus
 
 
 def test_the_farm_refuses_a_port_in_use_in_one_line(tmp_path):

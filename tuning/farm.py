@@ -550,7 +550,14 @@ class FarmRunner(ms.runner.PyRunner, FarmClient):
 
 
 def gpus_here() -> list[str]:
-    """This host's GPUs, as nvidia-smi numbers them."""
+    """The GPUs this process may use: those CUDA_VISIBLE_DEVICES names where it is set (a farm
+    started under it serves those alone; nvidia-smi lists every GPU whatever it says), else
+    every GPU of this host, as nvidia-smi numbers them."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        visible = [g.strip() for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+        if not visible:
+            raise UsageError("no GPU is visible here: CUDA_VISIBLE_DEVICES is empty")
+        return visible
     try:
         listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
                                 capture_output=True, text=True, timeout=30)
@@ -631,7 +638,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                    "127.0.0.1 keeps the farm to this host)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--gpus", help="the GPUs to serve, as nvidia-smi numbers them "
-                       "(default: all)")
+                       "(default: all, or those CUDA_VISIBLE_DEVICES names)")
     which.add_argument("--servers", type=int, help="start this many servers that pin no GPU "
                        "(for CPU targets)")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # one server
