@@ -80,26 +80,30 @@ for part in "$@"; do
   case "$part" in
     tests)  # $TESTS_SHARD a or b: half of the tier each (about 4 and 8 minutes on an H100);
             # $TESTS_GPUS (e.g. "0 1 2 3"): the same at once on each of those GPUs, each run in a
-            # copy of the tree with a home and temporary folder of its own
+            # copy of the tree with a home and temporary folder of its own, on its share of the
+            # cores (taskset: each process sizes its thread pools by the cores it may use)
       case "${TESTS_SHARD:-all}" in
         a) shard=(tests/test_gpu.py -k "not gemv") ;;
         b) shard=(tests -k "gemv or not test_gpu") ;;
         *) shard=() ;;
       esac
-      tier() {
-        python3 -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8 "${shard[@]}"
-        [ "${TESTS_SHARD:-all}" = a ] || python3 -m pytest -m "gpu and alone" -q -p no:cacheprovider
+      tier() {  # $1...: what runs pytest (taskset -c 0-15 python3, or python3)
+        "$@" -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8 "${shard[@]}"
+        [ "${TESTS_SHARD:-all}" = a ] || "$@" -m pytest -m "gpu and alone" -q -p no:cacheprovider
       }
       log="$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}"
       if [ -z "${TESTS_GPUS:-}" ]; then
-        tier 2>&1 | tee "$log.log"
+        tier python3 2>&1 | tee "$log.log"
       else
-        out_dir=$(cd "$out" && pwd)
-        for gpu in $TESTS_GPUS; do
-          copy=/tmp/tier-gpu$gpu
+        out_dir=$(cd "$out" && pwd) gpus=($TESTS_GPUS)
+        share=$(( $(nproc) / ${#gpus[@]} ))
+        for i in "${!gpus[@]}"; do
+          gpu=${gpus[$i]} copy=/tmp/tier-gpu${gpus[$i]}
           rm -rf "$copy" && mkdir -p "$copy/home" "$copy/tmp" && cp -r . "$copy/tree" && rm -rf "$copy/tree/$out"
           ( cd "$copy/tree" && export CUDA_VISIBLE_DEVICES=$gpu HOME=$copy/home TMPDIR=$copy/tmp \
-              PYTHONPATH=/tmp/gpu-site:$copy/tree && tier > "$out_dir/${log##*/}-gpu$gpu.log" 2>&1 ) &
+              PYTHONPATH=/tmp/gpu-site:$copy/tree &&
+            tier taskset -c $((i * share))-$((i * share + share - 1)) python3 \
+              > "$out_dir/${log##*/}-gpu$gpu.log" 2>&1 ) &
         done
         wait
         tail -n 3 "$log"-gpu*.log
