@@ -87,9 +87,11 @@ for part in "$@"; do
         b) shard=(tests -k "gemv or not test_gpu") ;;
         *) shard=() ;;
       esac
-      tier() {  # $1...: what runs pytest (taskset -c 0-15 python3, or python3)
-        "$@" -m pytest -m "gpu and not alone" -q -p no:cacheprovider -n 8 "${shard[@]}"
-        [ "${TESTS_SHARD:-all}" = a ] || "$@" -m pytest -m "gpu and alone" -q -p no:cacheprovider
+      tier() {  # $1...: what runs pytest (taskset -c 0-15 python3, or python3); $TESTS_FLAGS
+                # (-q; -v names each test as it ends, so a run cut short still names its failures)
+        "$@" -m pytest -m "gpu and not alone" ${TESTS_FLAGS:--q} -p no:cacheprovider -n 8 "${shard[@]}"
+        [ "${TESTS_SHARD:-all}" = a ] ||
+          "$@" -m pytest -m "gpu and alone" ${TESTS_FLAGS:--q} -p no:cacheprovider
       }
       log="$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}"
       if [ -z "${TESTS_GPUS:-}" ]; then
