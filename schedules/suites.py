@@ -287,6 +287,22 @@ def _ragged_16bit() -> tuple[Entry, ...]:
     )
 
 
+# Encoders people still run in float32 (sizes from each config.json: hidden_size,
+# num_attention_heads, intermediate_size; q, k and v each hidden wide), with an ungated MLP.
+ENCODER_MODELS = (
+    ModelConfig("BERT-base", hidden=768, heads=12, kv_heads=12, intermediate=3072),
+    ModelConfig("ViT-B/16", hidden=768, heads=12, kv_heads=12, intermediate=3072),
+    ModelConfig("BERT-large", hidden=1024, heads=16, kv_heads=16, intermediate=4096),
+    ModelConfig("ViT-L/16", hidden=1024, heads=16, kv_heads=16, intermediate=4096),
+    ModelConfig("ViT-H/14", hidden=1280, heads=16, kv_heads=16, intermediate=5120),
+)
+ENCODER_LAYERS = (LAYERS[0], LAYERS[1],
+                  Layer("up_proj", "MLP up (ungated)", "intermediate", lambda c: c.intermediate,
+                        "hidden", lambda c: c.hidden),
+                  LAYERS[3])
+FP32_TOKENS = (7, 77, 197, 4096)  # a few rows; CLIP's 77 text tokens; ViT-B/16's 197 patches
+# and class token; a batch of long sequences
+
 LLM_MODELS = " / ".join(model.name for model in MODELS)
 TOKENS = (16, 128, 1000, 4096)  # M of the GEMM suite: decode batches, a ragged prefill, a long one
 GEMV_DTYPES = ("float16", "bfloat16")
@@ -317,6 +333,10 @@ SUITES = {
                            "and v5t, v6 and v7 take no fp8"),
         Suite("ragged-16bit", "16-bit GEMMs writing a 16-bit C with rows TMA cannot load, and "
               "fp16 nn", "gemm", "v4", _ragged_16bit()),
+        Suite("wide-fp32", f"{' / '.join(m.name for m in ENCODER_MODELS)} layers as float32 "
+              f"GEMMs (nt, as nn.Linear) at M = {', '.join(map(str, FP32_TOKENS))} tokens",
+              "gemm", "v4", _llm_gemms(FP32_TOKENS, "float32", "float32",
+                                       layer_shapes(ENCODER_MODELS, ENCODER_LAYERS))),
     )
 }
 

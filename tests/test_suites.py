@@ -122,7 +122,7 @@ def test_suites_run_their_ladder_from_its_first_rung_and_the_baselines():
 
 @pytest.mark.parametrize("argv, message", [
     (["--suite", "x"], "error: unknown suite 'x'; valid: llm-bf16, llm-fp8, llm-gemv, fp32-ragged, wide-bf16, "
-     "wide-fp8, ragged-16bit\n"),
+     "wide-fp8, ragged-16bit, wide-fp32\n"),
     (["--suite", "x", "--list"], "error: unknown suite 'x'; valid: "),
     (["--suite", "llm-bf16", "--shape", "16x16x16"],
      "error: --suite runs the suite's own shapes and schedules; it does not take --shape\n"),
