@@ -417,7 +417,10 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     global_vector = operand_vector(wl, vector)
     thread_m, thread_n = tiles.thread_m, tiles.thread_n
     threads = _threads_of_register_tiles(name, tiles.block_m, tiles.block_n, thread_m, thread_n)
-    group = min(thread_n, vector)  # a thread's columns come in groups of one 16-byte B vector
+    # A thread's columns come in groups of one 16-byte B vector (nn: B's rows run along N); in
+    # nt, B's rows run along K, as A's do: its fragments are K vectors like A's, and a thread's
+    # columns lie one row of threads apart, so that a warp's vectors fall on distinct banks.
+    group = min(thread_n, vector) if wl.layout == "nn" else 1
     group_m = min(thread_m, vector) if tiles.transpose_a else thread_m
     # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.
     k_split = [tiles.tile_k] if tiles.transpose_a else [tiles.tile_k // vector, vector]
@@ -448,13 +451,15 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     if padded:
         inline_padding(sch, wl)
     # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, or along
-    # M when transposed; B along N), the K steps of a tile unrolled so that the next fragments
-    # load during this step's FMAs.
-    for operand, width in ((0, group_m if tiles.transpose_a else vector), (1, group)):
+    # M when transposed; B along N in nn, along K in nt as A's), the K steps of a tile unrolled so
+    # that the next fragments load during this step's FMAs.
+    k_steps = 1 if tiles.transpose_a else vector  # K steps a fragment holds
+    widths = (group_m if tiles.transpose_a else k_steps, group if wl.layout == "nn" else k_steps)
+    for operand, width in enumerate(widths):
         fragment = sch.cache_read(C, operand, "local")
         sch.compute_at(fragment, k_step)
-        _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
-        if width > 1:
+        if width > 1:  # (a fragment of one element has no loop of its own)
+            _, lanes = sch.split(sch.get_loops(fragment)[-1], [None, width])
             sch.vectorize(lanes)
     sch.unroll(k_step)
     # The fragments of K step s + fragment_stages - 1 load during step s.
