@@ -401,7 +401,8 @@ class RegisterTiles:
     k_slices: int = 1  # v5k: blocks (blockIdx.z) that share a C tile, each over a K slice
     atomic_sum: bool = False  # v5k: slices add into C atomically instead of a sum kernel
     overlap_zeroing: bool = False  # v5k, atomic_sum: the K loop runs while C is zeroed
-    transpose_a: bool = False  # v5t: A's shared tile M-contiguous, read along M
+    transposed: bool = False  # v5t: the shared tiles of operands whose rows run along K (A's;
+    # B's in nt) stored transposed, M- or N-contiguous, read along M or N
     fragment_stages: int = 1  # v5t: register fragments of K steps in flight
 
 
@@ -417,13 +418,16 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     global_vector = operand_vector(wl, vector)
     thread_m, thread_n = tiles.thread_m, tiles.thread_n
     threads = _threads_of_register_tiles(name, tiles.block_m, tiles.block_n, thread_m, thread_n)
-    # A thread's columns come in groups of one 16-byte B vector (nn: B's rows run along N); in
-    # nt, B's rows run along K, as A's do: its fragments are K vectors like A's, and a thread's
-    # columns lie one row of threads apart, so that a warp's vectors fall on distinct banks.
-    group = min(thread_n, vector) if wl.layout == "nn" else 1
-    group_m = min(thread_m, vector) if tiles.transpose_a else thread_m
+    # A thread's columns come in groups of one 16-byte B vector where B's shared rows run along
+    # N (nn, or nt transposed); in nt they run along K, as A's do: B's fragments are then K
+    # vectors like A's, and a thread's columns lie one row of threads apart, so that a warp's
+    # vectors fall on distinct banks.
+    transposed_b = tiles.transposed and wl.layout == "nt"
+    b_along_k = wl.layout == "nt" and not transposed_b
+    group = 1 if b_along_k else min(thread_n, vector)
+    group_m = min(thread_m, vector) if tiles.transposed else thread_m
     # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.
-    k_split = [tiles.tile_k] if tiles.transpose_a else [tiles.tile_k // vector, vector]
+    k_split = [tiles.tile_k] if tiles.transposed else [tiles.tile_k // vector, vector]
     if tiles.atomic_sum:
         _require_atomic_adds(name, wl, tiles.k_slices, {"M": tiles.block_m, "N": tiles.block_n})
     sliced = tiles.k_slices > 1
@@ -442,19 +446,19 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
         c_vector = widest_vector(min(group, 4), wl.dims["N"])
         write_back_at(sch, wl, tx, C if sliced else None, c_vector)
     # Step 2. Shared tiles filled with global vectors (16-byte ones on aligned shapes), rows
-    # padded against bank conflicts; or A transposed, element by element.
-    if tiles.transpose_a:
-        transposed_fetch(sch, C, 0, ko, threads)
-    else:
-        cooperative_fetch(sch, C, 0, ko, threads, global_vector, "shared.dyn", pad_to=vector)
-    cooperative_fetch(sch, C, 1, ko, threads, global_vector, "shared.dyn", pad_to=vector)
+    # padded against bank conflicts; or transposed, element by element.
+    for operand, transposed in ((0, tiles.transposed), (1, transposed_b)):
+        if transposed:
+            transposed_fetch(sch, C, operand, ko, threads)
+        else:
+            cooperative_fetch(sch, C, operand, ko, threads, global_vector, "shared.dyn",
+                              pad_to=vector)
     if padded:
         inline_padding(sch, wl)
     # Step 3. Register fragments read from shared memory as 16-byte vectors (A along K, or along
-    # M when transposed; B along N in nn, along K in nt as A's), the K steps of a tile unrolled so
-    # that the next fragments load during this step's FMAs.
-    k_steps = 1 if tiles.transpose_a else vector  # K steps a fragment holds
-    widths = (group_m if tiles.transpose_a else k_steps, group if wl.layout == "nn" else k_steps)
+    # M when transposed; B along N in nn or transposed, along K in nt as A's), the K steps of a
+    # tile unrolled so that the next fragments load during this step's FMAs.
+    widths = (group_m if tiles.transposed else vector, vector if b_along_k else group)
     for operand, width in enumerate(widths):
         fragment = sch.cache_read(C, operand, "local")
         sch.compute_at(fragment, k_step)
@@ -543,18 +547,20 @@ def v5t(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256, 
         fragment_stages: int = 2) -> None:
     """v5k + A's shared tile transposed and double-buffered fragments, as CUTLASS's SIMT
     kernels do: A's tile is stored M-contiguous ([k, m], filled by 4-byte cp.async), so a
-    thread reads its rows of one K step as 16-byte vectors, like B's columns. A fragment is then
+    thread reads its rows of one K step as 16-byte vectors, like B's columns (in nt, whose rows
+    of B run along K too, B's tile is stored N-contiguous the same way). A fragment is then
     thread_m + thread_n registers per K step instead of v5's 4 K steps at once, which leaves
     room for 128 outputs per thread (8x16: half the shared loads per FMA of v5's 8x4), and the
     K step loop is pipelined: step s + 1's fragments load during step s's FMAs (with
     fragment_stages=2). float32 only: cp.async copies no less than 4 bytes.
 
     IR: A_shared allocated [tile_k, block_m + 4] and written A_shared[k, m]; 4-byte
-    ptx_cp_async for A, 16-byte for B; a software pipeline on the K step loop too."""
+    ptx_cp_async for A (and B in nt), 16-byte for B in nn; a software pipeline on the K step
+    loop too."""
     if wl.dtype != "float32":
         raise ScheduleNotApplicable(f"v5t copies A element by element with cp.async, which moves "
                                     f"4 bytes at least: float32 only, not {wl.dtype}")
     _schedule_register_tiles(sch, wl, "v5t", RegisterTiles(
         block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n, tile_k=tile_k,
         stages=stages, single_barrier=single_barrier, k_slices=k_slices, atomic_sum=atomic_sum,
-        overlap_zeroing=overlap_zeroing, transpose_a=True, fragment_stages=fragment_stages))
+        overlap_zeroing=overlap_zeroing, transposed=True, fragment_stages=fragment_stages))

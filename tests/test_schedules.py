@@ -588,19 +588,25 @@ def test_v5_unrolls_a_tiles_k_steps_and_writes_c_in_vectors(lowered):
     assert stores and {kf.lanes(st) for st in stores} == {4}  # no scalar stores into C
 
 
-@pytest.mark.parametrize("layout, columns_apart", [("nt", 1), ("nn", 4)])
-def test_v5p_reads_b_fragments_in_16_byte_vectors_along_bs_rows(layout, columns_apart, lowered):
+@pytest.mark.parametrize("rung, layout, thread_stride", [
+    ("v5p", "nt", 36), ("v5p", "nn", 4), ("v5t", "nt", 4), ("v5t", "nn", 4)])
+def test_b_fragments_are_16_byte_vectors_along_bs_shared_rows(rung, layout, thread_stride,
+                                                               lowered):
     """B's shared rows run along N in nn and along K in nt: a thread reads its B fragments as
     16-byte vectors along them. In nt its columns lie one row of threads apart, so the 8 threads
     of a 16-byte load phase start a padded row (36 floats, 4 banks) apart and share no bank; in
-    nn, each vector holds 4 of its columns, the next thread's 4 columns on."""
+    nn, each vector holds 4 of its columns, the next thread's 4 columns on. v5t stores B's tile
+    transposed in nt (4 bytes a copy, as A's), so it reads B as in nn."""
     wl = Workload("gemm", (4096, 3072, 768), "float32", layout=layout)
-    kernel = kf.kernel(lowered("v5p", wl))
+    kernel = kf.kernel(lowered(rung, wl))
     fragments = kf.stores_to(kernel, "B_shared.dyn_local")
     assert fragments and {kf.lanes(st) for st in fragments} == {4}
     strides = {kf.stride(kernel, kf.first_lane(st.value.indices[0]), "threadIdx.x")
                for st in fragments}
-    assert strides == ({36} if layout == "nt" else {4}), strides
+    assert strides == {thread_stride}, strides
+    b_copies = {int(c.args[4]) for c in kf.calls(kernel, "s_tir.cp_async_raw")
+                if kf.pointers(c)[0] == "B_shared.dyn"}
+    assert b_copies == ({4} if (rung, layout) == ("v5t", "nt") else {16}), b_copies
 
 
 def test_v5p_pipelines_the_k_tiles_with_cp_async(compiled, lowered):
