@@ -89,7 +89,8 @@ for part in "$@"; do
       esac
       tier() {  # $1...: what runs pytest (taskset -c 0-15 python3, or python3); $TESTS_FLAGS
                 # (-q; -v names each test as it ends, so a run cut short still names its failures)
-        "$@" -m pytest -m "gpu and not alone" ${TESTS_FLAGS:--q} -p no:cacheprovider -n 8 "${shard[@]}"
+        "$@" -m pytest -m "gpu and not alone" ${TESTS_FLAGS:--q} -p no:cacheprovider -n 8 \
+          --durations=25 "${shard[@]}"  # the slowest tests named: what the tier's time goes to
         [ "${TESTS_SHARD:-all}" = a ] ||
           "$@" -m pytest -m "gpu and alone" ${TESTS_FLAGS:--q} -p no:cacheprovider
       }
