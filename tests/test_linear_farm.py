@@ -504,9 +504,9 @@ def test_the_pairs_left_when_the_farm_goes_are_tuned_here(tmp_path):
 def test_a_model_tuned_on_two_gpu_servers_runs_their_kernels_right(tmp_path):
     """A small model's layers tuned on two servers of this process's GPU (scripts/rpc-farm.sh
     --gpus N,N): every pair is tuned on a server (both take some), lands in this cache under the
-    GPU's key (this machine's) and is loaded from there; each pair measured the candidates local tuning
-    measures; the model is right against float64 at each bucket's Ms; and a fresh prepare
-    without the farm loads every kernel from the cache."""
+    GPU's key (this machine's) and is loaded from there; each pair measured the candidates
+    local tuning measures; the model is right against float64 at each bucket's Ms; and a fresh
+    prepare without the farm loads every kernel from the cache."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, 256, bias=False), torch.nn.SiLU(),
                                 torch.nn.Linear(256, 512)).to("cuda", torch.bfloat16)
