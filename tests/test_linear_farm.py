@@ -11,7 +11,6 @@ import contextlib
 import glob
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -70,16 +69,11 @@ def started_farm(log, argv: list[str], servers: int, env: dict | None = None):
                                  str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=err, text=True, start_new_session=True)
     try:
-        ready = proc.stdout.readline() if _readable(proc, READY_S) else ""
+        ready = Lines(proc.stdout).next(READY_S) or ""
         assert f"{servers} under key 'farm'" in ready, (ready, log.read_text()[-2000:])
         yield f"127.0.0.1:{port}", proc
     finally:
         _stop(proc)
-
-
-def _readable(proc, seconds: float) -> bool:
-    """Whether proc's stdout has something to read within `seconds`."""
-    return bool(select.select([proc.stdout], [], [], seconds)[0])
 
 
 def _stop(proc) -> None:
