@@ -29,8 +29,8 @@ from .workloads import DTYPE_BYTES, FP8, PRESETS, Workload
 
 H100_SMS = 132  # streaming multiprocessors of an H100 SXM (80 GB HBM3)
 H100_L2_BYTES = 50 * 1024 * 1024  # its L2 cache
-WAVES = 2  # blocks of a K-split GEMM: at most two waves of the SMs
 MIN_SLICE_TILES = 4  # K tiles each K slice keeps at least: a shorter slice is mostly prologue
+SPLIT_SLICE_TILES = 3  # v5k, v5t: K tiles (of tile_k) each K slice keeps at least
 WARP = 32  # threads of a warp: multirow's most K threads
 
 # The ladder reports' GEMMs (reports/h100-gemm-ladder.md) besides the seeds' presets.
@@ -85,18 +85,32 @@ def register_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     return {"block_m": block_m, "block_n": block_n}
 
 
+def padded_work(wl: Workload, block_m: int, block_n: int) -> int:
+    """Outputs that a tiling of C computes, those past C's edges included."""
+    return tile_count(wl, block_m, block_n) * block_m * block_n
+
+
 def split_k(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
-    """v5k, v5t: where the default tile's tiles cannot give every SM one, first the tile rule
-    (`register_tiles`), then K split into the most slices of the space that keep the blocks
-    (tiles x slices) within WAVES waves, each slice at least MIN_SLICE_TILES K tiles long; at
-    least 1 slice, or 2 with atomic_sum (it adds the slices' partials). Where they can, the
-    defaults."""
+    """v5k, v5t: where the default tile's tiles cannot give every SM one, the tile and K split
+    together. K in the most slices of the space whose float32 partials (slices x M x N) fit half
+    the L2, for the sum to read them from there, each slice at least SPLIT_SLICE_TILES K tiles
+    long (at least 1 slice, or 2 with atomic_sum: it adds the slices' partials): an SM holds
+    several of these small blocks at once, so more blocks than SMs cost little. Then, of the
+    space's tiles that keep at least half the default's threads and pad C least (a few rows of
+    M in a 64-row tile are mostly wasted work), the largest whose blocks (tiles x slices) give
+    every SM one (the most reuse; on a tie, the wider along N), or, where none does, the one
+    with the most tiles. Where the default tile's tiles fill the SMs, the defaults."""
     if tile_count(wl, knobs["block_m"], knobs["block_n"]) >= sms:
         return {}
-    tile = register_tiles(wl, sms, knobs, space)
-    tiles = tile_count(wl, tile["block_m"], tile["block_n"])
     k_tiles = -(-wl.dims["K"] // knobs["tile_k"])
+    partials = wl.dims["M"] * wl.dims["N"] * DTYPE_BYTES["float32"]
     fewest = 2 if knobs["atomic_sum"] else 1
-    fitting = [s for s in space["k_slices"]
-               if s >= fewest and tiles * s <= WAVES * sms and k_tiles >= s * MIN_SLICE_TILES]
-    return {**tile, "k_slices": max(fitting, default=fewest)}
+    slices = max([s for s in space["k_slices"] if s >= fewest
+                  and (s == 1 or s * partials <= H100_L2_BYTES // 2)
+                  and k_tiles >= s * SPLIT_SLICE_TILES], default=fewest)
+    options = _register_tile_options(knobs, space)
+    least = min(padded_work(wl, *tile) for tile in options)
+    tiles = {tile: tile_count(wl, *tile) for tile in options if padded_work(wl, *tile) == least}
+    filling = [tile for tile, count in tiles.items() if count * slices >= sms]
+    tile = max(filling, key=lambda t: (t[0] * t[1], t[1])) if filling else max(tiles, key=tiles.get)
+    return {"block_m": tile[0], "block_n": tile[1], "k_slices": slices}

@@ -361,6 +361,8 @@ V8 = ["--schedules", "v8"]
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
     ("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "3", *V8], 2,
      "error: suite wide-bf16 has no shape at M = 3\n"),
+    ("sweep_suite.py", ["--suite", "wide-fp32", "--rows", "7", "0", *V8], 2,
+     "error: --rows takes positive M\n"),
     pytest.param("sweep_suite.py", ["--suite", "wide-bf16", "--tokens", "300", *V8], 1,
                  "sweep_suite.py times kernels: it needs a CUDA GPU",
                  marks=pytest.mark.skipif(measure.gpu_present(), reason="a GPU is here")),
@@ -417,6 +419,27 @@ def test_the_call_cost_script_says_in_one_line_what_stopped_a_run(capsys, monkey
 
     assert script.measured("kernel", silent, "eager", None, 1, 1) == {
         "subject": "kernel", "mode": "eager", "error": "RuntimeError"}
+
+
+def test_the_sweep_moves_a_suites_layers_to_other_rows_and_layouts():
+    """--rows: each distinct N x K of the suite once at each M asked for, in --layout's layout,
+    dtype and models kept (shapes a rule was not read off, to check it on)."""
+    import importlib.util
+
+    from schedules import suites
+
+    spec = importlib.util.spec_from_file_location(
+        "sweep_suite", os.path.join(ROOT, "scripts", "sweep_suite.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    suite = suites.get("wide-fp32")
+    layers = {e.workload.shape[1:] for e in suite.entries}
+    moved = script.at_rows(suite, [1, 300], "nn")
+    assert sorted(e.workload.shape for e in moved.entries) == sorted(
+        (m, n, k) for m in (1, 300) for n, k in layers)
+    assert {(e.workload.layout, e.workload.dtype) for e in moved.entries} == {("nn", "float32")}
+    assert all(e.models and e.origin.endswith(f"moved to M = {e.workload.dims['M']}")
+               for e in moved.entries)
 
 
 def results_of_the_seed_run(tmp_path):

@@ -32,16 +32,22 @@ CHOICES = [
     ("v5", gemm((3000, 1000, 2000)), {}),  # 752 tiles fill the SMs
     # M=16: 96 tiles of 64x64; 64x32 gives 192 (32x32 would halve the block's threads)
     ("v5p", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_n": 32}),
-    ("v5k", gemm((1024, 512, 2000)), {"block_m": 32, "k_slices": 1}),  # 256 tiles: no split
-    # 64 tiles of 64x64; 128 of 32x64, still short of 132: K in 2 slices of 32 K tiles
-    ("v5k", gemm((512, 512, 2048)), {"block_m": 32, "k_slices": 2}),
-    # 8 tiles of 32x64 at most: K split as far as the space goes (8), 256 K tiles per slice
+    # 128 tiles of 64x64, short of 132: K in 8 slices (2 MB of partials), 1024 blocks of
+    # the default tile (no tile pads C)
+    ("v5k", gemm((1024, 512, 2000)), {"k_slices": 8}),
+    ("v5k", gemm((512, 512, 2048)), {"k_slices": 8}),  # 64 tiles x 8 slices = 512 blocks
+    # no tile pads C; even in 8 slices (as far as the space goes) no tile's blocks fill the
+    # SMs: the one with the most tiles, 8 of 32x64 (wider along N than 64x32)
     ("v5k", gemm((64, 256, 65536)), {"block_m": 32, "k_slices": 8}),
     ("v5k", gemm((1, 1, 1)), {"block_m": 32, "k_slices": 1}),  # one K tile: nothing to split
+    # 7 rows: 32x64 tiles pad least (25 rows of 32, not 57 of 64); 80 x 8 slices
+    ("v5k", gemm((7, 5120, 1280), layout="nt"), {"block_m": 32, "k_slices": 8}),
     ("v5k", gemm((3000, 1000, 2000)), {}),
     ("v5t", gemm((1024, 512, 2000)), {"block_m": 64, "k_slices": 8}),  # 32 tiles x 8 = 256 blocks
-    ("v5t", gemm((16, 6144, 4096)), {"block_n": 128, "k_slices": 4}),  # 48 tiles x 4 = 192
-    ("v5t", gemm((1000, 4096, 4096)), {"block_m": 64}),  # 256 tiles of 64x256: no split
+    ("v5t", gemm((16, 6144, 4096)), {"block_m": 64, "k_slices": 8}),  # 24 tiles x 8 = 192
+    # 128 tiles of 128x256; 4 slices of 1000 x 4096 float32 partials would fill more than
+    # half the L2 (v5t's space has no 2): 256 tiles of 64x256 fill the SMs unsplit
+    ("v5t", gemm((1000, 4096, 4096)), {"block_m": 64}),
     ("v6", gemm((16, 6144, 4096), "bfloat16", "nt"), {"warp_tiles_m": 1, "warp_tiles_n": 1}),
     ("v6", gemm((1024, 512, 2000), "float16"), {"warp_tiles_m": 1, "warp_tiles_n": 2}),
     ("v6", gemm((3000, 1000, 2000), "float16"), {}),
@@ -211,13 +217,15 @@ def test_fewer_sms_need_fewer_tiles():
 
 def test_knobs_set_by_the_user_win_and_the_heuristic_fills_the_rest():
     v5k, wl = schedules.get("gemm", "v5k"), gemm((1024, 512, 2000))
-    assert changed(v5k, wl, {"k_slices": 2}) == {"block_m": 32, "k_slices": 2}
-    # what the heuristic picks fits the user's knobs: 128-row tiles are 64 (128x64) or 128
-    # (128x32) tiles of C, short of 132 SMs, so K is split on those: 2 slices, 256 blocks
-    assert changed(v5k, wl, {"block_m": 128}) == {"block_m": 128, "block_n": 32, "k_slices": 2}
-    # atomic_sum adds the slices' partials: at least 2 of them, though 256 tiles fill the SMs
-    assert changed(v5k, wl, {"atomic_sum": True}) == {"block_m": 32, "k_slices": 2,
-                                                      "atomic_sum": True}
+    # 2 slices of 128 tiles of 64x64 fill the SMs: the default tile stays
+    assert changed(v5k, wl, {"k_slices": 2}) == {"k_slices": 2}
+    # in one slice, 128 tiles of 64x64 fall short of 132 SMs: 256 of 32x64 do not
+    assert changed(v5k, wl, {"k_slices": 1}) == {"block_m": 32, "k_slices": 1}
+    # what the heuristic picks fits the user's knobs: 128-row tiles, 64 of 128x64 in 8 slices
+    assert changed(v5k, wl, {"block_m": 128}) == {"block_m": 128, "k_slices": 8}
+    # atomic_sum adds the slices' partials: at least 2 of them, though 2 K tiles are too few
+    assert changed(v5k, gemm((64, 256, 64)), {"atomic_sum": True}) == {
+        "block_m": 32, "k_slices": 2, "atomic_sum": True}
     named = resolve(wl, "v5k:k_slices=2", SearchResults())
     assert named.params == v5k.defaults_for(wl, {"k_slices": 2})
     v7 = schedules.get("gemm", "v7")
