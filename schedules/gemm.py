@@ -421,10 +421,11 @@ def _schedule_register_tiles(sch: Schedule, wl: Workload, name: str, tiles: Regi
     # A thread's columns come in groups of one 16-byte B vector where B's shared rows run along
     # N (nn, or nt transposed); in nt they run along K, as A's do: B's fragments are then K
     # vectors like A's, and a thread's columns lie one row of threads apart, so that a warp's
-    # vectors fall on distinct banks.
+    # vectors fall on distinct banks; but atomic_sum adds 4 adjacent columns at a time, so there
+    # they stay in groups (B's reads then share banks).
     transposed_b = tiles.transposed and wl.layout == "nt"
     b_along_k = wl.layout == "nt" and not transposed_b
-    group = 1 if b_along_k else min(thread_n, vector)
+    group = 1 if b_along_k and not tiles.atomic_sum else min(thread_n, vector)
     group_m = min(thread_m, vector) if tiles.transposed else thread_m
     # A's fragments: 4 K steps (one 16-byte vector along K) at a time, or, transposed, one K step.
     k_split = [tiles.tile_k] if tiles.transposed else [tiles.tile_k // vector, vector]

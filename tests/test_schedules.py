@@ -2,6 +2,7 @@
 the local nvcc where there is one) or refuses with a reason. Then the IR features that prove
 each rung's idea."""
 
+import dataclasses
 import re
 import shutil
 
@@ -654,10 +655,15 @@ def test_v5k_slices_are_whole_k_tiles_the_last_ones_shorter(k, slices, slice_k, 
     assert {slice_k, slice_k * 128} <= kf.multipliers(main, "blockIdx.z")
 
 
-def test_v5k_atomic_sum_adds_partials_into_a_zeroed_c_without_a_partial_buffer(compiled, lowered):
-    _, source, s = compiled("v5k", SEED, atomic_sum=True)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_v5k_atomic_sum_adds_partials_into_a_zeroed_c_without_a_partial_buffer(compiled, lowered,
+                                                                              layout):
+    """In nt too, where B's fragments run along K: a thread's columns stay 4 adjacent ones,
+    which one vector atomic adds."""
+    wl = dataclasses.replace(SEED, layout=layout)
+    _, source, s = compiled("v5k", wl, atomic_sum=True)
     assert s.kernels == 2 and s.grid == {"blockIdx.x": 8, "blockIdx.y": 16, "blockIdx.z": 4}
-    kernels = kf.kernels(lowered("v5k", SEED, atomic_sum=True))
+    kernels = kf.kernels(lowered("v5k", wl, atomic_sum=True))
     zero, adds = kernels["main_kernel"], kernels["main_kernel_1"]
     # partials in registers: no partial buffer anywhere
     assert not [b for k in (zero, adds) for b in kf.declared(k) if b.startswith("C.rf")]
