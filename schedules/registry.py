@@ -46,9 +46,10 @@ class ScheduleEntry:
     # this rung moves against the rung before it, and which way; a test holds the recorded
     # counters to it (tests/test_counters.py)
     brings: tuple[str, int] | None = None
-    # (wl) -> {knob: values}: of its space, the only values of those knobs that a workload can
-    # take whatever the other knobs are (v8's fp8 promotions: none on 16-bit inputs), so that a
-    # search never draws the others (space_for)
+    # (wl) -> {knob: values}: of its space, the only values of those knobs that a search of a
+    # workload draws (space_for): those it can take whatever the other knobs are (v8's fp8
+    # promotions: none on 16-bit inputs), at the precision the rung runs it with (v8 on fp8:
+    # promoted sums, not fast accumulation)
     narrow: Callable | None = None
 
     def takes(self, wl: Workload) -> bool:
@@ -91,7 +92,7 @@ class ScheduleEntry:
 
     def space_for(self, wl: Workload) -> dict:
         """Its space as a search of `wl` draws from it: each knob's values, less those `narrow`
-        says `wl` never takes (v8 on 16-bit inputs: its space's 774,144 settings are 64,512)."""
+        leaves out for `wl` (v8 on 16-bit inputs: its space's 774,144 settings are 64,512)."""
         allowed = self.narrow(wl) if self.narrow else {}
         return {knob: [v for v in values if knob not in allowed or v in allowed[knob]]
                 for knob, values in self.space.items()}

@@ -257,12 +257,14 @@ def test_a_template_search_measures_no_setting_its_rung_refuses_and_counts_them(
 def test_a_space_narrowed_for_a_workload_leaves_out_only_values_the_rung_refuses(dtype):
     """v8's space for a 16-bit GEMM drops fp8's promotions (a twelfth of the space is left, so
     that a search proposes, and checks, a twelfth as much); every dropped value is one v8
-    refuses with any other knobs. An fp8 GEMM keeps the whole space."""
+    refuses with any other knobs. An fp8 GEMM keeps the whole space but fast accumulation
+    (promote_k none): a search keeps v8's default precision, promoted sums."""
     v8 = schedules.get("gemm", "v8")
     wl = Workload("gemm", (4096, 4096, 4096), dtype, layout="nt" if "float8" in dtype else "nn")
     narrowed = autotvm.Space.of(v8, wl)
     if "float8" in dtype:
-        assert narrowed.knobs == v8.space
+        assert narrowed.knobs == {**v8.space, "promote_k": [128, 256]}
+        assert v8.own_choice(wl)["promote_k"] == 128  # the default is in the space searched
         return
     assert len(narrowed) * 12 == len(autotvm.Space(v8.space))
     rng, checked = random.Random(0), 0

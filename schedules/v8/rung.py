@@ -23,10 +23,18 @@ def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
     refuse(wl, Knobs(group_m=group_m, **knobs))
 
 
+PROMOTE_K = [None, 128, 256]  # K elements between promotions of fp8's sums (None: no promotion)
+
+
 def v8_narrowed(wl: Workload) -> dict:
-    """The values of v8's knobs that `wl` can take at all: fp8's promotions none on 16-bit
-    inputs (refusals: _fp8_only), so that a search of a 16-bit GEMM never draws the others."""
-    return {} if wl.dtype == FP8 else {"promote_k": [None], "promote_overlap": [None]}
+    """The values of v8's knobs that a search of `wl` draws: on 16-bit inputs fp8's promotions
+    none (the others refused: _fp8_only); on fp8, promoted sums only, v8's default precision
+    (_scaled_mm's default): fast accumulation (promote_k none, as _scaled_mm's use_fast_accum)
+    is another precision, which a search must not trade for speed unasked; it runs by name,
+    `v8:promote_k=none`."""
+    if wl.dtype == FP8:
+        return {"promote_k": [k for k in PROMOTE_K if k is not None]}
+    return {"promote_k": [None], "promote_overlap": [None]}
 
 
 def v8_kernel(wl: Workload, **knobs):
@@ -48,7 +56,7 @@ def v8_kernel_any_m(wl: Workload, **knobs):
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
-                               "pingpong": [False, True], "promote_k": [None, 128, 256],
+                               "pingpong": [False, True], "promote_k": PROMOTE_K,
                                "promote_overlap": [None, 2, 4, 8]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals, narrow=v8_narrowed,
           brings=("inst_executed", -1))
