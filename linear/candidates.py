@@ -182,7 +182,8 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         except ScheduleNotApplicable:
             continue
         workspace = v8.any_m_partial_bytes(wl, knobs["block_m"], knobs["block_n"],
-                                           knobs["split_k"], knobs["split_tail"])
+                                           knobs["split_k"], knobs["split_tail"],
+                                           open_ended=bucket.last is None)
         candidate = Candidate(V8, tuple(sorted(knobs.items())))
         if workspace <= MOST_WORKSPACE_BYTES and candidate not in found:
             found.append(candidate)
@@ -205,7 +206,8 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
     target = build.cuda_target(arch)
     knobs = dict(candidate.knobs)
     if candidate.rung == V8:
-        func = v8.v8_kernel_any_m(layer.gemm(bucket.most(max_tokens)), **knobs)
+        func = v8.v8_kernel_any_m(layer.gemm(bucket.most(max_tokens)),
+                                  open_ended=bucket.last is None, **knobs)
         mod = tvm.IRModule({"main": func})
     else:
         mod = schedules.get("gemv", candidate.rung).apply(layer.gemv(), target, **knobs)

@@ -32,8 +32,8 @@ CHOICES = [
     ("v5", gemm((3000, 1000, 2000)), {}),  # 752 tiles fill the SMs
     # M=16: 96 tiles of 64x64; 64x32 gives 192 (32x32 would halve the block's threads)
     ("v5p", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_n": 32}),
-    # 128 tiles of 64x64, short of 132: K in 8 slices (2 MB of partials), 1024 blocks of
-    # the default tile (no tile pads C)
+    # 128 tiles of 64x64, short of 132: K in 8 slices (16 MB of partials, within half the
+    # L2), 1024 blocks of the default tile (no tile pads C)
     ("v5k", gemm((1024, 512, 2000)), {"k_slices": 8}),
     ("v5k", gemm((512, 512, 2048)), {"k_slices": 8}),  # 64 tiles x 8 slices = 512 blocks
     # no tile pads C; even in 8 slices (as far as the space goes) no tile's blocks fill the

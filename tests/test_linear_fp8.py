@@ -16,6 +16,7 @@ from linear.cache import Cache
 from linear.candidates import TORCH, V8, Candidate, LayerShape, build_candidate, candidates, \
     launcher
 from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key
+from schedules import v8
 from schedules.errors import WorkloadError
 from tuning.loader import BadInput
 
@@ -101,6 +102,35 @@ def test_a_precise_layers_v8_promotes_with_waits_as_v8_for_any_m_refuses_overlap
     assert found and all(k["promote_k"] == 128 and k["promote_overlap"] is None for k in found)
     with pytest.raises(ScheduleNotApplicable, match="promote_overlap=none, not 4"):
         v8.v8_kernel_any_m(layer.gemm(4096), **{**found[0], "promote_overlap": 4})
+
+
+def test_the_open_buckets_split_kernel_holds_a_last_wave_of_any_m():
+    """The last bucket takes any M, past max_tokens too: its K split (split_tail) keeps the
+    partials of a last wave of any M's tiles (131 of them on 132 SMs); a closed bucket's, of
+    its most rows' tiles. 1000 x 1000 at max_tokens 64: 8 tiles of 64x128, where M = 65 splits
+    16 (the GPU tier's illegal memory access at M = 65, 1 run in 13)."""
+    from schedules.errors import ScheduleNotApplicable
+    from schedules.v8.knobs import Knobs
+    from schedules.v8.plan import Plan
+
+    layer = LayerShape(1000, 1000, "float8_e4m3fn", "row")
+    knobs = {"block_m": 64, "block_n": 128, "split_k": 8, "split_tail": True, "stages": 6,
+             "group_m": 8, "tma_store": False, "cluster_m": 1, "cluster_n": 1, "pingpong": False,
+             "promote_k": 128, "promote_overlap": None}
+    wl = layer.gemm(64)
+    closed = Plan.build(wl, Knobs(**knobs), 132, most_m=64)
+    open_ended = Plan.build(wl, Knobs(**knobs), 132, most_m=64, open_ended=True)
+    assert (closed.most_tiles, open_ended.most_tiles) == (8, 131)
+    assert v8.any_m_partial_bytes(wl, 64, 128, 8, True, open_ended=True) == 131 * 8 * 64 * 128 * 4
+    with pytest.raises(ScheduleNotApplicable, match="splits K only with split_tail"):
+        Plan.build(wl, Knobs(**{**knobs, "split_tail": False}), 132, most_m=64, open_ended=True)
+    last = Bucket(17, None)
+    split = [c for c in candidates(layer, last, 64) if dict(c.knobs).get("split_k", 1) > 1]
+    assert split and all(dict(c.knobs)["split_tail"] for c in split)
+    source = build_candidate(layer, last, split[0], 64, "sm_90").mod.imports[0].inspect_source()
+    split_knobs = dict(split[0].knobs)
+    assert f"[{131 * split_knobs['split_k'] * split_knobs['block_m'] * split_knobs['block_n'] // 4}]" \
+        in source, "the partials: 131 tiles x slices of float4s"
 
 
 @pytest.mark.parametrize("scales", SCALES)

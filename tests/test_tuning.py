@@ -254,7 +254,8 @@ def test_a_template_search_measures_no_setting_its_rung_refuses_and_counts_them(
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8_e4m3fn"])
-def test_a_space_narrowed_for_a_workload_leaves_out_only_values_the_rung_refuses(dtype):
+def test_a_space_narrowed_for_a_workload_leaves_out_refused_values_and_other_precisions(
+        dtype):
     """v8's space for a 16-bit GEMM drops fp8's promotions (a twelfth of the space is left, so
     that a search proposes, and checks, a twelfth as much); every dropped value is one v8
     refuses with any other knobs. An fp8 GEMM keeps the whole space but fast accumulation

@@ -121,11 +121,12 @@ def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
 
 
 def any_m_partial_bytes(wl: Workload, block_m: int, block_n: int, split_k: int,
-                        split_tail: bool) -> int:
+                        split_tail: bool, open_ended: bool = False) -> int:
     """Bytes of split K's workspace in v8 for any M up to wl's: the partials of every tile of
-    wl's M, or with split_tail of a last wave's tiles (fewer than the SMs) whatever M is."""
+    wl's M, or with split_tail of a last wave of them (fewer tiles than the SMs); open-ended
+    (any M past wl's too), of a last wave of any M's tiles."""
     if split_k == 1:
         return 0
     tiles = heuristics.tile_count(wl, block_m, block_n)
-    return partial_bytes(min(tiles, heuristics.H100_SMS - 1) if split_tail else tiles, split_k,
-                         block_m, block_n)
+    last_wave = heuristics.H100_SMS - 1 if open_ended else min(tiles, heuristics.H100_SMS - 1)
+    return partial_bytes(last_wave if split_tail else tiles, split_k, block_m, block_n)

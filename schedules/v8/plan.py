@@ -11,6 +11,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.ir_builder import IRBuilder
 
+from ..errors import ScheduleNotApplicable
 from ..tensorcore import WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload, fp8_blocks
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
@@ -37,6 +38,7 @@ class Plan:
     knobs: Knobs
     sms: int
     most_m: int | None
+    open_ended: bool  # any M past most_m too (split K's workspace for a last wave of any M)
     # the multiply: a consumer's part of the tile and its wgmmas
     element_bytes: int
     block_k: int
@@ -85,17 +87,23 @@ class Plan:
     tag: str
 
     @classmethod
-    def build(cls, wl: Workload, knobs: Knobs, sms: int, most_m: int | None = None) -> "Plan":
+    def build(cls, wl: Workload, knobs: Knobs, sms: int, most_m: int | None = None,
+              open_ended: bool = False) -> "Plan":
         """The plan for wl and knobs on `sms` SMs; with most_m (wl's M), for any M up to most_m
-        rows (M symbolic). Refused first as v8 refuses them (ScheduleNotApplicable), and for
+        rows (M symbolic), or with open_ended as well for any M past it (split K then only
+        with split_tail). Refused first as v8 refuses them (ScheduleNotApplicable), and for
         any M also where split K's workspace for any M would be too large or promote_overlap
         is asked for (ANY_M_CHECKS)."""
         refuse(wl, knobs, CHECKS if most_m is None else CHECKS + ANY_M_CHECKS)
+        if open_ended and knobs.split_k > 1 and not knobs.split_tail:
+            raise ScheduleNotApplicable(
+                f"v8 for M past {wl.dims['M']} splits K only with split_tail (its workspace "
+                f"then holds a last wave's tiles); split_k={knobs.split_k} splits every tile")
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
                  "out_dtype": wl.out_dtype, "scales": wl.scales, "knobs": knobs, "sms": sms,
-                 "most_m": most_m}
+                 "most_m": most_m, "open_ended": open_ended}
         multiply = _multiply(wl.dtype, wl.layout, knobs)
         walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
         memory = _memory(wl.out_dtype, knobs)
@@ -387,8 +395,9 @@ def _staging(wl: Workload) -> dict:
 
 
 def _workspace(shape: dict, walk: dict, quads: int) -> dict:
-    """Split K's workspace, for the most tiles split: those of M (symbolic M: of most_m rows,
-    or with split_tail those of a last wave, fewer than the SMs), and its tag."""
+    """Split K's workspace, for the most tiles split: those of M (symbolic M: of most_m rows;
+    with split_tail those of a last wave of them, or where M is open-ended of any M's, fewer
+    than the SMs), and its tag."""
     M, N, K, knobs = shape["M"], shape["N"], shape["K"], shape["knobs"]
     block = f"{knobs.block_m}x{knobs.block_n}x{walk['split_k']}"
     if isinstance(M, int):
@@ -396,6 +405,8 @@ def _workspace(shape: dict, walk: dict, quads: int) -> dict:
         tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"
     else:
         most_tiles = -(-shape["most_m"] // (knobs.block_m * knobs.cluster_m)) * walk["tiles_n"]
-        most_tiles = min(most_tiles, shape["sms"] - 1) if knobs.split_tail else most_tiles
-        tag = f"{shape['most_m']}x{N}x{K}_{block}_any"
+        if knobs.split_tail:
+            most_tiles = shape["sms"] - 1 if shape["open_ended"] else min(most_tiles,
+                                                                          shape["sms"] - 1)
+        tag = f"{shape['most_m']}x{N}x{K}_{block}_{'open' if shape['open_ended'] else 'any'}"
     return {"quads": quads, "most_tiles": most_tiles, "tag": tag}
