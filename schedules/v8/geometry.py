@@ -115,6 +115,15 @@ def split_tiles(tiles, split_tail: bool, sms: int):
     return tiles % sms if split_tail else tiles
 
 
+def any_m_split_tiles(tiles: int, split_tail: bool, open_ended: bool, sms: int) -> int:
+    """The most tiles that v8 for any M up to the M of `tiles` splits in K: all of them, or
+    with split_tail those of a last wave (fewer than the SMs), of those tiles or, open-ended
+    (any M past it too), of any M's."""
+    if not split_tail:
+        return tiles
+    return sms - 1 if open_ended else min(tiles, sms - 1)
+
+
 def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
     """Bytes of split K's workspace: one float32 partial tile per (tile, K slice)."""
     return tiles * split_k * block_m * block_n * 4
@@ -127,6 +136,6 @@ def any_m_partial_bytes(wl: Workload, block_m: int, block_n: int, split_k: int,
     (any M past wl's too), of a last wave of any M's tiles."""
     if split_k == 1:
         return 0
-    tiles = heuristics.tile_count(wl, block_m, block_n)
-    last_wave = heuristics.H100_SMS - 1 if open_ended else min(tiles, heuristics.H100_SMS - 1)
-    return partial_bytes(last_wave if split_tail else tiles, split_k, block_m, block_n)
+    tiles = any_m_split_tiles(heuristics.tile_count(wl, block_m, block_n), split_tail,
+                              open_ended, heuristics.H100_SMS)
+    return partial_bytes(tiles, split_k, block_m, block_n)

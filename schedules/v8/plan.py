@@ -15,9 +15,9 @@ from ..errors import ScheduleNotApplicable
 from ..tensorcore import WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload, fp8_blocks
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
-from .geometry import (BOX_ROWS, CONSUMERS, CONSUMER_THREADS, ELEMENT_BYTES, ROW_BYTES, arena_bytes,
-                       box_bytes, consumer_tile, k_block_count, k_block_elements, split_tiles,
-                       staged_operands, tma_columns)
+from .geometry import (BOX_ROWS, CONSUMERS, CONSUMER_THREADS, ELEMENT_BYTES, ROW_BYTES,
+                       any_m_split_tiles, arena_bytes, box_bytes, consumer_tile, k_block_count,
+                       k_block_elements, split_tiles, staged_operands, tma_columns)
 from .knobs import Knobs
 from .refusals import ANY_M_CHECKS, CHECKS, refuse
 
@@ -404,9 +404,8 @@ def _workspace(shape: dict, walk: dict, quads: int) -> dict:
         most_tiles = walk["tiles"] - walk["whole"]
         tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"
     else:
-        most_tiles = -(-shape["most_m"] // (knobs.block_m * knobs.cluster_m)) * walk["tiles_n"]
-        if knobs.split_tail:
-            most_tiles = shape["sms"] - 1 if shape["open_ended"] else min(most_tiles,
-                                                                          shape["sms"] - 1)
+        most_tiles = any_m_split_tiles(
+            -(-shape["most_m"] // (knobs.block_m * knobs.cluster_m)) * walk["tiles_n"],
+            knobs.split_tail, shape["open_ended"], shape["sms"])
         tag = f"{shape['most_m']}x{N}x{K}_{block}_{'open' if shape['open_ended'] else 'any'}"
     return {"quads": quads, "most_tiles": most_tiles, "tag": tag}
