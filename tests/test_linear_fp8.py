@@ -17,7 +17,7 @@ from linear.candidates import TORCH, V8, Candidate, LayerShape, build_candidate,
     launcher
 from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key
 from schedules import v8
-from schedules.errors import WorkloadError
+from schedules.errors import ScheduleNotApplicable, WorkloadError
 from tuning.loader import BadInput
 
 FP8 = torch.float8_e4m3fn
@@ -94,9 +94,6 @@ def test_a_precise_layers_v8_promotes_with_waits_as_v8_for_any_m_refuses_overlap
     """v8 for any M spills promote_overlap's third set of accumulators: a precise fp8 layer's
     v8 candidates promote every 128 K with waits, and asked for overlap, v8 for any M refuses
     it in one line."""
-    from schedules import v8
-    from schedules.errors import ScheduleNotApplicable
-
     layer = LayerShape(4096, 4096, "float8_e4m3fn", "row")
     found = [dict(c.knobs) for c in candidates(layer, bucket, 4096) if c.rung == V8]
     assert found and all(k["promote_k"] == 128 and k["promote_overlap"] is None for k in found)
@@ -109,7 +106,6 @@ def test_the_open_buckets_split_kernel_holds_a_last_wave_of_any_m():
     partials of a last wave of any M's tiles (131 of them on 132 SMs); a closed bucket's, of
     its most rows' tiles. 1000 x 1000 at max_tokens 64: 8 tiles of 64x128, where M = 65 splits
     16 (the GPU tier's illegal memory access at M = 65, 1 run in 13)."""
-    from schedules.errors import ScheduleNotApplicable
     from schedules.v8.knobs import Knobs
     from schedules.v8.plan import Plan
 
@@ -136,8 +132,6 @@ def test_the_open_buckets_split_kernel_holds_a_last_wave_of_any_m():
 @pytest.mark.parametrize("scales", SCALES)
 def test_v8_for_an_fp8_bucket_takes_m_and_the_scales_form_at_each_call(scales):
     """One build serves every M: A's rows, and (rowwise) A_scale's length, are the size M."""
-    from schedules import v8
-
     layer = LayerShape(1024, 2048, "float8_e4m3fn", scales)
     chosen = next(c for c in candidates(layer, Bucket(17, 64), 4096) if c.rung == V8)
     script = v8.v8_kernel_any_m(layer.gemm(64), **dict(chosen.knobs)).script()
