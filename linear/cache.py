@@ -6,22 +6,28 @@ choice is a TVM kernel, kernel.so (the compiled library with its cubin: loading 
 compiler). An entry is written into a fresh directory beside its place and renamed there, so two
 processes filling the cache at once never leave a torn entry: the first rename wins, the other
 drops its copy. An entry that cannot be read is named, removed and rebuilt; an entry from
-another GPU or version is never used, and one line says why.
+another GPU or version is never used, and one line says why. While a process measures entries,
+it holds their locks (files under .locks): another process that needs the same entries (another
+rank of the same model, another test worker) waits for them and loads them, rather than
+measuring them a second time on a GPU the first is timing on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
+from schedules.errors import UsageError
 from tuning.export import refuse_unusable_directory
 from tuning.staging import staged
 
-MANIFEST, LIBRARY = "manifest.json", "kernel.so"
+MANIFEST, LIBRARY, LOCKS = "manifest.json", "kernel.so", ".locks"
 DIRECTORY_VARIABLE = "TVM_EXPLORER_CACHE"
 SOURCES = ("schedules", "linear", os.path.join("tuning", "build.py"),
            os.path.join("tuning", "lowering.py"))  # the code a cached kernel came from
@@ -124,6 +130,34 @@ class Cache:
             if differs:
                 return "its cached kernel was made with " + ", ".join(differs)
         return None
+
+    @contextlib.contextmanager
+    def locked(self, keys: list[dict], say: Callable[[str], None]) -> Iterator[None]:
+        """Hold the lock of each key's entry while the block measures and writes them: flock on
+        a file per entry under .locks, taken in sorted order (two processes never wait on each
+        other), released when the block ends or the process dies. Says one line where another
+        process holds one. A cache whose locks cannot be made is refused (UsageError) before
+        anything is measured."""
+        folder = os.path.join(self.root, LOCKS)
+        with contextlib.ExitStack() as held:
+            waiting = False
+            for name in sorted({os.path.basename(self.directory(key)) for key in keys}):
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                    lock = held.enter_context(open(os.path.join(folder, name), "a"))
+                except OSError as e:
+                    raise UsageError(f"the kernel cache {self.root} cannot be written "
+                                     f"({e.strerror}): name a writable one (cache=Cache(path) "
+                                     f"or ${DIRECTORY_VARIABLE})") from None
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if not waiting:
+                        say(f"waiting for another process measuring {name} (and any others "
+                            "it holds); then loading what it cached")
+                        waiting = True
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def remove(self, key: dict) -> None:
         shutil.rmtree(self.directory(key), ignore_errors=True)

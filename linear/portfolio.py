@@ -311,28 +311,45 @@ class Tuner:
                         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
-def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: int,
-            cache: Cache | None = None, say: Callable[[str], None] = print,
-            warn: Callable[[str], None] = print, tuner: Tuner | None = None
-            ) -> dict[LayerShape, LayerKernels]:
-    """Every layer's kernels for every bucket: from the cache where it holds them, else chosen
-    by measurement now (`tuner`, by default on this GPU) and cached."""
-    cache, tuner = cache or Cache(), tuner or Tuner()
-    gpu = tuner.gpu()
-    found = {layer: LayerKernels(layer, BucketTable(buckets), [None] * len(buckets))
-             for layer in dict.fromkeys(layers)}
+def _look_up(found: dict[LayerShape, LayerKernels], max_tokens: int, gpu: dict, cache: Cache,
+             warn: Callable[[str], None]) -> list[tuple[int, Pending]]:
+    """Fill the buckets of `found` that have no kernel yet from the cache; the (index, Pending)
+    of each the cache lacks."""
     pending = []
     for layer, kernels in found.items():
-        for i, bucket in enumerate(buckets):
+        for i, bucket in enumerate(kernels.table.buckets):
+            if kernels.kernels[i] is not None:
+                continue
             key = cache_key(layer, bucket, max_tokens, gpu)
             kernels.kernels[i] = _from_cache(layer, bucket, key, cache, warn)
             if kernels.kernels[i] is None:
                 pending.append((i, Pending(layer, bucket, key,
                                             candidates(layer, bucket, max_tokens))))
-    if pending:
-        say(f"measuring {len(pending)} of {len(found) * len(buckets)} (layer, bucket) pairs "
-            f"({sum(len(p.candidates) for _, p in pending)} candidates); cache: {cache.root}")
-        tuned = tuner.tune([p for _, p in pending], max_tokens, gpu, cache, say)
-        for (i, p), kernel in zip(pending, tuned):
-            found[p.layer].kernels[i] = kernel
+    return pending
+
+
+def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: int,
+            cache: Cache | None = None, say: Callable[[str], None] = print,
+            warn: Callable[[str], None] = print, tuner: Tuner | None = None
+            ) -> dict[LayerShape, LayerKernels]:
+    """Every layer's kernels for every bucket: from the cache where it holds them, else chosen
+    by measurement now (`tuner`, by default on this GPU) and cached, under the locks of those
+    entries (a process that was measuring some of them meanwhile is waited for, and what it
+    cached loaded)."""
+    cache, tuner = cache or Cache(), tuner or Tuner()
+    gpu = tuner.gpu()
+    found = {layer: LayerKernels(layer, BucketTable(buckets), [None] * len(buckets))
+             for layer in dict.fromkeys(layers)}
+    pending = _look_up(found, max_tokens, gpu, cache, warn)
+    if not pending:
+        return found
+    with cache.locked([p.key for _, p in pending], say):
+        pending = _look_up(found, max_tokens, gpu, cache, lambda line: None)  # (warned above)
+        if pending:
+            say(f"measuring {len(pending)} of {len(found) * len(buckets)} (layer, bucket) "
+                f"pairs ({sum(len(p.candidates) for _, p in pending)} candidates); "
+                f"cache: {cache.root}")
+            tuned = tuner.tune([p for _, p in pending], max_tokens, gpu, cache, say)
+            for (i, p), kernel in zip(pending, tuned):
+                found[p.layer].kernels[i] = kernel
     return found

@@ -34,6 +34,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def run_tmp(tmp_path_factory):
+    """A folder this run's xdist workers share (each worker's temporary folders lie inside the
+    run's, which is this), for what tests on different workers make once and reuse: a linear
+    layer's kernel cache, whose locks let one worker measure a layer while the others wait."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
 def target():
     from tuning.build import cuda_target
 

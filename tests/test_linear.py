@@ -4,12 +4,15 @@ numerics at every bucket's edges and the measured choice (GPU tier)."""
 import json
 import multiprocessing
 import os
+import threading
 
 import pytest
 import torch
 
 import linear
+import linear_farm_stand_in as stand_in
 from linear import cache as cache_module
+from linear import portfolio
 from linear.buckets import Bucket, BucketTable, buckets_from_edges
 from linear.cache import Cache, CorruptEntry
 from linear.candidates import TORCH, LayerShape, build_candidate, candidates
@@ -127,6 +130,65 @@ def test_concurrent_writers_leave_one_whole_entry(tmp_path):
     entry = Cache(str(tmp_path)).read(_key())
     assert entry is not None and set(chosen) == {entry.manifest["choice"]}
     assert os.listdir(tmp_path) == [os.path.basename(entry.directory)]
+
+
+def test_a_second_process_needing_an_entry_being_measured_waits_for_it(tmp_path):
+    """flock's locks belong to an open file, so a thread here stands in for the second process."""
+    cache, said, events = Cache(str(tmp_path)), [], []
+
+    def second():
+        with cache.locked([_key()], said.append):
+            events.append("second holds it")
+
+    with cache.locked([_key(bucket="M=1"), _key()], said.append):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and events == []
+        events.append("first done")
+    waiter.join(10)
+    assert events == ["first done", "second holds it"]
+    assert len(said) == 1 and "waiting for another process measuring" in said[0]
+    assert os.listdir(tmp_path) == [cache_module.LOCKS]  # no entry, nothing else beside them
+
+
+def test_a_cache_that_cannot_be_written_is_refused_before_anything_is_measured(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=r"cache .*file/cache cannot be written"):
+        with Cache(str(tmp_path / "file" / "cache")).locked([_key()], print):
+            pass
+
+
+class _CountingStandIn(stand_in.StandIn):
+    """The stand-in tuner, counting the buckets it is asked to measure."""
+
+    def __init__(self):
+        self.tuned = []
+
+    def tune(self, pending, max_tokens, gpu, cache, say):
+        self.tuned += [p.bucket.label() for p in pending]
+        return super().tune(pending, max_tokens, gpu, cache, say)
+
+
+def test_two_preparers_of_one_layer_measure_each_bucket_once(tmp_path, monkeypatch):
+    """Two preparers at once (threads here; ranks of one model, test workers): the one that
+    takes the entries' locks measures them, the other waits and loads them from the cache."""
+    monkeypatch.setenv(stand_in.SECONDS, "0.5")
+    tuner, cache, found = _CountingStandIn(), Cache(str(tmp_path)), []
+    layer, buckets = LayerShape(64, 32, "bfloat16"), buckets_from_edges((1, 2))
+
+    def prepare():
+        found.append(portfolio.prepare([layer], buckets, 16, cache, say=lambda line: None,
+                                       warn=print, tuner=tuner))
+
+    threads = [threading.Thread(target=prepare) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(tuner.tuned) == sorted(b.label() for b in buckets)
+    sources = [[k.source for k in kernels[layer].kernels] for kernels in found]
+    assert sorted(sources) == [["cache", "cache"], ["measured", "measured"]]
 
 
 def test_export_copies_entries_into_a_cache_of_their_own(tmp_path):
@@ -308,8 +370,9 @@ def test_the_operator_runs_the_rows_kernel_unchecked_only_where_told():
 # -- GPU tier ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def gpu_cache(tmp_path_factory):
-    return Cache(str(tmp_path_factory.mktemp("linear-cache")))
+def gpu_cache(run_tmp):
+    """One cache for the run's workers: a layer that several tests prepare is measured once."""
+    return Cache(str(run_tmp / "linear-cache"))
 
 
 @pytest.mark.gpu

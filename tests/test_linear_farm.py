@@ -467,7 +467,7 @@ def test_a_pair_tuned_on_another_gpu_is_kept_for_it_and_tuned_here(farm, tmp_pat
              "Head GPU); measuring again for this one" in line]
     assert len(other) == len(LAYERS) * len(BUCKETS), said
     gpus = [json.load(open(os.path.join(cache.root, name, MANIFEST)))["key"]["gpu"]
-            for name in os.listdir(cache.root)]
+            for name in os.listdir(cache.root) if not name.startswith(".")]
     assert sorted(gpus) == ["Head GPU"] * 6 + ["Stand-in GPU"] * 6
 
 

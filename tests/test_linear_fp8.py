@@ -377,8 +377,9 @@ EDGE_MS = (1, 2, 3, 16, 17, 18, 64, 65, 66, 255, 256, 300)  # each bucket's firs
 
 
 @pytest.fixture(scope="module")
-def gpu_cache(tmp_path_factory):
-    return Cache(str(tmp_path_factory.mktemp("linear-fp8-cache")))
+def gpu_cache(run_tmp):
+    """One cache for the run's workers: a layer that several tests prepare is measured once."""
+    return Cache(str(run_tmp / "linear-fp8-cache"))
 
 
 def _gpu_layer(scales, cache, bias=True, n=768, k=1024, fast_accum=False):
