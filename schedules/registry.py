@@ -90,18 +90,24 @@ class ScheduleEntry:
             knobs.update({k: v for k, v in picked.items() if k not in chosen})
         return knobs
 
-    def space_for(self, wl: Workload) -> dict:
+    def space_for(self, wl: Workload, held: dict | None = None) -> dict:
         """Its space as a search of `wl` draws from it: each knob's values, less those `narrow`
-        leaves out for `wl` (v8 on 16-bit inputs: its space's 774,144 settings are 64,512)."""
+        leaves out for `wl` (v8 on 16-bit inputs: its space's 774,144 settings are 64,512);
+        each knob of `held` (knobs the user holds, e.g. `autotvm:v8:promote_k=none`, checked
+        by parse_knobs) at its one value, which the user's naming lets past `narrow`."""
+        held = held or {}
         allowed = self.narrow(wl) if self.narrow else {}
-        return {knob: [v for v in values if knob not in allowed or v in allowed[knob]]
-                for knob, values in self.space.items()}
+        space = {knob: [v for v in values if knob not in allowed or v in allowed[knob]]
+                 for knob, values in self.space.items()}
+        return {**space, **{knob: [value] for knob, value in held.items()}}
 
-    def own_choice(self, wl: Workload) -> dict | None:
-        """The knobs of its space as it runs `wl` (defaults_for: its heuristic's picks), or None
-        where its space does not hold one of them: what a search of the space measures first."""
-        space = self.space_for(wl)
-        own = {knob: value for knob, value in self.defaults_for(wl).items() if knob in space}
+    def own_choice(self, wl: Workload, held: dict | None = None) -> dict | None:
+        """The knobs of its space as it runs `wl` with the `held` ones set (defaults_for: its
+        heuristic picks the others), or None where its space does not hold one of them: what a
+        search of the space measures first."""
+        space = self.space_for(wl, held)
+        own = {knob: value for knob, value in self.defaults_for(wl, held).items()
+               if knob in space}
         return own if all(own[knob] in values for knob, values in space.items()) else None
 
     @property
@@ -135,7 +141,17 @@ class ScheduleEntry:
 
     def parse_knobs(self, text: str) -> dict:
         """'k_slices=4,thread_n=8' -> {'k_slices': 4, 'thread_n': 8}, each value read as its
-        knob's declared type ('true'/'false', an integer, or 'none'), then checked."""
+        knob's declared type ('true'/'false', an integer, or 'none'), then checked. No knobs
+        ('v5k:') and a knob named twice ('k_slices=8,k_slices=2') are refused: they would
+        otherwise run the rung's own knobs or silently take the last value."""
+        name = f"{self.name}:{text}"
+        if not text:
+            raise UsageError(f"{name} names no knobs after its ':' (e.g. {name}k=v; --list "
+                             "shows each schedule's knobs)")
+        named = [item.partition("=")[0] for item in text.split(",")]
+        twice = sorted({knob for knob in named if named.count(knob) > 1})
+        if twice:
+            raise UsageError(f"{name} sets {', '.join(twice)} more than once")
         knob_types = self.knob_types
         chosen = {}
         for item in text.split(","):

@@ -97,6 +97,12 @@ def run(capsys, *argv):
          "error: --tuner picks a template search's tuner"),
         (["--tune", "autotvm:v5", "--records", "r.jsonl", "--ms-space", "tvm"],
          "error: --ms-space is MetaSchedule's design space"),
+        # a search holding knobs reads them as --schedule does
+        (["--tune", "autotvm:v8:", "--records", "r.jsonl"], "error: v8: names no knobs after"),
+        (["--tune", "autotvm:v8:promote_k=none,promote_k=128", "--records", "r.jsonl"],
+         "error: v8:promote_k=none,promote_k=128 sets promote_k more than once"),
+        (["--tune", "autotvm:v5k:k_slices=0", "--records", "r.jsonl"],
+         "error: knob k_slices of v5k is a size or count of at least 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):

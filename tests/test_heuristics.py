@@ -470,6 +470,24 @@ def test_best_takes_a_template_search_best_when_it_is_faster(here_no_gpu, record
     assert said.startswith("best: autotvm:v5 (fastest correct of 3 records") and "0.030 ms" in said
 
 
+def test_best_never_takes_fast_accumulation_on_fp8_unasked(here_no_gpu, tmp_path):
+    """A run of `v8:promote_k=none` (fast accumulation, another precision) is faster than v8's
+    promoted default: `best` takes the default, as a search of v8 on fp8 would."""
+    wl = Workload("gemm", SHAPE, "float8_e4m3fn", layout="nt")
+    v8 = schedules.get("gemm", "v8")
+    fp8 = {**wl.record_key(), "schema": 2}
+    results = write(tmp_path / "results.jsonl", [
+        {**run("v8", 0.040, params=v8.defaults_for(wl)), **fp8},
+        {**run("v8:promote_k=none", 0.030, params=v8.defaults_for(wl, {"promote_k": None})),
+         **fp8},
+        {**run("autotvm:v8:promote_k=none", 0.020, kind="tuned",
+               params=v8.defaults_for(wl, {"promote_k": None})), **fp8}])
+    said = []
+    chosen = resolve(wl, "best", SearchResults(None, write(tmp_path / "at.jsonl", []), GPU,
+                                               results), said.append)
+    assert chosen.name == "v8" and chosen.params["promote_k"] == 128, said
+
+
 def test_best_without_a_device_takes_the_records_only_gpu(here_no_gpu, recorded, tmp_path):
     only = SearchResults(records=write(tmp_path / "one.jsonl", [trial("v5k", V5K, 0.050)]))
     chosen, said = ask_best(only)

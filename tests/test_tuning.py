@@ -17,7 +17,7 @@ import pytest
 import runner
 import schedules
 import tuning.search
-from schedules import ScheduleNotApplicable, SearchFailed, UsageError, Workload
+from schedules import RecordsError, ScheduleNotApplicable, SearchFailed, UsageError, Workload
 from tuning import autotvm, candidates, measure, metaschedule, records
 from tuning.candidates import Outcome, Status
 from tuning.progress import Progress
@@ -280,6 +280,49 @@ def test_a_space_narrowed_for_a_workload_leaves_out_refused_values_and_other_pre
         with pytest.raises(ScheduleNotApplicable, match=f"{knob} must be none"):
             v8.refuse(wl, **v8.defaults_for(wl, {**config, knob: dropped}))
         checked += 1
+
+
+def test_a_search_holding_knobs_draws_only_them_and_keeps_records_of_its_own(tmp_path):
+    """`autotvm:v8:promote_k=none` on fp8: fast accumulation, which v8's own space leaves out
+    (a search keeps promoted sums unasked), searched by name. It measures first what
+    `--schedule v8:promote_k=none` runs; its records name it, so that `autotvm:v8` (and so
+    `best`) never applies its fast kernels, and `autotvm:v8:promote_k=none` does."""
+    v8, path = schedules.get("gemm", "v8"), str(tmp_path / "at.jsonl")
+    wl = Workload("gemm", (4096, 4096, 4096), "float8_e4m3fn", layout="nt")
+    entry, held = autotvm.named_template("gemm", "v8:promote_k=none")
+    assert (entry, held) == (v8, {"promote_k": None})
+    measured = []
+
+    def measure(configs):
+        measured.extend(configs)
+        return [Outcome(Status.OK, c["block_n"] / c["stages"]) for c in configs]
+
+    summary = autotvm.search(v8, wl, measure, path=path, device="H100", tuner="random", seed=0,
+                             trials=6, say=lambda line: None, held=held)
+    assert summary["schedule"] == "autotvm:v8:promote_k=none"
+    assert summary["space"] * 3 == len(autotvm.Space(v8.space))  # one of promote_k's 3 values
+    assert measured[0] == v8.own_choice(wl, held) and measured[0]["promote_k"] is None
+    assert all(c["promote_k"] is None for c in measured)
+    found = records.load(path).records
+    assert {r["schedule"] for r in found} == {"v8:promote_k=none"}
+    tuned = autotvm.tuned_entry(v8, wl, found, path, "H100", held)
+    assert tuned.name == "autotvm:v8:promote_k=none" and tuned.params["promote_k"] is None
+    with pytest.raises(RecordsError, match="no correct measured configuration of v8 for"):
+        autotvm.tuned_entry(v8, wl, found, path, "H100")
+
+
+def test_knobs_held_by_a_search_are_read_as_a_schedules_knobs_are():
+    v5k = schedules.get("gemm", "v5k")
+    assert autotvm.named_template("gemm", "v5k:single_barrier=true,k_slices=4") == \
+        (v5k, {"single_barrier": True, "k_slices": 4})  # a knob outside the space is held too
+    assert autotvm.Space.of(v5k, SEED_GEMM, {"single_barrier": True}).knobs["single_barrier"] \
+        == [True]
+    assert autotvm.template_name(v5k, {"k_slices": 4, "atomic_sum": False}) == \
+        "v5k:k_slices=4,atomic_sum=false"
+    for text, refused in (("v5k:", "names no knobs"), ("v5k:k_slices=2,k_slices=4", "more than once"),
+                          ("v5k:bogus=1", "bogus"), ("v5k:k_slices=0", "at least 1")):
+        with pytest.raises(UsageError, match=refused):
+            autotvm.named_template("gemm", text)
 
 
 def test_a_template_search_of_a_rung_that_refuses_the_workload_is_refused_at_once(target):

@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 import tvm
 
+import schedules
 from schedules.errors import RecordsError, ScheduleNotApplicable, SearchFailed, UsageError
 from schedules.registry import ScheduleEntry, TunedSchedule
 from schedules.workloads import Workload
@@ -62,12 +63,12 @@ class Space:
     knobs: dict
 
     @classmethod
-    def of(cls, entry: ScheduleEntry, wl: Workload) -> "Space":
+    def of(cls, entry: ScheduleEntry, wl: Workload, held: dict | None = None) -> "Space":
         """`entry`'s space as a search of `wl` draws from it (less the values `wl` never
-        takes: ScheduleEntry.space_for)."""
+        takes, the `held` knobs at their one value: ScheduleEntry.space_for)."""
         if not entry.space:
             raise UsageError(f"{entry.op}/{entry.name} declares no knob space to search")
-        return cls(entry.space_for(wl))
+        return cls(entry.space_for(wl, held))
 
     def configs(self) -> list[dict]:
         return [dict(zip(self.knobs, values)) for values in itertools.product(*self.knobs.values())]
@@ -372,6 +373,21 @@ def as_candidate(applied):
 # -- records ------------------------------------------------------------------------------------
 
 
+def named_template(op: str, text: str) -> tuple[ScheduleEntry, dict]:
+    """'v8' or 'v8:promote_k=none' (what follows `autotvm:`): the template and the knobs a
+    search of it holds, read as `--schedule v8:promote_k=none` reads them."""
+    base, colon, knobs = text.partition(":")
+    entry = schedules.get(op, base)
+    return entry, entry.parse_knobs(knobs) if colon else {}
+
+
+def template_name(entry: ScheduleEntry, held: dict | None = None) -> str:
+    """How records and results name a search of `entry` with `held` knobs: 'v8', or
+    'v8:promote_k=none' (a search of its own, whose bests `autotvm:v8` alone never applies)."""
+    settings = ",".join(f"{knob}={str(value).lower()}" for knob, value in (held or {}).items())
+    return f"{entry.name}:{settings}" if settings else entry.name
+
+
 def search_key(wl: Workload, template: str, device: str, tuner: str, seed: int = 0) -> dict:
     """The fields that name one search in the records file: what was searched, on which
     device, with which TVM (a configuration's time holds for that pair only), by which tuner."""
@@ -431,22 +447,24 @@ def curve(records: list[dict], key: dict) -> list[tuple[int, float | None]]:
 
 
 def tuned_entry(entry: ScheduleEntry, wl: Workload, records: list[dict], path: str,
-                device: str | None):
-    """`autotvm:<template>`: the template with the best configuration measured for `wl` on
-    `device` with this TVM. With no device (no GPU here), the records' one device."""
+                device: str | None, held: dict | None = None):
+    """`autotvm:<template>` (with `held` knobs: `autotvm:v8:promote_k=none`): the template
+    with the best configuration its search measured for `wl` on `device` with this TVM. With
+    no device (no GPU here), the records' one device."""
+    name = template_name(entry, held)
     if device is None:
-        devices = measured_on(records, wl, entry.name)
+        devices = measured_on(records, wl, name)
         if len(devices) > 1:
-            raise RecordsError(f"{path} has {entry.name} measured on {', '.join(sorted(devices))}"
+            raise RecordsError(f"{path} has {name} measured on {', '.join(sorted(devices))}"
                                f" for {wl.label()}: say which device's best to apply")
         device = devices.pop() if devices else "this device"
-    found = best_record(records, wl, entry.name, device)
+    found = best_record(records, wl, name, device)
     if found is None:
-        raise RecordsError(f"no correct measured configuration of {entry.name} for "
+        raise RecordsError(f"no correct measured configuration of {name} for "
                            f"{wl.label()} on {device} with TVM {tvm.__version__} in {path}: "
-                           f"tune it there first (--tune autotvm:{entry.name})")
+                           f"tune it there first (--tune autotvm:{name})")
     config = found["config"]
-    return TunedSchedule(wl.op, f"autotvm:{entry.name}", config,
+    return TunedSchedule(wl.op, f"autotvm:{name}", config,
                          lambda w, target: entry.apply(w, target, **config))
 
 
@@ -470,8 +488,9 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
            path: str, device: str, tuner: str, seed: int, trials: int,
            refusal: Callable[[dict], str | None] | None = None, batch: int = BATCH,
            in_flight: int = 1, say: Callable[[str], None] = print,
-           warn: Callable[[str], None] = print) -> dict:
-    """Search `entry`'s space on `wl` with `tuner`, resuming from the records at `path` of the
+           warn: Callable[[str], None] = print, held: dict | None = None) -> dict:
+    """Search `entry`'s space on `wl` (its `held` knobs at their one value: a search of its
+    own, `template_name`) with `tuner`, resuming from the records at `path` of the
     same search on `device`; each measured configuration is appended there as it comes and said,
     and each the template's `refusal` check refuses is passed over (Configurations.refusal).
     Returns the search's summary record, with what this run proposed, refused and measured
@@ -483,14 +502,14 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
     measured first where the space holds it: records override that heuristic (`--schedule
     best`, `autotvm:<rung>`), so a search's best must never be slower than the rung without
     records."""
-    space = Space.of(entry, wl)
-    key = search_key(wl, entry.name, device, tuner, seed)
+    space, name = Space.of(entry, wl, held), template_name(entry, held)
+    key = search_key(wl, name, device, tuner, seed)
     history = history_of(store.load_and_warn(path, warn), key,
                          {knob: entry.defaults[knob] for knob in space.knobs})
-    say(f"{tuner} search of {entry.name} ({len(space)} configurations) on {wl.label()}:"
+    say(f"{tuner} search of {name} ({len(space)} configurations) on {wl.label()}:"
         f" {len(history)} measured before, in {path}")
     start, trial = time.time(), [len(history)]
-    progress = Progress(min(trials, len(space) - len(history)), f"{tuner} {entry.name}")
+    progress = Progress(min(trials, len(space) - len(history)), f"{tuner} {name}")
 
     def on_measured(config, outcome):
         """The configuration recorded; the bar advanced, or (no bar) a line said."""
@@ -506,7 +525,7 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
             say(f"  [{trial[0]}] {config}: {result}; best so far {best_text}; "
                 f"{time.time() - start:.0f} s, {progress.rate():.1f} trials/min")
 
-    own = entry.own_choice(wl)
+    own = entry.own_choice(wl, held)
     with contextlib.closing(progress):
         counts = tune(space, TUNERS[tuner](seed), measure, history, trials, batch, on_measured,
                       first=() if own is None else (own,), refusal=refusal,
@@ -522,7 +541,7 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
     rate = 60 * counts.measured / (time.time() - start)
     say(f"best: {found[1]:.4f} ms with {found[0]} ({len(history)} measured; this run: {counts}, "
         f"{rate:.1f} trials/min)")
-    return {"schedule": f"autotvm:{entry.name}", "search": "autotvm", "tuner": tuner,
+    return {"schedule": f"autotvm:{name}", "search": "autotvm", "tuner": tuner,
             "seed": seed, "params": found[0], "trials": len(history), "space": len(space),
             "candidates": asdict(counts), "trials_per_min": rate,
             "curve": curve(store.load(path).records, key)}

@@ -72,13 +72,12 @@ def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str],
     if name.startswith("autotvm:"):
         if not found.records:
             raise UsageError(f"{name} needs the records of a template search")
-        return autotvm.tuned_entry(schedules.get(wl.op, name[len("autotvm:"):]), wl,
-                                   records.load_and_warn(found.records, warn), found.records,
-                                   found.device)
+        entry, held = autotvm.named_template(wl.op, name[len("autotvm:"):])
+        return autotvm.tuned_entry(entry, wl, records.load_and_warn(found.records, warn),
+                                   found.records, found.device, held)
     base, colon, knobs = name.partition(":")
     entry = schedules.get(wl.op, base)
     if colon:
-        check_knob_list(name, knobs)
         return entry.with_knobs(knobs, wl)
     if found.records and entry.space and _tuned(records.load_and_warn(found.records, warn), wl,
                                                 entry, found.device):
@@ -86,18 +85,6 @@ def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str],
              f"{wl.label()}: --schedule autotvm:{entry.name} runs the best of them ({entry.name} "
              "alone runs its shape heuristic's knobs)")
     return entry.for_workload(wl)
-
-
-def check_knob_list(name: str, knobs: str) -> None:
-    """Refuse knobs set as 'v5k:' (none named) or twice ('k_slices=8,k_slices=2'), which would
-    otherwise run the rung's own knobs or silently take the last value."""
-    if not knobs:
-        raise UsageError(f"{name} names no knobs after its ':' (e.g. "
-                         f"{name}k=v; --list shows each schedule's knobs)")
-    named = [item.partition("=")[0] for item in knobs.split(",")]
-    twice = sorted({knob for knob in named if named.count(knob) > 1})
-    if twice:
-        raise UsageError(f"{name} sets {', '.join(twice)} more than once")
 
 
 def _tuned(measured: list[dict], wl: Workload, entry, device: str | None) -> bool:
@@ -215,14 +202,18 @@ def _timed_runs(wl: Workload, results: list[dict]) -> list[dict]:
 def _rebuilt(wl: Workload, record: dict) -> TunedSchedule | None:
     """The schedule a run record measured, rebuilt from its name and params: a registered
     rung or template ('v5k', 'v5k:k_slices=8', 'autotvm:v5k') whose recorded knobs are all
-    still its knobs; None for any other (a MetaSchedule best needs its work dir)."""
+    still its knobs, each at a value a search of `wl` draws where the rung narrows it (v8 on
+    fp8: promoted sums; `best` does not trade precision for speed unasked, as a search does
+    not); None for any other (a MetaSchedule best needs its work dir)."""
     name = record["schedule"]
     try:
         entry = schedules.get(wl.op, name.removeprefix("autotvm:").partition(":")[0])
     except UnknownSchedule:
         return None
     params = record.get("params") or {}
-    if not set(params) <= set(entry.knob_types):
+    narrowed = entry.narrow(wl) if entry.narrow else {}
+    if not set(params) <= set(entry.knob_types) or any(
+            knob in narrowed and value not in narrowed[knob] for knob, value in params.items()):
         return None
     return TunedSchedule(wl.op, name, params, lambda w, target: entry.apply(w, target, **params),
                          record["kind"])

@@ -15,7 +15,6 @@ from typing import Callable
 
 import tvm
 
-import schedules
 from schedules.errors import UsageError
 from schedules.workloads import Workload
 
@@ -113,8 +112,9 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
         tuner = request.tuner or autotvm.DEFAULT_TUNER
         if tuner not in autotvm.TUNERS:
             raise UsageError(f"unknown tuner '{tuner}'; valid: {', '.join(autotvm.TUNERS)}")
-        entry = schedules.get(wl.op, request.search[len("autotvm:"):])
-        autotvm.Space.of(entry, wl)  # a schedule without a space is refused before any work
+        entry, held = autotvm.named_template(wl.op, request.search[len("autotvm:"):])
+        autotvm.Space.of(entry, wl, held)  # a schedule without a space (or the knobs held
+        # outside it) is refused before any work
 
         def template_search(target, builder, runner):
             configurations = autotvm.Configurations(entry, wl, target, builder, runner)
@@ -123,7 +123,7 @@ def _checked(wl: Workload, request: Request, say, warn) -> Callable[..., dict]:
                 refusal=configurations.refusal,
                 path=request.records, device=request.device, tuner=tuner,
                 seed=request.seed, trials=request.trials, batch=autotvm.BATCH * _servers(runner),
-                in_flight=_in_flight(runner), say=say, warn=warn)
+                in_flight=_in_flight(runner), say=say, warn=warn, held=held)
 
         return template_search
     raise UsageError(f"unknown search '{request.search}'; valid: metaschedule, "
