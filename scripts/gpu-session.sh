@@ -52,8 +52,9 @@
 #                                            # ladder + baselines on the batched seed's shapes
 #                                            # ($NVFP4_PRESETS: bgemv-l1 bgemv-l8 bgemv-l4)
 #   bash scripts/gpu-session.sh v8           # v8's GPU tier, then the llm-bf16 suite (every rung)
-#   bash scripts/gpu-session.sh profile-v8   # ncu ($NCU: --set detailed) of v8 and of cuBLAS,
-#                                            # one warm launch each (scripts/profile_launch.py)
+#   bash scripts/gpu-session.sh profile-v8   # ncu ($NCU: --set detailed) of v8 and of cuBLAS
+#                                            # (or of $PROFILE_SCHEDULES, e.g. v8 with two tile
+#                                            # shapes), one warm launch each (profile_launch.py)
 #                                            # per $PROFILE ("shape:dtype:layout:out_dtype ...",
 #                                            # default 4096^3 bf16 nt, float32 C)
 #   bash scripts/gpu-session.sh ms-tensorcore # MetaSchedule, 32 trials, 1024^3 float16 (tensor
@@ -261,7 +262,7 @@ for part in "$@"; do
     profile-v8)
       for workload in ${PROFILE:-4096x4096x4096:bfloat16:nt:float32}; do
         IFS=: read -r shape dtype layout out_dtype <<< "$workload"
-        for schedule in v8 cublas; do
+        for schedule in ${PROFILE_SCHEDULES:-v8 cublas}; do
           echo "=== $schedule $shape $dtype $layout -> $out_dtype"
           timeout 240 ncu --kernel-name-base demangled --kernel-name regex:'main_kernel|nvjet|xmma' \
             --launch-skip 2 --launch-count 1 ${NCU:---set detailed} python3 scripts/profile_launch.py \
