@@ -554,6 +554,9 @@ RULES = [(gemm((4096, 4096, 4096), "bfloat16", "nt"), "v8"),
          (Workload("gemv", (7168, 16384), "float16"), "blockreduce"),
          (Workload("gemv", (4096, 1024), "float16"), "blockreduce"),
          (Workload("gemv", (4096, 1000), "float16"), "blockreduce"),
+         (Workload("gemv", (4608, 3584), "bfloat16"), "allreduce"),  # 3.5 steps of blockreduce
+         (Workload("gemv", (3584, 18944), "float16"), "blockreduce"),  # 18.5: the last one short
+         (Workload("batched_gemv", (8, 4096, 3584), "float16"), "allreduce"),
          (Workload("gemv", (4096, 4095), "bfloat16"), "rowalign"),  # rows not 16-byte vectors
          (Workload("gemv", (4096, 128), "float16"), "multirow"),  # under a vector per lane
          (Workload("batched_gemv", (8, 4096, 512), "float32"), "blockreduce")]

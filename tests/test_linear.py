@@ -46,7 +46,8 @@ def test_probes_are_a_buckets_edges_and_a_middle_where_they_are_far_apart():
 def test_candidates_always_include_torch_gemv_rungs_at_one_row_and_v8_elsewhere():
     layer = LayerShape(2048, 2048, "bfloat16")
     one = [c.rung for c in candidates(layer, Bucket(1, 1), 4096)]
-    assert one[0] == TORCH and {"blockreduce", "rowalign", "multirow", "v8"} <= set(one)
+    assert one[0] == TORCH
+    assert {"blockreduce", "allreduce", "rowalign", "multirow", "v8"} <= set(one)
     many = candidates(layer, Bucket(65, 256), 4096)
     assert {c.rung for c in many} == {TORCH, "v8"}
     assert any(dict(c.knobs)["split_k"] > 1 for c in many if c.rung == "v8")

@@ -26,7 +26,7 @@ from reporting.render import ceilings_text, markdown_table, table_rows, with_cei
 from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
-from schedules.gemv import VECTOR_BYTES
+from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule
 from schedules.workloads import DTYPE_BYTES, Workload
 
@@ -35,6 +35,10 @@ from . import autotvm, bench, build, measure, metaschedule, records
 # The template searches' records committed with the reports: what `best` reads without --records.
 COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "reports", "tuning", "autotvm-h100.jsonl")
+# The rule's GEMV: blockreduce keeps rows whose K leaves at most this much more of its loads idle
+# in the last step than allreduce's (on the H100: 2.6% more, blockreduce still 0.8% faster; 12.5%
+# more, allreduce 0-9% faster; reports/notes/h100-shapes.md, "best's rule on GEMVs").
+STEP_IDLE_TIE = 1 / 16
 
 
 @dataclass(frozen=True)
@@ -244,9 +248,10 @@ def rule(wl: Workload) -> tuple[str, str]:
     vectors -> rowalign (the fastest rung on all eight such llm-gemv shapes,
     reports/h100-shapes.md), one whose rows are shorter than a 16-byte vector per lane of a warp
     -> multirow (whose heuristic fits its K threads to K), else blockreduce (the fastest at
-    1024x1024 too, where its K threads get one vector each; multirow was slower at 1000x1000);
-    an nvfp4 GEMV -> dp4a (faster than bitdecode on the batched seed's three shapes,
-    reports/h100-nvfp4-gemv.md)."""
+    1024x1024 too, where its K threads get one vector each; multirow was slower at 1000x1000)
+    unless its last step of K leaves STEP_IDLE_TIE more of its loads idle than allreduce's
+    (`idle_share`) -> allreduce; an nvfp4 GEMV -> dp4a (faster than bitdecode on the batched
+    seed's three shapes, reports/h100-nvfp4-gemv.md)."""
     if wl.is_nvfp4:
         return "dp4a", (f"{wl.op} on nvfp4 -> dp4a (the rung that looks codes up as int8s with "
                         "prmt and sums their products with dp4a)")
@@ -269,8 +274,21 @@ def rule(wl: Workload) -> tuple[str, str]:
         return "multirow", (f"{wl.op} whose rows of {row_bytes} bytes are shorter than a 16-byte "
                             f"vector per lane of a warp ({warp_bytes}) -> multirow (K threads "
                             "fitted to K)")
+    idle = {rung: idle_share(wl, rung) for rung in ("blockreduce", "allreduce")}
+    if idle["blockreduce"] > idle["allreduce"] + STEP_IDLE_TIE:
+        return "allreduce", (f"{wl.op} whose K = {wl.dims['K']} leaves {idle['blockreduce']:.1%} "
+                             f"of blockreduce's loads idle in its last step, "
+                             f"{idle['allreduce']:.1%} of allreduce's -> allreduce")
     return "blockreduce", (f"{wl.op} whose rows are whole 16-byte vectors, {warp_bytes} bytes or "
                            "more -> blockreduce")
+
+
+def idle_share(wl: Workload, rung: str) -> float:
+    """The share of a GEMV rung's loads along K that its last step leaves idle: each step its
+    reduce_threads threads load a 16-byte vector each, and K need not fill the last step."""
+    step = schedules.get(wl.op, rung).defaults["reduce_threads"] * vector_width(wl)
+    padded = -(-wl.dims["K"] // step) * step
+    return (padded - wl.dims["K"]) / padded
 
 
 def selection(wl: Workload, name: str, found: SearchResults,
