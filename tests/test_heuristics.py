@@ -501,7 +501,7 @@ def test_best_falls_back_on_the_rule_with_the_reason(here_no_gpu, recorded):
     assert (chosen.name, chosen.params) == ("v5k", schedules.get("gemm", "v5k").defaults_for(WL))
     assert said == (f"best: v5k (no GPU here, and no records of this workload on GPU C with TVM "
                     f"{TVM} in {recorded.records} and {recorded.results}; rule: float32 GEMM "
-                    f"whose 2 v5t tiles cannot fill the 132 SMs -> v5k (split K))")
+                    f"whose 2 v5t tiles cannot fill half the 132 SMs -> v5k (split K))")
 
 
 def test_best_on_a_gpu_measures_its_portfolio_where_no_records_know_the_workload(
@@ -551,6 +551,10 @@ RULES = [(gemm((4096, 4096, 4096), "bfloat16", "nt"), "v8"),
          (gemm((16, 6144, 4096), "bfloat16", "nt"), "v8"),
          (gemm((16, 6144, 4095), "bfloat16", "nt"), "v8"),
          (gemm((4096, 4096, 4096)), "v5t"), (gemm((1024, 512, 2048)), "v5k"),
+         (gemm((4096, 1024, 4096), "float32", "nt"), "v5p"),  # v5t only in nn
+         (gemm((128, 50257, 768)), "v5p"),  # too short a K for v5t
+         (gemm((3000, 1000, 2000)), "v5p"),  # 96 tiles: over half the SMs
+         (gemm((77, 3072, 768), "float32", "nt"), "v5k"),
          (Workload("gemv", (7168, 16384), "float16"), "blockreduce"),
          (Workload("gemv", (4096, 1024), "float16"), "blockreduce"),
          (Workload("gemv", (4096, 1000), "float16"), "blockreduce"),

@@ -39,6 +39,10 @@ COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath
 # in the last step than allreduce's (on the H100: 2.6% more, blockreduce still 0.8% faster; 12.5%
 # more, allreduce 0-9% faster; reports/notes/h100-shapes.md, "best's rule on GEMVs").
 STEP_IDLE_TIE = 1 / 16
+# The rule's float32 GEMM: v5t in nn from this K (on the H100 it was the fastest rung at 4095^3
+# and 4096^3, and 1.68x v5's time at 128x50257x768; in nt v5p beat it on every 4096-row shape;
+# reports/notes/h100-shapes.md, "best's rule on float32").
+V5T_LEAST_K = 2048
 
 
 @dataclass(frozen=True)
@@ -243,8 +247,8 @@ def rule(wl: Workload) -> tuple[str, str]:
     """The rung `best` runs where no records say, and the rule in words: a 16-bit or fp8 GEMM ->
     v8 (the best rung on 30 of the 32 llm-bf16 shapes and at 4096^3 and 8192^3,
     reports/h100-shapes.md and reports/h100-v8.md; rows TMA cannot load, as with K = 4095, it
-    stages into padded rows first, reports/notes/h100-shapes.md); a float32 GEMM -> v5t where its
-    default tiles give every SM one, else v5k (split K); a GEMV whose rows are not whole 16-byte
+    stages into padded rows first, reports/notes/h100-shapes.md); a float32 GEMM -> v5t, v5k or
+    v5p (`_float32_rule`); a GEMV whose rows are not whole 16-byte
     vectors -> rowalign (the fastest rung on all eight such llm-gemv shapes,
     reports/h100-shapes.md), one whose rows are shorter than a 16-byte vector per lane of a warp
     -> multirow (whose heuristic fits its K threads to K), else blockreduce (the fastest at
@@ -258,13 +262,7 @@ def rule(wl: Workload) -> tuple[str, str]:
     if wl.op == "gemm" and wl.dtype != "float32":
         return "v8", f"{'fp8' if wl.is_fp8 else '16-bit'} GEMM -> v8 (TMA and wgmma)"
     if wl.op == "gemm":
-        v5t = schedules.get("gemm", "v5t").defaults
-        tiles = heuristics.tile_count(wl, v5t["block_m"], v5t["block_n"])
-        if tiles >= heuristics.H100_SMS:
-            return "v5t", (f"float32 GEMM whose {tiles} v5t tiles fill the "
-                           f"{heuristics.H100_SMS} SMs -> v5t")
-        return "v5k", (f"float32 GEMM whose {tiles} v5t tiles cannot fill the "
-                       f"{heuristics.H100_SMS} SMs -> v5k (split K)")
+        return _float32_rule(wl)
     row_bytes = wl.dims["K"] * DTYPE_BYTES[wl.dtype]
     if row_bytes % VECTOR_BYTES:
         return "rowalign", (f"{wl.op} whose rows of {row_bytes} bytes are not whole 16-byte "
@@ -281,6 +279,22 @@ def rule(wl: Workload) -> tuple[str, str]:
                              f"{idle['allreduce']:.1%} of allreduce's -> allreduce")
     return "blockreduce", (f"{wl.op} whose rows are whole 16-byte vectors, {warp_bytes} bytes or "
                            "more -> blockreduce")
+
+
+def _float32_rule(wl: Workload) -> tuple[str, str]:
+    """The rule's float32 GEMM, by v5t's default tiles: v5t in nn where they fill the SMs and K
+    is V5T_LEAST_K or more; v5k (split K) where they fill less than half the SMs; else v5p
+    (the pipelined kernel)."""
+    v5t = schedules.get("gemm", "v5t").defaults
+    tiles, sms = heuristics.tile_count(wl, v5t["block_m"], v5t["block_n"]), heuristics.H100_SMS
+    if tiles >= sms and wl.layout == "nn" and wl.dims["K"] >= V5T_LEAST_K:
+        return "v5t", (f"float32 GEMM in nn whose {tiles} v5t tiles fill the {sms} SMs, "
+                       f"K = {wl.dims['K']} -> v5t")
+    if tiles < sms / 2:
+        return "v5k", (f"float32 GEMM whose {tiles} v5t tiles cannot fill half the {sms} SMs "
+                       "-> v5k (split K)")
+    return "v5p", (f"float32 GEMM whose {tiles} v5t tiles fill half the {sms} SMs or more"
+                   f"{'' if wl.layout == 'nn' else ', in nt'} -> v5p (cp.async pipeline)")
 
 
 def idle_share(wl: Workload, rung: str) -> float:
