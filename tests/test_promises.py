@@ -231,7 +231,9 @@ def test_runs_of_cheap_rungs_keep_the_promises(data):
 
 
 @given(work_dir=st.sampled_from(PLACES), results=st.sampled_from(PLACES),
-       search_name=st.sampled_from(("metaschedule", "autotvm:v5", "autotvm:naive", "nope")),
+       search_name=st.sampled_from(("metaschedule", "autotvm:v5", "autotvm:naive", "nope",
+                                    "autotvm:v5:block_m=32", "autotvm:v5:", "autotvm:v5:x=1",
+                                    "autotvm:v5:block_m=8,block_m=16", "autotvm:v5:block_m=0")),
        trials=st.sampled_from(("4", "0", "-1", "abc")),
        seed=st.sampled_from(("0", "-1", str(2 ** 32), "12", "x")),
        target=st.sampled_from(("llvm", "cuda", "vulkan")))
