@@ -90,9 +90,9 @@ def search(workload: Workload, method: str = "metaschedule", trials: int = 64, *
            ) -> dict:
     """Search `workload`'s schedules: `method` is 'metaschedule' (give `work_dir`; `target`
     'llvm' searches on this CPU, `space` the design space) or 'autotvm:<template>' (give
-    `records`; `tuner` grid, random or xgb); a `seed` given makes the proposals reproducible.
-    The other settings are tuning.search.Request's. Returns the search's summary record (its
-    `schedule` is the name build() takes with the same work_dir or records). Progress goes to
-    the `tuning` loggers."""
+    `records`; `tuner` grid, random or xgb; 'autotvm:v8:promote_k=none' holds those knobs); a
+    `seed` given makes the proposals reproducible. The other settings are
+    tuning.search.Request's. Returns the search's summary record (its `schedule` is the name
+    build() takes with the same work_dir or records). Progress goes to the `tuning` loggers."""
     request = _search.Request(method, trials, reproducible="seed" in settings, **settings)
     return _search.run(workload, request, LOG.info, LOG.warning)
