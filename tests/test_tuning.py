@@ -317,8 +317,8 @@ def test_knobs_held_by_a_search_are_read_as_a_schedules_knobs_are():
         (v5k, {"single_barrier": True, "k_slices": 4})  # a knob outside the space is held too
     assert autotvm.Space.of(v5k, SEED_GEMM, {"single_barrier": True}).knobs["single_barrier"] \
         == [True]
-    assert autotvm.template_name(v5k, {"k_slices": 4, "atomic_sum": False}) == \
-        "v5k:k_slices=4,atomic_sum=false"
+    assert autotvm.template_name(v5k, {"atomic_sum": False, "k_slices": 4}) == \
+        "v5k:k_slices=4,atomic_sum=false"  # one name for one search, in the knobs' order
     for text, refused in (("v5k:", "names no knobs"), ("v5k:k_slices=2,k_slices=4", "more than once"),
                           ("v5k:bogus=1", "bogus"), ("v5k:k_slices=0", "at least 1")):
         with pytest.raises(UsageError, match=refused):

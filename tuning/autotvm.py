@@ -383,8 +383,11 @@ def named_template(op: str, text: str) -> tuple[ScheduleEntry, dict]:
 
 def template_name(entry: ScheduleEntry, held: dict | None = None) -> str:
     """How records and results name a search of `entry` with `held` knobs: 'v8', or
-    'v8:promote_k=none' (a search of its own, whose bests `autotvm:v8` alone never applies)."""
-    settings = ",".join(f"{knob}={str(value).lower()}" for knob, value in (held or {}).items())
+    'v8:promote_k=none' (a search of its own, whose bests `autotvm:v8` alone never applies),
+    the knobs in the template's order, however the user ordered them."""
+    held = held or {}
+    settings = ",".join(f"{knob}={str(held[knob]).lower()}" for knob in entry.knob_types
+                        if knob in held)
     return f"{entry.name}:{settings}" if settings else entry.name
 
 
