@@ -2,8 +2,11 @@
 (tuning/explore.py): the knobs they pick as data, that every pick applies, that the committed
 reports' shapes keep the signature's defaults, and `best` on recorded timings."""
 
+import glob
 import json
+import os
 import random
+import statistics
 
 import pytest
 import tvm
@@ -569,6 +572,44 @@ RULES = [(gemm((4096, 4096, 4096), "bfloat16", "nt"), "v8"),
 @pytest.mark.parametrize("wl, rung", RULES, ids=[wl.label() for wl, _ in RULES])
 def test_the_rule_of_best(wl, rung):
     assert explore.rule(wl)[0] == rung
+
+
+REPORTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports")
+
+
+def _committed_latest(op: str, rungs: tuple[str, ...]) -> dict:
+    """The latest committed run (reports/*.jsonl, read-flushed) of each of `op`'s workloads
+    whose every rung of `rungs` was timed in it: {workload: {rung: median ms}}."""
+    runs: dict = {}
+    for path in glob.glob(os.path.join(REPORTS, "*.jsonl")):
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("op") == op and r.get("kind") == "rung" and r.get("status") == "ok" \
+                    and r.get("flush") == "read" and r.get("schedule") in rungs:
+                wl = Workload(op, tuple(r["shape"]), r["dtype"], layout=r.get("layout") or "nn")
+                day = runs.setdefault(wl, {}).setdefault(r["run_id"][:11], {})
+                day[r["schedule"]] = r["timing"]["median_ms"]
+    latest = {wl: days[max(days)] for wl, days in runs.items()}
+    return {wl: times for wl, times in latest.items() if set(times) == set(rungs)}
+
+
+def test_the_rules_gemv_rung_is_within_3_percent_of_the_fastest_on_the_committed_gemvs():
+    """The no-cliffs issue's goal for best's rule, on every committed GEMV run of the four
+    rungs it chooses from."""
+    latest = _committed_latest("gemv", ("blockreduce", "allreduce", "multirow", "rowalign"))
+    assert len(latest) >= 20
+    for wl, times in latest.items():
+        assert times[explore.rule(wl)[0]] <= 1.03 * min(times.values()), (wl.label(), times)
+
+
+def test_the_rules_float32_rung_is_near_the_portfolios_fastest_on_the_committed_shapes():
+    """What the rule was read off (reports/notes/h100-shapes.md, "best's rule on float32"): at
+    most 1% over the fastest of the four on average, and at most 3 shapes 3% or more behind."""
+    latest = _committed_latest("gemm", ("v5", "v5p", "v5k", "v5t"))
+    ratios = [times[explore.rule(wl)[0]] / min(times.values()) for wl, times in latest.items()
+              if wl.dtype == "float32"]
+    assert len(ratios) >= 50
+    assert statistics.geometric_mean(ratios) <= 1.01 and sum(r > 1.03 for r in ratios) <= 3
 
 
 def test_a_rung_named_alone_hints_at_its_tuned_configurations(recorded):
