@@ -95,11 +95,15 @@ class ScheduleEntry:
         leaves out for `wl` (v8 on 16-bit inputs: its space's 774,144 settings are 64,512);
         each knob of `held` (knobs the user holds, e.g. `autotvm:v8:promote_k=none`, checked
         by parse_knobs) at its one value, which the user's naming lets past `narrow`."""
-        held = held or {}
-        allowed = self.narrow(wl) if self.narrow else {}
-        space = {knob: [v for v in values if knob not in allowed or v in allowed[knob]]
+        space = {knob: [v for v in values if self.draws(wl, {knob: v})]
                  for knob, values in self.space.items()}
-        return {**space, **{knob: [value] for knob, value in held.items()}}
+        return {**space, **{knob: [value] for knob, value in (held or {}).items()}}
+
+    def draws(self, wl: Workload, params: dict) -> bool:
+        """Whether a search of `wl` would draw each of params' values: none is one that
+        `narrow` leaves out for `wl` (v8 on fp8: fast accumulation)."""
+        allowed = self.narrow(wl) if self.narrow else {}
+        return all(knob not in allowed or value in allowed[knob] for knob, value in params.items())
 
     def own_choice(self, wl: Workload, held: dict | None = None) -> dict | None:
         """The knobs of its space as it runs `wl` with the `held` ones set (defaults_for: its

@@ -219,9 +219,7 @@ def _rebuilt(wl: Workload, record: dict) -> TunedSchedule | None:
     except UnknownSchedule:
         return None
     params = record.get("params") or {}
-    narrowed = entry.narrow(wl) if entry.narrow else {}
-    if not set(params) <= set(entry.knob_types) or any(
-            knob in narrowed and value not in narrowed[knob] for knob, value in params.items()):
+    if not set(params) <= set(entry.knob_types) or not entry.draws(wl, params):
         return None
     return TunedSchedule(wl.op, name, params, lambda w, target: entry.apply(w, target, **params),
                          record["kind"])
