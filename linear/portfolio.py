@@ -313,19 +313,29 @@ class Tuner:
 
 def _look_up(found: dict[LayerShape, LayerKernels], max_tokens: int, gpu: dict, cache: Cache,
              warn: Callable[[str], None]) -> list[tuple[int, Pending]]:
-    """Fill the buckets of `found` that have no kernel yet from the cache; the (index, Pending)
-    of each the cache lacks."""
+    """Fill the buckets of `found` from the cache; the (index, Pending) of each it lacks."""
     pending = []
     for layer, kernels in found.items():
         for i, bucket in enumerate(kernels.table.buckets):
-            if kernels.kernels[i] is not None:
-                continue
             key = cache_key(layer, bucket, max_tokens, gpu)
             kernels.kernels[i] = _from_cache(layer, bucket, key, cache, warn)
             if kernels.kernels[i] is None:
                 pending.append((i, Pending(layer, bucket, key,
                                             candidates(layer, bucket, max_tokens))))
     return pending
+
+
+def _still_pending(found: dict[LayerShape, LayerKernels], pending: list[tuple[int, Pending]],
+                   cache: Cache) -> list[tuple[int, Pending]]:
+    """Those of `pending` that the cache still lacks; the others (cached by another process
+    while this one waited for their locks) loaded into `found`. Nothing is said: the first
+    look-up said why each was missing."""
+    left = []
+    for i, p in pending:
+        found[p.layer].kernels[i] = _from_cache(p.layer, p.bucket, p.key, cache, lambda line: None)
+        if found[p.layer].kernels[i] is None:
+            left.append((i, p))
+    return left
 
 
 def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: int,
@@ -344,7 +354,7 @@ def prepare(layers: list[LayerShape], buckets: tuple[Bucket, ...], max_tokens: i
     if not pending:
         return found
     with cache.locked([p.key for _, p in pending], say):
-        pending = _look_up(found, max_tokens, gpu, cache, lambda line: None)  # (warned above)
+        pending = _still_pending(found, pending, cache)
         if pending:
             say(f"measuring {len(pending)} of {len(found) * len(buckets)} (layer, bucket) "
                 f"pairs ({sum(len(p.candidates) for _, p in pending)} candidates); "
