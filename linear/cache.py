@@ -139,16 +139,18 @@ class Cache:
         process holds one. A cache whose locks cannot be made is refused (UsageError) before
         anything is measured."""
         folder = os.path.join(self.root, LOCKS)
+        names = sorted({os.path.basename(self.directory(key)) for key in keys})
         with contextlib.ExitStack() as held:
+            try:
+                os.makedirs(folder, exist_ok=True)
+                locks = [held.enter_context(open(os.path.join(folder, name), "a"))
+                         for name in names]
+            except OSError as e:
+                raise UsageError(f"the kernel cache {self.root} cannot be written "
+                                 f"({e.strerror}): name a writable one (cache=Cache(path) "
+                                 f"or ${DIRECTORY_VARIABLE})") from None
             waiting = False
-            for name in sorted({os.path.basename(self.directory(key)) for key in keys}):
-                try:
-                    os.makedirs(folder, exist_ok=True)
-                    lock = held.enter_context(open(os.path.join(folder, name), "a"))
-                except OSError as e:
-                    raise UsageError(f"the kernel cache {self.root} cannot be written "
-                                     f"({e.strerror}): name a writable one (cache=Cache(path) "
-                                     f"or ${DIRECTORY_VARIABLE})") from None
+            for name, lock in zip(names, locks):
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
