@@ -108,9 +108,9 @@ def split_k(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     slices = max([s for s in space["k_slices"] if s >= fewest
                   and (s == 1 or s * partials <= H100_L2_BYTES // 2)
                   and k_tiles >= s * SPLIT_SLICE_TILES], default=fewest)
-    options = _register_tile_options(knobs, space)
-    least = min(padded_work(wl, *tile) for tile in options)
-    tiles = {tile: tile_count(wl, *tile) for tile in options if padded_work(wl, *tile) == least}
+    work = {tile: padded_work(wl, *tile) for tile in _register_tile_options(knobs, space)}
+    least = min(work.values())
+    tiles = {tile: tile_count(wl, *tile) for tile, padded in work.items() if padded == least}
     filling = [tile for tile, count in tiles.items() if count * slices >= sms]
     tile = max(filling, key=lambda t: (t[0] * t[1], t[1])) if filling else max(tiles, key=tiles.get)
     return {"block_m": tile[0], "block_n": tile[1], "k_slices": slices}
