@@ -322,11 +322,11 @@ def _last_outcomes(log) -> dict:
 
 
 def _bad_then_good(runner, bad: list, good, log, servers: list[str]):
-    """The Outcomes of the `bad` candidates, measured on the farm, then of the last `good` ones
-    measured after them until each of `servers` has measured one (its last logged outcome is
-    ok)."""
+    """The Outcomes of the `bad` candidates, measured on the farm one after another (a fault is
+    not handled beside another server's running hang), then of the last `good` ones measured
+    after them until each of `servers` has measured one (its last logged outcome is ok)."""
     try:
-        failed = runner.outcomes(bad)
+        failed = [runner.outcomes([candidate])[0] for candidate in bad]
         for _ in range(5):
             after = runner.outcomes([good, good])
             if _last_outcomes(log) == {server: "ok" for server in servers}:
@@ -388,23 +388,24 @@ def _cuda_candidate(kind: str, wl: Workload, target):
 
 
 @pytest.mark.gpu
-@pytest.mark.alone  # under 8 parallel tests its faulting kernel outlived the 10 s run timeout
+@pytest.mark.alone  # under 8 parallel tests its faulting kernel outlived the run timeout
 def test_a_gpu_farm_server_outlives_a_faulting_and_a_hanging_kernel(tmp_path):
     """Two servers on this process's GPU: a kernel that traps and one that never ends each
-    cost their candidate only; both servers then check and time good kernels."""
+    cost their candidate only; both servers then check and time good kernels. The run timeout
+    leaves the driver 30 s to report the trap: it takes seconds, more on a busy host."""
     from tuning import build, farm as farms, measure
 
     wl = Workload("gemm", (256, 128, 512))
     target = build.cuda_target(measure.device_facts()["arch"])
     log, gpu = tmp_path / "farm.log", farms.gpus_here()[0]
     with started_farm(log, "--gpus", f"{gpu},{gpu}") as (address, _):
-        runner = farms.FarmRunner(address, "farm", wl, target, timeout_sec=10)
+        runner = farms.FarmRunner(address, "farm", wl, target, timeout_sec=30)
         (fault, hang), after = _bad_then_good(
             runner, [_cuda_candidate("fault", wl, target), _cuda_candidate("hang", wl, target)],
             _cuda_candidate("good", wl, target), log, [f"gpu{gpu}.0", f"gpu{gpu}.1"])
         assert candidates.check_rpc(address, "farm") == 2
     assert fault.status is Status.RUN_FAILED and fault.error, fault
-    assert hang == Outcome(Status.TIMEOUT, error="run timed out after 10 s")
+    assert hang == Outcome(Status.TIMEOUT, error="run timed out after 30 s")
     assert all(o.status is Status.OK and o.time_ms > 0 for o in after), after
     assert _last_outcomes(log) == {f"gpu{gpu}.0": "ok", f"gpu{gpu}.1": "ok"}, \
         log.read_text()[-2000:]
