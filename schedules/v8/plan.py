@@ -17,7 +17,8 @@ from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload, fp8_blocks
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
 from .geometry import (BOX_ROWS, CONSUMERS, CONSUMER_THREADS, ELEMENT_BYTES, ROW_BYTES,
                        any_m_split_tiles, arena_bytes, box_bytes, consumer_tile, k_block_count,
-                       k_block_elements, split_tiles, staged_operands, tma_columns)
+                       k_block_elements, split_tiles, staged_operands, stream_owner,
+                       stream_start, stream_touched, tma_columns)
 from .knobs import Knobs
 from .refusals import ANY_M_CHECKS, CHECKS, refuse
 
@@ -26,7 +27,8 @@ from .refusals import ANY_M_CHECKS, CHECKS, refuse
 class Plan:
     """The kernel's shape, tiles, units of work, launch, ring, boxes and tensor maps. `split_k`
     is the split the kernel makes (1 where split_tail finds no partial last wave), `whole` the
-    tiles multiplied whole before the split ones, a unit one (tile, K slice) of a CTA's walk."""
+    tiles multiplied whole before the split ones, a unit one (tile, K slice) of a CTA's walk;
+    with stream_k, a unit is the part of one tile in a CTA's run of K blocks."""
 
     M: object  # int, or the symbolic size of v8 for any M
     N: int
@@ -81,8 +83,9 @@ class Plan:
     staged: tuple[str, ...]
     a_cols: int
     b_cols: int
-    # split K's workspace
+    # split K's workspace: partial tiles, and arrival counters
     quads: int
+    partial_tiles: object
     most_tiles: object
     tag: str
 
@@ -115,6 +118,16 @@ class Plan:
     def promotes(self) -> bool:
         """Whether wgmma's sums are promoted into float32 sums (promote_k)."""
         return self.promote_blocks > 0
+
+    @property
+    def splits(self) -> bool:
+        """Whether CTAs add partial tiles through the workspace: split K or stream K."""
+        return self.split_k > 1 or self.knobs.stream_k
+
+    @property
+    def iterations(self) -> int:
+        """Stream K: the (tile, K block) pairs that the CTAs' runs share out."""
+        return self.tiles * self.k_blocks
 
     @property
     def overlaps(self) -> bool:
@@ -216,8 +229,8 @@ class Plan:
     @property
     def helpers(self) -> dict:
         """Split K's CUDA helpers, their workspace sized for the plan's most split tiles."""
-        return split_k_helpers(self.tag, self.most_tiles * self.split_k * self.quads
-                               * CONSUMER_THREADS, self.most_tiles)
+        return split_k_helpers(self.tag, self.partial_tiles * self.quads * CONSUMER_THREADS,
+                               self.most_tiles)
 
     @property
     def epilogue(self) -> str:
@@ -285,22 +298,60 @@ class Plan:
         return T.cta_id_in_cluster([self.cluster]) if self.cluster > 1 else 0
 
     def unit_of(self, cta, j):
-        """The CTA's j-th unit: its cluster's (a cluster's CTAs are `cluster` in a row)."""
+        """The CTA's j-th unit: its cluster's (a cluster's CTAs are `cluster` in a row); with
+        stream_k, the j-th tile its run touches (units_per_cta of them for each CTA)."""
+        if self.knobs.stream_k:
+            return cta * self.units_per_cta + j
         return (cta // self.cluster if self.cluster > 1 else cta) + j * self.clusters
+
+    def has_unit(self, cta, j):
+        """Whether the CTA has a j-th unit: there are `units` (stream_k: whether its run
+        reaches a j-th tile)."""
+        if self.knobs.stream_k:
+            return (self._run_start(cta) // self.k_blocks + j) * self.k_blocks \
+                < self._run_start(cta + 1)
+        return self.unit_of(cta, j) < self.units
+
+    def _run_start(self, cta):
+        """Stream K: the first iteration of the CTA's run (stream_start in 64 bits)."""
+        return T.Cast("int32", stream_start(T.Cast("int64", cta), self.iterations, self.grid))
+
+    def _first_sharer(self, tile):
+        """Stream K: the first CTA whose run reaches the tile."""
+        return T.Cast("int32", stream_owner(T.Cast("int64", tile * self.k_blocks),
+                                            self.iterations, self.grid))
+
+    def _sharers(self, tile):
+        """Stream K: how many CTAs' runs reach the tile."""
+        last = T.Cast("int32", stream_owner(T.Cast("int64", (tile + 1) * self.k_blocks - 1),
+                                            self.iterations, self.grid))
+        return last - self._first_sharer(tile) + 1
 
     def tile_of(self, unit):
         """The output tile of a unit: the first `whole` units are whole tiles, then each tile
-        comes in split_k slices."""
+        comes in split_k slices (stream_k: the CTA's first tile, and the next ones)."""
+        if self.knobs.stream_k:
+            return (self._run_start(unit // self.units_per_cta) // self.k_blocks
+                    + unit % self.units_per_cta)
         if self.splits_every_tile:
             return unit // self.split_k
         return T.Select(unit < self.whole, unit, self.whole + (unit - self.whole) // self.split_k)
 
     def is_split(self, unit):
-        """Whether the unit is a slice of its tile (python True where every unit is)."""
+        """Whether the unit is a slice of its tile (python True where every unit is; stream_k:
+        where the runs of more than one CTA reach its tile)."""
+        if self.knobs.stream_k:
+            return self._sharers(self.tile_of(unit)) > 1
         return True if self.splits_every_tile else unit >= self.whole
 
     def k_range(self, unit):
-        """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly."""
+        """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly (stream_k:
+        the tile's K blocks within the CTA's run)."""
+        if self.knobs.stream_k:
+            cta, tile = unit // self.units_per_cta, self.tile_of(unit)
+            start = T.max(self._run_start(cta), tile * self.k_blocks)
+            end = T.min(self._run_start(cta + 1), (tile + 1) * self.k_blocks)
+            return start - tile * self.k_blocks, end - start
         piece = (unit - self.whole) % self.split_k
         first = piece * self.k_blocks // self.split_k
         count = (piece + 1) * self.k_blocks // self.split_k - first
@@ -311,13 +362,37 @@ class Plan:
 
     def stores_c(self, unit, arrived):
         """Whether this CTA stores the unit's tile: a whole tile's, or the last slice's."""
-        last = arrived[0] == self.split_k - 1
+        last = arrived[0] == self.piece_count(unit) - 1
+        if self.knobs.stream_k:
+            return T.Or(self._sharers(self.tile_of(unit)) == 1, last)
         return last if self.splits_every_tile else T.Or(unit < self.whole, last)
 
-    def partial(self, unit, quad, thread):
-        """Index of a consumer thread's float4 `quad` of the (split) unit's partial tile: the
-        threads' float4s side by side, so that a warp's stores are contiguous."""
-        return ((unit - self.whole) * self.quads + quad) * CONSUMER_THREADS + thread
+    def piece(self, unit):
+        """Which of its tile's partials a split unit adds: its slice (stream_k: its CTA's place
+        among the CTAs whose runs reach the tile)."""
+        if self.knobs.stream_k:
+            return unit // self.units_per_cta - self._first_sharer(self.tile_of(unit))
+        return (unit - self.whole) % self.split_k
+
+    def piece_count(self, unit):
+        """How many partials a split unit's tile is added from."""
+        return self._sharers(self.tile_of(unit)) if self.knobs.stream_k else self.split_k
+
+    def counter(self, tile):
+        """The arrival counter of a split tile."""
+        return tile if self.knobs.stream_k else tile - self.whole
+
+    def partial(self, unit, piece, quad, thread):
+        """Index of a consumer thread's float4 `quad` of partial `piece` of the (split) unit's
+        tile: the threads' float4s side by side, so that a warp's stores are contiguous. Split
+        K keeps a partial tile per split unit; stream K two per CTA, its run's first tile's and
+        its last's (the tiles between are whole)."""
+        if self.knobs.stream_k:
+            tile, sharer = self.tile_of(unit), self._first_sharer(self.tile_of(unit)) + piece
+            slot = sharer * 2 + T.Select(self._run_start(sharer) // self.k_blocks == tile, 0, 1)
+        else:
+            slot = unit - self.whole - self.piece(unit) + piece
+        return (slot * self.quads + quad) * CONSUMER_THREADS + thread
 
 
 def tile_origin(tile, tiles_m, tiles_n, group_m: int, block: tuple[int, int]):
@@ -351,6 +426,9 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
     tiles_m = -(-M // (knobs.block_m * knobs.cluster_m))
     tiles_n = -(-N // (knobs.block_n * knobs.cluster_n))
     tiles = tiles_m * tiles_n
+    k_blocks = k_block_count(K, element_bytes)
+    if knobs.stream_k:
+        return _stream_walk(tiles_m, tiles_n, k_blocks, sms)
     split_k = knobs.split_k
     # tiles multiplied whole, first (split_tail: those before the last, partial wave)
     whole = tiles - split_tiles(tiles, knobs.split_tail, sms) if knobs.split_tail else 0
@@ -360,12 +438,24 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
     clusters = min(sms // cluster, units) if isinstance(units, int) else T.min(sms // cluster,
                                                                                 units)
     return {"cluster": cluster, "tiles_m": tiles_m, "tiles_n": tiles_n,
-            "k_blocks": k_block_count(K, element_bytes), "tiles": tiles, "whole": whole,
+            "k_blocks": k_blocks, "tiles": tiles, "whole": whole,
             "split_k": split_k, "turns": CONSUMERS if knobs.pingpong else 1,
             # (symbolic M: whether every tile is split is known only at the call)
             "splits_every_tile": isinstance(whole, int) and whole == 0, "units": units,
             "clusters": clusters, "grid": clusters * cluster,
             "units_per_cta": -(-units // clusters)}
+
+
+def _stream_walk(tiles_m: int, tiles_n: int, k_blocks: int, sms: int) -> dict:
+    """Stream K (one CTA a cluster, M a number): the tiles' K blocks, tile after tile, dealt to
+    a CTA per SM in runs as equal as whole K blocks allow, so that few tiles still keep every
+    SM busy for the same time; a CTA's units are the tiles its run touches."""
+    tiles = tiles_m * tiles_n
+    ctas = min(sms, tiles * k_blocks)
+    touched = stream_touched(tiles, k_blocks, ctas)
+    return {"cluster": 1, "tiles_m": tiles_m, "tiles_n": tiles_n, "k_blocks": k_blocks,
+            "tiles": tiles, "whole": 0, "split_k": 1, "turns": 1, "splits_every_tile": False,
+            "units": ctas * touched, "clusters": ctas, "grid": ctas, "units_per_cta": touched}
 
 
 def _memory(out_dtype: str, knobs: Knobs) -> dict:
@@ -397,9 +487,13 @@ def _staging(wl: Workload) -> dict:
 def _workspace(shape: dict, walk: dict, quads: int) -> dict:
     """Split K's workspace, for the most tiles split: those of M (symbolic M: of most_m rows;
     with split_tail those of a last wave of them, or where M is open-ended of any M's, fewer
-    than the SMs), and its tag."""
+    than the SMs), split_k partial tiles each; stream K's, two partial tiles per CTA and a
+    counter per tile; and its tag."""
     M, N, K, knobs = shape["M"], shape["N"], shape["K"], shape["knobs"]
-    block = f"{knobs.block_m}x{knobs.block_n}x{walk['split_k']}"
+    block = f"{knobs.block_m}x{knobs.block_n}x{'s' if knobs.stream_k else walk['split_k']}"
+    if knobs.stream_k:
+        return {"quads": quads, "partial_tiles": 2 * walk["grid"], "most_tiles": walk["tiles"],
+                "tag": f"{M}x{N}x{K}_{block}_0"}
     if isinstance(M, int):
         most_tiles = walk["tiles"] - walk["whole"]
         tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"
@@ -408,4 +502,5 @@ def _workspace(shape: dict, walk: dict, quads: int) -> dict:
             -(-shape["most_m"] // (knobs.block_m * knobs.cluster_m)) * walk["tiles_n"],
             knobs.split_tail, shape["open_ended"], shape["sms"])
         tag = f"{shape['most_m']}x{N}x{K}_{block}_{'open' if shape['open_ended'] else 'any'}"
-    return {"quads": quads, "most_tiles": most_tiles, "tag": tag}
+    return {"quads": quads, "partial_tiles": most_tiles * walk["split_k"],
+            "most_tiles": most_tiles, "tag": tag}
