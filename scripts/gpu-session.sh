@@ -2,7 +2,7 @@
 # On the GPU machine (after `source .gpu-stage/b/unpack.sh`): the GPU test tier, then the runs
 # behind the committed reports. Logs and results go to $OUT (or ./gpu-out).
 #   bash scripts/gpu-session.sh tests        # pytest -m gpu: 8 at once, then those marked alone
-#                                            # ($TESTS_SHARD=a, then b: the tier in two commands;
+#                                            # ($TESTS_SHARD=a, b, then c: the tier in three commands;
 #                                            # $TESTS_GPUS="0 1": a run on each of those GPUs at once)
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
@@ -79,7 +79,8 @@ export PYTHONUNBUFFERED=1
 results=reports/h100-tuning.jsonl
 for part in "$@"; do
   case "$part" in
-    tests)  # $TESTS_SHARD a or b: half of the tier each (about 4 and 8 minutes on an H100);
+    tests)  # $TESTS_SHARD a or b: half of the 8-at-once tests each (about 5 and 6 minutes on an
+            # H100, 9 each four at once on a 4-GPU host), c: those marked alone (2-3 minutes);
             # $TESTS_GPUS (e.g. "0 1 2 3"): the same at once on each of those GPUs, each run in a
             # copy of the tree with a home and temporary folder of its own, on its share of the
             # cores (taskset: each process sizes its thread pools by the cores it may use)
@@ -90,10 +91,13 @@ for part in "$@"; do
       esac
       tier() {  # $1...: what runs pytest (taskset -c 0-15 python3, or python3); $TESTS_FLAGS
                 # (-q; -v names each test as it ends, so a run cut short still names its failures)
-        "$@" -m pytest -m "gpu and not alone" ${TESTS_FLAGS:--q} -p no:cacheprovider -n 8 \
-          --durations=25 "${shard[@]}"  # the slowest tests named: what the tier's time goes to
-        [ "${TESTS_SHARD:-all}" = a ] ||
-          "$@" -m pytest -m "gpu and alone" ${TESTS_FLAGS:--q} -p no:cacheprovider
+        [ "${TESTS_SHARD:-all}" = c ] ||
+          "$@" -m pytest -m "gpu and not alone" ${TESTS_FLAGS:--q} -p no:cacheprovider -n 8 \
+            --durations=25 "${shard[@]}"  # the slowest tests named: what the tier's time goes to
+        case "${TESTS_SHARD:-all}" in
+          a|b) ;;
+          *) "$@" -m pytest -m "gpu and alone" ${TESTS_FLAGS:--q} -p no:cacheprovider ;;
+        esac
       }
       log="$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}"
       if [ -z "${TESTS_GPUS:-}" ]; then
