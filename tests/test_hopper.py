@@ -345,18 +345,20 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled, low
     assert compiled("v8", whole_waves, split_k=2, split_tail=True)[1] == compiled("v8", whole_waves)[1]
 
 
-STREAMS = [((300, 5120, 5120), 64, 256, 132), ((300, 5120, 5120), 128, 128, 132),
-           ((77, 1000, 96), 64, 64, 132), ((5000, 3000, 512), 128, 256, 132),
-           ((1000, 1000, 1000), 128, 128, 7)]
+STREAMS = [((300, 5120, 5120), 64, 256, 132, None), ((300, 5120, 5120), 128, 128, 132, None),
+           ((77, 1000, 96), 64, 64, 132, None), ((5000, 3000, 512), 128, 256, 132, None),
+           ((1000, 1000, 1000), 128, 128, 7, None),
+           ((512, 1000, 1024), 128, 128, 132, (1, 65, 129, 300, 512))]  # M taken at the call
 
 
-@pytest.mark.parametrize("shape, block_m, block_n, sms", STREAMS)
+@pytest.mark.parametrize("shape, block_m, block_n, sms, any_m", STREAMS)
 def test_v8_stream_k_deals_every_k_block_once_in_runs_of_equal_length(shape, block_m, block_n,
-                                                                     sms):
-    """stream_k's walk as the kernel computes it (the plan's expressions, at each CTA and unit):
-    every (tile, K block) falls to one unit of one CTA, the CTAs' runs differ by at most one K
-    block, and each split unit stashes its partial in a slot of its own within the workspace,
-    where the tile's last CTA gathers it (the same slot, from its place among the sharers)."""
+                                                                     sms, any_m):
+    """stream_k's walk as the kernel computes it (the plan's expressions, at each CTA and unit;
+    for any M, at each of several Ms): every (tile, K block) falls to one unit of one CTA, the
+    CTAs' runs differ by at most one K block, and each split unit stashes its partial in a slot
+    of its own within the workspace, where the tile's last CTA gathers it (the same slot, from
+    its place among the sharers)."""
     from schedules.v8.knobs import Knobs
     from schedules.v8.plan import Plan
 
@@ -364,34 +366,51 @@ def test_v8_stream_k_deals_every_k_block_once_in_runs_of_equal_length(shape, blo
     knobs = Knobs(block_m=block_m, block_n=block_n, stages=4, group_m=8, split_k=1,
                   split_tail=False, tma_store=False, cluster_m=1, cluster_n=1, pingpong=False,
                   stream_k=True)
-    plan = Plan.build(wl, knobs, sms)
-    analyzer = tvm.sym.Analyzer()
+    plan = Plan.build(wl, knobs, sms, most_m=shape[0] if any_m else None)
+    for m in any_m or (shape[0],):
+        analyzer = tvm.sym.Analyzer()
+        if any_m:
+            analyzer.bind(plan.M, m)
 
-    def value(expr) -> int:
-        return int(expr) if isinstance(expr, (int, bool)) else int(analyzer.simplify(expr))
+        def value(expr) -> int:
+            return int(expr) if isinstance(expr, (int, bool)) else int(analyzer.simplify(expr))
 
-    owner, runs, stashed, gathered = {}, [], {}, {}
-    for cta in range(plan.grid):
-        run = 0
-        for j in range(plan.units_per_cta):
-            at = tvm.tirx.IntImm("int32", cta), tvm.tirx.IntImm("int32", j)
-            if not value(plan.has_unit(*at)):
-                continue
-            unit = plan.unit_of(*at)
-            tile, (first, count) = value(plan.tile_of(unit)), map(value, plan.k_range(unit))
-            assert count > 0 and all(owner.setdefault((tile, k), cta) == cta
-                                     for k in range(first, first + count))
-            run += count
-            if value(plan.is_split(unit)):
-                slot = value(plan.partial(unit, plan.piece(unit), 0, 0))
-                assert stashed.setdefault(slot, tile) == tile
-                gathered[tile] = {value(plan.partial(unit, p, 0, 0))
-                                  for p in range(value(plan.piece_count(unit)))}
-        runs.append(run)
-    assert len(owner) == plan.tiles * plan.k_blocks and max(runs) - min(runs) <= 1
-    assert all(slot < plan.partial_tiles * plan.quads * 256 for slot in stashed)
-    assert gathered == {tile: {s for s, t in stashed.items() if t == tile}
-                        for tile in set(stashed.values())}
+        owner, runs, stashed, gathered = {}, [], {}, {}
+        for cta in range(value(plan.grid)):
+            run = 0
+            for j in range(value(plan.units_per_cta)):
+                at = tvm.tirx.IntImm("int32", cta), tvm.tirx.IntImm("int32", j)
+                if not value(plan.has_unit(*at)):
+                    continue
+                unit = plan.unit_of(*at)
+                tile, (first, count) = value(plan.tile_of(unit)), map(value, plan.k_range(unit))
+                assert count > 0 and all(owner.setdefault((tile, k), cta) == cta
+                                         for k in range(first, first + count))
+                run += count
+                if value(plan.is_split(unit)):
+                    slot = value(plan.partial(unit, plan.piece(unit), 0, 0))
+                    assert stashed.setdefault(slot, tile) == tile
+                    assert value(plan.counter(tile)) < value(plan.most_tiles)
+                    gathered[tile] = {value(plan.partial(unit, p, 0, 0))
+                                      for p in range(value(plan.piece_count(unit)))}
+            runs.append(run)
+        assert len(owner) == value(plan.tiles) * plan.k_blocks and max(runs) - min(runs) <= 1
+        assert all(slot < plan.partial_tiles * plan.quads * 256 for slot in stashed)
+        assert gathered == {tile: {s for s, t in stashed.items() if t == tile}
+                            for tile in set(stashed.values())}
+
+
+def test_v8_for_m_past_its_most_rows_takes_no_stream_k():
+    """A linear layer's open last bucket (any M past max_tokens) has no most tiles to count
+    arrivals at: stream_k is refused in one line."""
+    from schedules.v8.rung import v8_kernel_any_m
+
+    wl = gemm((64, 1024, 1024), "bfloat16", "bfloat16", "nt")
+    knobs = dict(block_m=64, block_n=128, stages=4, group_m=8, split_k=1, split_tail=False,
+                 tma_store=False, cluster_m=1, cluster_n=1, pingpong=False)
+    assert v8_kernel_any_m(wl, open_ended=False, stream_k=True, **knobs) is not None
+    with pytest.raises(ScheduleNotApplicable, match="^v8 for M past 64 takes no stream_k"):
+        v8_kernel_any_m(wl, open_ended=True, stream_k=True, **knobs)
 
 
 @needs_nvcc

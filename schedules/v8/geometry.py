@@ -135,12 +135,12 @@ def stream_owner(iteration: int, iterations: int, ctas: int) -> int:
     return ((iteration + 1) * ctas - 1) // iterations
 
 
-def stream_touched(tiles: int, k_blocks: int, ctas: int) -> int:
-    """Stream K over `tiles` of `k_blocks` K blocks on `ctas` CTAs: the most tiles that one
-    CTA's run touches (its units)."""
-    iterations = tiles * k_blocks
-    return max((stream_start(c + 1, iterations, ctas) - 1) // k_blocks
-               - stream_start(c, iterations, ctas) // k_blocks + 1 for c in range(ctas))
+def stream_touched(iterations, k_blocks: int, ctas):
+    """Stream K: the most tiles of `k_blocks` K blocks that one CTA's run of `iterations`
+    dealt to `ctas` touches (its units): a longest run, ceil(iterations / ctas), from a tile's
+    last K block on (ints, or PrimExprs for M taken at the call)."""
+    longest = -(-iterations // ctas)
+    return (longest + k_blocks - 2) // k_blocks + 1
 
 
 def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:

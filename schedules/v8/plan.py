@@ -94,14 +94,18 @@ class Plan:
               open_ended: bool = False) -> "Plan":
         """The plan for wl and knobs on `sms` SMs; with most_m (wl's M), for any M up to most_m
         rows (M symbolic), or with open_ended as well for any M past it (split K then only
-        with split_tail). Refused first as v8 refuses them (ScheduleNotApplicable), and for
-        any M also where split K's workspace for any M would be too large or promote_overlap
-        is asked for (ANY_M_CHECKS)."""
+        with split_tail; no stream K). Refused first as v8 refuses them
+        (ScheduleNotApplicable), and for any M also where split K's workspace for any M would
+        be too large or promote_overlap is asked for (ANY_M_CHECKS)."""
         refuse(wl, knobs, CHECKS if most_m is None else CHECKS + ANY_M_CHECKS)
         if open_ended and knobs.split_k > 1 and not knobs.split_tail:
             raise ScheduleNotApplicable(
                 f"v8 for M past {wl.dims['M']} splits K only with split_tail (its workspace "
                 f"then holds a last wave's tiles); split_k={knobs.split_k} splits every tile")
+        if open_ended and knobs.stream_k:
+            raise ScheduleNotApplicable(
+                f"v8 for M past {wl.dims['M']} takes no stream_k (it counts arrivals at every "
+                "tile, and any M has no most tiles)")
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
@@ -446,13 +450,15 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
             "units_per_cta": -(-units // clusters)}
 
 
-def _stream_walk(tiles_m: int, tiles_n: int, k_blocks: int, sms: int) -> dict:
-    """Stream K (one CTA a cluster, M a number): the tiles' K blocks, tile after tile, dealt to
-    a CTA per SM in runs as equal as whole K blocks allow, so that few tiles still keep every
-    SM busy for the same time; a CTA's units are the tiles its run touches."""
+def _stream_walk(tiles_m, tiles_n: int, k_blocks: int, sms: int) -> dict:
+    """Stream K (one CTA a cluster): the tiles' K blocks, tile after tile, dealt to a CTA per SM
+    in runs as equal as whole K blocks allow, so that few tiles still keep every SM busy for
+    the same time; a CTA's units are the tiles its run touches (symbolic M: all counted at
+    the call)."""
     tiles = tiles_m * tiles_n
-    ctas = min(sms, tiles * k_blocks)
-    touched = stream_touched(tiles, k_blocks, ctas)
+    iterations = tiles * k_blocks
+    ctas = min(sms, iterations) if isinstance(iterations, int) else T.min(sms, iterations)
+    touched = stream_touched(iterations, k_blocks, ctas)
     return {"cluster": 1, "tiles_m": tiles_m, "tiles_n": tiles_n, "k_blocks": k_blocks,
             "tiles": tiles, "whole": 0, "split_k": 1, "turns": 1, "splits_every_tile": False,
             "units": ctas * touched, "clusters": ctas, "grid": ctas, "units_per_cta": touched}
@@ -491,9 +497,13 @@ def _workspace(shape: dict, walk: dict, quads: int) -> dict:
     counter per tile; and its tag."""
     M, N, K, knobs = shape["M"], shape["N"], shape["K"], shape["knobs"]
     block = f"{knobs.block_m}x{knobs.block_n}x{'s' if knobs.stream_k else walk['split_k']}"
-    if knobs.stream_k:
-        return {"quads": quads, "partial_tiles": 2 * walk["grid"], "most_tiles": walk["tiles"],
-                "tag": f"{M}x{N}x{K}_{block}_0"}
+    if knobs.stream_k:  # (symbolic M: for the most CTAs, and most_m's tiles)
+        if isinstance(M, int):
+            return {"quads": quads, "partial_tiles": 2 * walk["grid"],
+                    "most_tiles": walk["tiles"], "tag": f"{M}x{N}x{K}_{block}_0"}
+        return {"quads": quads, "partial_tiles": 2 * shape["sms"],
+                "most_tiles": -(-shape["most_m"] // knobs.block_m) * walk["tiles_n"],
+                "tag": f"{shape['most_m']}x{N}x{K}_{block}_any"}
     if isinstance(M, int):
         most_tiles = walk["tiles"] - walk["whole"]
         tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"

@@ -246,16 +246,7 @@ def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
             f"{knobs.promote_overlap}")
 
 
-def any_m_stream_refusal(wl: Workload, knobs: Knobs) -> str | None:
-    """v8 for any M up to wl's: no stream_k (its runs are dealt from a number of tiles known
-    when the kernel is built)."""
-    if not knobs.stream_k:
-        return None
-    return "v8 for any M deals its tiles at each call: stream_k=false, not true"
-
-
-ANY_M_CHECKS = (any_m_workspace_refusal, any_m_overlap_refusal,  # v8 for any M's, besides CHECKS
-                any_m_stream_refusal)
+ANY_M_CHECKS = (any_m_workspace_refusal, any_m_overlap_refusal)  # v8 for any M's, besides CHECKS
 
 CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
           _shared_memory_refusal, _split_refusal, _stream_refusal, _overlap_refusal,

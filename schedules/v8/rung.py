@@ -47,8 +47,9 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
     M the most a call may bring (it sizes split K's workspace: the tiles of wl's M, or with
     split_tail those of a last wave of them). open_ended: M may pass wl's too (a linear
     layer's last bucket): K split only with split_tail, its workspace then sized for a last
-    wave of any M (fewer tiles than the SMs). Refused as v8 refuses wl, where the workspace
-    for any M would pass MOST_PARTIAL_BYTES, and with promote_overlap (ANY_M_CHECKS)."""
+    wave of any M (fewer tiles than the SMs), and no stream_k. Refused as v8 refuses wl,
+    where the workspace for any M would pass MOST_PARTIAL_BYTES, and with promote_overlap
+    (ANY_M_CHECKS)."""
     return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS,
                                             most_m=wl.dims["M"], open_ended=open_ended))
 
@@ -82,7 +83,7 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     equal as whole K blocks allow, so that a partial wave of tiles (a few hundred rows) keeps
     every SM busy equally long; the CTAs whose runs share a tile add their partials through
     the workspace as split K's slices do (the last to finish stores C; no clusters or
-    pingpong; M a number). tma_store:
+    pingpong). tma_store:
     each consumer writes C into shared boxes of 64 rows, two in turn, that one of its threads
     sends by TMA (cp.async.bulk.tensor, global <- shared), so the global writes of a tile run
     on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. cluster_m or
