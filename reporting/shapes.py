@@ -182,6 +182,38 @@ def headline_row(name: str, runs: list[list[Record]]) -> dict:
             "% of limit": _percent(geomean(limits))}
 
 
+FLOOR_PERCENT = 85.0  # the no-cliffs issue's floor: no shape under this % of cuBLAS
+
+
+def sweep_rows(runs: list[list[Record]]) -> list[dict]:
+    """A sweep's settings side by side (scripts/sweep_summary.py): per setting (a rung's name
+    with its knobs) the geometric mean of its % of cuBLAS at each M and over every shape
+    (where it and cuBLAS both ran correctly), its lowest, how many shapes fall under
+    FLOOR_PERCENT and on how many it was the fastest; last, the best of the settings on each
+    shape, what a rule choosing among them could at most reach."""
+    percents: dict[str, dict[int, float]] = {}  # setting: {shape's index: %}
+    for i, run in enumerate(runs):
+        for r in run:
+            if r.kind == "rung" and (found := percent_of_cublas(run, r)):
+                percents.setdefault(r.schedule, {})[i] = found
+    best = {i: max(p[i] for p in percents.values() if i in p)
+            for i in {i for p in percents.values() for i in p}}
+    rows_of = {i: workload_of(run[0]).dims["M"] for i, run in enumerate(runs)}
+    rows = []
+    for name, by_shape in [*percents.items(), ("best of these", best)]:
+        values = list(by_shape.values())
+        row = {"setting": name}
+        for m in sorted(set(rows_of.values())):
+            row[f"M = {m}"] = _percent(geomean([p for i, p in by_shape.items() if rows_of[i] == m]))
+        row.update({"all": _percent(geomean(values)), "lowest": _percent(min(values, default=None)),
+                    f"under {FLOOR_PERCENT:g}%": str(sum(p < FLOOR_PERCENT for p in values)),
+                    "fastest on": "-" if by_shape is best else
+                    str(sum(p == best[i] for i, p in by_shape.items())),
+                    "shapes": str(len(values))})
+        rows.append(row)
+    return rows
+
+
 def summary_line(run: list[Record]) -> str:
     """One line for a shape just measured: its best correct rung against cuBLAS."""
     wl = workload_of(run[0])

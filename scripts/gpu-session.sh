@@ -38,7 +38,8 @@
 #                                            # every rung or $SHAPES_SCHEDULE's alone
 #   bash scripts/gpu-session.sh sweep        # $SWEEP_SCHEDULES (a rung's settings) over the shapes
 #                                            # of $SWEEP_SUITE (wide-bf16) at each M of
-#                                            # $SWEEP_TOKENS, beside cuBLAS (scripts/sweep_suite.py)
+#                                            # $SWEEP_TOKENS, beside cuBLAS (scripts/sweep_suite.py),
+#                                            # then their summary (scripts/sweep_summary.py)
 #   bash scripts/gpu-session.sh ragged       # v8's GPU tier, then the ragged-16bit suite (v8 beside
 #                                            # cuBLAS), the aligned neighbour of its first shape, v7
 #                                            # and v8 on ragged K with a float32 C
@@ -292,7 +293,8 @@ for part in "$@"; do
       for tokens in ${SWEEP_TOKENS:-48 300 700 2500}; do
         python3 scripts/sweep_suite.py --suite "${SWEEP_SUITE:-wide-bf16}" --tokens "$tokens" \
           --results "$out/sweep.jsonl" --schedules ${SWEEP_SCHEDULES:-v8}
-      done 2>&1 | tee -a "$out/sweep.log" ;;
+      done 2>&1 | tee -a "$out/sweep.log"
+      python3 scripts/sweep_summary.py "$out/sweep.jsonl" | tee "$out/sweep-summary.md" ;;
     ragged)
       { python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k "v8"
         python3 runner.py --suite ragged-16bit --schedule v8 --results "$out/ragged.jsonl"

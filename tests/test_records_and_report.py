@@ -531,3 +531,43 @@ def test_a_record_with_its_compute_ceiling_set_is_written_and_read_back_whole():
     line = json.loads(kernel.json_line())
     assert line["compute_ceiling"]["compute_tflops"] == 60.0
     assert Record.from_json(line) == kernel
+
+
+SWEEPS = [os.path.join("notebook", "logs", f"h100-sweep-wide-bf16-{ms}-2026-11-26.jsonl")
+          for ms in ("48-300", "700-2500")]
+
+
+def _sweep_summary(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, os.path.join("scripts", "sweep_summary.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_sweeps_summary_sets_its_settings_beside_the_best_of_them():
+    """The committed wide-bf16 sweeps past decode batches (M = 300 to 2500): v8's default and
+    the best of the eight settings per shape, as reports/notes/h100-shapes.md reads them off
+    (84.7% and 93.5% of cuBLAS over 96 shapes), and the default's M = 300 (74.9%)."""
+    done = _sweep_summary(*SWEEPS, "--tokens", "300", "700", "2500")
+    assert done.returncode == 0, done.stderr
+    header, _, *rows = done.stdout.splitlines()
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    table = {cells[0]: dict(zip(columns, cells))
+             for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows)}
+    assert columns[:4] == ["setting", "M = 300", "M = 700", "M = 2500"]
+    assert (table["v8"]["all"], table["v8"]["M = 300"], table["v8"]["shapes"]) == \
+        ("84.7%", "74.9%", "96")
+    assert (table["best of these"]["all"], table["best of these"]["fastest on"]) == ("93.5%", "-")
+    assert sum(int(row["fastest on"]) for name, row in table.items()
+               if name != "best of these") >= 96  # every shape has a fastest (ties count twice)
+
+
+@pytest.mark.parametrize("args, said", [
+    (("no-such.jsonl",), "error: no-such.jsonl is not a file"),
+    ((SWEEPS[0], "--tokens", "5"), "holds no measured shape at M = 5"),
+])
+def test_a_sweeps_summary_refuses_what_it_cannot_read_in_one_line(args, said):
+    done = _sweep_summary(*args)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, \
+        done.stderr
