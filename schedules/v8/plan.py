@@ -129,8 +129,9 @@ class Plan:
         return self.split_k > 1 or self.knobs.stream_k
 
     @property
-    def iterations(self) -> int:
-        """Stream K: the (tile, K block) pairs that the CTAs' runs share out."""
+    def iterations(self):
+        """Stream K: the (tile, K block) pairs that the CTAs' runs share out (an int, or where
+        M is symbolic a PrimExpr)."""
         return self.tiles * self.k_blocks
 
     @property
