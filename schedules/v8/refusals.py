@@ -113,8 +113,8 @@ def promoted_sets(promote_overlap: int | None) -> int:
 
 def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """promote_overlap: runs of 2 to MOST_OVERLAP K blocks (MOST_SPLIT_OVERLAP where K is
-    split or streamed), each promoted (promote_k of one K block) while the next block multiplies into the
-    other set of accumulators; two consumers on one tile (not pingpong)."""
+    split or streamed), each promoted (promote_k of one K block) while the next block
+    multiplies into the other set of accumulators; two consumers on one tile (not pingpong)."""
     overlap = knobs.promote_overlap
     if overlap is None:
         return None
