@@ -694,10 +694,10 @@ def warp_specialized_gemm(plan: Plan):
     A_scale[m] * B_scale[n], or each 128-K block's sums times A_scale[m, kb] *
     B_scale[n / 128, kb] as they are promoted), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
-    384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
-    the grouped raster of the tiles.
-    How its warpgroups, split K, clusters, ping-pong, staged rows and M taken at each call
-    work together: the module's docstring."""
+    384 threads walk the units of work (a block tile and one of its `split_k` slices of K, or
+    with stream_k a tile's K blocks within a CTA's run) in the grouped raster of the tiles.
+    How its warpgroups, split K, stream K, clusters, ping-pong, staged rows and M taken at each
+    call work together: the module's docstring."""
 
     staged_a, staged_b = "A" in plan.staged, "B" in plan.staged
 
