@@ -11,6 +11,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.ir_builder import IRBuilder
 
+from .. import heuristics
 from ..errors import ScheduleNotApplicable
 from ..tensorcore import WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload, fp8_blocks
@@ -114,7 +115,7 @@ class Plan:
         multiply = _multiply(wl.dtype, wl.layout, knobs)
         walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
         memory = _memory(wl.out_dtype, knobs)
-        workspace = _workspace(shape, walk, multiply["accumulators"] // 4)
+        workspace = _workspace(wl, shape, walk, multiply["accumulators"] // 4)
         return cls(**shape, **multiply, **walk, **memory, **_staging(wl), **workspace)
 
     # -- derived where the kernel's script needs them ------------------------------------------
@@ -491,27 +492,27 @@ def _staging(wl: Workload) -> dict:
             "b_cols": tma_columns(b_cols, element_bytes) if "B" in staged else b_cols}
 
 
-def _workspace(shape: dict, walk: dict, quads: int) -> dict:
-    """Split K's workspace, for the most tiles split: those of M (symbolic M: of most_m rows;
-    with split_tail those of a last wave of them, or where M is open-ended of any M's, fewer
-    than the SMs), split_k partial tiles each; stream K's, two partial tiles per CTA and a
-    counter per tile; and its tag."""
+def _workspace(wl: Workload, shape: dict, walk: dict, quads: int) -> dict:
+    """Split K's workspace, for the most tiles split: those of M (symbolic M: of wl's, the most
+    rows, counted as the refusals count them, heuristics.tile_count; with split_tail those of a
+    last wave of them, or where M is open-ended of any M's, fewer than the SMs), split_k
+    partial tiles each; stream K's, two partial tiles per CTA and a counter per tile; and its
+    tag."""
     M, N, K, knobs = shape["M"], shape["N"], shape["K"], shape["knobs"]
     block = f"{knobs.block_m}x{knobs.block_n}x{'s' if knobs.stream_k else walk['split_k']}"
-    if knobs.stream_k:  # (symbolic M: for the most CTAs, and most_m's tiles)
+    most_m_tiles = heuristics.tile_count(wl, knobs.block_m, knobs.block_n)
+    if knobs.stream_k:  # (symbolic M: for the most CTAs)
         if isinstance(M, int):
             return {"quads": quads, "partial_tiles": 2 * walk["grid"],
                     "most_tiles": walk["tiles"], "tag": f"{M}x{N}x{K}_{block}_0"}
-        return {"quads": quads, "partial_tiles": 2 * shape["sms"],
-                "most_tiles": -(-shape["most_m"] // knobs.block_m) * walk["tiles_n"],
+        return {"quads": quads, "partial_tiles": 2 * shape["sms"], "most_tiles": most_m_tiles,
                 "tag": f"{shape['most_m']}x{N}x{K}_{block}_any"}
     if isinstance(M, int):
         most_tiles = walk["tiles"] - walk["whole"]
         tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"
     else:
-        most_tiles = any_m_split_tiles(
-            -(-shape["most_m"] // (knobs.block_m * knobs.cluster_m)) * walk["tiles_n"],
-            knobs.split_tail, shape["open_ended"], shape["sms"])
+        most_tiles = any_m_split_tiles(most_m_tiles, knobs.split_tail, shape["open_ended"],
+                                       shape["sms"])
         tag = f"{shape['most_m']}x{N}x{K}_{block}_{'open' if shape['open_ended'] else 'any'}"
     return {"quads": quads, "partial_tiles": most_tiles * walk["split_k"],
             "most_tiles": most_tiles, "tag": tag}
