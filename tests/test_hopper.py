@@ -425,7 +425,7 @@ def test_v8_stream_k_runs_a_cta_per_sm_over_the_tiles_its_run_touches(compiled, 
     (usage,) = build.nvcc_resources(source, "sm_90").values()
     assert not usage.get("spill_stores") and not usage.get("stack_bytes")
     kernel = kf.kernel(lowered("v8", wl, **knobs))
-    tag = "300x5120x5120_64x256xs_0"
+    tag = "300x5120x5120_64x256xs_132"  # shape, tile, stream K, CTAs (the workspace's size)
     made = split_k_helpers(tag, 2 * 132 * 16 * 256, 100)  # 2 partials a CTA, 100 tiles' counters
     helpers = _split_k(kernel, tag)
     assert {c.args[-1].value for role in made for c in helpers[role]} \

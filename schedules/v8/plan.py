@@ -504,7 +504,7 @@ def _workspace(wl: Workload, shape: dict, walk: dict, quads: int) -> dict:
     if knobs.stream_k:  # (symbolic M: for the most CTAs)
         if isinstance(M, int):
             return {"quads": quads, "partial_tiles": 2 * walk["grid"],
-                    "most_tiles": walk["tiles"], "tag": f"{M}x{N}x{K}_{block}_0"}
+                    "most_tiles": walk["tiles"], "tag": f"{M}x{N}x{K}_{block}_{walk['grid']}"}
         return {"quads": quads, "partial_tiles": 2 * shape["sms"], "most_tiles": most_m_tiles,
                 "tag": f"{shape['most_m']}x{N}x{K}_{block}_any"}
     if isinstance(M, int):
