@@ -24,6 +24,7 @@ import tvm
 import schedules
 from schedules import heuristics, v8
 from schedules.errors import ScheduleNotApplicable, WorkloadError
+from schedules.registry import with_knob_text
 from schedules.workloads import FP8, FP8_OUT_DTYPE, Workload
 
 from tuning import build
@@ -110,8 +111,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        settings = ",".join(f"{k}={str(v).lower()}" for k, v in self.knobs)
-        return f"{self.rung}:{settings}" if settings else self.rung
+        return with_knob_text(self.rung, self.knobs)
 
     @property
     def built(self) -> bool:

@@ -229,6 +229,13 @@ class ScheduleEntry:
         return sch.mod
 
 
+def with_knob_text(name: str, knobs) -> str:
+    """`name` with (knob, value) pairs, in their order, as parse_knobs reads them back
+    ('v8:promote_k=none,split_k=2'); the bare name where there are none."""
+    settings = ",".join(f"{knob}={str(value).lower()}" for knob, value in knobs)
+    return f"{name}:{settings}" if settings else name
+
+
 def _reason(error: Exception) -> str:
     """What a failed schedule primitive said, in one line (TVM's ScheduleError puts it after
     'Error message:')."""

@@ -40,7 +40,7 @@ import tvm
 
 import schedules
 from schedules.errors import RecordsError, ScheduleNotApplicable, SearchFailed, UsageError
-from schedules.registry import ScheduleEntry, TunedSchedule
+from schedules.registry import ScheduleEntry, TunedSchedule, with_knob_text
 from schedules.workloads import Workload
 
 from . import candidates, measure
@@ -386,9 +386,8 @@ def template_name(entry: ScheduleEntry, held: dict | None = None) -> str:
     'v8:promote_k=none' (a search of its own, whose bests `autotvm:v8` alone never applies),
     the knobs in the template's order, however the user ordered them."""
     held = held or {}
-    settings = ",".join(f"{knob}={str(held[knob]).lower()}" for knob in entry.knob_types
-                        if knob in held)
-    return f"{entry.name}:{settings}" if settings else entry.name
+    return with_knob_text(entry.name, [(knob, held[knob]) for knob in entry.knob_types
+                                       if knob in held])
 
 
 def search_key(wl: Workload, template: str, device: str, tuner: str, seed: int = 0) -> dict:
