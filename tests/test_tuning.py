@@ -771,16 +771,17 @@ def test_a_corrupt_database_is_named_by_path_and_line_and_left_alone(tmp_path, c
 # -- MetaSchedule's split-K rule -------------------------------------------------------------------
 
 
-def split_k_candidates(wl: Workload, target) -> list:
+def split_k_candidates(wl: Workload, target, rand_state: int = 1) -> list:
     """The split-K candidates of MetaSchedule's first batch over the split-k space, drawn by its
-    own evolutionary search (random cost model): what a search would build and measure first."""
+    own evolutionary search (random cost model): what a search would build and measure first.
+    The batch differs from run to run (the search samples in several threads)."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
     mod = tvm.IRModule({"main": wl.prim_func()})
     context = ms.TuneContext(mod=mod, target=target, task_name="main", num_threads=4,
                              space_generator=metaschedule.design_space(mod, target, "split-k", False),
-                             search_strategy="evolutionary", rand_state=1)
+                             search_strategy="evolutionary", rand_state=rand_state)
     context.pre_tuning(max_trials=64, num_trials_per_iter=64,
                        design_spaces=context.generate_design_space(),
                        database=ms.database.MemoryDatabase(), cost_model=ms.CostModel.create("random"))

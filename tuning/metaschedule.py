@@ -34,6 +34,7 @@ from schedules.registry import TunedSchedule
 from schedules.workloads import Workload
 
 from . import records, rungspace
+from .async_copy import RefuseBrokenAsyncCopies
 from .candidates import Counts, error_summary, mean_ms
 from .progress import Progress
 
@@ -149,15 +150,17 @@ def design_space(mod: tvm.IRModule, target: tvm.target.Target, space: str, tenso
     """The space generator for --ms-space: TVM's rules for the target, or (CUDA only) those
     with SplitK in front, its partial sums tiled by TVM's CUDA-core multi-level tiling. With
     `tensor_cores`, TVM's tensor-core rule set ("cuda-tensorcore": wmma tiles, where the
-    intrinsics match, next to its CUDA-core tiling) with its tensorizing postprocessors."""
-    if space == "tvm" and not tensor_cores:
+    intrinsics match, next to its CUDA-core tiling) with its tensorizing postprocessors. On
+    CUDA, the postprocessors end with RefuseBrokenAsyncCopies (copies TVM lowers wrongly)."""
+    if target.kind.name != "cuda":
         return "post-order-apply"
     preset = "cuda-tensorcore" if tensor_cores else "cuda"
     rules = list(ms.schedule_rule.ScheduleRule.create(preset))
     if space == "split-k":
         tiling = next(r for r in rules if type(r) is ms.schedule_rule.MultiLevelTiling)
         rules = [SplitK(tiling), *rules]
-    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=preset,
+    postprocs = [*ms.postproc.Postproc.create(preset), RefuseBrokenAsyncCopies()]
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs,
                                              mutator_probs=preset)
 
 

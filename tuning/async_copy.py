@@ -1,0 +1,141 @@
+"""A MetaSchedule postprocessor that refuses the pipelined copies TVM 0.27 lowers wrongly.
+
+Inside a software pipeline with async stages, TVM's InjectPTXAsyncCopy turns a vectorized copy
+from global into shared memory into one cp.async of the vector's bytes from the address of its
+first element. It does not check that the vector's elements are consecutive in global memory, or
+that the first is aligned to the vector's bytes. TVM's own CUDA rules sample such copies: a K tile
+of one element makes A's shared tile one column, which cooperative fetch vectorizes down its rows.
+The kernel then reads the wrong elements, or stops with a misaligned-address fault that also ends
+every later launch of the process's CUDA context.
+"""
+
+from __future__ import annotations
+
+import random
+
+import tvm
+from tvm import tirx
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.stmt import SBlockRealize
+
+ASYNC_STAGES = "software_pipeline_async_stages"  # the loop annotation that makes copies cp.async
+SAMPLES = 8  # points of the loops around a copy at which an unproven vector is evaluated
+
+
+@derived_object
+class RefuseBrokenAsyncCopies(ms.postproc.PyPostproc):
+    """Refuse a schedule (the search then never builds it) with a pipelined global-to-shared
+    copy whose vectors are not consecutive, aligned elements of global memory."""
+
+    def _initialize_with_tune_context(self, context) -> None:
+        pass
+
+    def apply(self, sch) -> bool:
+        return not any(broken_async_copies(func) for func in sch.mod.functions.values()
+                       if isinstance(func, tirx.PrimFunc))
+
+    def clone(self):
+        return RefuseBrokenAsyncCopies()
+
+
+def broken_async_copies(func: tirx.PrimFunc) -> list[str]:
+    """The names of func's blocks that copy global into shared memory in a vectorized loop,
+    inside a loop with async pipeline stages, where a vector's elements are not consecutive or
+    its first element is not aligned to the vector."""
+    broken = []
+
+    def walk(node, loops: list, in_async: bool):
+        if isinstance(node, tirx.For):
+            walk(node.body, [*loops, node], in_async or ASYNC_STAGES in node.annotations)
+        elif isinstance(node, tirx.SeqStmt):
+            for stmt in node.seq:
+                walk(stmt, loops, in_async)
+        elif isinstance(node, SBlockRealize):
+            if in_async and not _copies_whole_vectors(node, loops):
+                broken.append(node.block.name_hint)
+            walk(node.block.body, loops, in_async)
+        elif isinstance(node, tirx.IfThenElse):
+            walk(node.then_case, loops, in_async)
+            if node.else_case is not None:
+                walk(node.else_case, loops, in_async)
+        elif hasattr(node, "body"):
+            walk(node.body, loops, in_async)
+
+    walk(func.body, [], False)
+    return broken
+
+
+def _copies_whole_vectors(realize, loops: list) -> bool:
+    """Whether the block, if it is a vectorized global-to-shared copy, reads each vector from
+    consecutive elements, the first aligned to the vector's length (any other block: True).
+    Proved where the offset simplifies to a linear function of the vector's lane; otherwise
+    evaluated at SAMPLES points of the other loops (their first and last values, and random
+    ones), as the simplifier cannot always see through the fused loops' divisions."""
+    store = realize.block.body
+    if not (isinstance(store, tirx.BufferStore) and isinstance(store.value, tvm.ir.TensorLoad)):
+        return True
+    load = store.value
+    vectors = [loop for loop in loops if loop.kind == tirx.ForKind.VECTORIZED]
+    if (load.source.scope() != "global" or not store.buffer.scope().startswith("shared")
+            or not vectors):
+        return True
+    lane, others = vectors[-1], [loop for loop in loops if loop is not vectors[-1]]
+    if not all(isinstance(n, tirx.IntImm) for loop in loops for n in (loop.min, loop.extent)):
+        return True  # a dynamic loop: DisallowDynamicLoop refuses it first
+    offset = 0
+    for index, extent in zip(load.indices, load.source.shape):
+        offset = offset * extent + index
+    bindings = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
+    lanes = int(lane.extent)
+    proved = _linear_in_lane(offset, lane, others, bindings)
+    if proved is not None:
+        return proved
+    for point in _points(others):
+        values = [_evaluate(offset, {**point, lane.loop_var: int(lane.min) + n}, bindings)
+                  for n in range(lanes)]
+        if None in values:
+            return True  # an offset of sizes not known here: nothing to judge it by
+        if values[0] % lanes or values != list(range(values[0], values[0] + lanes)):
+            return False
+    return True
+
+
+def _linear_in_lane(offset, lane, others: list, bindings: dict) -> bool | None:
+    """True or False where the simplified offset is linear in the lane with a known step and
+    base alignment; None where that is not proved."""
+    analyzer = tvm.sym.Analyzer()
+    for loop in [*others, lane]:
+        analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
+    for var, value in bindings.items():
+        analyzer.bind(var, value)
+    coefficients = tvm.sym.detect_linear_equation(analyzer.simplify(offset), [lane.loop_var])
+    if not coefficients or not isinstance(step := analyzer.simplify(coefficients[0]), tirx.IntImm):
+        return None
+    if int(step) != 1:
+        return False
+    base = analyzer.modular_set(coefficients[1] + lane.min)
+    lanes = int(lane.extent)
+    return base.coeff % lanes == 0 and base.base % lanes == 0 or None
+
+
+def _points(loops: list) -> list[dict]:
+    """SAMPLES assignments of the loops' variables: all first values, all last, then random
+    ones (seeded: the same schedule is judged the same each time)."""
+    pick = random.Random(0)
+    ranges = [(loop.loop_var, int(loop.min), int(loop.min) + int(loop.extent) - 1) for loop in loops]
+    return ([{var: low for var, low, _ in ranges}, {var: high for var, _, high in ranges}]
+            + [{var: pick.randint(low, high) for var, low, high in ranges}
+               for _ in range(SAMPLES - 2)])
+
+
+def _evaluate(offset, point: dict, bindings: dict) -> int | None:
+    """The offset at one point of the loops (the block's variables bound to their values), or
+    None where it depends on more than the loops (a symbolic size)."""
+    analyzer = tvm.sym.Analyzer()
+    for var, value in point.items():
+        analyzer.bind(var, value)
+    for var, value in bindings.items():
+        analyzer.bind(var, value)
+    value = analyzer.simplify(offset)
+    return int(value) if isinstance(value, tirx.IntImm) else None
