@@ -270,21 +270,6 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (16, 4096, 4095), "float16", "float16", "nt"), {"split_k": 4}),
     (Workload("gemm", (1000, 1000, 999), "bfloat16", layout="nt"),
      {"block_n": 128, "pingpong": True}),
-    # stream K: runs of K blocks across tiles (a tile shared by up to 3 CTAs, or 2 CTAs of
-    # one K block each), ragged edges, 16-bit C by TMA and from registers, nn, more tiles than
-    # SMs, fp8 promoted (with overlapped runs) and block-scaled
-    (Workload("gemm", (300, 5120, 1024), "bfloat16", "bfloat16", "nt"),
-     {"block_m": 64, "block_n": 256, "stream_k": True}),
-    (Workload("gemm", (77, 1000, 96), "float16", "float16", "nt"),
-     {"block_m": 64, "block_n": 64, "stream_k": True, "tma_store": False}),
-    (Workload("gemm", (700, 1000, 1000), "bfloat16", layout="nn"),
-     {"block_n": 128, "stream_k": True}),
-    (Workload("gemm", (2000, 2000, 520), "float16", "float16", "nt"),
-     {"block_n": 128, "stream_k": True, "tma_store": True}),
-    (Workload("gemm", (300, 2048, 4096), FP8, "bfloat16"),
-     {"block_n": 128, "stream_k": True, "promote_overlap": 4}),
-    (Workload("gemm", (300, 1000, 2048), FP8, "bfloat16", "nt", "block"),
-     {"block_n": 128, "stream_k": True}),
     # fp8's scales by rows: promoted (the default) and fast, split K, a decode batch, tma_store
     (Workload("gemm", (1000, 2000, 3000), FP8, "bfloat16", "nt", "row"), {}),
     (Workload("gemm", (1100, 4608, 1024), FP8, "float16", "nt", "row"),
@@ -296,8 +281,7 @@ def test_v8_is_correct(wl, knobs, target):
     splitting the tile along M (block_m 128, 256) and along N (block_m 64), several tiles per
     CTA, the ring shorter and longer than the K loop, every raster, ragged M, N and K, split K
     (uneven slices, 16-bit C, units of one tile on several CTAs and several tiles per CTA; or
-    only the last wave's tiles, split_tail; or runs of K blocks across tiles, stream_k), fp8
-    with its scales, C stored by TMA (tma_store),
+    only the last wave's tiles, split_tail), fp8 with its scales, C stored by TMA (tma_store),
     clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), ping-pong consumers
     taking turns at whole tiles (pingpong), fp8's sums promoted into float32 (promote_k), rows
     TMA cannot load (staged into padded rows, after a barrier of the grid), and a second call

@@ -345,96 +345,6 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled, low
     assert compiled("v8", whole_waves, split_k=2, split_tail=True)[1] == compiled("v8", whole_waves)[1]
 
 
-STREAMS = [((300, 5120, 5120), 64, 256, 132, None), ((300, 5120, 5120), 128, 128, 132, None),
-           ((77, 1000, 96), 64, 64, 132, None), ((5000, 3000, 512), 128, 256, 132, None),
-           ((1000, 1000, 1000), 128, 128, 7, None),
-           ((512, 1000, 1024), 128, 128, 132, (1, 65, 129, 300, 512))]  # M taken at the call
-
-
-@pytest.mark.parametrize("shape, block_m, block_n, sms, any_m", STREAMS)
-def test_v8_stream_k_deals_every_k_block_once_in_runs_of_equal_length(shape, block_m, block_n,
-                                                                     sms, any_m):
-    """stream_k's walk as the kernel computes it (the plan's expressions, at each CTA and unit;
-    for any M, at each of several Ms): every (tile, K block) falls to one unit of one CTA, the
-    CTAs' runs differ by at most one K block, and each split unit stashes its partial in a slot
-    of its own within the workspace, where the tile's last CTA gathers it (the same slot, from
-    its place among the sharers)."""
-    from schedules.v8.knobs import Knobs
-    from schedules.v8.plan import Plan
-
-    wl = gemm(shape, "bfloat16", "bfloat16", "nt")
-    knobs = Knobs(block_m=block_m, block_n=block_n, stages=4, group_m=8, split_k=1,
-                  split_tail=False, tma_store=False, cluster_m=1, cluster_n=1, pingpong=False,
-                  stream_k=True)
-    plan = Plan.build(wl, knobs, sms, most_m=shape[0] if any_m else None)
-    for m in any_m or (shape[0],):
-        analyzer = tvm.sym.Analyzer()
-        if any_m:
-            analyzer.bind(plan.M, m)
-
-        def value(expr) -> int:
-            return int(expr) if isinstance(expr, (int, bool)) else int(analyzer.simplify(expr))
-
-        owner, runs, stashed, gathered = {}, [], {}, {}
-        for cta in range(value(plan.grid)):
-            run = 0
-            for j in range(value(plan.units_per_cta)):
-                at = tvm.tirx.IntImm("int32", cta), tvm.tirx.IntImm("int32", j)
-                if not value(plan.has_unit(*at)):
-                    continue
-                unit = plan.unit_of(*at)
-                tile, (first, count) = value(plan.tile_of(unit)), map(value, plan.k_range(unit))
-                assert count > 0 and all(owner.setdefault((tile, k), cta) == cta
-                                         for k in range(first, first + count))
-                run += count
-                if value(plan.is_split(unit)):
-                    slot = value(plan.partial(unit, plan.piece(unit), 0, 0))
-                    assert stashed.setdefault(slot, tile) == tile
-                    assert value(plan.counter(tile)) < value(plan.most_tiles)
-                    gathered[tile] = {value(plan.partial(unit, p, 0, 0))
-                                      for p in range(value(plan.piece_count(unit)))}
-            runs.append(run)
-        assert len(owner) == value(plan.tiles) * plan.k_blocks and max(runs) - min(runs) <= 1
-        assert all(slot < plan.partial_tiles * plan.quads * 256 for slot in stashed)
-        assert gathered == {tile: {s for s, t in stashed.items() if t == tile}
-                            for tile in set(stashed.values())}
-
-
-def test_v8_for_m_past_its_most_rows_takes_no_stream_k():
-    """A linear layer's open last bucket (any M past max_tokens) has no most tiles to count
-    arrivals at: stream_k is refused in one line."""
-    from schedules.v8.rung import v8_kernel_any_m
-
-    wl = gemm((64, 1024, 1024), "bfloat16", "bfloat16", "nt")
-    knobs = dict(block_m=64, block_n=128, stages=4, group_m=8, split_k=1, split_tail=False,
-                 tma_store=False, cluster_m=1, cluster_n=1, pingpong=False)
-    assert v8_kernel_any_m(wl, open_ended=False, stream_k=True, **knobs) is not None
-    with pytest.raises(ScheduleNotApplicable, match="^v8 for M past 64 takes no stream_k"):
-        v8_kernel_any_m(wl, open_ended=True, stream_k=True, **knobs)
-
-
-@needs_nvcc
-def test_v8_stream_k_runs_a_cta_per_sm_over_the_tiles_its_run_touches(compiled, lowered):
-    """300x5120x5120 bf16 in 64x256 tiles: 100 tiles of 80 K blocks on 132 CTAs, runs of 60 or
-    61 K blocks touching at most 2 tiles; the workspace holds two partial tiles per CTA and a
-    counter per tile; a tile's CTAs are counted at the call. No spills."""
-    wl = gemm((300, 5120, 5120), "bfloat16", "bfloat16", "nt")
-    knobs = dict(block_m=64, block_n=256, stream_k=True)
-    _, source, summary = compiled("v8", wl, **knobs)
-    assert summary.grid == {"blockIdx.x": 132}
-    (usage,) = build.nvcc_resources(source, "sm_90").values()
-    assert not usage.get("spill_stores") and not usage.get("stack_bytes")
-    kernel = kf.kernel(lowered("v8", wl, **knobs))
-    tag = "300x5120x5120_64x256xs_132"  # shape, tile, stream K, CTAs (the workspace's size)
-    made = split_k_helpers(tag, 2 * 132 * 16 * 256, 100)  # 2 partials a CTA, 100 tiles' counters
-    helpers = _split_k(kernel, tag)
-    assert {c.args[-1].value for role in made for c in helpers[role]} \
-        == {source for _, source in made.values()}
-    assert [int(f.extent) for f in kf.loop(kernel, "j")] == [2]
-    (others,) = kf.loop(kernel, "other")
-    assert not isinstance(others.extent, tvm.tirx.IntImm)  # the tile's sharers, at the call
-
-
 @needs_nvcc
 def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
     """The SASS: every float -> 16-bit conversion comes after the final wait for the wgmmas
@@ -576,14 +486,6 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
      "the whole tile); at most 192 fit (block_n=192 does)"),
     (gemm((256, 256, 256)), {"pingpong": True, "block_n": 128, "split_k": 2},
      "v8's pingpong consumers take turns at whole tiles: not with split_k=2"),
-    (gemm((256, 256, 256)), {"stream_k": True, "split_k": 2},
-     "v8's stream_k deals the tiles' K blocks to single CTAs itself: split_k=1, "
-     "split_tail=false, cluster_m=cluster_n=1 and pingpong=false, not split_k=2"),
-    (gemm((256, 256, 256)), {"stream_k": True, "cluster_n": 2}, "cluster_m=1, cluster_n=2, "),
-    (gemm((256, 256, 256)), {"stream_k": True, "pingpong": True, "block_n": 128},
-     "pingpong=true"),
-    (gemm((300, 512, 4096), FP8, layout="nt"), {"stream_k": True, "promote_overlap": 8},
-     "spill registers in ptxas: promote_overlap=8 with stream_k"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):

@@ -409,36 +409,6 @@ def test_v8_for_any_m_on_rows_tma_cannot_load_passes_every_probe(gpu_cache):
 
 
 @pytest.mark.gpu
-def test_v8_stream_k_for_any_m_is_right_at_every_m_it_takes(tmp_path):
-    """v8 with stream_k built for any M up to 512 rows (a bucket's kernel, as
-    linear.candidates builds one): right against float64 from 1 row to 512, where its CTAs'
-    runs (one a SM at most) share 8 to 32 tiles of 128x128, each M called twice (the tiles'
-    counters rearmed)."""
-    import tvm
-
-    import schedules
-    from linear.candidates import V8, Candidate, launcher
-    from tuning import measure
-
-    layer, bucket = LayerShape(1000, 1024, "bfloat16"), Bucket(1, 512)
-    knobs = schedules.get("gemm", V8).defaults_for(
-        layer.gemm(512), {"block_m": 128, "block_n": 128, "stream_k": True})
-    candidate = Candidate(V8, tuple(sorted(knobs.items())))
-    path = str(tmp_path / "kernel.so")
-    arch = measure.device_facts()["arch"]
-    build_candidate(layer, bucket, candidate, 512, arch).export_library(path)
-    run = launcher(candidate, layer, tvm.runtime.load_module(path)["main"])
-    weight = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)
-    tolerance = measure.tolerance(layer.gemm(1))
-    for m in (1, 65, 129, 300, 512):
-        x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
-        ref = x.double() @ weight.double().T
-        for _ in range(2):
-            err = float((run(x, weight).double() - ref).norm() / ref.norm())
-            assert err <= tolerance, (m, err)
-
-
-@pytest.mark.gpu
 def test_a_non_contiguous_input_is_refused_in_one_line(gpu_cache):
     layer = linear.Linear.from_linear(torch.nn.Linear(64, 32, device="cuda", dtype=torch.bfloat16),
                                       buckets=buckets_from_edges((1,)), max_tokens=16)

@@ -228,11 +228,10 @@ def split_k_helpers(tag: str, float4s: int, tiles: int) -> dict:
             for role, (returns, body) in bodies.items()}
 
 
-def arrival_word(splits: bool):
+def arrival_word(split_k: int):
     """Split K's shared word `arrived` (how many slices of the tile arrived before this CTA's),
-    allocated only where tiles are split (split K or stream K): called inside the kernel's
-    script."""
-    if not splits:
+    allocated only where K is split: called inside the kernel's script."""
+    if split_k == 1:
         return None
     return IRBuilder.name("arrived", T.alloc_buffer((1,), "uint32", scope="shared"))
 

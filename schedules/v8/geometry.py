@@ -124,25 +124,6 @@ def any_m_split_tiles(tiles: int, split_tail: bool, open_ended: bool, sms: int) 
     return sms - 1 if open_ended else min(tiles, sms - 1)
 
 
-def stream_start(cta: int, iterations: int, ctas: int) -> int:
-    """Stream K: the first of CTA `cta`'s run of the iterations (a tile's K blocks, tile after
-    tile), the runs as equal as whole iterations allow (cta = ctas: the end of the last)."""
-    return cta * iterations // ctas
-
-
-def stream_owner(iteration: int, iterations: int, ctas: int) -> int:
-    """Stream K: the CTA whose run holds `iteration` (the inverse of stream_start)."""
-    return ((iteration + 1) * ctas - 1) // iterations
-
-
-def stream_touched(iterations, k_blocks: int, ctas):
-    """Stream K: the most tiles of `k_blocks` K blocks that one CTA's run of `iterations`
-    dealt to `ctas` touches (its units): a longest run, ceil(iterations / ctas), from a tile's
-    last K block on (ints, or PrimExprs for M taken at the call)."""
-    longest = -(-iterations // ctas)
-    return (longest + k_blocks - 2) // k_blocks + 1
-
-
 def partial_bytes(tiles: int, split_k: int, block_m: int, block_n: int) -> int:
     """Bytes of split K's workspace: one float32 partial tile per (tile, K slice)."""
     return tiles * split_k * block_m * block_n * 4

@@ -145,10 +145,10 @@ def long_runs_asked(space: dict) -> bool:
     return not others and run is not None and run > MOST_SPLIT_OVERLAP
 
 
-def split_overlap(overlap: int | None, split: bool, space: dict) -> int | None:
-    """promote_overlap where K is split (or streamed): at most MOST_SPLIT_OVERLAP (v8 refuses
-    longer runs there), the longest of the space's that fits."""
-    if not split or overlap is None or overlap <= MOST_SPLIT_OVERLAP:
+def split_overlap(overlap: int | None, split_k: int, space: dict) -> int | None:
+    """promote_overlap where K is split: at most MOST_SPLIT_OVERLAP (v8 refuses longer runs
+    there), the longest of the space's that fits."""
+    if split_k == 1 or overlap is None or overlap <= MOST_SPLIT_OVERLAP:
         return overlap
     return max((run for run in space["promote_overlap"] if run and run <= MOST_SPLIT_OVERLAP),
                default=None)
@@ -199,8 +199,6 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       split plan where it splits every tile) of least estimated time (`timed_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own);
-    - stream_k only where the user or a search asks for it: then K is not split by split_k
-      and there are no clusters;
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
       torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
@@ -214,9 +212,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     if workload_refusal(wl):
         return {}
     pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster
-    streamed = False not in space["stream_k"]  # only where asked for: it deals K blocks itself
-    if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong or streamed \
-            or long_runs_asked(space):  # whole tiles, or K not split by split_k
+    if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong \
+            or long_runs_asked(space):  # whole tiles
         space = {**space, "split_k": [1], "split_tail": [False]}
     promote_k = knobs["promote_k"] if len(space["promote_k"]) == 1 else \
         PROMOTE_K if wl.dtype == FP8 and PROMOTE_K in space["promote_k"] else None
@@ -233,8 +230,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     # Step 3. Clusters where the tiles take many waves; else pingpong's, tall or timed tiles.
     row_tiles, wide_tiles = -(-wl.dims["M"] // 128), tile_count(wl, 128, 256)
     padded = row_tiles + row_tiles % 2 > CLUSTER_PADDING * row_tiles
-    clustered = (not decode and not pingpong and not streamed and not staged_operands(wl)
-                 and not padded
+    clustered = (not decode and not pingpong and not staged_operands(wl) and not padded
                  and wide_tiles >= CLUSTER_WAVES * sms
                  and 2 in space["cluster_m"] and 128 in space["block_m"]
                  and 256 in space["block_n"] and 1 in space["split_k"])
@@ -261,6 +257,5 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
             "tma_store": tma_store,
             "split_k": split_k,
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
-            "promote_k": promote_k,
-            "promote_overlap": split_overlap(overlap, split_k > 1 or streamed, space),
+            "promote_k": promote_k, "promote_overlap": split_overlap(overlap, split_k, space),
             **({"cluster_m": 2} if clustered else {})}

@@ -25,11 +25,6 @@ arrives last adds the others' partials to its own (`gather_partials`) and stores
 split_tail, only the tiles of the last, partial wave are split (the units after the
 `whole` tiles): the SMs that wave would leave idle take slices of its tiles.
 
-Stream K (stream_k): the tiles' K blocks, tile after tile, are dealt to one CTA per SM in runs
-of equal length (to a K block); a CTA's units are the tiles its run touches, each for the K
-blocks within the run. The CTAs whose runs share a tile stash and gather their partials as
-split K's slices do, the tile's count of them (and each one's place) computed from the runs.
-
 Clusters (cluster_m or cluster_n = 2): a unit is a cluster's pair of tiles, side by side
 along M or N; the pair shares B's or A's loads by multicast (TMA_LOAD_MULTICAST), and a
 stage is free once both CTAs' consumers have freed it (FREE_STAGE).
@@ -224,7 +219,7 @@ def produce(plan, cta, rank, tx, shared, maps):
         loaded = T.alloc_local((1,), "int32")  # K blocks loaded: the ring's position
         loaded[0] = 0
         for j in range(plan.units_per_cta):
-            if plan.has_unit(cta, j):
+            if plan.unit_of(cta, j) < plan.units:
                 tile: T.let[T.int32] = plan.tile_of(plan.unit_of(cta, j))
                 m0, n0 = T.meta_var(plan.unit_origin(tile, rank))
                 first, count = T.meta_var(plan.k_range(plan.unit_of(cta, j)))
@@ -469,7 +464,7 @@ def multiply(plan, me, shared, cta, j, count, scales):
             T.ptx.bar.sync(T.uint32(TURN_BARRIER + me.consumer), T.uint32(CONSUMER_THREADS))
     k_loop(plan, me, shared, count, scales)
     if plan.knobs.pingpong:  # the next unit's K loop may start: the other consumer's
-        if plan.has_unit(cta, j + 1):
+        if plan.unit_of(cta, j + 1) < plan.units:
             T.ptx.bar.arrive(T.uint32(TURN_BARRIER + 1 - me.consumer), T.uint32(CONSUMER_THREADS))
     T.ptx.wgmma.wait_group.sync.aligned(0)
     for i in T.unroll(plan.accumulators * plan.accumulator_sets):
@@ -494,13 +489,12 @@ def stash_partials(plan, me, at, shared):
         if at.first_row + mi * 64 < plan.M:
             for n8 in T.unroll(plan.wg_n // 8):
                 cuda_call(plan.helpers["stash"],
-                          plan.partial(at.unit, plan.piece(at.unit), mi * plan.wg_n // 8 + n8,
-                                       me.thread),
+                          plan.partial(at.unit, mi * plan.wg_n // 8 + n8, me.thread),
                           *[me.acc[mi * plan.per_wgmma + n8 * 4 + r] for r in range(4)])
     T.cuda.thread_fence()  # the partials visible on the GPU before the count
     T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
     if me.thread == 0:
-        arrived[0] = cuda_call(plan.helpers["arrive"], plan.counter(at.tile), return_type="uint32")
+        arrived[0] = cuda_call(plan.helpers["arrive"], at.tile - plan.whole, return_type="uint32")
     T.ptx.bar.sync(T.uint32(SPLIT_BARRIER), T.uint32(CONSUMER_THREADS))
 
 
@@ -509,18 +503,18 @@ def gather_partials(plan, me, at):
     """Split K, in the slice that arrived last: the other slices' partials added to its own,
     and the tile's counter set back to zero for the next launch."""
     T.cuda.thread_fence()
-    piece: T.let[T.int32] = plan.piece(at.unit)
-    for other in range(plan.piece_count(at.unit)):
+    piece: T.let[T.int32] = (at.unit - plan.whole) % plan.split_k
+    for other in range(plan.split_k):
         if other != piece:
             for mi in T.unroll(plan.m_wgmmas):
                 if at.first_row + mi * 64 < plan.M:
                     for n8 in T.unroll(plan.wg_n // 8):
                         cuda_call(plan.helpers["gather"],
-                                  plan.partial(at.unit, other, mi * plan.wg_n // 8 + n8,
-                                               me.thread),
+                                  plan.partial(at.unit - piece + other,
+                                               mi * plan.wg_n // 8 + n8, me.thread),
                                   *[me.acc[mi * plan.per_wgmma + n8 * 4 + r] for r in range(4)])
     if me.thread == 0:
-        cuda_call(plan.helpers["rearm"], plan.counter(at.tile))
+        cuda_call(plan.helpers["rearm"], at.tile - plan.whole)
 
 
 @T.macro
@@ -636,11 +630,11 @@ def finish_unit(plan, me, at, operands, maps, shared):
     """After the K loop: split K's partials out and counted in; then, where this CTA stores
     the tile (a whole tile, or the last slice), the others' partials added, fp8's scales
     applied (block scales were, in the K loop), and the plan's epilogue."""
-    if plan.splits:
+    if plan.split_k > 1:
         if plan.is_split(at.unit):
             stash_partials(plan, me, at, shared)
-    if not plan.splits or plan.stores_c(at.unit, shared.arrived):
-        if plan.splits:
+    if plan.split_k == 1 or plan.stores_c(at.unit, shared.arrived):
+        if plan.split_k > 1:
             if plan.is_split(at.unit):
                 gather_partials(plan, me, at)
         if plan.dtype == FP8 and not plan.block_scaled:
@@ -671,7 +665,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)
-        if plan.has_unit(cta, j):
+        if plan.unit_of(cta, j) < plan.units:
             unit: T.let[T.int32] = plan.unit_of(cta, j)
             tile: T.let[T.int32] = plan.tile_of(unit)
             m0, n0 = T.meta_var(plan.unit_origin(tile, rank))
@@ -694,10 +688,10 @@ def warp_specialized_gemm(plan: Plan):
     A_scale[m] * B_scale[n], or each 128-K block's sums times A_scale[m, kb] *
     B_scale[n / 128, kb] as they are promoted), as a persistent
     warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
-    384 threads walk the units of work (a block tile and one of its `split_k` slices of K, or
-    with stream_k a tile's K blocks within a CTA's run) in the grouped raster of the tiles.
-    How its warpgroups, split K, stream K, clusters, ping-pong, staged rows and M taken at each
-    call work together: the module's docstring."""
+    384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
+    the grouped raster of the tiles.
+    How its warpgroups, split K, clusters, ping-pong, staged rows and M taken at each call
+    work together: the module's docstring."""
 
     staged_a, staged_b = "A" in plan.staged, "B" in plan.staged
 
@@ -741,7 +735,7 @@ def warp_specialized_gemm(plan: Plan):
         arena = T.alloc_buffer((plan.ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
         full = T.alloc_buffer((plan.knobs.stages,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((plan.knobs.stages,), "uint64", scope="shared", align=8)
-        arrived = T.meta_var(arrival_word(plan.splits))
+        arrived = T.meta_var(arrival_word(plan.split_k))
         ring: T.let[T.uint32] = T.bitwise_and(
             T.cuda.cvta_generic_to_shared(arena.data) + T.uint32(ATOM - 1),
             T.uint32(~(ATOM - 1) & 0xFFFFFFFF))

@@ -19,6 +19,5 @@ class Knobs:
     cluster_m: int
     cluster_n: int
     pingpong: bool
-    stream_k: bool = False  # the tiles' K blocks dealt to the CTAs in equal runs (stream K)
     promote_k: int | None = None  # fp8: K elements between promotions of wgmma's sums
     promote_overlap: int | None = None  # fp8: runs of K blocks, each promoted under the next's

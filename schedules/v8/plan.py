@@ -18,8 +18,7 @@ from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload, fp8_blocks
 from .cuda import PTX_TYPE, split_k_helpers, tensor_map
 from .geometry import (BOX_ROWS, CONSUMERS, CONSUMER_THREADS, ELEMENT_BYTES, ROW_BYTES,
                        any_m_split_tiles, arena_bytes, box_bytes, consumer_tile, k_block_count,
-                       k_block_elements, split_tiles, staged_operands, stream_owner,
-                       stream_start, stream_touched, tma_columns)
+                       k_block_elements, split_tiles, staged_operands, tma_columns)
 from .knobs import Knobs
 from .refusals import ANY_M_CHECKS, CHECKS, refuse
 
@@ -28,8 +27,7 @@ from .refusals import ANY_M_CHECKS, CHECKS, refuse
 class Plan:
     """The kernel's shape, tiles, units of work, launch, ring, boxes and tensor maps. `split_k`
     is the split the kernel makes (1 where split_tail finds no partial last wave), `whole` the
-    tiles multiplied whole before the split ones, a unit one (tile, K slice) of a CTA's walk;
-    with stream_k, a unit is the part of one tile in a CTA's run of K blocks."""
+    tiles multiplied whole before the split ones, a unit one (tile, K slice) of a CTA's walk."""
 
     M: object  # int, or the symbolic size of v8 for any M
     N: int
@@ -84,9 +82,8 @@ class Plan:
     staged: tuple[str, ...]
     a_cols: int
     b_cols: int
-    # split K's workspace: partial tiles, and arrival counters
+    # split K's workspace
     quads: int
-    partial_tiles: object
     most_tiles: object
     tag: str
 
@@ -95,18 +92,14 @@ class Plan:
               open_ended: bool = False) -> "Plan":
         """The plan for wl and knobs on `sms` SMs; with most_m (wl's M), for any M up to most_m
         rows (M symbolic), or with open_ended as well for any M past it (split K then only
-        with split_tail; no stream K). Refused first as v8 refuses them
-        (ScheduleNotApplicable), and for any M also where split K's workspace for any M would
-        be too large or promote_overlap is asked for (ANY_M_CHECKS)."""
+        with split_tail). Refused first as v8 refuses them (ScheduleNotApplicable), and for
+        any M also where split K's workspace for any M would be too large or promote_overlap
+        is asked for (ANY_M_CHECKS)."""
         refuse(wl, knobs, CHECKS if most_m is None else CHECKS + ANY_M_CHECKS)
         if open_ended and knobs.split_k > 1 and not knobs.split_tail:
             raise ScheduleNotApplicable(
                 f"v8 for M past {wl.dims['M']} splits K only with split_tail (its workspace "
                 f"then holds a last wave's tiles); split_k={knobs.split_k} splits every tile")
-        if open_ended and knobs.stream_k:
-            raise ScheduleNotApplicable(
-                f"v8 for M past {wl.dims['M']} takes no stream_k (it counts arrivals at every "
-                "tile, and any M has no most tiles)")
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
@@ -123,17 +116,6 @@ class Plan:
     def promotes(self) -> bool:
         """Whether wgmma's sums are promoted into float32 sums (promote_k)."""
         return self.promote_blocks > 0
-
-    @property
-    def splits(self) -> bool:
-        """Whether CTAs add partial tiles through the workspace: split K or stream K."""
-        return self.split_k > 1 or self.knobs.stream_k
-
-    @property
-    def iterations(self):
-        """Stream K: the (tile, K block) pairs that the CTAs' runs share out (an int, or where
-        M is symbolic a PrimExpr)."""
-        return self.tiles * self.k_blocks
 
     @property
     def overlaps(self) -> bool:
@@ -235,8 +217,8 @@ class Plan:
     @property
     def helpers(self) -> dict:
         """Split K's CUDA helpers, their workspace sized for the plan's most split tiles."""
-        return split_k_helpers(self.tag, self.partial_tiles * self.quads * CONSUMER_THREADS,
-                               self.most_tiles)
+        return split_k_helpers(self.tag, self.most_tiles * self.split_k * self.quads
+                               * CONSUMER_THREADS, self.most_tiles)
 
     @property
     def epilogue(self) -> str:
@@ -304,60 +286,22 @@ class Plan:
         return T.cta_id_in_cluster([self.cluster]) if self.cluster > 1 else 0
 
     def unit_of(self, cta, j):
-        """The CTA's j-th unit: its cluster's (a cluster's CTAs are `cluster` in a row); with
-        stream_k, the j-th tile its run touches (units_per_cta of them for each CTA)."""
-        if self.knobs.stream_k:
-            return cta * self.units_per_cta + j
+        """The CTA's j-th unit: its cluster's (a cluster's CTAs are `cluster` in a row)."""
         return (cta // self.cluster if self.cluster > 1 else cta) + j * self.clusters
-
-    def has_unit(self, cta, j):
-        """Whether the CTA has a j-th unit: there are `units` (stream_k: whether its run
-        reaches a j-th tile)."""
-        if self.knobs.stream_k:
-            return (self._run_start(cta) // self.k_blocks + j) * self.k_blocks \
-                < self._run_start(cta + 1)
-        return self.unit_of(cta, j) < self.units
-
-    def _run_start(self, cta):
-        """Stream K: the first iteration of the CTA's run (stream_start in 64 bits)."""
-        return T.Cast("int32", stream_start(T.Cast("int64", cta), self.iterations, self.grid))
-
-    def _first_sharer(self, tile):
-        """Stream K: the first CTA whose run reaches the tile."""
-        return T.Cast("int32", stream_owner(T.Cast("int64", tile * self.k_blocks),
-                                            self.iterations, self.grid))
-
-    def _sharers(self, tile):
-        """Stream K: how many CTAs' runs reach the tile."""
-        last = T.Cast("int32", stream_owner(T.Cast("int64", (tile + 1) * self.k_blocks - 1),
-                                            self.iterations, self.grid))
-        return last - self._first_sharer(tile) + 1
 
     def tile_of(self, unit):
         """The output tile of a unit: the first `whole` units are whole tiles, then each tile
-        comes in split_k slices (stream_k: the CTA's first tile, and the next ones)."""
-        if self.knobs.stream_k:
-            return (self._run_start(unit // self.units_per_cta) // self.k_blocks
-                    + unit % self.units_per_cta)
+        comes in split_k slices."""
         if self.splits_every_tile:
             return unit // self.split_k
         return T.Select(unit < self.whole, unit, self.whole + (unit - self.whole) // self.split_k)
 
     def is_split(self, unit):
-        """Whether the unit is a slice of its tile (python True where every unit is; stream_k:
-        where the runs of more than one CTA reach its tile)."""
-        if self.knobs.stream_k:
-            return self._sharers(self.tile_of(unit)) > 1
+        """Whether the unit is a slice of its tile (python True where every unit is)."""
         return True if self.splits_every_tile else unit >= self.whole
 
     def k_range(self, unit):
-        """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly (stream_k:
-        the tile's K blocks within the CTA's run)."""
-        if self.knobs.stream_k:
-            cta, tile = unit // self.units_per_cta, self.tile_of(unit)
-            start = T.max(self._run_start(cta), tile * self.k_blocks)
-            end = T.min(self._run_start(cta + 1), (tile + 1) * self.k_blocks)
-            return start - tile * self.k_blocks, end - start
+        """(first K block, K blocks) of the unit: a slice's K blocks dealt evenly."""
         piece = (unit - self.whole) % self.split_k
         first = piece * self.k_blocks // self.split_k
         count = (piece + 1) * self.k_blocks // self.split_k - first
@@ -368,37 +312,13 @@ class Plan:
 
     def stores_c(self, unit, arrived):
         """Whether this CTA stores the unit's tile: a whole tile's, or the last slice's."""
-        last = arrived[0] == self.piece_count(unit) - 1
-        if self.knobs.stream_k:
-            return T.Or(self._sharers(self.tile_of(unit)) == 1, last)
+        last = arrived[0] == self.split_k - 1
         return last if self.splits_every_tile else T.Or(unit < self.whole, last)
 
-    def piece(self, unit):
-        """Which of its tile's partials a split unit adds: its slice (stream_k: its CTA's place
-        among the CTAs whose runs reach the tile)."""
-        if self.knobs.stream_k:
-            return unit // self.units_per_cta - self._first_sharer(self.tile_of(unit))
-        return (unit - self.whole) % self.split_k
-
-    def piece_count(self, unit):
-        """How many partials a split unit's tile is added from."""
-        return self._sharers(self.tile_of(unit)) if self.knobs.stream_k else self.split_k
-
-    def counter(self, tile):
-        """The arrival counter of a split tile."""
-        return tile if self.knobs.stream_k else tile - self.whole
-
-    def partial(self, unit, piece, quad, thread):
-        """Index of a consumer thread's float4 `quad` of partial `piece` of the (split) unit's
-        tile: the threads' float4s side by side, so that a warp's stores are contiguous. Split
-        K keeps a partial tile per split unit; stream K two per CTA, its run's first tile's and
-        its last's (the tiles between are whole)."""
-        if self.knobs.stream_k:
-            tile, sharer = self.tile_of(unit), self._first_sharer(self.tile_of(unit)) + piece
-            slot = sharer * 2 + T.Select(self._run_start(sharer) // self.k_blocks == tile, 0, 1)
-        else:
-            slot = unit - self.whole - self.piece(unit) + piece
-        return (slot * self.quads + quad) * CONSUMER_THREADS + thread
+    def partial(self, unit, quad, thread):
+        """Index of a consumer thread's float4 `quad` of the (split) unit's partial tile: the
+        threads' float4s side by side, so that a warp's stores are contiguous."""
+        return ((unit - self.whole) * self.quads + quad) * CONSUMER_THREADS + thread
 
 
 def tile_origin(tile, tiles_m, tiles_n, group_m: int, block: tuple[int, int]):
@@ -432,9 +352,6 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
     tiles_m = -(-M // (knobs.block_m * knobs.cluster_m))
     tiles_n = -(-N // (knobs.block_n * knobs.cluster_n))
     tiles = tiles_m * tiles_n
-    k_blocks = k_block_count(K, element_bytes)
-    if knobs.stream_k:
-        return _stream_walk(tiles_m, tiles_n, k_blocks, sms)
     split_k = knobs.split_k
     # tiles multiplied whole, first (split_tail: those before the last, partial wave)
     whole = tiles - split_tiles(tiles, knobs.split_tail, sms) if knobs.split_tail else 0
@@ -444,26 +361,12 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
     clusters = min(sms // cluster, units) if isinstance(units, int) else T.min(sms // cluster,
                                                                                 units)
     return {"cluster": cluster, "tiles_m": tiles_m, "tiles_n": tiles_n,
-            "k_blocks": k_blocks, "tiles": tiles, "whole": whole,
+            "k_blocks": k_block_count(K, element_bytes), "tiles": tiles, "whole": whole,
             "split_k": split_k, "turns": CONSUMERS if knobs.pingpong else 1,
             # (symbolic M: whether every tile is split is known only at the call)
             "splits_every_tile": isinstance(whole, int) and whole == 0, "units": units,
             "clusters": clusters, "grid": clusters * cluster,
             "units_per_cta": -(-units // clusters)}
-
-
-def _stream_walk(tiles_m, tiles_n: int, k_blocks: int, sms: int) -> dict:
-    """Stream K (one CTA a cluster): the tiles' K blocks, tile after tile, dealt to a CTA per SM
-    in runs as equal as whole K blocks allow, so that few tiles still keep every SM busy for
-    the same time; a CTA's units are the tiles its run touches (symbolic M: all counted at
-    the call)."""
-    tiles = tiles_m * tiles_n
-    iterations = tiles * k_blocks
-    ctas = min(sms, iterations) if isinstance(iterations, int) else T.min(sms, iterations)
-    touched = stream_touched(iterations, k_blocks, ctas)
-    return {"cluster": 1, "tiles_m": tiles_m, "tiles_n": tiles_n, "k_blocks": k_blocks,
-            "tiles": tiles, "whole": 0, "split_k": 1, "turns": 1, "splits_every_tile": False,
-            "units": ctas * touched, "clusters": ctas, "grid": ctas, "units_per_cta": touched}
 
 
 def _memory(out_dtype: str, knobs: Knobs) -> dict:
@@ -495,24 +398,14 @@ def _staging(wl: Workload) -> dict:
 def _workspace(wl: Workload, shape: dict, walk: dict, quads: int) -> dict:
     """Split K's workspace, for the most tiles split: those of M (symbolic M: of wl's, the most
     rows, counted as the refusals count them, heuristics.tile_count; with split_tail those of a
-    last wave of them, or where M is open-ended of any M's, fewer than the SMs), split_k
-    partial tiles each; stream K's, two partial tiles per CTA and a counter per tile; and its
-    tag."""
+    last wave of them, or where M is open-ended of any M's, fewer than the SMs), and its tag."""
     M, N, K, knobs = shape["M"], shape["N"], shape["K"], shape["knobs"]
-    block = f"{knobs.block_m}x{knobs.block_n}x{'s' if knobs.stream_k else walk['split_k']}"
-    most_m_tiles = heuristics.tile_count(wl, knobs.block_m, knobs.block_n)
-    if knobs.stream_k:  # (symbolic M: for the most CTAs)
-        if isinstance(M, int):
-            return {"quads": quads, "partial_tiles": 2 * walk["grid"],
-                    "most_tiles": walk["tiles"], "tag": f"{M}x{N}x{K}_{block}_{walk['grid']}"}
-        return {"quads": quads, "partial_tiles": 2 * shape["sms"], "most_tiles": most_m_tiles,
-                "tag": f"{shape['most_m']}x{N}x{K}_{block}_any"}
+    block = f"{knobs.block_m}x{knobs.block_n}x{walk['split_k']}"
     if isinstance(M, int):
         most_tiles = walk["tiles"] - walk["whole"]
         tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"
     else:
-        most_tiles = any_m_split_tiles(most_m_tiles, knobs.split_tail, shape["open_ended"],
-                                       shape["sms"])
+        most_tiles = any_m_split_tiles(heuristics.tile_count(wl, knobs.block_m, knobs.block_n),
+                                       knobs.split_tail, shape["open_ended"], shape["sms"])
         tag = f"{shape['most_m']}x{N}x{K}_{block}_{'open' if shape['open_ended'] else 'any'}"
-    return {"quads": quads, "partial_tiles": most_tiles * walk["split_k"],
-            "most_tiles": most_tiles, "tag": tag}
+    return {"quads": quads, "most_tiles": most_tiles, "tag": tag}

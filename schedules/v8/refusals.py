@@ -113,8 +113,8 @@ def promoted_sets(promote_overlap: int | None) -> int:
 
 def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """promote_overlap: runs of 2 to MOST_OVERLAP K blocks (MOST_SPLIT_OVERLAP where K is
-    split or streamed), each promoted (promote_k of one K block) while the next block
-    multiplies into the other set of accumulators; two consumers on one tile (not pingpong)."""
+    split), each promoted (promote_k of one K block) while the next block multiplies into the
+    other set of accumulators; two consumers on one tile (not pingpong)."""
     overlap = knobs.promote_overlap
     if overlap is None:
         return None
@@ -129,11 +129,10 @@ def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return (f"v8's promote_overlap promotes each K block's sums while the next block "
                 f"multiplies: it needs promote_k={block_k} (one K block), not "
                 f"promote_k={'none' if knobs.promote_k is None else knobs.promote_k}")
-    if (knobs.split_k > 1 or knobs.stream_k) and overlap > MOST_SPLIT_OVERLAP:
-        split = "stream_k" if knobs.stream_k else f"split_k={knobs.split_k}"
+    if knobs.split_k > 1 and overlap > MOST_SPLIT_OVERLAP:
         return (f"v8's promote_overlap runs of more than {MOST_SPLIT_OVERLAP} K blocks, where "
                 f"K is split (the blocks' count known only at the call), spill registers in "
-                f"ptxas: promote_overlap={overlap} with {split}")
+                f"ptxas: promote_overlap={overlap} with split_k={knobs.split_k}")
     if knobs.pingpong:
         return ("v8's promote_overlap keeps a third set of accumulators, for which pingpong's "
                 "consumers (each a whole tile) have no registers left: ptxas spills them "
@@ -182,21 +181,6 @@ def _split_refusal(wl: Workload, knobs: Knobs) -> str | None:
     return None
 
 
-def _stream_refusal(wl: Workload, knobs: Knobs) -> str | None:
-    """stream_k deals K blocks itself, to one CTA at a time: not with split_k or split_tail,
-    clusters (a pair walks the same K blocks) or pingpong (its consumers take whole tiles)."""
-    if not knobs.stream_k:
-        return None
-    if knobs.split_k > 1 or knobs.split_tail or knobs.cluster_m * knobs.cluster_n > 1 or \
-            knobs.pingpong:
-        return (f"v8's stream_k deals the tiles' K blocks to single CTAs itself: split_k=1, "
-                f"split_tail=false, cluster_m=cluster_n=1 and pingpong=false, not "
-                f"split_k={knobs.split_k}, split_tail={str(knobs.split_tail).lower()}, "
-                f"cluster_m={knobs.cluster_m}, cluster_n={knobs.cluster_n}, "
-                f"pingpong={str(knobs.pingpong).lower()}")
-    return None
-
-
 def _staging_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """Rows TMA cannot load are staged before a grid-wide barrier, which needs every CTA of the
     grid resident at once: one CTA per SM, not clusters (whose pairs of SMs may not all be
@@ -212,8 +196,7 @@ def _staging_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 
 def _workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
-    """Split K's partials for wl's tiles fit MOST_PARTIAL_BYTES (stream K's, two tiles per
-    SM, always do)."""
+    """Split K's partials for wl's tiles fit MOST_PARTIAL_BYTES."""
     block_m, block_n, split_k = knobs.block_m, knobs.block_n, knobs.split_k
     tiles = split_tiles(heuristics.tile_count(wl, block_m, block_n), knobs.split_tail,
                         heuristics.H100_SMS)
@@ -249,8 +232,8 @@ def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
 ANY_M_CHECKS = (any_m_workspace_refusal, any_m_overlap_refusal)  # v8 for any M's, besides CHECKS
 
 CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
-          _shared_memory_refusal, _split_refusal, _stream_refusal, _overlap_refusal,
-          _staging_refusal, _workspace_refusal)
+          _shared_memory_refusal, _split_refusal, _overlap_refusal, _staging_refusal,
+          _workspace_refusal)
 
 
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:

@@ -47,9 +47,8 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
     M the most a call may bring (it sizes split K's workspace: the tiles of wl's M, or with
     split_tail those of a last wave of them). open_ended: M may pass wl's too (a linear
     layer's last bucket): K split only with split_tail, its workspace then sized for a last
-    wave of any M (fewer tiles than the SMs), and no stream_k. Refused as v8 refuses wl,
-    where the workspace for any M would pass MOST_PARTIAL_BYTES, and with promote_overlap
-    (ANY_M_CHECKS)."""
+    wave of any M (fewer tiles than the SMs). Refused as v8 refuses wl, where the workspace
+    for any M would pass MOST_PARTIAL_BYTES, and with promote_overlap (ANY_M_CHECKS)."""
     return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS,
                                             most_m=wl.dims["M"], open_ended=open_ended))
 
@@ -59,15 +58,14 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
-                               "pingpong": [False, True], "stream_k": [False, True],
-                               "promote_k": PROMOTE_K,
+                               "pingpong": [False, True], "promote_k": PROMOTE_K,
                                "promote_overlap": [None, 2, 4, 8]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals, narrow=v8_narrowed,
           brings=("inst_executed", -1))
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
        tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
-       pingpong: bool = False, stream_k: bool = False, promote_k: int | None = None,
+       pingpong: bool = False, promote_k: int | None = None,
        promote_overlap: int | None = None) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
@@ -78,12 +76,7 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
     their float32 partials through a workspace (the last to finish stores C), so that few tiles
     (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
-    partial wave are split, so that the SMs it would leave idle share its work. stream_k
-    (stream K): the tiles' K blocks, tile after tile, are dealt to one CTA per SM in runs as
-    equal as whole K blocks allow, so that a partial wave of tiles (a few hundred rows) keeps
-    every SM busy equally long; the CTAs whose runs share a tile add their partials through
-    the workspace as split K's slices do (the last to finish stores C; no clusters or
-    pingpong). tma_store:
+    partial wave are split, so that the SMs it would leave idle share its work. tma_store:
     each consumer writes C into shared boxes of 64 rows, two in turn, that one of its threads
     sends by TMA (cp.async.bulk.tensor, global <- shared), so the global writes of a tile run
     on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. cluster_m or
