@@ -530,6 +530,17 @@ def _database_lines(work_dir) -> int:
         return sum(1 for line in f if line.strip())
 
 
+@pytest.mark.parametrize("search, trials, cpus, workers", [
+    ("metaschedule", 8, 64, 8), ("metaschedule", 500, 64, metaschedule.BATCH),
+    ("autotvm:v8", 500, 64, autotvm.BATCH), ("autotvm:v8", 500, 2, 2), ("autotvm:v8", 1, 16, 1)])
+def test_a_local_search_starts_no_more_builders_than_build_at_once(monkeypatch, search, trials,
+                                                                   cpus, workers):
+    """A search here builds with the CPUs it may use, but no more processes than one batch or
+    its trials hold: each one's start and first build come before the first batch."""
+    monkeypatch.setattr(candidates, "usable_cpus", lambda: cpus)
+    assert tuning.search._build_workers(tuning.search.Request(search, trials)) == workers
+
+
 @pytest.mark.slow
 def test_metaschedule_on_llvm_saves_the_best_and_resumes_with_new_trials_only(tmp_path, capsys):
     work_dir = tmp_path / "ms"

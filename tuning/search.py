@@ -61,7 +61,8 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
     target = _target(request)
     runner = _runner(target, wl, request, say)
     builder = (FarmBuilder() if request.rpc_tracker else
-               candidates.WarmBuilder(on_built=candidates.built_candidates_to(runner)))
+               candidates.WarmBuilder(_build_workers(request),
+                                      on_built=candidates.built_candidates_to(runner)))
     builder.start(target)
     try:
         found = search(target, builder, runner)
@@ -76,6 +77,14 @@ def run(wl: Workload, request: Request, say: Callable[[str], None] = LOG.info,
         summary["device"] = (runner.servers_device if request.rpc_tracker
                              else candidates.measuring_device(runner))
     return summary
+
+
+def _build_workers(request: Request) -> int:
+    """How many processes build a search's candidates here: the CPUs it may use, but no more
+    than a batch or its trials, which is the most that ever build at once (each process costs
+    a start and a first build before the search's first batch)."""
+    batch = metaschedule.BATCH if request.search == "metaschedule" else autotvm.BATCH
+    return min(candidates.usable_cpus(), batch, request.trials)
 
 
 def _runner(target: tvm.target.Target, wl: Workload, request: Request,
