@@ -109,12 +109,13 @@ class Pending:
 def _build_all(pending: list[Pending], max_tokens: int, arch: str,
                say: Callable[[str], None]) -> None:
     """Build every TVM candidate of every pending bucket, in FARM_BUILD_WORKERS processes where
-    set (build_workers), else this host's usable CPUs less one, at most 16."""
+    set (build_workers), else this host's usable CPUs less one, at most 16 and at most one per
+    candidate (each process costs a start)."""
     jobs = [(p, c) for p in pending for c in p.candidates if c.built]
     if not jobs:
         return
     started = time.perf_counter()
-    workers = build_workers(max(1, min(16, usable_cpus() - 1)))
+    workers = build_workers(max(1, min(16, usable_cpus() - 1, len(jobs))))
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool, \
             contextlib.closing(Progress(len(jobs), "building", "candidate")) as progress:
         futures = [(p, c, pool.submit(_build_to_file, (p.layer, p.bucket, c, max_tokens, arch)))

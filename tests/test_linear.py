@@ -232,6 +232,39 @@ def test_the_portfolio_ranks_only_correct_candidates_by_their_mean_ratio_to_the_
         _choose({"wrong": results["wrong"]})
 
 
+def test_builds_start_no_more_processes_than_candidates(monkeypatch):
+    """Each build process costs a start and an import: a bucket of two kernels to build gets
+    two, however many CPUs there are; the candidates are built all the same."""
+    from concurrent.futures import Future
+
+    from linear.candidates import Candidate
+
+    started = []
+
+    class InProcess:  # ProcessPoolExecutor's part that _build_all uses, run here
+        def __init__(self, workers, mp_context):
+            started.append(workers)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, job):
+            future = Future()
+            future.set_result(f"built {job[2].name}")
+            return future
+
+    monkeypatch.setattr(portfolio, "ProcessPoolExecutor", InProcess)
+    monkeypatch.setattr(portfolio, "usable_cpus", lambda: 64)
+    two = [Candidate("v8", (("block_n", 128),)), Candidate("v8", (("block_n", 256),))]
+    pending = portfolio.Pending(LayerShape(256, 512, "bfloat16"), Bucket(2, 16), {}, [Candidate(TORCH), *two])
+    portfolio._build_all([pending], 64, "sm_90", lambda _: None)
+    assert started == [2]
+    assert pending.built == {c: f"built {c.name}" for c in two}
+
+
 def _small_model():
     model = torch.nn.Sequential(torch.nn.Linear(64, 32, dtype=torch.bfloat16), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 8, bias=False, dtype=torch.bfloat16))
