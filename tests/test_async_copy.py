@@ -13,7 +13,7 @@ from tuning.async_copy import broken_async_copies
 # async pipeline stage; the copy's loops: x serial, t on threads, v the vector's lane.
 COPY = '''
 @T.prim_func(s_tir=True)
-def main(A: T.Buffer((256, 512), "float32")):
+def main(A: T.Buffer((256, 512), "float32"{strides})):
     A_shared = T.sblock_alloc_buffer((256, 512), scope="shared")
     for k in T.serial({k}, annotations={{{annotations}}}):
         for x in range({x}):
@@ -28,6 +28,9 @@ ASYNC = ('"software_pipeline_async_stages": [0], "software_pipeline_stage": [0, 
          '"software_pipeline_order": [0, 1]')
 COPIES = {  # name: (the loops and the copy's indices, whether a vector is broken)
     "along rows": (dict(k=128, x=1, t=256, lanes=4, row="t", column="k * 4 + v"), False),
+    # the same in rows 513 elements apart (a strided buffer): every other row's vectors unaligned
+    "along rows 513 apart": (dict(k=128, x=1, t=256, lanes=4, row="t", column="k * 4 + v",
+                                  strides=", strides=(513, 1)"), True),
     # what TVM's rules sample with a K tile of one element: each vector goes down a column
     "down a column": (dict(k=512, x=1, t=64, lanes=4, row="t * 4 + v", column="k"), True),
     "off by one element": (dict(k=127, x=1, t=256, lanes=4, row="t", column="k * 4 + v + 1"), True),
@@ -41,7 +44,8 @@ COPIES = {  # name: (the loops and the copy's indices, whether a vector is broke
 
 def _copy(name: str, pipelined: bool = True) -> tvm.tirx.PrimFunc:
     loops, _ = COPIES[name]
-    return tvm.script.from_source(COPY.format(annotations=ASYNC if pipelined else "", **loops))
+    return tvm.script.from_source(COPY.format(annotations=ASYNC if pipelined else "",
+                                              **{"strides": "", **loops}))
 
 
 @pytest.mark.parametrize("name", COPIES)

@@ -83,9 +83,7 @@ def _copies_whole_vectors(realize, loops: list) -> bool:
     lane, others = vectors[-1], [loop for loop in loops if loop is not vectors[-1]]
     if not all(isinstance(n, tirx.IntImm) for loop in loops for n in (loop.min, loop.extent)):
         return True  # a dynamic loop: DisallowDynamicLoop refuses it first
-    offset = 0
-    for index, extent in zip(load.indices, load.source.shape):
-        offset = offset * extent + index
+    offset = _flat_offset(load.source, load.indices)
     bindings = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
     lanes = int(lane.extent)
     proved = _linear_in_lane(offset, lane, others, bindings)
@@ -99,6 +97,17 @@ def _copies_whole_vectors(realize, loops: list) -> bool:
         if values[0] % lanes or values != list(range(values[0], values[0] + lanes)):
             return False
     return True
+
+
+def _flat_offset(buffer, indices):
+    """The element offset of buffer[indices] from the buffer's start: by its strides where it
+    has them, else row-major over its shape."""
+    if buffer.strides:
+        return sum((index * stride for index, stride in zip(indices, buffer.strides)), 0)
+    offset = 0
+    for index, extent in zip(indices, buffer.shape):
+        offset = offset * extent + index
+    return offset
 
 
 def _linear_in_lane(offset, lane, others: list, bindings: dict) -> bool | None:
