@@ -1,12 +1,14 @@
 """A MetaSchedule postprocessor that refuses the pipelined copies TVM 0.27 lowers wrongly.
 
-Inside a software pipeline with async stages, TVM's InjectPTXAsyncCopy turns a vectorized copy
-from global into shared memory into one cp.async of the vector's bytes from the address of its
-first element. It does not check that the vector's elements are consecutive in global memory, or
-that the first is aligned to the vector's bytes. TVM's own CUDA rules sample such copies: a K tile
-of one element makes A's shared tile one column, which cooperative fetch vectorizes down its rows.
-The kernel then reads the wrong elements, or stops with a misaligned-address fault that also ends
-every later launch of the process's CUDA context.
+Inside a software pipeline with async stages, TVM's InjectPTXAsyncCopy turns a copy from global
+into shared memory of 4, 8 or 16 bytes (a vector whose index is a Ramp, maybe predicated) into
+one cp.async of those bytes from the address of its first element. It does not check that the
+Ramp's stride is 1, or that the first element is aligned to the vector's bytes. TVM's own CUDA
+rules sample such copies: a K tile of one element makes A's shared tile one column, which
+cooperative fetch vectorizes down its rows. The kernel then reads the wrong elements, or stops
+with a misaligned-address fault that also ends every later launch of the process's CUDA context.
+(The copies here are cache reads, which index the shared buffer as the global one, so only the
+global side is judged.)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tvm.s_tir.stmt import SBlockRealize
 
 ASYNC_STAGES = "software_pipeline_async_stages"  # the loop annotation that makes copies cp.async
 SAMPLES = 8  # points of the loops around a copy at which an unproven vector is evaluated
+CP_ASYNC_BYTES = (4, 8, 16)  # the copies the pass makes cp.async of
 
 
 @derived_object
@@ -67,52 +70,75 @@ def broken_async_copies(func: tirx.PrimFunc) -> list[str]:
 
 
 def _copies_whole_vectors(realize, loops: list) -> bool:
-    """Whether the block, if it is a vectorized global-to-shared copy, reads each vector from
-    consecutive elements, the first aligned to the vector's length (any other block: True).
-    Proved where the offset simplifies to a linear function of the vector's lane; otherwise
-    evaluated at SAMPLES points of the other loops (their first and last values, and random
-    ones), as the simplifier cannot always see through the fused loops' divisions."""
+    """Whether the block, if it is a copy the pass turns into cp.async (a vector of 4, 8 or 16
+    bytes from global memory into shared memory, maybe predicated: if_then_else(c, load, 0)),
+    reads consecutive elements, the first aligned to the vector (any other block: True). A
+    vector whose elements are not equally spaced is no Ramp, which the pass leaves as it is,
+    and one spaced 0 apart is a broadcast: both are copied element by element, correctly.
+    Proved where the offset simplifies to a linear function of the lane; otherwise judged at
+    SAMPLES points of the other loops (their first and last values, and random ones), as the
+    simplifier cannot always see through the fused loops' divisions; an offset that cannot be
+    evaluated there is refused."""
     store = realize.block.body
-    if not (isinstance(store, tirx.BufferStore) and isinstance(store.value, tvm.ir.TensorLoad)):
-        return True
-    load = store.value
+    load = _copied(store) if isinstance(store, tirx.BufferStore) else None
     vectors = [loop for loop in loops if loop.kind == tirx.ForKind.VECTORIZED]
-    if (load.source.scope() != "global" or not store.buffer.scope().startswith("shared")
-            or not vectors):
+    if load is None or not vectors or not store.buffer.scope().startswith("shared"):
         return True
     lane, others = vectors[-1], [loop for loop in loops if loop is not vectors[-1]]
     if not all(isinstance(n, tirx.IntImm) for loop in loops for n in (loop.min, loop.extent)):
         return True  # a dynamic loop: DisallowDynamicLoop refuses it first
+    lanes = int(lane.extent)
+    if lanes == 1 or lanes * tvm.DataType(load.source.dtype).bits // 8 not in CP_ASYNC_BYTES \
+            or any(int(loop.extent) < 1 for loop in others):
+        return True  # one element, a size cp.async does not take, or a copy that never runs
     offset = _flat_offset(load.source, load.indices)
     bindings = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
-    lanes = int(lane.extent)
     proved = _linear_in_lane(offset, lane, others, bindings)
     if proved is not None:
         return proved
+    steps, aligned = set(), True
     for point in _points(others):
         values = [_evaluate(offset, {**point, lane.loop_var: int(lane.min) + n}, bindings)
                   for n in range(lanes)]
         if None in values:
-            return True  # an offset of sizes not known here: nothing to judge it by
-        if values[0] % lanes or values != list(range(values[0], values[0] + lanes)):
-            return False
-    return True
+            return False  # an offset of sizes not known here: nothing proves it whole
+        gaps = {b - a for a, b in zip(values, values[1:])}
+        if len(gaps) > 1:
+            return True  # not equally spaced here, so no Ramp anywhere
+        steps |= gaps
+        aligned = aligned and values[0] % lanes == 0
+    return len(steps) > 1 or steps == {0} or steps == {1} and aligned
+
+
+def _copied(store):
+    """The global load a store into shared memory copies, as the pass finds it: the store's
+    value, or the load of a predicated one (if_then_else(c, load, 0)); None for anything
+    else."""
+    value = store.value
+    if isinstance(value, tvm.ir.Call) and getattr(value.op, "name", "").endswith("if_then_else") \
+            and len(value.args) == 3:
+        value = value.args[1]
+    if isinstance(value, tvm.ir.TensorLoad) and value.source.scope() == "global":
+        return value
+    return None
 
 
 def _flat_offset(buffer, indices):
-    """The element offset of buffer[indices] from the buffer's start: by its strides where it
-    has them, else row-major over its shape."""
+    """The element offset of buffer[indices] from its data pointer: its elem_offset, then by
+    its strides where it has them, else row-major over its shape."""
     if buffer.strides:
-        return sum((index * stride for index, stride in zip(indices, buffer.strides)), 0)
+        return buffer.elem_offset + sum((index * stride for index, stride
+                                         in zip(indices, buffer.strides)), 0)
     offset = 0
     for index, extent in zip(indices, buffer.shape):
         offset = offset * extent + index
-    return offset
+    return buffer.elem_offset + offset
 
 
 def _linear_in_lane(offset, lane, others: list, bindings: dict) -> bool | None:
-    """True or False where the simplified offset is linear in the lane with a known step and
-    base alignment; None where that is not proved."""
+    """Whether a vector whose offset is proved linear in the lane is copied right: spaced 0
+    apart (a broadcast) or 1 apart with its first element aligned; False for any other step;
+    None where the offset is not proved linear, or its first element not proved aligned."""
     analyzer = tvm.sym.Analyzer()
     for loop in [*others, lane]:
         analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
@@ -121,10 +147,11 @@ def _linear_in_lane(offset, lane, others: list, bindings: dict) -> bool | None:
     coefficients = tvm.sym.detect_linear_equation(analyzer.simplify(offset), [lane.loop_var])
     if not coefficients or not isinstance(step := analyzer.simplify(coefficients[0]), tirx.IntImm):
         return None
+    if int(step) == 0:
+        return True  # a broadcast
     if int(step) != 1:
         return False
-    base = analyzer.modular_set(coefficients[1] + lane.min)
-    lanes = int(lane.extent)
+    base, lanes = analyzer.modular_set(coefficients[1] + lane.min), int(lane.extent)
     return base.coeff % lanes == 0 and base.base % lanes == 0 or None
 
 
