@@ -71,6 +71,10 @@
 #                                            # beside cuBLAS, interleaved (scripts/ab_knobs.py)
 #   bash scripts/gpu-session.sh linear-fp8   # the fp8 layers' GPU tier (tests/test_linear_fp8.py), then
 #                                            # scripts/linear_fp8.py on $FP8_LAYERS (4096x4096)
+#   bash scripts/gpu-session.sh split-k-check # every split-K candidate of MetaSchedule's first
+#                                            # batch for random states 1 to $STATES (3), each
+#                                            # checked in its own process (split_k_batch_check.py);
+#                                            # a failing one's module and output in one tar
 # The searches resume from, and write to, reports/tuning/ and reports/h100-tuning.jsonl in the
 # checkout, and pack them into $OUT/tuning-state.tar at the end.
 set -uo pipefail
@@ -314,9 +318,13 @@ for part in "$@"; do
     export)
       { python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_export.py
         python3 scripts/export_example.py --report "$out/h100-export.md"; } 2>&1 | tee "$out/export.log" ;;
+    split-k-check)
+      python3 scripts/split_k_batch_check.py --states "${STATES:-3}" --out /tmp/split-k-check 2>&1 \
+        | tee "$out/split-k-check.log"
+      tar cf "$out/split-k-check.tar" -C /tmp split-k-check ;;
     *) echo "unknown part '$part' (tests, gemm-seed, gemv, gemm-ladder, tuning-smoke, ms-gemm,"\
             "ms-gemv, at-gemm, at-gemv, tuning-final, peaks, at-v5, at-v5p, at-v5k, at-v5t, at-v6, at-v7, gemm-fp32, gemm-16bit,"\
-            "profile, kernel-times, odd-shapes, shapes, ragged, fp8-promote, export)"; exit 2 ;;
+            "profile, kernel-times, odd-shapes, shapes, ragged, fp8-promote, export, split-k-check)"; exit 2 ;;
   esac
 done
 # the searches' state, in one file (a call brings back at most 8), for the next call to resume
