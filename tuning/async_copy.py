@@ -43,9 +43,9 @@ class RefuseBrokenAsyncCopies(ms.postproc.PyPostproc):
 
 
 def broken_async_copies(func: tirx.PrimFunc) -> list[str]:
-    """The names of func's blocks that copy global into shared memory in a vectorized loop,
-    inside a loop with async pipeline stages, where a vector's elements are not consecutive or
-    its first element is not aligned to the vector."""
+    """The names of func's blocks, inside a loop with async pipeline stages, whose vectors
+    from global into shared memory the pass makes one cp.async of though their elements are
+    not consecutive or the first is not aligned to the vector (_copies_whole_vectors)."""
     broken = []
 
     def walk(node, loops: list, in_async: bool):
