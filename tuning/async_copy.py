@@ -139,11 +139,8 @@ def _linear_in_lane(offset, lane, others: list, bindings: dict) -> bool | None:
     """Whether a vector whose offset is proved linear in the lane is copied right: spaced 0
     apart (a broadcast) or 1 apart with its first element aligned; False for any other step;
     None where the offset is not proved linear, or its first element not proved aligned."""
-    analyzer = tvm.sym.Analyzer()
-    for loop in [*others, lane]:
-        analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
-    for var, value in bindings.items():
-        analyzer.bind(var, value)
+    analyzer = _bound({loop.loop_var: tvm.ir.Range.from_min_extent(loop.min, loop.extent)
+                       for loop in [*others, lane]}, bindings)
     coefficients = tvm.sym.detect_linear_equation(analyzer.simplify(offset), [lane.loop_var])
     if not coefficients or not isinstance(step := analyzer.simplify(coefficients[0]), tirx.IntImm):
         return None
@@ -168,10 +165,14 @@ def _points(loops: list) -> list[dict]:
 def _evaluate(offset, point: dict, bindings: dict) -> int | None:
     """The offset at one point of the loops (the block's variables bound to their values), or
     None where it depends on more than the loops (a symbolic size)."""
-    analyzer = tvm.sym.Analyzer()
-    for var, value in point.items():
-        analyzer.bind(var, value)
-    for var, value in bindings.items():
-        analyzer.bind(var, value)
-    value = analyzer.simplify(offset)
+    value = _bound(point, bindings).simplify(offset)
     return int(value) if isinstance(value, tirx.IntImm) else None
+
+
+def _bound(*bindings: dict) -> tvm.sym.Analyzer:
+    """An analyzer with each variable of `bindings` bound, in order, to its range or value."""
+    analyzer = tvm.sym.Analyzer()
+    for found in bindings:
+        for var, value in found.items():
+            analyzer.bind(var, value)
+    return analyzer
