@@ -24,6 +24,7 @@ import tvm
 from schedules.errors import FarmGone, UsageError
 from schedules.workloads import Workload
 from tuning import candidates
+from tuning import farm as farms
 from tuning.candidates import Outcome, Status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -229,7 +230,8 @@ def test_tvm_runners_timeouts_are_read_from_their_text(message, error):
 
 # -- the farm (tuning/farm.py) on loopback, CPU servers --------------------------------------------
 
-FARM_READY_S = 90  # the farm's servers import TVM and register
+# the farm says it is ready once its servers registered or its own wait ran out: wait past that
+FARM_READY_S = farms.READY_WITHIN_S + 30
 
 
 @contextlib.contextmanager
@@ -278,8 +280,6 @@ def _line_within(proc, words: str, seconds: float) -> str:
 def _shipped(mod, target):
     """A candidate as a farm search sends it: its module file (farm.FarmBuilder)."""
     from tvm.s_tir import meta_schedule as ms
-
-    from tuning import farm as farms
 
     (path,) = farms.FarmBuilder().artifacts([ms.builder.BuilderInput(mod, target)])
     return candidates.runner_input(mod, path, target)
@@ -338,8 +338,6 @@ def _bad_then_good(runner, bad: list, good, log, servers: list[str]):
 
 @pytest.mark.slow
 def test_a_farm_server_outlives_a_crashing_and_a_hanging_candidate(farm):
-    from tuning import farm as farms
-
     address, _, log = farm
     runner = farms.FarmRunner(address, "farm", Workload("gemm", (32, 32, 32)), LLVM,
                               timeout_sec=5)
@@ -393,7 +391,7 @@ def test_a_gpu_farm_server_outlives_a_faulting_and_a_hanging_kernel(tmp_path):
     """Two servers on this process's GPU: a kernel that traps and one that never ends each
     cost their candidate only; both servers then check and time good kernels. The run timeout
     leaves the driver 30 s to report the trap: it takes seconds, more on a busy host."""
-    from tuning import build, farm as farms, measure
+    from tuning import build, measure
 
     wl = Workload("gemm", (256, 128, 512))
     target = build.cuda_target(measure.device_facts()["arch"])
@@ -413,10 +411,11 @@ def test_a_gpu_farm_server_outlives_a_faulting_and_a_hanging_kernel(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.alone  # two servers importing TVM, building and timing beside 7 building tests
 def test_a_template_search_through_a_gpu_farm_measures_every_trial_on_its_servers(tmp_path):
     """v8's template search through two servers on this process's GPU: the servers apply,
     build, check and time each configuration, and every trial lands in the records, correct."""
-    from tuning import farm as farms, records
+    from tuning import records
 
     log, gpu = tmp_path / "farm.log", farms.gpus_here()[0]
     with started_farm(log, "--gpus", f"{gpu},{gpu}") as (address, _):
