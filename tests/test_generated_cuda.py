@@ -28,8 +28,8 @@ GOLDEN = Path(__file__).parent / "golden" / "cuda-sha256.json"
 REGENERATE = "UPDATE_GOLDEN=1 python3 -m pytest -p no:xdist tests/test_generated_cuda.py"
 
 
-def gemm(shape, dtype="float16", out_dtype=None, layout="nn"):
-    return Workload("gemm", shape, dtype, out_dtype, layout)
+def gemm(shape, dtype="float16", out_dtype=None, layout="nn", scales=None):
+    return Workload("gemm", shape, dtype, out_dtype, layout, scales)
 
 
 # (case id, rung, workload, knobs set over the rung's defaults for the workload)
@@ -61,6 +61,10 @@ V8_CASES = [
      {"block_m": 128, "block_n": 192, "pingpong": True}),
     ("v8-nn-bf16-c32-pingpong-ragged", gemm((999, 1024, 520), "bfloat16", layout="nn"),
      {"block_m": 128, "block_n": 128, "pingpong": True, "tma_store": False}),
+    ("v8-nt-bf16-c16-swap-ab-300", gemm((300, 5120, 5120), "bfloat16", "bfloat16", "nt"),
+     {"swap_ab": True, "tma_store": False, "block_m": 128, "block_n": 152, "split_k": 1}),
+    ("v8-nt-fp8-rowwise-swap-ab-split", gemm((300, 2000, 1000), FP8, "bfloat16", "nt", "row"),
+     {"swap_ab": True, "tma_store": False, "block_n": 152, "split_k": 2}),
 ]
 V8_ANY_M_CASES = [  # (case id, layer, bucket, max_tokens, knobs)
     ("v8-any-m-whole", LayerShape(4096, 4096, "bfloat16"), Bucket(257, 1024), 1024,

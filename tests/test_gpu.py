@@ -275,6 +275,19 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (1100, 4608, 1024), FP8, "float16", "nt", "row"),
      {"promote_k": None, "split_k": 3, "split_tail": True, "tma_store": True}),
     (Workload("gemm", (16, 6144, 4096), FP8, "bfloat16", "nt", "row"), {}),
+    # swap_ab: C^T = B A^T, C stored transposed: columns cut to a few tokens (8-column steps)
+    # and ragged; float32 and 16-bit C; split K; rows staged (K = 4095, rows of B N = 1001);
+    # fp8 per tensor and rowwise (its scales swapped too); the consumers splitting block_n
+    (Workload("gemm", (300, 1000, 1000), "bfloat16", "bfloat16", "nt"),
+     {"swap_ab": True, "tma_store": False, "block_n": 152}),
+    (Workload("gemm", (7, 5120, 520), "float16", "float16", "nt"),
+     {"swap_ab": True, "tma_store": False, "block_n": 8, "split_k": 3}),
+    (Workload("gemm", (300, 1001, 4095), "bfloat16", "float32", "nt"),
+     {"swap_ab": True, "tma_store": False, "block_n": 104}),
+    (Workload("gemm", (77, 301, 1168), FP8, "float32"),
+     {"swap_ab": True, "tma_store": False, "block_m": 64, "block_n": 48}),
+    (Workload("gemm", (300, 2000, 1000), FP8, "bfloat16", "nt", "row"),
+     {"swap_ab": True, "tma_store": False, "block_n": 152, "split_k": 2}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers
@@ -284,8 +297,9 @@ def test_v8_is_correct(wl, knobs, target):
     only the last wave's tiles, split_tail), fp8 with its scales, C stored by TMA (tma_store),
     clusters of 2 CTAs sharing A's or B's loads (cluster_n, cluster_m), ping-pong consumers
     taking turns at whole tiles (pingpong), fp8's sums promoted into float32 (promote_k), rows
-    TMA cannot load (staged into padded rows, after a barrier of the grid), and a second call
-    into the same output (split K's arrival counters rearmed by the first)."""
+    TMA cannot load (staged into padded rows, after a barrier of the grid), the swapped product
+    (swap_ab), and a second call into the same output (split K's arrival counters rearmed by
+    the first)."""
     check_module(wl, schedules.get("gemm", "v8").apply(wl, target, **knobs), target, 10, calls=2)
 
 

@@ -276,6 +276,23 @@ def test_every_heuristic_choice_applies(rung, wl, target):
     entry.apply(wl, target)
 
 
+SWAPPED = [Workload("gemm", (m, n, k), dtype, out, "nt")
+           for m, n, k in ((1, 4096, 4096), (7, 5120, 520), (300, 28672, 5120), (700, 1001, 4095),
+                           (2500, 896, 896))
+           for dtype, out in (("bfloat16", "bfloat16"), (FP8, "float32"))]
+
+
+@pytest.mark.parametrize("wl", SWAPPED, ids=Workload.label)
+def test_v8_asked_to_swap_picks_knobs_it_takes_and_stores_c_from_registers(wl, target):
+    """`--schedule v8:swap_ab=true`: the heuristic picks the rest for the product the kernel
+    computes (C^T = B A^T), never tma_store (the transposed tile goes out from registers),
+    and v8 takes what it picked."""
+    v8 = schedules.get("gemm", "v8")
+    knobs = v8.defaults_for(wl, {"swap_ab": True})
+    assert knobs["swap_ab"] and not knobs["tma_store"]
+    v8.apply(wl, target, swap_ab=True)
+
+
 def test_a_rung_named_alone_runs_and_records_its_heuristic_knobs(target):
     v5k, wl = schedules.get("gemm", "v5k"), gemm((512, 512, 2048))
     mod = v5k.apply(wl, target)

@@ -486,10 +486,55 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
      "the whole tile); at most 192 fit (block_n=192 does)"),
     (gemm((256, 256, 256)), {"pingpong": True, "block_n": 128, "split_k": 2},
      "v8's pingpong consumers take turns at whole tiles: not with split_k=2"),
+    (gemm((256, 256, 256)), {"swap_ab": True, "tma_store": False},
+     "v8's swap_ab multiplies C^T = B A^T, B's rows on the tile's rows: it takes layout nt (not "
+     "nn)"),
+    (gemm((256, 256, 256), layout="nt"), {"swap_ab": True, "tma_store": True},
+     "tma_store=False, not True"),
+    (Workload("gemm", (256, 256, 256), FP8, "bfloat16", "nt", "block"),
+     {"swap_ab": True, "tma_store": False, "promote_k": 128}, "no block scales (scales block)"),
+    (gemm((300, 256, 256), layout="nt"), {"swap_ab": True, "tma_store": False, "block_n": 12},
+     "a multiple of 8 columns (wgmma's n8, C stored transposed one element at a time), at most "
+     "256: block_n=12"),
+    (gemm((300, 256, 256), layout="nt"),
+     {"swap_ab": True, "tma_store": False, "block_m": 64, "block_n": 8},
+     "block_n=8 with block_m=64 does not split so"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
         schedules.get("gemm", "v8").apply(wl, target, **knobs)
+
+
+def test_v8_swap_ab_multiplies_b_rows_on_the_tiles_rows_and_stores_c_transposed(
+        target, compiled, lowered):
+    """swap_ab: the parameters keep the workload's shapes, but B's rows (N) are the tile's rows
+    and A's (M) its columns, in any multiple of 8 (m64n152 wgmmas for 300 tokens in two
+    tiles); each operand staged as the kernel multiplies it (B's rows first); C stored
+    element by element (its tile goes out transposed: no pair stores), and no spills."""
+    wl = gemm((300, 1001, 4095), "bfloat16", "float32", "nt")
+    knobs = {"swap_ab": True, "tma_store": False, "block_n": 152}
+    script = schedules.get("gemm", "v8").apply(wl, target, **knobs)["main"].script()
+    assert ('def main(A: T.Buffer((300, 4095), "bfloat16", align=16), B: T.Buffer((1001, 4095), '
+            '"bfloat16", align=16), C: T.Buffer((300, 1001), "float32", align=16)):') in script
+    kernel = kf.kernel(lowered("v8", wl, **knobs))
+    assert {kf.words(c)[3] for c in kf.calls(kernel, "ptx.wgmma_bf16_ss")} == {"m64n152k16"}
+    staged = kf.calls(kernel, "v8_stage_rows_16")
+    assert [kf.pointers(c) for c in staged] == [("B", "A_rows"), ("A", "B_rows")]
+    assert [kf.ints(c) for c in staged] == [(1001, 4095, 4096), (300, 4095, 4096)]
+    assert kf.stores_to(kernel, "C") and not kf.calls(kernel, "v8_store_pair")
+    (usage,) = build.nvcc_resources(compiled("v8", wl, **knobs)[1], "sm_90").values()
+    assert not usage.get("spill_stores") and not usage.get("stack_bytes")
+
+
+def test_v8_for_any_m_refuses_swap_ab():
+    """v8 for any M walks M on the tile's rows, so it cannot put M on the columns."""
+    from schedules.v8 import v8_kernel_any_m
+
+    wl = gemm((300, 1024, 1024), "bfloat16", "bfloat16", "nt")
+    knobs = {**schedules.get("gemm", "v8").defaults_for(wl), "swap_ab": True, "tma_store": False,
+             "split_k": 1, "split_tail": False}
+    with pytest.raises(ScheduleNotApplicable, match="swap_ab=False, not True"):
+        v8_kernel_any_m(wl, **knobs)
 
 
 def test_v8_needs_sm_90():

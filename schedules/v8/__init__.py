@@ -26,6 +26,11 @@ is a row stride that is not a whole number of 16 bytes (bf16 K = 4095): the kern
 such an operand into a workspace of rows padded with zeros to 16-byte multiples, every CTA a
 share, and after a barrier of the whole grid loads the copy by TMA (`stage_rows`).
 
+swap_ab (nt): the plan is built for the product C^T = B A^T (the workload's N x M x K), so that
+B's rows lie on the tile's rows and A's on its columns, which wgmma takes in any multiple of 8;
+only the kernel's parameters (the workload's own A, B, scales and C) and C's stores, transposed
+from registers, know of the swap.
+
 fp8 (e4m3) inputs (workloads.FP8, layout nt only: fp8 wgmma has no transposed operands): k32
 wgmmas on 128-element K blocks (the same 128-byte rows), loaded by TMA as bytes; the kernel
 takes the two per-tensor scales after B and multiplies the float32 accumulators by their

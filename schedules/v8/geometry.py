@@ -35,8 +35,14 @@ BOX_ROWS = 64
 STORE_BOXES = 4  # two per consumer warpgroup
 SWIZZLE = {128: 3, 64: 2, 32: 1}  # CUtensorMapSwizzle of rows of so many bytes
 
-# The columns a consumer's share of block_n comes in, by layout, and why
-BLOCK_N_STEP = {"nn": (64, "B in 64-column boxes"), "nt": (16, "C stored 16 at a time")}
+# The columns a consumer's share of block_n comes in, by layout (or "swapped": swap_ab's), and why
+BLOCK_N_STEP = {"nn": (64, "B in 64-column boxes"), "nt": (16, "C stored 16 at a time"),
+                "swapped": (8, "wgmma's n8, C stored transposed one element at a time")}
+
+
+def column_steps(layout: str, swap_ab: bool) -> str:
+    """The BLOCK_N_STEP entry of a kernel in `layout`, or swap_ab's."""
+    return "swapped" if swap_ab else layout
 
 
 def tma_columns(extent: int, element_bytes: int) -> int:
@@ -101,8 +107,9 @@ def consumer_accumulators(block_m: int, block_n: int, pingpong: bool = False) ->
 
 
 def widest_fitting(block_m: int, layout: str, pingpong: bool, widths) -> int | None:
-    """The widest of `widths` that is a whole number of the layout's BLOCK_N_STEP and whose
-    block_m-row tile fits each consumer's MOST_ACCUMULATORS (None where none is)."""
+    """The widest of `widths` that is a whole number of the layout's BLOCK_N_STEP (a key of
+    it: `column_steps`) and whose block_m-row tile fits each consumer's MOST_ACCUMULATORS (None
+    where none is)."""
     step = BLOCK_N_STEP[layout][0]
     return max((n for n in widths if n % step == 0
                 and consumer_accumulators(block_m, n, pingpong) <= MOST_ACCUMULATORS),

@@ -11,7 +11,8 @@ from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_
                        box_bytes, consumer_accumulators, k_block_count, k_block_elements,
                        staged_operands, widest_fitting)
 from .knobs import Knobs
-from .refusals import c_rows_take_tma, promoted_sets, tile_refusal, workload_refusal
+from .refusals import (c_rows_take_tma, kernel_workload, promoted_sets, tile_refusal,
+                       workload_refusal)
 
 TMA_NARROW_COST = 0.57  # a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
 TMA_TIE = 0.05  # v8 keeps its default width unless 128-wide tiles cost this much less
@@ -184,6 +185,13 @@ def takes_tma_store(wl: Workload, sms: int, tile: tuple[int, int], space: dict,
             >= TMA_STORE_STAGES[DTYPE_BYTES[wl.dtype]]) or False not in space["tma_store"]
 
 
+def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """swap_ab, where the user or a search asks for it: the knobs tma_tiles picks for the
+    product the kernel computes (C^T = B A^T: `kernel_workload`), C stored from registers."""
+    narrowed = {**space, "swap_ab": [False], "tma_store": [False]}
+    return {**tma_tiles(kernel_workload(wl, True), sms, knobs, narrowed), "swap_ab": True}
+
+
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """v8's knobs for wl:
     - block_m 64 for decode batches (M <= 64, or M <= 128 where 128x128 tiles cannot give
@@ -198,7 +206,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and the
       split plan where it splits every tile) of least estimated time (`timed_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
-      one consumer holds (no split K, clusters or tall tiles of its own);
+      one consumer holds (no split K, clusters or tall tiles of its own); swap_ab likewise,
+      then these rules on the product the kernel computes (`swapped_tiles`);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
       torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
@@ -211,6 +220,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     knobs (`workload_refusal`): its refusal says why."""
     if workload_refusal(wl):
         return {}
+    if False not in space["swap_ab"]:
+        return swapped_tiles(wl, sms, knobs, space)
     pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster
     if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong \
             or long_runs_asked(space):  # whole tiles

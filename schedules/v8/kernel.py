@@ -45,6 +45,10 @@ CTA first copies its share of the rows into it (`stage_operand`) and waits for t
 
 M may be a symbolic size (plan.most_m set): the grid, the units and the tile walk are then
 computed from it on the host and in the kernel, and most_m sizes split K's workspace.
+
+Swapped (plan.swapped, swap_ab): the plan is C^T = B A^T's; the kernel takes the workload's
+parameters and multiplies B as the plan's A, and A as its B (scales likewise), and its
+registers' epilogue stores each element at C[column, row].
 """
 
 from __future__ import annotations
@@ -600,7 +604,7 @@ def store_quads(plan, me, at, operands, maps, shared):
 @T.macro
 def store_from_registers(plan, me, at, operands, maps, shared):
     """C straight from the accumulators, guarded at C's edges: float32 pairs in 8 bytes where
-    N is even (PAIR_STORE), else one element at a time."""
+    N is even (PAIR_STORE), else one element at a time (swapped: each at C[col, row])."""
     C, acc = T.meta_var((operands.C, me.acc))
     for mi in T.unroll(plan.m_wgmmas):
         for n8 in T.unroll(plan.wg_n // 8):
@@ -610,14 +614,17 @@ def store_from_registers(plan, me, at, operands, maps, shared):
                 col: T.let[T.int32] = pair[1]
                 first: T.let[T.int32] = pair[2]
                 if row < plan.M:
-                    if plan.out_dtype == "float32" and plan.N % 2 == 0:
+                    if plan.out_dtype == "float32" and plan.N % 2 == 0 and not plan.swapped:
                         if col < plan.N:  # col is even: so is &C[row, col]
                             cuda_call(PAIR_STORE, T.address_of(C[row, col]),
                                       acc[first], acc[first + 1])
                     else:
                         for e in T.unroll(2):
                             if col + e < plan.N:
-                                C[row, col + e] = T.Cast(plan.out_dtype, acc[first + e])
+                                if plan.swapped:
+                                    C[col + e, row] = T.Cast(plan.out_dtype, acc[first + e])
+                                else:
+                                    C[row, col + e] = T.Cast(plan.out_dtype, acc[first + e])
 
 
 # The epilogues by Plan.epilogue's name: each takes the same arguments (whether it reads them
@@ -699,18 +706,22 @@ def warp_specialized_gemm(plan: Plan):
     def main(A_handle: T.handle, B_handle: T.handle, A_scale_handle: T.handle,
              B_scale_handle: T.handle, C_handle: T.handle):
         T.func_attr({TIRX_KERNEL: True})
-        A = T.match_buffer(A_handle, (plan.M, plan.K), plan.dtype, align=16)
-        B = T.match_buffer(B_handle, plan.b_shape, plan.dtype, align=16)
-        A_scale = T.match_buffer(A_scale_handle, plan.scale_shapes[0], "float32")
-        B_scale = T.match_buffer(B_scale_handle, plan.scale_shapes[1], "float32")
-        C = T.match_buffer(C_handle, (plan.M, plan.N), plan.out_dtype, align=16)
+        shapes = T.meta_var(plan.param_shapes)
+        A = T.match_buffer(A_handle, shapes["A"], plan.dtype, align=16)
+        B = T.match_buffer(B_handle, shapes["B"], plan.dtype, align=16)
+        A_scale = T.match_buffer(A_scale_handle, shapes["A_scale"], "float32")
+        B_scale = T.match_buffer(B_scale_handle, shapes["B_scale"], "float32")
+        C = T.match_buffer(C_handle, shapes["C"], plan.out_dtype, align=16)
+        # the operands as the plan multiplies them (swapped: B's rows are the tile's rows)
+        a_in, b_in, a_scale, b_scale = T.meta_var(
+            (B, A, B_scale, A_scale) if plan.swapped else (A, B, A_scale, B_scale))
         if staged_a:  # the workspaces of staged rows, which TMA loads instead
             A_rows = T.alloc_buffer((plan.M, plan.a_cols), plan.dtype, scope="global")
         if staged_b:
             B_rows = T.alloc_buffer((plan.staging("B")[0], plan.b_cols), plan.dtype,
                                     scope="global")
-        a_loaded = T.meta_var(A_rows if staged_a else A)
-        b_loaded = T.meta_var(B_rows if staged_b else B)
+        a_loaded = T.meta_var(A_rows if staged_a else a_in)
+        b_loaded = T.meta_var(B_rows if staged_b else b_in)
         A_map: T.let[T.TensorMap()] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, plan.tma_dtype, 2,
                       a_loaded.data, *plan.a_map)
@@ -727,9 +738,9 @@ def warp_specialized_gemm(plan: Plan):
         rank = T.meta_var(plan.cluster_rank())
         tx = T.thread_id([THREADS])
         if staged_a:
-            stage_operand(plan, "A", A, A_rows)
+            stage_operand(plan, "A", a_in, A_rows)
         if staged_b:
-            stage_operand(plan, "B", B, B_rows)
+            stage_operand(plan, "B", b_in, B_rows)
         if staged_a or staged_b:  # every CTA's share staged before any TMA load
             cuda_call(GRID_SYNC)
         arena = T.alloc_buffer((plan.ring_bytes,), "uint8", scope="shared.dyn", align=ATOM)
@@ -745,7 +756,7 @@ def warp_specialized_gemm(plan: Plan):
         if tx < WARPGROUP * 32:
             produce(plan, cta, rank, tx, shared, maps)
         else:
-            consume(plan, Operands(C, A_scale, B_scale), cta, rank, tx, shared, maps)
+            consume(plan, Operands(C, a_scale, b_scale), cta, rank, tx, shared, maps)
 
     return main if plan.dtype == FP8 else without_params(main, FP8_SCALES)
 

@@ -21,3 +21,4 @@ class Knobs:
     pingpong: bool
     promote_k: int | None = None  # fp8: K elements between promotions of wgmma's sums
     promote_overlap: int | None = None  # fp8: runs of K blocks, each promoted under the next's
+    swap_ab: bool = False  # C^T = B A^T: B's rows (nt) on the tile's rows, A's on its columns

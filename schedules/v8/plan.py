@@ -1,7 +1,9 @@
 """v8's plan: every quantity the kernel is written from, derived once from (workload, knobs,
 SMs, most_m) once the refusals have passed them, so that the kernel's pieces read names, not
 arithmetic. M may be symbolic (v8 for any M): then the counts that depend on it are PrimExprs
-computed at each call, and `most_m` sizes split K's workspace."""
+computed at each call, and `most_m` sizes split K's workspace. With swap_ab the plan is that of
+the product the kernel computes, C^T = B A^T (`swapped`): its M, N, A and B are the workload's
+N, M, B and A, and only the kernel's parameters and C's stores say otherwise."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from .geometry import (BOX_ROWS, CONSUMERS, CONSUMER_THREADS, ELEMENT_BYTES, ROW
                        any_m_split_tiles, arena_bytes, box_bytes, consumer_tile, k_block_count,
                        k_block_elements, split_tiles, staged_operands, tma_columns)
 from .knobs import Knobs
-from .refusals import ANY_M_CHECKS, CHECKS, refuse
+from .refusals import ANY_M_CHECKS, CHECKS, kernel_workload, refuse
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +38,7 @@ class Plan:
     layout: str
     out_dtype: str
     scales: str | None  # fp8: per "tensor", per "row" of A and of B, or per "block" of 128 K
+    swapped: bool  # swap_ab: M, N, A and B are the workload's N, M, B and A
     knobs: Knobs
     sms: int
     most_m: int | None
@@ -100,11 +103,12 @@ class Plan:
             raise ScheduleNotApplicable(
                 f"v8 for M past {wl.dims['M']} splits K only with split_tail (its workspace "
                 f"then holds a last wave's tiles); split_k={knobs.split_k} splits every tile")
+        wl = kernel_workload(wl, knobs.swap_ab)
         _, N, K = wl.shape
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
-                 "out_dtype": wl.out_dtype, "scales": wl.scales, "knobs": knobs, "sms": sms,
-                 "most_m": most_m, "open_ended": open_ended}
+                 "out_dtype": wl.out_dtype, "scales": wl.scales, "swapped": knobs.swap_ab,
+                 "knobs": knobs, "sms": sms, "most_m": most_m, "open_ended": open_ended}
         multiply = _multiply(wl.dtype, wl.layout, knobs)
         walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
         memory = _memory(wl.out_dtype, knobs)
@@ -189,6 +193,17 @@ class Plan:
         return (self.N, self.K) if self.nt else (self.K, self.N)
 
     @property
+    def param_shapes(self) -> dict:
+        """The shapes of the kernel's parameters A, B, A_scale, B_scale and C, the workload's:
+        swapped, A is the plan's B, A_scale its B_scale, and C its C transposed."""
+        (a_scale, b_scale), c = self.scale_shapes, (self.M, self.N)
+        if self.swapped:
+            return {"A": self.b_shape, "B": (self.M, self.K), "A_scale": b_scale,
+                    "B_scale": a_scale, "C": c[::-1]}
+        return {"A": (self.M, self.K), "B": self.b_shape, "A_scale": a_scale,
+                "B_scale": b_scale, "C": c}
+
+    @property
     def a_map(self) -> list:
         """A's tensor map: this CTA's rows of the box (a cluster_n pair shares it) by 64 K."""
         return tensor_map(self.M, self.a_cols, self.a_rows, self.block_k, self.element_bytes)
@@ -223,10 +238,12 @@ class Plan:
     @property
     def epilogue(self) -> str:
         """How the consumers store C: through tma_store's "boxes", in "quads" of columns (16-bit
-        C whose N is a multiple of 4), or straight from "registers"."""
+        C whose N is a multiple of 4), or straight from "registers" (swapped: C's columns are
+        the plan's rows)."""
         if self.knobs.tma_store:
             return "boxes"
-        return "quads" if self.out_dtype != "float32" and self.N % 4 == 0 else "registers"
+        quads = self.out_dtype != "float32" and self.N % 4 == 0 and not self.swapped
+        return "quads" if quads else "registers"
 
     @property
     def b_leading(self) -> int:
@@ -374,7 +391,8 @@ def _memory(out_dtype: str, knobs: Knobs) -> dict:
     block_m, block_n = knobs.block_m, knobs.block_n
     a_bytes, b_bytes = block_m * ROW_BYTES, block_n * ROW_BYTES
     out_bytes = DTYPE_BYTES[out_dtype]
-    span = box_bytes(block_m, block_n, out_dtype)  # tma_store: a box row's bytes, and columns
+    # tma_store: a box row's bytes, and columns (0 without boxes)
+    span = box_bytes(block_m, block_n, out_dtype) if knobs.tma_store else 0
     return {"a_bytes": a_bytes, "b_bytes": b_bytes, "stage_bytes": a_bytes + b_bytes,
             "ring_bytes": arena_bytes(block_m, block_n, knobs.stages, knobs.tma_store),
             "out_bytes": out_bytes, "span": span, "box_cols": span // out_bytes,
@@ -400,7 +418,7 @@ def _workspace(wl: Workload, shape: dict, walk: dict, quads: int) -> dict:
     rows, counted as the refusals count them, heuristics.tile_count; with split_tail those of a
     last wave of them, or where M is open-ended of any M's, fewer than the SMs), and its tag."""
     M, N, K, knobs = shape["M"], shape["N"], shape["K"], shape["knobs"]
-    block = f"{knobs.block_m}x{knobs.block_n}x{walk['split_k']}"
+    block = f"{knobs.block_m}x{knobs.block_n}x{walk['split_k']}{'_swapped' * knobs.swap_ab}"
     if isinstance(M, int):
         most_tiles = walk["tiles"] - walk["whole"]
         tag = f"{M}x{N}x{K}_{block}_{walk['whole']}"

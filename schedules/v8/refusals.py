@@ -1,8 +1,11 @@
 """What v8 cannot take: workloads of other types, and knobs outside its tile shapes,
 registers, shared memory, clusters, split K's workspace or TMA's rows of C. Each check returns
-its one-line reason, or None; `refuse` raises the first as ScheduleNotApplicable."""
+its one-line reason, or None; `refuse` raises the first as ScheduleNotApplicable. With swap_ab
+the checks judge the product the kernel computes, C^T = B A^T (`kernel_workload`)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from .. import heuristics
 from ..errors import ScheduleNotApplicable
@@ -11,8 +14,8 @@ from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload
 from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_OVERLAP,
                        MOST_PARTIAL_BYTES, MOST_SPLIT_OVERLAP, ROW_BYTES, TMA_STRIDE_BYTES,
                        any_m_partial_bytes, arena_bytes, consumer_accumulators, consumer_tile,
-                       k_block_count, k_block_elements, partial_bytes, split_tiles, staged_operands,
-                       widest_fitting)
+                       column_steps, k_block_count, k_block_elements, partial_bytes, split_tiles,
+                       staged_operands, widest_fitting)
 from .knobs import Knobs
 
 
@@ -22,6 +25,26 @@ def workload_refusal(wl: Workload) -> str | None:
     if wl.dtype not in ELEMENT_BYTES:
         return f"v8 multiplies float16, bfloat16 or {FP8} on tensor cores, not {wl.dtype}"
     return None
+
+
+def kernel_workload(wl: Workload, swap_ab: bool) -> Workload:
+    """The product v8's kernel computes for wl: wl itself, or with swap_ab C^T = B A^T, the
+    workload of N x M x K (nt: B's rows are its A, A's rows its B)."""
+    if not swap_ab:
+        return wl
+    M, N, K = wl.shape
+    return dataclasses.replace(wl, shape=(N, M, K))
+
+
+def swap_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """swap_ab: nt only (both operands K-major, so each can be wgmma's A), C stored from
+    registers (its tiles go out transposed: no tma_store), scales per tensor or per row."""
+    if not knobs.swap_ab or (wl.layout == "nt" and not knobs.tma_store
+                             and not wl.block_scaled):
+        return None
+    return (f"v8's swap_ab multiplies C^T = B A^T, B's rows on the tile's rows: it takes layout "
+            f"nt (not {wl.layout}), stores C transposed from registers (tma_store=False, not "
+            f"{knobs.tma_store}) and no block scales (scales {wl.scales})")
 
 
 def c_rows_take_tma(wl: Workload) -> bool:
@@ -37,7 +60,7 @@ def _tile_shape_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return (f"v8 splits block_m among two consumer warpgroups in 64-row wgmmas, or gives "
                 f"both 64 rows: block_m={block_m} is not 64, 128 or 256")
     wg_n = consumer_tile(block_m, block_n, knobs.pingpong)[1]
-    columns, why = BLOCK_N_STEP[wl.layout]
+    columns, why = BLOCK_N_STEP[column_steps(wl.layout, knobs.swap_ab)]
     if block_n % columns or block_n > 256 or wg_n % columns:
         return (f"v8 gives each consumer's wgmma a multiple of {columns} columns ({why}), at "
                 f"most 256: block_n={block_n} with block_m={block_m} does not split so")
@@ -51,8 +74,9 @@ def _register_refusal(wl: Workload, knobs: Knobs) -> str | None:
     if accumulators <= MOST_ACCUMULATORS:
         return None
     whole = " (pingpong: each consumer takes the whole tile)" if pingpong else ""
-    columns = BLOCK_N_STEP[wl.layout][0]
-    widest = widest_fitting(block_m, wl.layout, pingpong, range(columns, 257, columns))
+    steps = column_steps(wl.layout, knobs.swap_ab)
+    columns = BLOCK_N_STEP[steps][0]
+    widest = widest_fitting(block_m, steps, pingpong, range(columns, 257, columns))
     return (f"v8's {block_m}x{block_n} tile gives each consumer thread {accumulators} "
             f"accumulators{whole}; at most {MOST_ACCUMULATORS} fit (block_n={widest} does)")
 
@@ -229,7 +253,16 @@ def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
             f"{knobs.promote_overlap}")
 
 
-ANY_M_CHECKS = (any_m_workspace_refusal, any_m_overlap_refusal)  # v8 for any M's, besides CHECKS
+def any_m_swap_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """v8 for any M up to wl's: M on the tile's rows, where its walk takes M at each call (not
+    swap_ab, which puts M on the columns)."""
+    if not knobs.swap_ab:
+        return None
+    return "v8 for any M walks M on the tile's rows: swap_ab=False, not True"
+
+
+# v8 for any M's, besides CHECKS
+ANY_M_CHECKS = (any_m_workspace_refusal, any_m_overlap_refusal, any_m_swap_refusal)
 
 CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
           _shared_memory_refusal, _split_refusal, _overlap_refusal, _staging_refusal,
@@ -238,7 +271,10 @@ CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promot
 
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:
     """Raise ScheduleNotApplicable with the first reason why v8 cannot take wl with `knobs`:
-    `workload_refusal`'s, then each of `checks` in turn."""
-    reason = workload_refusal(wl) or next(filter(None, (check(wl, knobs) for check in checks)), None)
+    `workload_refusal`'s, `swap_refusal`'s, then each of `checks` in turn on the product the
+    kernel computes (`kernel_workload`)."""
+    product = kernel_workload(wl, knobs.swap_ab)
+    reason = workload_refusal(wl) or swap_refusal(wl, knobs) or next(
+        filter(None, (check(product, knobs) for check in checks)), None)
     if reason:
         raise ScheduleNotApplicable(reason)

@@ -59,14 +59,14 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
                                "pingpong": [False, True], "promote_k": PROMOTE_K,
-                               "promote_overlap": [None, 2, 4, 8]},
+                               "promote_overlap": [None, 2, 4, 8], "swap_ab": [False, True]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals, narrow=v8_narrowed,
           brings=("inst_executed", -1))
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
        tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
        pingpong: bool = False, promote_k: int | None = None,
-       promote_overlap: int | None = None) -> None:
+       promote_overlap: int | None = None, swap_ab: bool = False) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -101,6 +101,10 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     the tensor cores once a run (the blocks left after whole runs: one shorter run, or where
     K is split one at a time, waiting), where otherwise every promotion waits for them (three
     sets of registers: at most 64 accumulators a consumer, as 128x128 and 64x256 tiles give).
+    swap_ab (nt): the kernel multiplies C^T = B A^T, B's rows (a layer's weights) on the
+    tile's rows and A's (its tokens) on the columns, which wgmma takes in any multiple of 8,
+    so that a tile's columns can be cut to a few hundred tokens; C goes out transposed,
+    one element at a time from registers (no tma_store, no block scales).
     A TIRx kernel (schedules/v8/), sm_90a only.
 
     Against v7: one thread issues a box's TMA load where v7's 256 threads each computed
