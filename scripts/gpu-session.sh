@@ -2,7 +2,7 @@
 # On the GPU machine (after `source .gpu-stage/b/unpack.sh`): the GPU test tier, then the runs
 # behind the committed reports. Logs and results go to $OUT (or ./gpu-out).
 #   bash scripts/gpu-session.sh tests        # pytest -m gpu: 8 at once, then those marked alone
-#                                            # ($TESTS_SHARD=a, b, then c: the tier in three commands;
+#                                            # ($TESTS_SHARD=a, b, d, then c: the tier in four commands;
 #                                            # $TESTS_GPUS="0 1": a run on each of those GPUs at once)
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
@@ -84,14 +84,17 @@ export PYTHONUNBUFFERED=1
 results=reports/h100-tuning.jsonl
 for part in "$@"; do
   case "$part" in
-    tests)  # $TESTS_SHARD a or b: half of the 8-at-once tests each (about 5 and 6 minutes on an
-            # H100, 9 each four at once on a 4-GPU host), c: those marked alone (2-3 minutes);
+    tests)  # $TESTS_SHARD a, b or d: a share of the 8-at-once tests each (a: test_gpu.py but
+            # its GEMV cases, 6 minutes four at once on a 4-GPU host; d: the linear layers', which
+            # tune portfolios, 4-5 minutes each; b: the rest), c: those marked alone (3-5 minutes);
             # $TESTS_GPUS (e.g. "0 1 2 3"): the same at once on each of those GPUs, each run in a
             # copy of the tree with a home and temporary folder of its own, on its share of the
             # cores (taskset: each process sizes its thread pools by the cores it may use)
       case "${TESTS_SHARD:-all}" in
         a) shard=(tests/test_gpu.py -k "not gemv") ;;
-        b) shard=(tests -k "gemv or not test_gpu") ;;
+        b) shard=(tests -k "gemv or not test_gpu" --ignore=tests/test_linear.py
+                  --ignore=tests/test_linear_fp8.py) ;;
+        d) shard=(tests/test_linear.py tests/test_linear_fp8.py) ;;
         *) shard=() ;;
       esac
       tier() {  # $1...: what runs pytest (taskset -c 0-15 python3, or python3); $TESTS_FLAGS
@@ -100,7 +103,7 @@ for part in "$@"; do
           "$@" -m pytest -m "gpu and not alone" ${TESTS_FLAGS:--q} -p no:cacheprovider -n 8 \
             --durations=25 "${shard[@]}"  # the slowest tests named: what the tier's time goes to
         case "${TESTS_SHARD:-all}" in
-          a|b) ;;
+          a|b|d) ;;
           *) "$@" -m pytest -m "gpu and alone" ${TESTS_FLAGS:--q} -p no:cacheprovider ;;
         esac
       }
