@@ -31,10 +31,12 @@ def v8_narrowed(wl: Workload) -> dict:
     none (the others refused: _fp8_only); on fp8, promoted sums only, v8's default precision
     (_scaled_mm's default): fast accumulation (promote_k none, as _scaled_mm's use_fast_accum)
     is another precision, which a search must not trade for speed unasked; it runs by name,
-    `v8:promote_k=none`."""
+    `v8:promote_k=none`. swap_ab only in nt without block scales (the others refused:
+    swap_refusal)."""
+    swap = {} if wl.layout == "nt" and not wl.block_scaled else {"swap_ab": [False]}
     if wl.dtype == FP8:
-        return {"promote_k": [k for k in PROMOTE_K if k is not None]}
-    return {"promote_k": [None], "promote_overlap": [None]}
+        return {"promote_k": [k for k in PROMOTE_K if k is not None], **swap}
+    return {"promote_k": [None], "promote_overlap": [None], **swap}
 
 
 def v8_kernel(wl: Workload, **knobs):
