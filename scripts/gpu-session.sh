@@ -3,7 +3,8 @@
 # behind the committed reports. Logs and results go to $OUT (or ./gpu-out).
 #   bash scripts/gpu-session.sh tests        # pytest -m gpu: 8 at once, then those marked alone
 #                                            # ($TESTS_SHARD=a, b, d, then c: the tier in four commands;
-#                                            # $TESTS_GPUS="0 1": a run on each of those GPUs at once)
+#                                            # $TESTS_GPUS="0 1": a run on each of those GPUs at once;
+#                                            # TESTS_SHARD="a b d c" TESTS_GPUS="0 1 2 3": a shard each)
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
 #   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
@@ -89,40 +90,48 @@ for part in "$@"; do
             # tune portfolios, 4-5 minutes each; b: the rest), c: those marked alone (3-5 minutes);
             # $TESTS_GPUS (e.g. "0 1 2 3"): the same at once on each of those GPUs, each run in a
             # copy of the tree with a home and temporary folder of its own, on its share of the
-            # cores (taskset: each process sizes its thread pools by the cores it may use)
-      case "${TESTS_SHARD:-all}" in
-        a) shard=(tests/test_gpu.py -k "not gemv") ;;
-        b) shard=(tests -k "gemv or not test_gpu" --ignore=tests/test_linear.py
-                  --ignore=tests/test_linear_fp8.py) ;;
-        d) shard=(tests/test_linear.py tests/test_linear_fp8.py) ;;
-        *) shard=() ;;
-      esac
-      tier() {  # $1...: what runs pytest (taskset -c 0-15 python3, or python3); $TESTS_FLAGS
-                # (-q; -v names each test as it ends, so a run cut short still names its failures)
-        [ "${TESTS_SHARD:-all}" = c ] ||
+            # cores (taskset: each process sizes its thread pools by the cores it may use); or,
+            # where $TESTS_SHARD names one shard per GPU ("a b d c"), each GPU its own: the whole
+            # tier at once
+      shard_tests() {  # $1: a shard: the pytest arguments that select its tests, into `shard`
+        case "$1" in
+          a) shard=(tests/test_gpu.py -k "not gemv") ;;
+          b) shard=(tests -k "gemv or not test_gpu" --ignore=tests/test_linear.py
+                    --ignore=tests/test_linear_fp8.py) ;;
+          d) shard=(tests/test_linear.py tests/test_linear_fp8.py) ;;
+          *) shard=() ;;
+        esac
+      }
+      tier() {  # $1: the shard (all: every test); $2...: what runs pytest (taskset -c 0-15
+                # python3, or python3); $TESTS_FLAGS (-q; -v names each test as it ends, so a run
+                # cut short still names its failures)
+        local which=$1 shard
+        shift
+        shard_tests "$which"
+        [ "$which" = c ] ||
           "$@" -m pytest -m "gpu and not alone" ${TESTS_FLAGS:--q} -p no:cacheprovider -n 8 \
             --durations=25 "${shard[@]}"  # the slowest tests named: what the tier's time goes to
-        case "${TESTS_SHARD:-all}" in
+        case "$which" in
           a|b|d) ;;
           *) "$@" -m pytest -m "gpu and alone" ${TESTS_FLAGS:--q} -p no:cacheprovider ;;
         esac
       }
-      log="$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}"
+      shards=(${TESTS_SHARD:-all})
       if [ -z "${TESTS_GPUS:-}" ]; then
-        tier python3 2>&1 | tee "$log.log"
+        tier "${shards[0]}" python3 2>&1 | tee "$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}.log"
       else
         out_dir=$(cd "$out" && pwd) gpus=($TESTS_GPUS)
         share=$(( $(nproc) / ${#gpus[@]} ))
         for i in "${!gpus[@]}"; do
-          gpu=${gpus[$i]} copy=/tmp/tier-gpu${gpus[$i]}
+          gpu=${gpus[$i]} copy=/tmp/tier-gpu${gpus[$i]} which=${shards[$i]:-${shards[0]}}
           rm -rf "$copy" && mkdir -p "$copy/home" "$copy/tmp" && cp -r . "$copy/tree" && rm -rf "$copy/tree/$out"
           ( cd "$copy/tree" && export CUDA_VISIBLE_DEVICES=$gpu HOME=$copy/home TMPDIR=$copy/tmp \
               PYTHONPATH=/tmp/gpu-site:$copy/tree &&
-            tier taskset -c $((i * share))-$((i * share + share - 1)) python3 \
-              > "$out_dir/${log##*/}-gpu$gpu.log" 2>&1 ) &
+            tier "$which" taskset -c $((i * share))-$((i * share + share - 1)) python3 \
+              > "$out_dir/pytest-gpu-$which-gpu$gpu.log" 2>&1 ) &
         done
         wait
-        tail -n 3 "$log"-gpu*.log
+        tail -n 3 "$out_dir"/pytest-gpu-*-gpu*.log
       fi ;;
     nvfp4)
       python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gpu.py -k nvfp4 2>&1 \
