@@ -276,9 +276,11 @@ def test_every_heuristic_choice_applies(rung, wl, target):
     entry.apply(wl, target)
 
 
+_DRAWN = random.Random(49)
 SWAPPED = [Workload("gemm", (m, n, k), dtype, out, "nt")
            for m, n, k in ((1, 4096, 4096), (7, 5120, 520), (300, 28672, 5120), (700, 1001, 4095),
                            (2500, 896, 896))
+           + tuple(tuple(_DRAWN.randint(1, 20000) for _ in range(3)) for _ in range(10))
            for dtype, out in (("bfloat16", "bfloat16"), (FP8, "float32"))]
 
 
@@ -291,6 +293,20 @@ def test_v8_asked_to_swap_picks_knobs_it_takes_and_stores_c_from_registers(wl, t
     knobs = v8.defaults_for(wl, {"swap_ab": True})
     assert knobs["swap_ab"] and not knobs["tma_store"]
     v8.apply(wl, target, swap_ab=True)
+
+
+@pytest.mark.parametrize("shape, tile", [
+    ((300, 5120, 5120), (128, 104)), ((300, 28672, 5120), (256, 152)),
+    ((700, 5120, 5120), (128, 240)), ((700, 16384, 2048), (256, 176)),
+    ((7, 5120, 5120), (128, 8)), ((48, 5120, 5120), (128, 48))])
+def test_v8_swapped_cuts_its_tiles_columns_to_m(shape, tile):
+    """swap_ab's tiles: the tokens cut into columns of M's share in steps of 8, the count of
+    columns and the tiles' rows as `cut_tiles` costs them. On each of these shapes the rule
+    picks the tile that was fastest of those the first H200 run tried
+    (notebook/logs/h200x4-v8-swap-ab-first-2026-11-27.log), which the rule was read off."""
+    v8, wl = schedules.get("gemm", "v8"), Workload("gemm", shape, "bfloat16", "bfloat16", "nt")
+    knobs = v8.defaults_for(wl, {"swap_ab": True})
+    assert (knobs["block_m"], knobs["block_n"]) == tile
 
 
 def test_a_rung_named_alone_runs_and_records_its_heuristic_knobs(target):

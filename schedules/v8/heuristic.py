@@ -20,6 +20,12 @@ TALL_M = 256  # v8's rows of a tile where they cost no more than 128-row ones (`
 TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it loads
 FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
 DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
+SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row ones lost there)
+SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
+SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
+# TILE_TIMES_US's times per K block of 128- and 256-row tiles fit 0.18 us + 1.24e-5 us per
+# element of the tile (least squares): a tile's fixed cost is worth about this many elements
+TILE_FIXED_ELEMENTS = 14_600
 CLUSTER_WAVES = 8  # v8: 128x256 tiles in clusters of 2 where they take this many waves or more
 CLUSTER_PADDING = 1.125  # ... and their rows of tiles, padded to whole pairs, this many times more
 TMA_STORE_STAGES = {2: 3, 1: 4}  # tma_store: where its boxes leave room for so many stages,
@@ -185,11 +191,52 @@ def takes_tma_store(wl: Workload, sms: int, tile: tuple[int, int], space: dict,
             >= TMA_STORE_STAGES[DTYPE_BYTES[wl.dtype]]) or False not in space["tma_store"]
 
 
+def promotion(wl: Workload, knobs: dict, space: dict) -> int | None:
+    """promote_k: the user's or a search's where the space holds one value; else, on fp8,
+    PROMOTE_K (the precision of torch._scaled_mm's default); else None."""
+    if len(space["promote_k"]) == 1:
+        return knobs["promote_k"]
+    return PROMOTE_K if wl.dtype == FP8 and PROMOTE_K in space["promote_k"] else None
+
+
+def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[int, int] | None:
+    """swap_ab's tile of the product C^T = B A^T (its N the workload's M, the tokens): of the
+    space's SWAP_ROWS (or the user's block_m) and, for the fewest columns of tiles of at most
+    SWAP_WIDEST and up to two more (of at least SWAP_NARROWEST), M's share rounded up to 8
+    (cuBLAS's nvjet tiles, in or out of the space, which a search draws from), the tile v8
+    takes (with promote_k's float32 sums beside its accumulators) whose rounds of tiles on the
+    SMs cost least, each its area plus TILE_FIXED_ELEMENTS; then the largest (None where v8
+    takes none)."""
+    tokens, rows = product.dims["N"], product.dims["M"]
+    heights = space["block_m"] if len(space["block_m"]) == 1 else \
+        [m for m in SWAP_ROWS if m in space["block_m"]]
+    fewest = -(-tokens // SWAP_WIDEST)
+    cuts = {columns: -(-tokens // (columns * 8)) * 8 for columns in range(fewest, fewest + 3)}
+    widths = {n for columns, n in cuts.items() if columns == fewest or n >= SWAP_NARROWEST}
+    sets = promoted_sets(None) if promotion(product, knobs, space) else 1
+    tiles = [(m, n) for m in heights for n in sorted(widths)
+             if tile_takes(product, knobs, m, n)
+             and sets * consumer_accumulators(m, n) <= MOST_ACCUMULATORS]
+
+    def cost(tile):
+        m, n = tile
+        rounds = -(-tile_count(product, m, n) // sms)
+        return rounds * (m * n + TILE_FIXED_ELEMENTS), -m * n
+
+    return min(tiles, key=cost, default=None)
+
+
 def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """swap_ab, where the user or a search asks for it: the knobs tma_tiles picks for the
-    product the kernel computes (C^T = B A^T: `kernel_workload`), C stored from registers."""
+    product the kernel computes (C^T = B A^T: `kernel_workload`), on the tile `cut_tiles`
+    cuts to M where the user names no width, C stored from registers."""
+    product = kernel_workload(wl, True)
     narrowed = {**space, "swap_ab": [False], "tma_store": [False]}
-    return {**tma_tiles(kernel_workload(wl, True), sms, knobs, narrowed), "swap_ab": True}
+    tile = cut_tiles(product, sms, knobs, space) if len(space["block_n"]) > 1 else None
+    if tile:
+        narrowed.update(block_m=[tile[0]], block_n=[tile[1]])
+        knobs = {**knobs, "block_m": tile[0], "block_n": tile[1]}
+    return {**tma_tiles(product, sms, knobs, narrowed), "swap_ab": True}
 
 
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
@@ -207,7 +254,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       split plan where it splits every tile) of least estimated time (`timed_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own); swap_ab likewise,
-      then these rules on the product the kernel computes (`swapped_tiles`);
+      then these rules on the product the kernel computes, on tiles cut to M (`swapped_tiles`);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
       torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
@@ -216,8 +263,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       the widths whose sets of accumulators fit a thread (`promoted_widths`; no clusters or
       tall tiles then).
     Where the user asks for a cluster or pingpong, K is not split (they take whole tiles). Each
-    knob only where the space holds the value. Nothing for a workload v8 refuses whatever its
-    knobs (`workload_refusal`): its refusal says why."""
+    knob only where the space holds the value, but swap_ab's widths cut to M. Nothing for a
+    workload v8 refuses whatever its knobs (`workload_refusal`): its refusal says why."""
     if workload_refusal(wl):
         return {}
     if False not in space["swap_ab"]:
@@ -226,8 +273,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong \
             or long_runs_asked(space):  # whole tiles
         space = {**space, "split_k": [1], "split_tail": [False]}
-    promote_k = knobs["promote_k"] if len(space["promote_k"]) == 1 else \
-        PROMOTE_K if wl.dtype == FP8 and PROMOTE_K in space["promote_k"] else None
+    promote_k = promotion(wl, knobs, space)
     # Step 1. Decode batches: one wgmma's rows.
     decode = wl.dims["M"] <= WGMMA_M or (wl.dims["M"] <= 2 * WGMMA_M
                                          and tile_count(wl, 2 * WGMMA_M, 128) < sms)

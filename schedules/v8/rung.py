@@ -10,6 +10,7 @@ from .. import heuristics
 from ..common import require_sm
 from ..registry import schedule
 from ..workloads import FP8, Workload
+from .geometry import BLOCK_N_STEP
 from .heuristic import tma_tiles
 from .kernel import warp_specialized_gemm
 from .knobs import Knobs
@@ -24,6 +25,7 @@ def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
 
 
 PROMOTE_K = [None, 128, 256]  # K elements between promotions of fp8's sums (None: no promotion)
+BLOCK_N = [64, 128, 144, 160, 176, 192, 256]  # block_n: nt takes each, nn those of whole boxes
 
 
 def v8_narrowed(wl: Workload) -> dict:
@@ -32,11 +34,15 @@ def v8_narrowed(wl: Workload) -> dict:
     (_scaled_mm's default): fast accumulation (promote_k none, as _scaled_mm's use_fast_accum)
     is another precision, which a search must not trade for speed unasked; it runs by name,
     `v8:promote_k=none`. swap_ab only in nt without block scales (the others refused:
-    swap_refusal)."""
-    swap = {} if wl.layout == "nt" and not wl.block_scaled else {"swap_ab": [False]}
+    swap_refusal); in nn, block_n in whole 64-column boxes of B (BLOCK_N_STEP)."""
+    by_layout = {}
+    if wl.layout != "nt" or wl.block_scaled:
+        by_layout["swap_ab"] = [False]
+    if wl.layout == "nn":
+        by_layout["block_n"] = [n for n in BLOCK_N if n % BLOCK_N_STEP["nn"][0] == 0]
     if wl.dtype == FP8:
-        return {"promote_k": [k for k in PROMOTE_K if k is not None], **swap}
-    return {"promote_k": [None], "promote_overlap": [None], **swap}
+        return {"promote_k": [k for k in PROMOTE_K if k is not None], **by_layout}
+    return {"promote_k": [None], "promote_overlap": [None], **by_layout}
 
 
 def v8_kernel(wl: Workload, **knobs):
@@ -55,8 +61,7 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
                                             most_m=wl.dims["M"], open_ended=open_ended))
 
 
-@schedule("gemm", "v8", space={"block_m": [64, 128, 256],
-                               "block_n": [64, 128, 144, 160, 176, 192, 256],
+@schedule("gemm", "v8", space={"block_m": [64, 128, 256], "block_n": BLOCK_N,
                                "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
