@@ -487,12 +487,12 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
     (gemm((256, 256, 256)), {"pingpong": True, "block_n": 128, "split_k": 2},
      "v8's pingpong consumers take turns at whole tiles: not with split_k=2"),
     (gemm((256, 256, 256)), {"swap_ab": True, "tma_store": False},
-     "v8's swap_ab multiplies C^T = B A^T, B's rows on the tile's rows: it takes layout nt (not "
-     "nn)"),
+     "v8's swap_ab multiplies C^T = B A^T, B's rows on the tile's rows, and stores C transposed "
+     "from registers: it needs layout nt, not nn"),
     (gemm((256, 256, 256), layout="nt"), {"swap_ab": True, "tma_store": True},
-     "tma_store=False, not True"),
+     "it needs tma_store=False, not True"),
     (Workload("gemm", (256, 256, 256), FP8, "bfloat16", "nt", "block"),
-     {"swap_ab": True, "tma_store": False, "promote_k": 128}, "no block scales (scales block)"),
+     {"swap_ab": True, "tma_store": False, "promote_k": 128}, "it needs scales per tensor or per row, not block"),
     (gemm((300, 256, 256), layout="nt"), {"swap_ab": True, "tma_store": False, "block_n": 12},
      "a multiple of 8 columns (wgmma's n8, C stored transposed one element at a time), at most "
      "256: block_n=12"),

@@ -271,7 +271,7 @@ def test_a_space_narrowed_for_a_workload_leaves_out_refused_values_and_other_pre
     assert len(narrowed) * 42 == len(autotvm.Space(v8.space))
     why = {"promote_k": "promote_k must be none",
            "promote_overlap": "promote_overlap must be none",
-           "swap_ab": "it takes layout nt (not nn)",
+           "swap_ab": "it needs layout nt, not nn",
            "block_n": "a multiple of 64 columns (B in 64-column boxes)"}
     rng, checked = random.Random(0), 0
     while checked < 20:  # settings v8 takes, each with a dropped value in place of one knob's

@@ -39,12 +39,13 @@ def kernel_workload(wl: Workload, swap_ab: bool) -> Workload:
 def swap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """swap_ab: nt only (both operands K-major, so each can be wgmma's A), C stored from
     registers (its tiles go out transposed: no tma_store), scales per tensor or per row."""
-    if not knobs.swap_ab or (wl.layout == "nt" and not knobs.tma_store
-                             and not wl.block_scaled):
+    if not knobs.swap_ab:
         return None
-    return (f"v8's swap_ab multiplies C^T = B A^T, B's rows on the tile's rows: it takes layout "
-            f"nt (not {wl.layout}), stores C transposed from registers (tma_store=False, not "
-            f"{knobs.tma_store}) and no block scales (scales {wl.scales})")
+    needs = ([f"layout nt, not {wl.layout}"] * (wl.layout != "nt")
+             + ["tma_store=False, not True"] * knobs.tma_store
+             + [f"scales per tensor or per row, not {wl.scales}"] * wl.block_scaled)
+    return (f"v8's swap_ab multiplies C^T = B A^T, B's rows on the tile's rows, and stores C "
+            f"transposed from registers: it needs {'; '.join(needs)}") if needs else None
 
 
 def c_rows_take_tma(wl: Workload) -> bool:
