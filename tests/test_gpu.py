@@ -288,6 +288,14 @@ def test_v7_is_correct(wl, knobs, target):
      {"swap_ab": True, "tma_store": False, "block_m": 64, "block_n": 48}),
     (Workload("gemm", (300, 2000, 1000), FP8, "bfloat16", "nt", "row"),
      {"swap_ab": True, "tma_store": False, "block_n": 152, "split_k": 2}),
+    # ... the heuristic's swapped tiles (256x152 here), pingpong, clusters along N, split_tail
+    (Workload("gemm", (300, 28672, 1024), "bfloat16", "bfloat16", "nt"), {"swap_ab": True}),
+    (Workload("gemm", (700, 2000, 1000), "float16", "float16", "nt"),
+     {"swap_ab": True, "tma_store": False, "block_n": 176, "pingpong": True}),
+    (Workload("gemm", (300, 1000, 1000), "bfloat16", "float32", "nt"),
+     {"swap_ab": True, "tma_store": False, "block_n": 152, "split_k": 1, "cluster_n": 2}),
+    (Workload("gemm", (300, 9000, 2048), "bfloat16", "bfloat16", "nt"),
+     {"swap_ab": True, "tma_store": False, "block_n": 152, "split_k": 2, "split_tail": True}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers

@@ -309,6 +309,24 @@ def test_v8_swapped_cuts_its_tiles_columns_to_m(shape, tile):
     assert (knobs["block_m"], knobs["block_n"]) == tile
 
 
+@pytest.mark.parametrize("wl, knobs", [
+    (Workload("gemm", (64, 28672, 4096), FP8, "bfloat16", "nt"), {}),
+    (Workload("gemm", (300, 13020, 4096), FP8, "bfloat16", "nt", "row"), {"promote_overlap": 8}),
+    (Workload("gemm", (700, 5120, 4095), "bfloat16", "bfloat16", "nt"), {"pingpong": True}),
+    (Workload("gemm", (300, 28672, 5120), "bfloat16", "bfloat16", "nt"), {"pingpong": True}),
+    (Workload("gemm", (48, 9512, 4096), "bfloat16", "bfloat16", "nt"), {"split_tail": True}),
+], ids=lambda x: x.label() if isinstance(x, Workload) else str(x))
+def test_v8_swapped_with_other_knobs_asked_picks_tiles_it_takes(wl, knobs, target):
+    """swap_ab beside knobs that bound the tile: promoted fp8 sums (128-row tiles, as unswapped:
+    256 rows spill), promote_overlap's third set, pingpong's whole tiles, split_tail (a split
+    even where no rule splits); v8 takes what the heuristic picks."""
+    v8 = schedules.get("gemm", "v8")
+    asked = {"swap_ab": True, **knobs}
+    picked = v8.defaults_for(wl, asked)
+    assert picked["block_m"] == 128 or knobs.get("pingpong")
+    v8.apply(wl, target, **asked)
+
+
 def test_a_rung_named_alone_runs_and_records_its_heuristic_knobs(target):
     v5k, wl = schedules.get("gemm", "v5k"), gemm((512, 512, 2048))
     mod = v5k.apply(wl, target)

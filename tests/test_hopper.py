@@ -473,8 +473,8 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
                                             "K blocks, not split_k=5"),
     (gemm((8192, 8192, 8192)), {"split_k": 8}, "split_k=8 over 2048 tiles of 128x256 keeps "
                                                "2048 MB of partials; at most 256 MB"),
-    (gemm((256, 256, 256)), {"split_tail": True}, "split_tail splits the last wave's tiles into "
-                                                  "split_k slices: it needs split_k > 1"),
+    (gemm((256, 256, 256)), {"split_tail": True, "split_k": 1},
+     "split_tail splits the last wave's tiles into split_k slices: it needs split_k > 1"),
     (gemm((256, 256, 256)), {"cluster_n": 2, "split_k": 2}, "v8's clusters are 2 CTAs whose whole "
                                                              "tiles lie side by side along N"),
     (gemm((256, 256, 256)), {"cluster_n": 4}, "not cluster_m=1, cluster_n=4"),
@@ -499,6 +499,9 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
     (gemm((300, 256, 256), layout="nt"),
      {"swap_ab": True, "tma_store": False, "block_m": 64, "block_n": 8},
      "block_n=8 with block_m=64 does not split so"),
+    (gemm((300, 2048, 1024), layout="nt"),
+     {"swap_ab": True, "tma_store": False, "block_n": 152, "cluster_m": 2, "split_k": 1},
+     "sharing B in halves of whole 8-row swizzle atoms"),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else str(x)[:40])
 def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(reason)):
@@ -523,6 +526,20 @@ def test_v8_swap_ab_multiplies_b_rows_on_the_tiles_rows_and_stores_c_transposed(
     assert [kf.ints(c) for c in staged] == [(1001, 4095, 4096), (300, 4095, 4096)]
     assert kf.stores_to(kernel, "C") and not kf.calls(kernel, "v8_store_pair")
     (usage,) = build.nvcc_resources(compiled("v8", wl, **knobs)[1], "sm_90").values()
+    assert not usage.get("spill_stores") and not usage.get("stack_bytes")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("wl", [
+    Workload("gemm", (64, 28672, 4096), FP8, "bfloat16", "nt"),
+    Workload("gemm", (96, 28672, 4096), FP8, "bfloat16", "nt"),
+    Workload("gemm", (300, 13020, 4096), FP8, "bfloat16", "nt", "row"),
+    Workload("gemm", (300, 28672, 1024), "bfloat16", "bfloat16", "nt"),
+], ids=Workload.label)
+def test_v8_swapped_defaults_compile_without_spills(wl, compiled):
+    """swap_ab's tiles cut to M (80-104 columns, with fp8's promotions; 256 rows on 16-bit)
+    compile without spilling: fp8's runs of overlapped promotions spilled on such widths."""
+    (usage,) = build.nvcc_resources(compiled("v8", wl, swap_ab=True)[1], "sm_90").values()
     assert not usage.get("spill_stores") and not usage.get("stack_bytes")
 
 

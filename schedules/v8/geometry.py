@@ -17,6 +17,7 @@ from ..workloads import DTYPE_BYTES, FP8, Workload
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, FP8: 1}
 ROW_BYTES = 128  # one swizzled row: a box's inner extent, and the K of a stage
 ATOM = 1024  # bytes of one swizzle atom: 8 rows of 128 bytes
+ATOM_ROWS = ATOM // ROW_BYTES  # ... its rows
 CONSUMERS = 2  # consumer warpgroups
 THREADS = (1 + CONSUMERS) * WARPGROUP * 32  # a producer warpgroup and the consumers
 CONSUMER_THREADS = CONSUMERS * WARPGROUP * 32

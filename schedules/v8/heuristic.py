@@ -201,19 +201,25 @@ def promotion(wl: Workload, knobs: dict, space: dict) -> int | None:
 
 def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[int, int] | None:
     """swap_ab's tile of the product C^T = B A^T (its N the workload's M, the tokens): of the
-    space's SWAP_ROWS (or the user's block_m) and, for the fewest columns of tiles of at most
-    SWAP_WIDEST and up to two more (of at least SWAP_NARROWEST), M's share rounded up to 8
-    (cuBLAS's nvjet tiles, in or out of the space, which a search draws from), the tile v8
-    takes (with promote_k's float32 sums beside its accumulators) whose rounds of tiles on the
-    SMs cost least, each its area plus TILE_FIXED_ELEMENTS; then the largest (None where v8
-    takes none)."""
+    space's SWAP_ROWS (or the user's block_m; 128 rows with promote_k, as tma_tiles takes no tall
+    tiles then) and, for the fewest columns of tiles of at most SWAP_WIDEST and up to two more
+    (of at least SWAP_NARROWEST), M's share rounded up to 8 (cuBLAS's nvjet tiles, in or out of
+    the space, which a search draws from), the tile v8 takes (with promote_k's float32 sums, and
+    the user's promote_overlap's second set, beside its accumulators) whose rounds of tiles on
+    the SMs cost least, each its area plus TILE_FIXED_ELEMENTS; then the largest. None where
+    v8 takes none, or where the user asks for pingpong (its consumers take whole tiles:
+    tma_tiles' own rule)."""
+    if False not in space["pingpong"]:
+        return None
     tokens, rows = product.dims["N"], product.dims["M"]
+    promoted = promotion(product, knobs, space)
     heights = space["block_m"] if len(space["block_m"]) == 1 else \
-        [m for m in SWAP_ROWS if m in space["block_m"]]
+        [m for m in SWAP_ROWS if m in space["block_m"] and not (promoted and m == TALL_M)]
     fewest = -(-tokens // SWAP_WIDEST)
     cuts = {columns: -(-tokens // (columns * 8)) * 8 for columns in range(fewest, fewest + 3)}
     widths = {n for columns, n in cuts.items() if columns == fewest or n >= SWAP_NARROWEST}
-    sets = promoted_sets(None) if promotion(product, knobs, space) else 1
+    overlap = knobs["promote_overlap"] if len(space["promote_overlap"]) == 1 else None
+    sets = promoted_sets(overlap) if promoted else 1
     tiles = [(m, n) for m in heights for n in sorted(widths)
              if tile_takes(product, knobs, m, n)
              and sets * consumer_accumulators(m, n) <= MOST_ACCUMULATORS]
@@ -229,9 +235,12 @@ def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[in
 def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """swap_ab, where the user or a search asks for it: the knobs tma_tiles picks for the
     product the kernel computes (C^T = B A^T: `kernel_workload`), on the tile `cut_tiles`
-    cuts to M where the user names no width, C stored from registers."""
+    cuts to M where the user names no width, C stored from registers; fp8's promotions not
+    overlapped unless asked for (ptxas spills some cut widths' runs)."""
     product = kernel_workload(wl, True)
     narrowed = {**space, "swap_ab": [False], "tma_store": [False]}
+    if len(space["promote_overlap"]) > 1:  # runs of 8 on 72-104 columns spill in ptxas
+        narrowed["promote_overlap"] = [None]
     tile = cut_tiles(product, sms, knobs, space) if len(space["block_n"]) > 1 else None
     if tile:
         narrowed.update(block_m=[tile[0]], block_n=[tile[1]])
@@ -253,8 +262,9 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and the
       split plan where it splits every tile) of least estimated time (`timed_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
-      one consumer holds (no split K, clusters or tall tiles of its own); swap_ab likewise,
-      then these rules on the product the kernel computes, on tiles cut to M (`swapped_tiles`);
+      one consumer holds (no split K, clusters or tall tiles of its own); swap_ab only where
+      asked for too, then these rules on the product the kernel computes, on tiles cut to M
+      (`swapped_tiles`);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
       torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
@@ -262,7 +272,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       MOST_OVERLAP blocks (`promoted_overlap`; MOST_SPLIT_OVERLAP where K is split); among
       the widths whose sets of accumulators fit a thread (`promoted_widths`; no clusters or
       tall tiles then).
-    Where the user asks for a cluster or pingpong, K is not split (they take whole tiles). Each
+    Where the user asks for a cluster or pingpong, K is not split (they take whole tiles); where
+    they ask for split_tail, it is, in the least of the space's splits if no rule splits. Each
     knob only where the space holds the value, but swap_ab's widths cut to M. Nothing for a
     workload v8 refuses whatever its knobs (`workload_refusal`): its refusal says why."""
     if workload_refusal(wl):
@@ -307,6 +318,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         (block_m, block_n, split_k), split_tail = timed, False
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
+    if split_k == 1 and False not in space["split_tail"]:  # split_tail asked for: a split
+        split_k = min((s for s in space["split_k"] if s > 1), default=1)
     split_k = split_k if split_k in space["split_k"] else knobs["split_k"]
     return {"block_m": block_m, "block_n": block_n,
             "stages": max(fitting_stages(block_m, block_n, space, tma_store),

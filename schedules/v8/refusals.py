@@ -11,7 +11,7 @@ from .. import heuristics
 from ..errors import ScheduleNotApplicable
 from ..tensorcore import HOPPER_SHARED_BYTES
 from ..workloads import DTYPE_BYTES, FP8, FP8_BLOCK, Workload
-from .geometry import (BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_OVERLAP,
+from .geometry import (ATOM_ROWS, BLOCK_N_STEP, ELEMENT_BYTES, MOST_ACCUMULATORS, MOST_OVERLAP,
                        MOST_PARTIAL_BYTES, MOST_SPLIT_OVERLAP, ROW_BYTES, TMA_STRIDE_BYTES,
                        any_m_partial_bytes, arena_bytes, consumer_accumulators, consumer_tile,
                        column_steps, k_block_count, k_block_elements, partial_bytes, split_tiles,
@@ -191,13 +191,15 @@ def _split_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return (f"v8 splits K={K} into 1 to {k_blocks} slices of whole {ROW_BYTES}-byte K "
                 f"blocks, not split_k={split_k}")
     cluster_m, cluster_n = knobs.cluster_m, knobs.cluster_n
+    halves = knobs.block_n // 64 % cluster_m if wl.layout == "nn" else \
+        knobs.block_n // cluster_m % ATOM_ROWS
     if {cluster_m, cluster_n} - {1, 2} or cluster_m * cluster_n > 2 or \
-            (cluster_m * cluster_n > 1 and split_k > 1) or \
-            (cluster_m > 1 and wl.layout == "nn" and knobs.block_n // 64 % cluster_m):
+            (cluster_m * cluster_n > 1 and split_k > 1) or (cluster_m > 1 and halves):
         return (f"v8's clusters are 2 CTAs whose whole tiles lie side by side along N "
-                f"(cluster_n, sharing A) or M (cluster_m, sharing B in halves; nn: 64-column "
-                f"boxes), or 1 CTA: not cluster_m={cluster_m}, cluster_n={cluster_n} with "
-                f"split_k={split_k}, block_n={knobs.block_n}")
+                f"(cluster_n, sharing A) or M (cluster_m, sharing B in halves of whole "
+                f"{ATOM_ROWS}-row swizzle atoms; nn: 64-column boxes), or 1 CTA: not "
+                f"cluster_m={cluster_m}, cluster_n={cluster_n} with split_k={split_k}, "
+                f"block_n={knobs.block_n}")
     if knobs.pingpong and split_k > 1:
         return f"v8's pingpong consumers take turns at whole tiles: not with split_k={split_k}"
     if knobs.split_tail and split_k == 1:
@@ -273,9 +275,12 @@ CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promot
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:
     """Raise ScheduleNotApplicable with the first reason why v8 cannot take wl with `knobs`:
     `workload_refusal`'s, `swap_refusal`'s, then each of `checks` in turn on the product the
-    kernel computes (`kernel_workload`)."""
+    kernel computes (`kernel_workload`), which the reason then names where it is swapped."""
     product = kernel_workload(wl, knobs.swap_ab)
-    reason = workload_refusal(wl) or swap_refusal(wl, knobs) or next(
-        filter(None, (check(product, knobs) for check in checks)), None)
+    reason = workload_refusal(wl) or swap_refusal(wl, knobs)
+    if not reason:
+        reason = next(filter(None, (check(product, knobs) for check in checks)), None)
+        if reason and knobs.swap_ab:
+            reason += f" (swap_ab: of C^T = B A^T, {'x'.join(map(str, product.shape))})"
     if reason:
         raise ScheduleNotApplicable(reason)
