@@ -248,6 +248,14 @@ def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     return {**tma_tiles(product, sms, knobs, narrowed), "swap_ab": True}
 
 
+def kept_split(split_k: int, knobs: dict, space: dict) -> int:
+    """The rules' split of K where the space holds it, else the user's; where the user asks for
+    split_tail and no rule splits, the least of the space's splits (split_tail needs one)."""
+    if split_k == 1 and False not in space["split_tail"]:
+        split_k = min((s for s in space["split_k"] if s > 1), default=1)
+    return split_k if split_k in space["split_k"] else knobs["split_k"]
+
+
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """v8's knobs for wl:
     - block_m 64 for decode batches (M <= 64, or M <= 128 where 128x128 tiles cannot give
@@ -318,9 +326,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         (block_m, block_n, split_k), split_tail = timed, False
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
-    if split_k == 1 and False not in space["split_tail"]:  # split_tail asked for: a split
-        split_k = min((s for s in space["split_k"] if s > 1), default=1)
-    split_k = split_k if split_k in space["split_k"] else knobs["split_k"]
+    split_k = kept_split(split_k, knobs, space)
     return {"block_m": block_m, "block_n": block_n,
             "stages": max(fitting_stages(block_m, block_n, space, tma_store),
                           default=knobs["stages"]),
