@@ -26,6 +26,7 @@ import tvm
 import cli
 import linear
 import linear_farm_stand_in as stand_in
+from farm_stop import stop_farm
 from line_reader import Lines
 from linear import farm as linear_farm
 from linear.buckets import buckets_from_edges
@@ -73,17 +74,7 @@ def started_farm(log, argv: list[str], servers: int, env: dict | None = None):
         assert f"{servers} under key 'farm'" in ready, (ready, log.read_text()[-2000:])
         yield f"127.0.0.1:{port}", proc
     finally:
-        _stop(proc)
-
-
-def _stop(proc) -> None:
-    """A farm stopped as Ctrl-C stops it (its servers too), then its process group killed."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+        stop_farm(proc, log)
 
 
 def stand_in_farm(log, servers: int = 2, **env):
@@ -479,7 +470,7 @@ def test_the_pairs_left_when_the_farm_goes_are_tuned_here(tmp_path):
     with stand_in_farm(log, servers=1) as (address, proc), ThreadPoolExecutor(1) as head:
         found = head.submit(tune, address, Cache(str(tmp_path / "cache")), said)
         _wait_for(lambda: any(" tuned on " in line for line in said), "pair landed")
-        _stop(proc)
+        stop_farm(proc)
         kernels = found.result(timeout=HEAD_S)
     sources = _sources(kernels)
     assert sorted(set(sources)) == ["cache", "measured"], (sources, said)

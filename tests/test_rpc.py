@@ -20,6 +20,7 @@ import time
 
 import pytest
 import tvm
+from farm_stop import stop_farm
 
 from schedules.errors import FarmGone, UsageError
 from schedules.workloads import Workload
@@ -249,8 +250,7 @@ def started_farm(log, *servers):
         assert "2 under key 'farm'" in ready, ready
         yield f"127.0.0.1:{port}", proc
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_farm(proc, log)
 
 
 @pytest.fixture
@@ -455,7 +455,7 @@ def test_a_search_on_the_farm_uses_every_server_and_stops_in_one_line_when_it_go
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _line_within(search, "  trials 64 new", CLI_LIMIT_S)  # a batch of 32 per server
-        os.killpg(proc.pid, signal.SIGKILL)  # tracker and servers, mid-batch
+        os.killpg(proc.pid, signal.SIGKILL)  # the farm and its tracker, mid-batch
         out, err = search.communicate(timeout=CLI_LIMIT_S)
     finally:
         if search.poll() is None:
