@@ -492,7 +492,8 @@ def test_v8_pingpong_consumers_take_turns_at_whole_tiles(compiled, lowered):
     (gemm((256, 256, 256), layout="nt"), {"swap_ab": True, "tma_store": True},
      "it needs tma_store=False, not True"),
     (Workload("gemm", (256, 256, 256), FP8, "bfloat16", "nt", "block"),
-     {"swap_ab": True, "tma_store": False, "promote_k": 128}, "it needs scales per tensor or per row, not block"),
+     {"swap_ab": True, "tma_store": False, "promote_k": 128},
+     "it needs scales per tensor or per row, not block"),
     (gemm((300, 256, 256), layout="nt"), {"swap_ab": True, "tma_store": False, "block_n": 12},
      "a multiple of 8 columns (wgmma's n8, C stored transposed one element at a time), at most "
      "256: block_n=12"),
@@ -508,6 +509,7 @@ def test_v8_refuses_what_tma_and_its_tiles_cannot_take(wl, knobs, reason, target
         schedules.get("gemm", "v8").apply(wl, target, **knobs)
 
 
+@needs_nvcc
 def test_v8_swap_ab_multiplies_b_rows_on_the_tiles_rows_and_stores_c_transposed(
         target, compiled, lowered):
     """swap_ab: the parameters keep the workload's shapes, but B's rows (N) are the tile's rows
