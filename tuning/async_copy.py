@@ -91,7 +91,7 @@ def _copies_whole_vectors(realize, loops: list) -> bool:
     if lanes == 1 or lanes * tvm.DataType(load.source.dtype).bits // 8 not in CP_ASYNC_BYTES \
             or any(int(loop.extent) < 1 for loop in others):
         return True  # one element, a size cp.async does not take, or a copy that never runs
-    offset = _flat_offset(load.source, load.indices)
+    (offset,) = load.source.offset_of(list(load.indices))  # by strides, from elem_offset
     bindings = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
     proved = _linear_in_lane(offset, lane, others, bindings)
     if proved is not None:
@@ -121,18 +121,6 @@ def _copied(store):
     if isinstance(value, tvm.ir.TensorLoad) and value.source.scope() == "global":
         return value
     return None
-
-
-def _flat_offset(buffer, indices):
-    """The element offset of buffer[indices] from its data pointer: its elem_offset, then by
-    its strides where it has them, else row-major over its shape."""
-    if buffer.strides:
-        return buffer.elem_offset + sum((index * stride for index, stride
-                                         in zip(indices, buffer.strides)), 0)
-    offset = 0
-    for index, extent in zip(indices, buffer.shape):
-        offset = offset * extent + index
-    return buffer.elem_offset + offset
 
 
 def _linear_in_lane(offset, lane, others: list, bindings: dict) -> bool | None:
