@@ -4,7 +4,8 @@
 #   bash scripts/gpu-session.sh tests        # pytest -m gpu: 8 at once, then those marked alone
 #                                            # ($TESTS_SHARD=a, b, d, then c: the tier in four commands;
 #                                            # $TESTS_GPUS="0 1": a run on each of those GPUs at once;
-#                                            # TESTS_SHARD="a b d c" TESTS_GPUS="0 1 2 3": a shard each)
+#                                            # TESTS_SHARD="a b d c" TESTS_GPUS="0 1 2 3": a shard each;
+#                                            # TESTS_PASSES=5 with $TESTS_GPUS: five whole passes)
 #   bash scripts/gpu-session.sh gemm-seed    # the seed GEMM ladder + baselines
 #   bash scripts/gpu-session.sh gemv         # the GEMV presets, ladder + baselines
 #   bash scripts/gpu-session.sh gemm-ladder  # naive..v6 on the seed shape, 4096^3 and the nt-bf16 case
@@ -116,19 +117,39 @@ for part in "$@"; do
           *) "$@" -m pytest -m "gpu and alone" ${TESTS_FLAGS:--q} -p no:cacheprovider ;;
         esac
       }
+      on_gpu() {  # $1: the GPU's place in $TESTS_GPUS, $2: the shard, $3: the log's name: the
+                  # shard on that GPU and its share of the cores, in a copy of the tree of its own
+        local gpu=${gpus[$1]} copy=/tmp/tier-gpu${gpus[$1]}
+        rm -rf "$copy" && mkdir -p "$copy/home" "$copy/tmp" && cp -r . "$copy/tree" && rm -rf "$copy/tree/$out"
+        ( cd "$copy/tree" && export CUDA_VISIBLE_DEVICES=$gpu HOME=$copy/home TMPDIR=$copy/tmp \
+            PYTHONPATH=/tmp/gpu-site:$copy/tree &&
+          tier "$2" taskset -c $(($1 * share))-$(($1 * share + share - 1)) python3 \
+            > "$out_dir/$3" 2>&1 )
+      }
       shards=(${TESTS_SHARD:-all})
       if [ -z "${TESTS_GPUS:-}" ]; then
         tier "${shards[0]}" python3 2>&1 | tee "$out/pytest-gpu${TESTS_SHARD:+-$TESTS_SHARD}.log"
+      elif [ -n "${TESTS_PASSES:-}" ]; then  # that many whole passes, shards a d c b of each
+        # queued longest first, each GPU taking the next as it finishes one
+        out_dir=$(cd "$out" && pwd) gpus=($TESTS_GPUS) queue=$out/passes-queue
+        share=$(( $(nproc) / ${#gpus[@]} ))
+        for which in a d c b; do seq -f "$which %g" "$TESTS_PASSES"; done > "$queue"
+        for i in "${!gpus[@]}"; do
+          while job=$(flock "$queue.lock" sh -c 'head -n 1 "$0" && sed -i 1d "$0"' "$queue") && [ -n "$job" ]; do
+            set -- $job
+            on_gpu "$i" "$1" "pytest-gpu-$1-pass$2.log"
+            echo "$(date +%T) pass $2 shard $1 on GPU ${gpus[$i]}, HEAD $(git rev-parse --short HEAD):" \
+              "$(tail -n 1 "$out_dir/pytest-gpu-$1-pass$2.log")" >> "$out_dir/passes.log"
+          done &
+        done
+        wait
+        rm -f "$queue" "$queue.lock"
+        cat "$out_dir/passes.log"
       else
         out_dir=$(cd "$out" && pwd) gpus=($TESTS_GPUS)
         share=$(( $(nproc) / ${#gpus[@]} ))
         for i in "${!gpus[@]}"; do
-          gpu=${gpus[$i]} copy=/tmp/tier-gpu${gpus[$i]} which=${shards[$i]:-${shards[0]}}
-          rm -rf "$copy" && mkdir -p "$copy/home" "$copy/tmp" && cp -r . "$copy/tree" && rm -rf "$copy/tree/$out"
-          ( cd "$copy/tree" && export CUDA_VISIBLE_DEVICES=$gpu HOME=$copy/home TMPDIR=$copy/tmp \
-              PYTHONPATH=/tmp/gpu-site:$copy/tree &&
-            tier "$which" taskset -c $((i * share))-$((i * share + share - 1)) python3 \
-              > "$out_dir/pytest-gpu-$which-gpu$gpu.log" 2>&1 ) &
+          on_gpu "$i" "${shards[$i]:-${shards[0]}}" "pytest-gpu-${shards[$i]:-${shards[0]}}-gpu${gpus[$i]}.log" &
         done
         wait
         tail -n 3 "$out_dir"/pytest-gpu-*-gpu*.log
