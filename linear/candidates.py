@@ -216,42 +216,55 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
 
 
 def scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.bfloat16,
-                  use_fast_accum=False):
+                  use_fast_accum=False, out=None):
     """An fp8 layer as torch runs it: torch._scaled_mm on x (M x K) and the weight (N x K, taken
     as its transpose), x_scale (M x 1, or one element) and weight_scale (N x 1, or one element,
     taken as its transpose: _scaled_mm's 1 x N), by default at _scaled_mm's default precision
     (its sums promoted into float32, as v8's default for fp8 is); the bias added after
-    scaling."""
+    scaling; into `out` where given."""
     return torch._scaled_mm(x, weight.t(), x_scale, weight_scale.t(), bias=bias,
-                            out_dtype=out_dtype, use_fast_accum=use_fast_accum)
+                            out_dtype=out_dtype, use_fast_accum=use_fast_accum, out=out)
+
+
+def f_linear(x, weight, bias=None, out=None):
+    """A 16-bit layer as torch runs it: F.linear, or into `out` (x of two dimensions) with the
+    cuBLAS calls F.linear makes of it (addmm with a bias, else mm)."""
+    if out is None:
+        return F.linear(x, weight, bias)
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out)
+    return torch.addmm(bias, x, weight.t(), out=out)
 
 
 def launcher(candidate: Candidate, layer: LayerShape, function):
-    """run(x2d, weight, bias) -> y2d for the candidate, or for an fp8 layer
-    run(x2d, x_scale, weight, weight_scale, bias) (scales as `scaled_linear` takes them):
-    `function` is its built kernel's entry ("main"), None for torch's (F.linear or
-    scaled_linear, their bias fused). A GEMV takes the row and writes y as vectors; v8 takes x,
-    W (fp8: and their scales, flattened) and y whole; both then add the bias, where there is
-    one."""
+    """run(x2d, weight, bias, out=None) -> y2d for the candidate, or for an fp8 layer
+    run(x2d, x_scale, weight, weight_scale, bias, out=None) (scales as `scaled_linear` takes
+    them), into `out` where given, else into a tensor of its own: `function` is its built
+    kernel's entry ("main"), None for torch's (f_linear or scaled_linear, their bias fused). A
+    GEMV takes the row and writes y as vectors; v8 takes x, W (fp8: and their scales,
+    flattened) and y whole; both then add the bias, where there is one."""
     n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
         return functools.partial(scaled_linear, out_dtype=out_dtype,
-                                 use_fast_accum=layer.fast_accum) if layer.is_fp8 else F.linear
+                                 use_fast_accum=layer.fast_accum) if layer.is_fp8 else f_linear
     if candidate.rung == V8 and layer.is_fp8:
-        def run_v8_fp8(x, x_scale, weight, weight_scale, bias=None):
-            out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
+        def run_v8_fp8(x, x_scale, weight, weight_scale, bias=None, out=None):
+            if out is None:
+                out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
             function(x, weight, x_scale.view(-1), weight_scale.view(-1), out)
             return out if bias is None else out.add_(bias)
         return run_v8_fp8
     if candidate.rung == V8:
-        def run_v8(x, weight, bias=None):
-            out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
+        def run_v8(x, weight, bias=None, out=None):
+            if out is None:
+                out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
             function(x, weight, out)
             return out if bias is None else out.add_(bias)
         return run_v8
 
-    def run_gemv(x, weight, bias=None):
-        out = torch.empty((1, n), dtype=out_dtype, device=x.device)
+    def run_gemv(x, weight, bias=None, out=None):
+        if out is None:
+            out = torch.empty((1, n), dtype=out_dtype, device=x.device)
         function(weight, x.view(k), out.view(n))
         return out if bias is None else out.add_(bias)
     return run_gemv

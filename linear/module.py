@@ -30,7 +30,7 @@ import torch
 from schedules.errors import UsageError
 from tuning.loader import BadInput
 
-from . import farm
+from . import farm, inductor
 from .buckets import Bucket, buckets_from_edges
 from .cache import Cache, export_entries
 from .candidates import LAYER_DTYPES, TORCH, LayerShape, scaled_linear
@@ -53,8 +53,17 @@ def _linear_cuda(x, weight, bias, layer: int, check: bool = True):
 
 
 def _linear_fake(x, weight, bias, layer: int, check: bool = True):
-    """The output's shape and dtype for any M, for tracing (fake and meta tensors)."""
+    """The output's shape and dtype for any M, for tracing (fake and meta tensors); on the
+    first trace, the operator's lowering for inductor."""
+    inductor.register(torch.ops.tvm_explorer.linear.default, _linear_into,
+                      lambda layer, dtype: dtype)
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_into(x, weight, bias=None, *, layer: int, out):
+    """The compiled layer's call where inductor lowered the operator (inductor.py): M's kernel
+    into inductor's buffer `out`, x unchecked (as traced, held by the graph's guards)."""
+    _LAYERS[layer].call(x, weight, bias, False, out)
 
 
 def _linear_fp8_cuda(x, x_scale, weight, weight_scale, bias, layer: int, check: bool = True):
@@ -64,8 +73,17 @@ def _linear_fp8_cuda(x, x_scale, weight, weight_scale, bias, layer: int, check: 
 
 
 def _linear_fp8_fake(x, x_scale, weight, weight_scale, bias, layer: int, check: bool = True):
-    """The fp8 output's shape and dtype (the layer's out_dtype) for any M, for tracing."""
+    """The fp8 output's shape and dtype (the layer's out_dtype) for any M, for tracing; on the
+    first trace, the operator's lowering for inductor."""
+    inductor.register(torch.ops.tvm_explorer.linear_fp8.default, _linear_fp8_into,
+                      lambda layer, dtype: _LAYERS[layer].out_dtype)
     return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=_LAYERS[layer].out_dtype)
+
+
+def _linear_fp8_into(x, x_scale, weight, weight_scale, bias=None, *, layer: int, out):
+    """The compiled fp8 layer's call where inductor lowered the operator: M's kernel into
+    `out`, x and x_scale unchecked."""
+    _LAYERS[layer].call_fp8(x, x_scale, weight, weight_scale, bias, False, out)
 
 
 _library.impl("linear", _linear_cuda, "CUDA")
@@ -241,11 +259,12 @@ class Linear(torch.nn.Module):
         """x's scale for x seen as m rows (m x 1 where scales go by rows; one element as is)."""
         return x_scale.view(m, 1) if self.scales == "row" else x_scale
 
-    def call(self, x: torch.Tensor, weight: torch.Tensor, bias,
-             check: bool = True) -> torch.Tensor:
-        """The eager call: check x, pick M's bucket's kernel and run it (bias included). Kept to
-        few Python steps: this is the layer's whole cost on the CPU. The compiled operator
-        passes check=False where tracing found x good (`_needs_checks`)."""
+    def call(self, x: torch.Tensor, weight: torch.Tensor, bias, check: bool = True,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+        """The eager call: check x, pick M's bucket's kernel and run it (bias included), into
+        `out` where given (the compiled call's buffer). Kept to few Python steps: this is the
+        layer's whole cost on the CPU. The compiled operator passes check=False where tracing
+        found x good (`_needs_checks`)."""
         k = self.in_features
         if check:
             if x.requires_grad and torch.is_grad_enabled():
@@ -256,17 +275,19 @@ class Linear(torch.nn.Module):
         runs = self._runs or self._prepare_on_first_call()
         m = x.numel() // k
         if m == 0:
-            return x.new_empty((*x.shape[:-1], self.out_features))
+            return x.new_empty((*x.shape[:-1], self.out_features)) if out is None else out
         run = runs[self._bucket(m)]
+        if out is not None:
+            return run(x.view(m, k), weight, bias, out=out.view(m, self.out_features))
         if x.dim() == 2:
             return run(x, weight, bias)
         return run(x.view(m, k), weight, bias).view(*x.shape[:-1], self.out_features)
 
     def call_fp8(self, x: torch.Tensor, x_scale, weight: torch.Tensor, weight_scale: torch.Tensor,
-                 bias, check: bool = True) -> torch.Tensor:
+                 bias, check: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fp8 eager call: check x and x_scale, pick M's bucket's kernel and run it (scales
-        and bias included); as few Python steps as `call`, and as it, check=False from the
-        compiled operator where tracing found x and x_scale good."""
+        and bias included), into `out` where given; as few Python steps as `call`, and as it,
+        check=False from the compiled operator where tracing found x and x_scale good."""
         k = self.in_features
         if check:
             if torch.is_grad_enabled() and (x.requires_grad
@@ -280,8 +301,12 @@ class Linear(torch.nn.Module):
         runs = self._runs or self._prepare_on_first_call()
         m = x.numel() // k
         if m == 0:
-            return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.out_dtype)
+            return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.out_dtype) \
+                if out is None else out
         run = runs[self._bucket(m)]
+        if out is not None:
+            return run(x.view(m, k), self._rows_scale(x_scale, m), weight, weight_scale, bias,
+                       out=out.view(m, self.out_features))
         if x.dim() == 2:
             return run(x, x_scale, weight, weight_scale, bias)
         return run(x.view(m, k), self._rows_scale(x_scale, m), weight, weight_scale,

@@ -19,7 +19,12 @@ The subjects, all bias-free:
 - kernel: the bucket's run called directly (its output allocated, the TVM function called);
 - no-op op: an operator of the same schema defined as ours is (torch.library.Library), whose
   CUDA kernel returns a tensor allocated beforehand: the dispatcher-to-Python floor;
-- no-op custom_op: the same through torch.library.custom_op.
+- no-op custom_op: the same through torch.library.custom_op;
+- 8 F.linear, 8 Linear: eight such layers (each its own module, the same weight) called on x in
+  one forward, as a model's layers are compiled together: times per layer (the time of a call
+  over 8), where a compiled module's own cost per call (its guards, its frame) is shared.
+Compiled, our layer's operator is lowered to a call into inductor's buffer (linear/inductor.py)
+where this torch's inductor allows; the last line says so, or why not.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from facts import check_writable  # noqa: E402
 import linear  # noqa: E402
+from linear import inductor  # noqa: E402
 from linear.buckets import BucketTable, buckets_from_edges  # noqa: E402
 from linear.candidates import (  # noqa: E402
     LAYER_DTYPES, TORCH, Candidate, LayerShape, build_candidate, candidates, launcher)
@@ -47,6 +53,7 @@ from schedules.errors import KernelFailed, UsageError  # noqa: E402
 from tuning import loader, measure  # noqa: E402
 
 ALL_MODES = ("eager", "default", "reduce-overhead")
+STACKED = 8  # layers in the stacked subjects
 WARMUP = 50
 _LIBRARY = torch.library.Library("call_cost_probe", "DEF")
 
@@ -135,17 +142,48 @@ class Calls(torch.nn.Module):
         return self.op(x, self.weight, None, 0, False)
 
 
+class Stack(torch.nn.Module):
+    """Layers called on the same x in one forward, their outputs returned together."""
+
+    def __init__(self, layers: list):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return tuple(layer(x) for layer in self.layers)
+
+
+def stacked(stock: torch.nn.Linear, ours: linear.Linear) -> tuple[Stack, Stack]:
+    """STACKED copies of the stock layer and of ours (each its own module, sharing the weight;
+    ours sharing the kernels too)."""
+    copies = [linear.Linear.from_linear(stock, buckets=ours.buckets, max_tokens=ours.max_tokens)
+              for _ in range(STACKED)]
+    for copy in copies:
+        copy.kernels = ours.kernels
+    return Stack([copy_stock(stock) for _ in range(STACKED)]), Stack(copies)
+
+
+def copy_stock(stock: torch.nn.Linear) -> torch.nn.Linear:
+    """An nn.Linear of its own sharing `stock`'s weight."""
+    layer = torch.nn.Linear(stock.in_features, stock.out_features, bias=False, device="meta")
+    layer.weight = stock.weight
+    return layer
+
+
 def subjects(stock: torch.nn.Linear, ours: linear.Linear, m: int) -> dict:
-    """name -> (what is called on x, the modes it is timed in)."""
+    """name -> (what is called on x, the modes it is timed in, the layers it calls)."""
     out = torch.empty((m, stock.out_features), device="cuda", dtype=stock.weight.dtype)
     noop, noop_custom = noop_ops(out)
     run = ours.kernels.for_rows(m).run
-    return {"F.linear": (stock, ALL_MODES), "Linear": (ours, ALL_MODES),
+    stock_stack, our_stack = stacked(stock, ours)
+    return {"F.linear": (stock, ALL_MODES, 1), "Linear": (ours, ALL_MODES, 1),
             "operator": (lambda x: torch.ops.tvm_explorer.linear.default(
-                x, ours.weight, None, ours._key, False), ("eager",)),
-            "kernel": (lambda x: run(x, ours.weight, None), ("eager",)),
-            "no-op op": (Calls(noop, stock.weight), ALL_MODES[:2]),
-            "no-op custom_op": (Calls(noop_custom, stock.weight), ALL_MODES[:2])}
+                x, ours.weight, None, ours._key, False), ("eager",), 1),
+            "kernel": (lambda x: run(x, ours.weight, None), ("eager",), 1),
+            "no-op op": (Calls(noop, stock.weight), ALL_MODES[:2], 1),
+            "no-op custom_op": (Calls(noop_custom, stock.weight), ALL_MODES[:2], 1),
+            f"{STACKED} F.linear": (stock_stack, ALL_MODES, STACKED),
+            f"{STACKED} Linear": (our_stack, ALL_MODES, STACKED)}
 
 
 def loop_us(fn, x: torch.Tensor, calls: int) -> dict:
@@ -167,13 +205,16 @@ def loop_us(fn, x: torch.Tensor, calls: int) -> dict:
             "event_us": start.elapsed_time(end) * 1e3 / calls}
 
 
-def measured(name: str, fn, mode: str, x: torch.Tensor, calls: int, rounds: int) -> dict:
-    """One subject in one mode: each time's median over the rounds (all rounds kept), or the
-    error that stopped it, so that one subject that fails leaves the others their rows."""
+def measured(name: str, fn, mode: str, x: torch.Tensor, calls: int, rounds: int,
+             layers: int) -> dict:
+    """One subject in one mode, per layer of the `layers` it calls: each time's median over the
+    rounds (all rounds kept), or the error that stopped it, so that one subject that fails
+    leaves the others their rows."""
     row = {"subject": name, "mode": mode}
     try:
         run = fn if mode == "eager" else torch.compile(fn, mode=mode)
-        found = [loop_us(run, x, calls) for _ in range(rounds)]
+        found = [{key: us / layers for key, us in loop_us(run, x, calls).items()}
+                 for _ in range(rounds)]
     except Exception as e:  # noqa: BLE001  reported in its row
         said = next(iter(str(e).strip().splitlines()), "")  # an exception may say nothing
         return {**row, "error": type(e).__name__ + (f": {said[:200]}" if said else "")}
@@ -211,19 +252,25 @@ def run_all(layer: LayerShape, m: int, candidate: Candidate, calls: int, rounds:
                                f"against F.linear, over {allowed:g}; nothing timed")
         print(f"{m}x{layer.out_features}x{layer.in_features} {layer.dtype} on "
               f"{torch.cuda.get_device_name()}: ours {candidate.name} (relative error "
-              f"{error:.2e} against F.linear), {calls} calls a loop, median of {rounds} loops\n"
-              + HEADER, flush=True)
+              f"{error:.2e} against F.linear), {calls} calls a loop, median of {rounds} loops; "
+              f"times per layer\n" + HEADER, flush=True)
         called = subjects(stock, ours, m)
         rows = []
         for mode in ALL_MODES:
             torch._dynamo.reset()
-            for name, (fn, modes) in called.items():
+            for name, (fn, modes, layers) in called.items():
                 if mode in modes:
-                    rows.append(measured(name, fn, mode, x, calls, rounds))
+                    rows.append(measured(name, fn, mode, x, calls, rounds, layers))
                     print(line(rows[-1]), flush=True)
     return {"shape": f"{m}x{layer.out_features}x{layer.in_features}", "dtype": layer.dtype,
             "kernel": candidate.name, "error_vs_f_linear": error, "calls": calls,
-            "rounds": rounds, "rows": rows}
+            "rounds": rounds, "lowered": lowering_said(), "rows": rows}
+
+
+def lowering_said() -> str:
+    """Whether inductor lowered our operator to a call into its buffer (after a compile)."""
+    return "the operator lowered to a call into inductor's buffer" if not inductor.unavailable \
+        else f"the operator not lowered ({inductor.unavailable})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         found = run_all(layer, m, candidate, args.calls, args.rounds)
+        print(found["lowered"])
     except ExplorerError as e:  # bad input (2), or a kernel that did not build or is wrong (1)
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -423,7 +423,7 @@ def test_the_call_cost_script_says_in_one_line_what_stopped_a_run(capsys, monkey
     def silent(x):
         raise RuntimeError()
 
-    assert script.measured("kernel", silent, "eager", None, 1, 1) == {
+    assert script.measured("kernel", silent, "eager", None, 1, 1, 1) == {
         "subject": "kernel", "mode": "eager", "error": "RuntimeError"}
 
 
