@@ -38,6 +38,7 @@
 #   bash scripts/gpu-session.sh odd-shapes   # the GPU tier on the rungs and shapes of issue 21
 #   bash scripts/gpu-session.sh shapes       # the shape suites ($SUITES: all three) into shapes.jsonl,
 #                                            # every rung or $SHAPES_SCHEDULE's alone
+#   bash scripts/gpu-session.sh ab           # $AB_SCHEDULES against each other on $AB_SHAPES
 #   bash scripts/gpu-session.sh sweep        # $SWEEP_SCHEDULES (a rung's settings) over the shapes
 #                                            # of $SWEEP_SUITE (wide-bf16) at each M of
 #                                            # $SWEEP_TOKENS, beside cuBLAS (scripts/sweep_suite.py),
@@ -176,6 +177,13 @@ for part in "$@"; do
         record counters.jsonl --shape 4096x4096x4096 --dtype float16 v7 v8
         record counters-repeat.jsonl --preset gemm-seed naive v1 v2 v3
       } 2>&1 | tee "$out/counters.log" ;;
+    ab)  # scripts/ab_knobs.py on each of $AB_SHAPES in $AB_DTYPE (bfloat16) to $AB_OUT_DTYPE
+         # (the dtype's default), $AB_LAYOUT (nt): $AB_SCHEDULES against each other and cuBLAS
+      for shape in ${AB_SHAPES:?AB_SHAPES names the shapes}; do
+        python3 scripts/ab_knobs.py --shape "$shape" --dtype "${AB_DTYPE:-bfloat16}" \
+          ${AB_OUT_DTYPE:+--out-dtype "$AB_OUT_DTYPE"} --layout "${AB_LAYOUT:-nt}" --rounds 2 \
+          --results "$out/ab.jsonl" --schedules ${AB_SCHEDULES:?AB_SCHEDULES names the settings}
+      done 2>&1 | tee -a "$out/ab.log" ;;
     medium-m)
       for shape in ${MEDIUM_SHAPES:-333x8192x8192 256x7168x2048 777x16384x3072 200x14336x4096}; do
         python3 scripts/ab_knobs.py --shape "$shape" --dtype bfloat16 --layout nt --rounds 2 \
