@@ -18,7 +18,8 @@ torch.ops.tvm_explorer.linear (fp8: linear_fp8), with a fake implementation for 
 compiled graphs and CUDA graphs hold the kernel itself, x checked once, at tracing, wherever it
 is one the layer takes (the graph's guards keep it so); where the bucket of the traced rows (or
 every bucket) chose torch's F.linear (fp8: torch._scaled_mm), the layer is traced as that call,
-which the compiler handles as it does stock layers.
+which the compiler handles as it does stock layers. Inductor then calls the layer into a buffer
+of its own in place of the operator (inductor.py).
 """
 
 from __future__ import annotations
