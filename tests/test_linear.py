@@ -428,6 +428,31 @@ def test_linear_is_right_at_every_buckets_edges(dtype, gpu_cache):
 
 
 @pytest.mark.gpu
+def test_a_compiled_layer_calls_its_kernels_into_inductors_buffers(gpu_cache):
+    """Compiled by inductor for any M, the layer calls M's kernel into a buffer inductor
+    allocates (linear/inductor.py), wherever a bucket runs one of ours, and gives the eager
+    call's output at every bucket."""
+    from torch._inductor.utils import run_and_get_code  # lazy: seconds to import
+
+    torch.manual_seed(0)
+    stock = torch.nn.Linear(1024, 768, device="cuda", dtype=torch.bfloat16)
+    layer = linear.Linear.from_linear(stock, buckets=buckets_from_edges((1, 2, 17, 65)),
+                                      max_tokens=256)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    torch._dynamo.reset()
+    compiled, codes = torch.compile(layer, dynamic=True), []
+    for m in (1, 2, 20, 300):
+        x = torch.randn(1, m, 1024, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            y, code = run_and_get_code(compiled, x)
+            torch.testing.assert_close(y, layer(x))
+        codes += code
+    ours = any(k.candidate.rung != TORCH for k in layer.kernels.kernels)
+    assert ("extern_kernels.tvm_explorer_linear(" in "".join(codes)) == ours, \
+        linear.inductor.unavailable
+
+
+@pytest.mark.gpu
 def test_v8_for_any_m_on_rows_tma_cannot_load_passes_every_probe(gpu_cache):
     """1023 input features (2046-byte rows, staged by v8): every v8 candidate of every bucket
     passes its float64 check at the bucket's probe Ms."""
