@@ -456,15 +456,23 @@ def test_fp8_scale_forms_have_cache_entries_of_their_own_and_load_from_them(gpu_
 @pytest.mark.gpu
 @pytest.mark.parametrize("scales", SCALES)
 def test_a_compiled_fp8_layer_matches_the_eager_one(scales, gpu_cache, fresh_dynamo):
+    """Compiled by inductor for any M: the eager output at every bucket, M's kernel called into
+    inductor's buffer wherever a bucket runs one of ours (linear/inductor.py)."""
+    from torch._inductor.utils import run_and_get_code  # lazy: seconds to import
+
     layer = _gpu_layer(scales, gpu_cache)
-    compiled = torch.compile(layer, dynamic=True)
+    compiled, codes = torch.compile(layer, dynamic=True), []
     for m in (1, 20, 300):
         x = torch.randn(m, 1024, device="cuda").to(FP8)
         x_scale = torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5
         with torch.no_grad():
-            y, eager = compiled(x, x_scale), layer(x, x_scale)
+            (y, code), eager = run_and_get_code(compiled, x, x_scale), layer(x, x_scale)
+        codes += code
         assert y.dtype == torch.bfloat16 and float((y - eager).float().norm()
                                                    / eager.float().norm()) < 4e-3, m
+    ours = any(k.candidate.rung != TORCH for k in layer.kernels.kernels)
+    assert ("extern_kernels.tvm_explorer_linear_fp8(" in "".join(codes)) == ours, \
+        linear.inductor.unavailable
 
 
 @pytest.mark.gpu
