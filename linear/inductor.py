@@ -19,10 +19,11 @@ _LOWERED: set[str] = set()  # the operators lowered so far, by name
 
 
 def register(op: torch._ops.OpOverload, kernel, out_dtype) -> None:
-    """Lower `op` (its schema: tensors from x to weight's, then `bias`, `layer` and `check`) to
-    a call kernel(tensors..., [bias], layer=layer, out=buffer) wherever check is False. The
-    buffer is x's rows by the weight's rows, in out_dtype(layer, x's dtype). Once per operator;
-    where inductor lacks what this uses, `unavailable` says why and nothing changes."""
+    """Lower `op` (its schema: its tensors, x first and `weight` among them, then `bias`,
+    `layer` and `check`) to a call kernel(tensors..., [bias], layer=layer, out=buffer) wherever
+    check is False. The buffer is x's rows by the weight's rows, in out_dtype(layer, x's
+    dtype). Once per operator; where inductor lacks what this uses, `unavailable` says why and
+    nothing changes."""
     global unavailable
     if op.name() in _LOWERED or unavailable:
         return
