@@ -1,7 +1,7 @@
 """What to compute (workloads) and how to schedule it (the registered ladders)."""
 
 # importing registers the schedules, each ladder in this order
-from . import dlight, gemm, gemv, tensorcore, v8, nvfp4  # noqa: F401
+from . import dlight, gemm, tensorcore, v8, gemv, nvfp4  # noqa: F401
 from .errors import (ExplorerError, RecordsError, ScheduleNotApplicable, SearchFailed,
                      UnknownSchedule, UsageError, WorkloadError)
 from .registry import entries, get, names, schedule

@@ -4,7 +4,8 @@ The rungs follow `../shared/seeds/gemv-tilelang-tutorial.txt` and the batched wr
 (`batched-gemv-nvfp4-writeup.txt`): one thread per row; K split across the threads of a block
 with the partials combined through shared memory; 16-byte loads; a warp-shuffle all-reduce; and
 several rows per warp so every slice of x that a thread loads serves them all. Batched GEMV
-binds the batch to blockIdx.y, so all L products run in a single launch.
+binds the batch to blockIdx.y, so all L products run in a single launch. A GEMM of a few rows
+(`skinny`, in the GEMM ladder) is a GEMV of each of them at once.
 
 Loop names: bx/by blocks, tn the row threads, tk the K threads, ko the serial K steps, ki the
 K elements a thread handles per step, r the rows a thread accumulates at once.
@@ -134,7 +135,9 @@ def _k_across_threads(
     keep), the schedule that the rungs after naive share; each rung turns one more knob on.
 
     Every thread owns `rows_per_thread` rows and, for each of them, a register partial sum
-    over its slice of K: `tile_k` elements per step at stride reduce_threads*tile_k.
+    over its slice of K: `tile_k` elements per step at stride reduce_threads*tile_k. A GEMM of
+    few rows (skinny, nt) is a GEMV of each row of A: every thread keeps a partial sum per row
+    of A too, and a step's vectors of A's rows serve all of its rows of B.
     A cross-thread reduction (tvm_thread_allreduce) then combines the `reduce_threads` partials.
     With `warp_reduce` the K threads are threadIdx.x, consecutive lanes of one warp, and TVM
     lowers the reduction to warp shuffles; otherwise they are threadIdx.y (rows on threadIdx.x,
@@ -159,6 +162,10 @@ def _k_across_threads(
         else tile_k
     row_tag, k_tag = ("threadIdx.y", "threadIdx.x") if warp_reduce else ("threadIdx.x", "threadIdx.y")
     block, batch, n, k = _gemv_loops(sch, wl)
+    a_rows = batch if wl.op == "gemm" else []  # skinny: A's rows, kept by every thread
+    batch = [] if a_rows else batch
+    if a_rows:
+        sch.reorder(n, *a_rows)
     # Step 1. Rows: blocks of rows_per_block row threads, each with rows_per_thread rows.
     sch.split(n, [None, rows_per_block, rows_per_thread])
     # Step 2. K: serial steps of reduce_threads threads times tile_k elements, in vectors of
@@ -168,8 +175,9 @@ def _k_across_threads(
     partial = sch.rfactor(tk, factor_axis=0)
     loops = sch.get_loops(partial)
     bx, tn, r = loops[len(batch) : len(batch) + 3]
-    *steps, tk, ki = loops[len(batch) + 3 :]  # steps: ko, then the vector pieces (if several)
-    sch.reorder(bx, tn, tk, *steps, r, ki)
+    a_row = loops[len(batch) + 3 : len(batch) + 3 + len(a_rows)]
+    *steps, tk, ki = loops[len(batch) + 3 + len(a_rows) :]  # ko, then vector pieces (if several)
+    sch.reorder(bx, tn, tk, *steps, r, *a_row, ki)
     sch.bind(bx, "blockIdx.x")
     sch.bind(tn, row_tag)
     sch.bind(tk, k_tag)
@@ -181,9 +189,10 @@ def _k_across_threads(
                    threads=(rows_per_block, reduce_threads))
     # Step 5. The cross-thread reduction of the partials, in the same kernel.
     sch.reverse_compute_at(block, bx, preserve_unit_loops=True)
-    tk_sum, *_, rows = sch.get_loops(block)[len(batch) + 1 :]  # K threads, (unit batch), rows
+    # K threads, (unit batch or A's rows), rows
+    tk_sum, *middle, rows = sch.get_loops(block)[len(batch) + 1 :]
     tn_sum, r_sum = sch.split(rows, [rows_per_block, rows_per_thread])
-    sch.reorder(tn_sum, r_sum, tk_sum)
+    sch.reorder(tn_sum, r_sum, *(middle if a_rows else []), tk_sum)
     sch.bind(tn_sum, row_tag)
     sch.bind(tk_sum, k_tag)
     write_back_at(sch, wl, r_sum)
@@ -340,6 +349,65 @@ def blockreduce(sch: Schedule, wl: Workload, rows_per_block: int = 1, reduce_thr
     red_buf for the partials of the warps."""
     _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
             tile_k=tile_k, vector_loads=True, warp_reduce=True)
+
+
+SKINNY_ROWS = 16  # skinny's most rows of A: a thread keeps a sum per row of A and of B
+
+
+def refuse_skinny(wl: Workload, **knobs) -> None:
+    """What skinny does not take: rows of A past SKINNY_ROWS, B stored K x N (nn), fp8's
+    scales."""
+    if wl.dims["M"] > SKINNY_ROWS:
+        raise ScheduleNotApplicable(f"skinny takes at most {SKINNY_ROWS} rows of A (each thread "
+                                    f"keeps a sum for each), not M = {wl.dims['M']}")
+    if wl.layout != "nt":
+        raise ScheduleNotApplicable("skinny reads B's rows of K as a GEMV does: layout nt, not "
+                                    f"{wl.layout}")
+
+
+SKINNY_SPACE = {"rows_per_block": [2, 4, 8], "reduce_threads": [32, 64, 128],
+                "tile_k": [None, 16, 32], "rows_per_thread": [1, 2, 4]}
+WARPS_PER_SM = 16  # skinny's warps in flight per SM, enough loads of W to cover DRAM's latency
+MOST_SUMS = 32  # skinny's sums a thread keeps (rows of A x rows of W) in registers: at 64, nvcc
+# put them on the stack (16 rows of A by 4 of W, built here)
+
+
+def skinny_threads(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """skinny: W's rows per thread, then K threads per row, so that the GEMM has WARPS_PER_SM
+    warps for every SM where its shape allows, and each thread at most MOST_SUMS sums: one
+    row a thread where N is short, then more K threads on a row (to 128, as blockreduce) while
+    K gives each a vector a step."""
+    rows, threads = max(space["rows_per_thread"]), min(space["reduce_threads"])
+    warps = lambda: -(-wl.dims["N"] // rows) * threads // heuristics.WARP  # noqa: E731
+    while rows > min(space["rows_per_thread"]) and (warps() < WARPS_PER_SM * sms
+                                                    or rows * wl.dims["M"] > MOST_SUMS):
+        rows //= 2
+    steps = wl.dims["K"] // (knobs["tile_k"] or vector_width(wl))
+    while warps() < WARPS_PER_SM * sms and 2 * threads in space["reduce_threads"] \
+            and steps >= 2 * threads:
+        threads *= 2
+    return {"rows_per_thread": rows, "reduce_threads": threads}
+
+
+@schedule("gemm", "skinny", dtypes=DENSE_DTYPES, refuse=refuse_skinny, space=SKINNY_SPACE,
+          heuristic=skinny_threads, brings=("dram_pct", +1))
+def skinny(sch: Schedule, wl: Workload, rows_per_block: int = 4, reduce_threads: int = 32,
+           tile_k: int | None = None, rows_per_thread: int = 2) -> None:
+    """multirow for a GEMM of a few rows (M <= 16, nt: y = x W^T for a few tokens, as a
+    decode step at a small batch runs its layers): a GEMV of each row of A at once, so that W
+    streams from memory once for all of them, where tensor-core tiles of 64 rows and more
+    would leave most of their rows empty.
+
+    W read once at the memory's speed, where cuBLAS's small-M kernels stop short of it (the
+    counter it brings: DRAM throughput, dram_pct, up).
+
+    IR: the GEMV's K threads on a warp (shuffle all-reduce), M x rows_per_thread register
+    sums per thread; per K step one 16-byte vector of each row of A and of each of the
+    thread's rows of W."""
+    refuse_skinny(wl)
+    _k_across_threads(sch, wl, rows_per_block=rows_per_block, reduce_threads=reduce_threads,
+                      tile_k=tile_k, vector_loads=True, warp_reduce=True,
+                      rows_per_thread=rows_per_thread)
 
 
 ROW_VECTORS = "B_vectors"  # the block of row_aligned_gemv that reads B in 16-byte vectors

@@ -10,7 +10,8 @@ import runner
 import schedules
 from schedules import ScheduleNotApplicable, Workload
 from schedules.workloads import FP8
-from tests.test_schedules import FP8_GEMMS, ONLY_K_RAGGED_CAST, REFUSED
+from tests.test_schedules import (FP8_GEMMS, ONLY_K_RAGGED_CAST, REFUSED, SKINNY_WORKLOADS,
+                                  skinny_refusal)
 from tuning import build, explore, measure, metaschedule, records
 
 pytestmark = pytest.mark.gpu
@@ -49,6 +50,8 @@ WORKLOADS = [
     Workload("batched_gemv", (3, 1001, 1008), "nvfp4"),
     Workload("gemv", (33, 48), "nvfp4"),
 ]
+REFUSED = {**REFUSED, **{("skinny", wl.label()): skinny_refusal(wl) for wl in WORKLOADS
+                        if wl.op == "gemm"}}  # none of these: skinny's own cases are below
 CASES = [(e.name, wl) for wl in WORKLOADS for e in schedules.entries(wl.op) if not e.baseline and e.takes(wl)]
 # dlight is TVM's; it is checked wherever it builds (it fails inside TVM on ragged batched GEMV,
 # which the runner reports as a build failure).
@@ -113,6 +116,19 @@ def test_v5p_pipelines_are_correct(wl, stages, single_barrier, target):
     with TVM's two; tiles that overhang M and N; a long K (256 tiles of 32)."""
     mod = schedules.get("gemm", "v5p").apply(wl, target, stages=stages, single_barrier=single_barrier)
     check_module(wl, mod, target, 7, calls=2)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"rows_per_thread": 4, "tile_k": 16},
+                                   {"reduce_threads": 128, "rows_per_block": 2, "rows_per_thread": 1},
+                                   {"reduce_threads": 64, "tile_k": 32, "rows_per_block": 8}])
+@pytest.mark.parametrize("wl", [*SKINNY_WORKLOADS, Workload("gemm", (8, 1001, 4096), "float16", "float16", "nt"),
+                                Workload("gemm", (2, 4096, 1024), "bfloat16", "float32", "nt"),
+                                Workload("gemm", (16, 250, 66), "float16", "float16", "nt")],
+                         ids=lambda wl: wl.label())
+def test_skinny_is_correct(wl, knobs, target):
+    """A few rows of A, each a GEMV of W: ragged N and K (single elements, 8-byte vectors),
+    16-bit and float32 C, several rows of W a thread, K threads over several warps."""
+    check_module(wl, schedules.get("gemm", "skinny").apply(wl, target, **knobs), target, 3)
 
 
 @pytest.mark.parametrize("knobs", [{}, {"k_slices": 8}, {"block_m": 64, "block_n": 128, "thread_m": 16,

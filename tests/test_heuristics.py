@@ -139,6 +139,16 @@ CHOICES = [
     ("multirow", Workload("gemv", (300, 7), "float32"), {"reduce_threads": 2}),
     ("multirow", Workload("batched_gemv", (4, 128, 100), "bfloat16"), {"reduce_threads": 16}),
     ("multirow", Workload("gemv", (4096, 256), "float16"), {}),  # a warp's step of K
+    # skinny: 2 rows of W a thread at N = 5120 (2,560 warps, 16 an SM or more); 4 on a vocabulary
+    # of rows; 1 where N is short, then K threads on several warps while K gives each a vector
+    ("skinny", Workload("gemm", (7, 5120, 5120), "bfloat16", "bfloat16", "nt"), {}),
+    ("skinny", Workload("gemm", (4, 128256, 2048), "bfloat16", "bfloat16", "nt"),
+     {"rows_per_thread": 4}),
+    ("skinny", Workload("gemm", (16, 128256, 2048), "bfloat16", "bfloat16", "nt"), {}),  # 32 sums
+    ("skinny", Workload("gemm", (8, 1024, 4096), "float16", "float16", "nt"),
+     {"rows_per_thread": 1, "reduce_threads": 128}),
+    ("skinny", Workload("gemm", (2, 896, 896), "bfloat16", "bfloat16", "nt"),
+     {"rows_per_thread": 1, "reduce_threads": 64}),  # 112 vectors of K: 64 threads take 2 steps
 ]
 
 
@@ -185,8 +195,9 @@ TUNED = [(op, e) for op in ("gemm", "gemv", "batched_gemv") for e in schedules.e
 
 def test_every_tunable_rung_has_a_heuristic():
     assert sorted({(op, e.name) for op, e in TUNED}) == [
-        ("batched_gemv", "multirow"), ("gemm", "v5"), ("gemm", "v5k"), ("gemm", "v5p"),
-        ("gemm", "v5t"), ("gemm", "v6"), ("gemm", "v7"), ("gemm", "v8"), ("gemv", "multirow")]
+        ("batched_gemv", "multirow"), ("gemm", "skinny"), ("gemm", "v5"), ("gemm", "v5k"),
+        ("gemm", "v5p"), ("gemm", "v5t"), ("gemm", "v6"), ("gemm", "v7"), ("gemm", "v8"),
+        ("gemv", "multirow")]
 
 
 @pytest.mark.parametrize("wl", COMMITTED, ids=Workload.label)

@@ -69,6 +69,18 @@ NOT_NVFP4 = "{name} takes nvfp4 inputs, not {dtype}"
 ODD = ("gemm 257x129x65 float32 nn", "gemm 257x129x65 bfloat16->float32 nt",
        "gemm 257x129x66 float16->float32 nt")  # the last one: the GPU tier's
 FP32_ONLY = "v5t copies A element by element with cp.async, which moves 4 bytes at least"
+
+
+def skinny_refusal(wl: Workload) -> str:
+    """What skinny says of the tiers' shared GEMMs, none of which it takes: fp8, more than 16
+    rows of A, or B stored K x N."""
+    if wl.is_fp8:
+        return f"skinny takes float32 or float16 or bfloat16 inputs, not {wl.dtype}"
+    if wl.dims["M"] > 16:
+        return f"skinny takes at most 16 rows of A (each thread keeps a sum for each), not M = {wl.dims['M']}"
+    return f"skinny reads B's rows of K as a GEMV does: layout nt, not {wl.layout}"
+
+
 # What each rung declines, pinned per (rung, workload) on this file's and the GPU tier's
 # workloads, with the reason it must give: every pair not named here must build.
 REFUSED = {
@@ -97,6 +109,7 @@ REFUSED = {
         "gemm 200x136x264 float16 nt", "gemm 200x136x264 bfloat16->float32 nt",
         "gemm 256x384x512 float16->float32 nn", "gemm 384x256x256 bfloat16->float32 nn",
         "gemm 256x256x768 float16->float32 nt")},
+    **{("skinny", wl.label()): skinny_refusal(wl) for wl in WORKLOADS["gemm"]},
 }
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
                                 reason="nvcc is not on PATH: the generated CUDA is not compiled")
@@ -159,6 +172,9 @@ INTENDED = [(name, wl) for name in ("naive", "v1", "v2", "v3", "v4", "v5", "v5p"
 INTENDED += [(name, Workload("gemm", (4096, 4096, 4096), dt, layout=lay)) for name in ("v6", "v7", "v8")
              for dt in ("float16", "bfloat16") for lay in ("nn", "nt")]
 INTENDED += [("v8", Workload("gemm", (4096, 4096, 4096), FP8))]
+INTENDED += [("skinny", Workload("gemm", shape, dt, dt, "nt")) for shape, dt in (
+    ((7, 5120, 5120), "bfloat16"), ((16, 4096, 4096), "float16"), ((16, 128256, 2048), "bfloat16"),
+    ((16, 4096, 4096), "float32"))]
 INTENDED += [(e.name, wl) for op in ("gemv", "batched_gemv") for e in schedules.entries(op)
              if not e.baseline for wl in (WORKLOADS[op][0], NVFP4[0 if op == "gemv" else 2])
              if (e.name, wl.label()) not in REFUSED
@@ -273,6 +289,33 @@ def test_batched_gemv_is_one_launch_over_all_batches(compiled):
     for name in ("naive", "allreduce", "multirow"):
         _, _, s = compiled(name, WORKLOADS["batched_gemv"][0])
         assert s.kernels == 1 and s.grid["blockIdx.y"] == 4
+
+
+SKINNY_WORKLOADS = [
+    Workload("gemm", (7, 5120, 5120), "bfloat16", "bfloat16", "nt"),  # a decode batch's layer
+    Workload("gemm", (16, 129, 65), "bfloat16", layout="nt"),  # odd K: single elements
+    Workload("gemm", (3, 333, 1002), "float32", layout="nt"),  # K = 2 (mod 4): 8-byte vectors
+    Workload("gemm", (1, 1, 1), "float16", "float16", "nt"),
+]
+
+
+@pytest.mark.parametrize("wl", SKINNY_WORKLOADS, ids=lambda wl: wl.label())
+def test_skinny_builds_on_few_rows_of_any_shape(wl, compiled, nvcc_resources):
+    _, source, s = compiled("skinny", wl)
+    assert s.kernels == 1 and "__shfl_down_sync" in source
+    assert s.shared_bytes < 1024  # no tiles of A or W: at most the partials of a row's warps
+    if shutil.which("nvcc"):
+        assert nvcc_resources(source, "sm_90")
+
+
+def test_skinny_reads_w_once_for_every_row_of_a(compiled):
+    """7 rows of A by 2 of W a thread (its heuristic at N = 5120): 14 sums; each step one
+    16-byte vector of each row of A and of W, in loops over the rows; a warp per 2 rows of W."""
+    _, source, s = compiled("skinny", SKINNY_WORKLOADS[0])
+    assert "float C_acc_rf_local_ptr[14]" in source
+    assert "nv_bfloat16 A_local_ptr[56]" in source and "nv_bfloat16 B_local_ptr[16]" in source
+    assert source.count("*(uint4*)(A_ptr") == 1 and source.count("*(uint4*)(B_ptr") == 1
+    assert s.block == {"threadIdx.x": 32, "threadIdx.y": 4} and s.grid == {"blockIdx.x": 640}
 
 
 VECTOR_RUNGS = ("splitk_vec", "allreduce", "multirow", "blockreduce")

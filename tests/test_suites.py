@@ -103,7 +103,8 @@ def test_the_llm_suites_are_the_layouts_and_dtypes_the_rungs_write():
 
 def test_suites_run_their_ladder_from_its_first_rung_and_the_baselines():
     gemm, gemv = suites.SUITES["llm-bf16"], suites.SUITES["llm-gemv"]
-    assert gemm.schedule_names() == ["v4", "v5", "v5p", "v5k", "v5t", "v6", "v7", "v8", "dlight"]
+    assert gemm.schedule_names() == ["v4", "v5", "v5p", "v5k", "v5t", "v6", "v7", "v8", "skinny",
+                                     "dlight"]
     assert gemv.schedule_names("all") == ["splitk_vec", "allreduce", "multirow", "blockreduce",
                                           "rowalign", "dlight"]
     assert gemm.schedule_names("v7") == ["v7", "dlight"]

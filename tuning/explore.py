@@ -142,14 +142,27 @@ def portfolio(wl: Workload) -> list[str]:
     """The rungs a measured `best` weighs for `wl` where no records know it: those that were
     the fastest on some shape of the committed suites (reports/h100-shapes.md,
     reports/h100-gemv.md, reports/h100-nvfp4-gemv.md) for its kind of op; one rung (v8 on
-    16-bit and fp8 GEMMs) needs no measuring."""
+    16-bit and fp8 GEMMs) needs no measuring. A GEMM of a few rows that skinny takes (M <=
+    16, nt) weighs skinny beside them: W read once for every row, where tensor-core tiles
+    leave most of their rows empty (not yet in those suites' runs)."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
+        names += ["skinny"] if skinny_takes(wl) else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in names if schedules.get(wl.op, name).takes(wl)]
+
+
+def skinny_takes(wl: Workload) -> bool:
+    """Whether skinny takes the GEMM (its dtypes, at most SKINNY_ROWS rows of A, nt)."""
+    entry = schedules.get("gemm", "skinny")
+    try:
+        entry.refuse(wl)
+    except ScheduleNotApplicable:
+        return False
+    return entry.takes(wl)
 
 
 def _measured_best(wl: Workload, names: list[str], found: SearchResults,
