@@ -171,7 +171,7 @@ def test_reports_keep_the_promises(report, results, notes, title, text):
         holds_its_promises(argv, root, output=written)
 
 
-CHEAP_RUNGS = {"gemm": ("naive", "v1", "v2", "v3"), "gemv": ("naive", "splitk", "allreduce"),
+CHEAP_RUNGS = {"gemm": ("naive", "v1", "v2", "v3", "skinny"), "gemv": ("naive", "splitk", "allreduce"),
                "batched_gemv": ("launches", "naive")}
 KNOBS = ("threads", "tile_x", "tile_y", "tile_k", "reduce_threads", "k_slices", "bogus", "")
 KNOB_VALUES = mostly("1", "8", "64", rest=("0", "-4", "4096", "1000000000", "true", "none", "x",
