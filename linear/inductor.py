@@ -34,6 +34,7 @@ def register(op: torch._ops.OpOverload, kernel, out_dtype) -> None:
             from torch._inductor.lowering import (  # lazy, as ir
                 fallback_handler, register_lowering)
             from torch._inductor.select_algorithm import extern_kernels  # lazy, as ir
+            from torch._inductor.virtualized import V  # lazy, as ir
     except (ImportError, AttributeError) as error:
         unavailable = f"torch {torch.__version__}'s inductor: {error}"
         return
@@ -56,10 +57,12 @@ def register(op: torch._ops.OpOverload, kernel, out_dtype) -> None:
 
     def lowering(*args, **kwargs):
         """The extern call where the traced call is unchecked; else, or where this inductor
-        refuses the call, the operator itself."""
+        refuses the call, or where it writes C++ (cpp_wrapper, AOTInductor: the call is
+        Python), the operator itself."""
         global unavailable
         bound = dict(zip(names, args)) | kwargs
-        if not bound.get("check", True) and not unavailable:
+        python = not getattr(V.graph, "cpp_wrapper", False)
+        if python and not bound.get("check", True) and not unavailable:
             try:
                 return extern_call(bound)
             except Exception as error:  # noqa: BLE001  an inductor unlike this one's: said

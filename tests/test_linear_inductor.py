@@ -130,3 +130,17 @@ def test_where_inductor_cannot_take_the_call_the_operator_stays(on_cpu, monkeypa
     assert "torch.ops.tvm_explorer.linear.default(" in code and "extern_kernels.tvm" not in code
     assert on_cpu == [False] and runs == [(1, False)]
     torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.slow  # inductor compiles its C++ wrapper: 15-20 s
+def test_where_inductor_writes_cpp_the_operator_stays(on_cpu):
+    """cpp_wrapper (as AOTInductor): the wrapper is C++, which cannot call the layer's Python,
+    so the operator stays, called through the dispatcher."""
+    runs = []
+    layer = _layer(True, runs)
+    x = torch.randn(5, 64)
+    with torch._inductor.config.patch(cpp_wrapper=True):
+        out, codes = run_and_get_code(torch.compile(layer), x)
+    assert 'aoti_torch_call_dispatcher("tvm_explorer::linear"' in "".join(codes)
+    assert on_cpu == [False] and runs == [(1, False)]
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias))
