@@ -355,8 +355,8 @@ SKINNY_ROWS = 16  # skinny's most rows of A: a thread keeps a sum per row of A a
 
 
 def refuse_skinny(wl: Workload, **knobs) -> None:
-    """What skinny does not take: rows of A past SKINNY_ROWS, B stored K x N (nn), fp8's
-    scales."""
+    """What skinny does not take, past its dtypes (no fp8): rows of A past SKINNY_ROWS, B
+    stored K x N (nn)."""
     if wl.dims["M"] > SKINNY_ROWS:
         raise ScheduleNotApplicable(f"skinny takes at most {SKINNY_ROWS} rows of A (each thread "
                                     f"keeps a sum for each), not M = {wl.dims['M']}")
