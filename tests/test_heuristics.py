@@ -636,6 +636,17 @@ def test_the_rule_of_best(wl, rung):
     assert explore.rule(wl)[0] == rung
 
 
+@pytest.mark.parametrize("wl, weighed", [
+    (Workload("gemm", (7, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8", "skinny"]),
+    (Workload("gemm", (16, 333, 1000), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5", "skinny"]),
+    (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8"]),  # past 16 rows
+    (Workload("gemm", (7, 5120, 5120), "float16"), ["v8"]),  # nn
+    (Workload("gemm", (7, 5120, 5120), FP8, layout="nt"), ["v8"]),  # skinny takes no fp8
+], ids=lambda item: item.label() if isinstance(item, Workload) else "")
+def test_best_weighs_skinny_on_a_few_rows_it_takes(wl, weighed):
+    assert explore.portfolio(wl) == weighed
+
+
 REPORTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports")
 
 
