@@ -211,7 +211,7 @@ def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[in
     tma_tiles' own rule)."""
     if False not in space["pingpong"]:
         return None
-    tokens, rows = product.dims["N"], product.dims["M"]
+    tokens = product.dims["N"]
     promoted = promotion(product, knobs, space)
     heights = space["block_m"] if len(space["block_m"]) == 1 else \
         [m for m in SWAP_ROWS if m in space["block_m"] and not (promoted and m == TALL_M)]
