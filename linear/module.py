@@ -279,10 +279,9 @@ class Linear(torch.nn.Module):
             return x.new_empty((*x.shape[:-1], self.out_features)) if out is None else out
         run = runs[self._bucket(m)]
         if x.dim() == 2:  # no views to make: each costs about a microsecond
-            return run(x, weight, bias) if out is None else run(x, weight, bias, out=out)
-        if out is None:
-            return run(x.view(m, k), weight, bias).view(*x.shape[:-1], self.out_features)
-        return run(x.view(m, k), weight, bias, out=out.view(m, self.out_features))
+            return run(x, weight, bias, out=out)
+        rows = None if out is None else out.view(m, self.out_features)
+        return run(x.view(m, k), weight, bias, out=rows).view(*x.shape[:-1], self.out_features)
 
     def call_fp8(self, x: torch.Tensor, x_scale, weight: torch.Tensor, weight_scale: torch.Tensor,
                  bias, check: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -306,14 +305,10 @@ class Linear(torch.nn.Module):
                 if out is None else out
         run = runs[self._bucket(m)]
         if x.dim() == 2:
-            return run(x, x_scale, weight, weight_scale, bias) if out is None else \
-                run(x, x_scale, weight, weight_scale, bias, out=out)
-        rows, rows_scale = x.view(m, k), self._rows_scale(x_scale, m)
-        if out is None:
-            return run(rows, rows_scale, weight, weight_scale, bias).view(*x.shape[:-1],
-                                                                          self.out_features)
-        return run(rows, rows_scale, weight, weight_scale, bias,
-                   out=out.view(m, self.out_features))
+            return run(x, x_scale, weight, weight_scale, bias, out=out)
+        rows = None if out is None else out.view(m, self.out_features)
+        return run(x.view(m, k), self._rows_scale(x_scale, m), weight, weight_scale, bias,
+                   out=rows).view(*x.shape[:-1], self.out_features)
 
     def _scale_fits(self, x: torch.Tensor, x_scale: torch.Tensor) -> bool:
         """Whether x_scale has the shape the layer's scales take for x: x.shape[:-1] + (1,)

@@ -391,8 +391,10 @@ def test_the_operator_runs_the_rows_kernel_unchecked_only_where_told():
     rows = []
     layer = linear.Linear(64, 32, buckets=buckets_from_edges((1, 2)), device="meta")
     layer.kernels = LayerKernels(layer.shape, BucketTable(layer.buckets), [
-        BucketKernel(Candidate("rowalign"), lambda x, w, b: rows.append(("M=1", x.shape)), ""),
-        BucketKernel(Candidate("v8"), lambda x, w, b: rows.append(("M=2-", x.shape)) or x[:, :32],
+        BucketKernel(Candidate("rowalign"), lambda x, w, b, out=None: rows.append(("M=1", x.shape)),
+                     ""),
+        BucketKernel(Candidate("v8"),
+                     lambda x, w, b, out=None: rows.append(("M=2-", x.shape)) or x[:, :32],
                      "")])
     x = torch.zeros(2, 3, 64, dtype=torch.bfloat16)
     assert _linear_cuda(x, layer.weight, None, layer._key, False).shape == (2, 3, 32)
