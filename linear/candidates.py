@@ -146,7 +146,8 @@ def _fill_splits(layer: LayerShape, bucket: Bucket, max_tokens: int, block_m: in
 
 
 def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[Candidate]:
-    """v8 for the bucket's rows: the heuristic's own choice for its most rows, then 64-row tiles
+    """v8 for the bucket's rows: the heuristic's own choice for its most rows (unswapped: v8 for
+    any M walks M on the tile's rows), then 64-row tiles
     (at most 64 rows) or 128-row ones at each of V8_WIDTHS, whole and with the tiles of a last,
     partial wave split to fill the SMs at the probe Ms (split_tail: its split tiles are counted
     at each call), and past 64 rows the MEDIUM_TILES whole; settings v8 refuses, or whose
@@ -160,6 +161,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
     accumulate = {"promote_k": None} if layer.fast_accum else {"promote_overlap": None}
+    accumulate["swap_ab"] = False
 
     def tiles(m: int, n: int, split: int = 1) -> dict:
         """m x n tiles, whole or with a last wave's split in `split`, one CTA each."""

@@ -25,7 +25,7 @@ from tuning import build, measure  # noqa: E402
 
 def kernels(wl: Workload) -> dict:
     """name -> run(): v8 for wl's M, v8 for any M (its rows given at the call), torch."""
-    knobs = schedules.get("gemm", "v8").defaults_for(wl, {"split_tail": False})
+    knobs = schedules.get("gemm", "v8").defaults_for(wl, {"split_tail": False, "swap_ab": False})
     target = build.cuda_target("sm_90")
     a, b = measure.random_inputs(wl)
     out = measure.poisoned_output(wl)

@@ -57,15 +57,16 @@ CHOICES = [
     ("v7", gemm((16, 6144, 4096), "bfloat16", "nt"), {"block_m": 64, "block_n": 128}),  # decode
     ("v7", gemm((1000, 4096, 4096), "float16"), {"block_n": 128}),  # 128 -> 256 tiles
     ("v7", gemm((8192, 8192, 1024), "float16"), {}),
-    # v8: 64-row tiles split along N for decode (M <= 64, or M <= 128 with few 128-row tiles),
+    # v8: 64-row tiles split along N for decode (M <= 64, or M <= 128 with few 128-row tiles;
+    # at most SWAP_MOST_TOKENS rows swapped, as test_v8_swaps_decode_batches_unasked checks),
     # 128 columns where their waves take less time, then as many stages as fit (6 of 128x128
     # or 64x128; 4 of 128x256, the default), then K split while the units stay within one wave;
     # tma_store (the default) only where a CTA walks more than one unit
-    ("v8", gemm((16, 6144, 4096), "bfloat16", "nt"),  # 48 tiles x 2
+    ("v8", gemm((32, 6144, 4096), "bfloat16", "nt"),  # 48 tiles x 2
      {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"),  # 64 tiles x 2 (not 4: 256 units)
      {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
-    ("v8", gemm((16, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
+    ("v8", gemm((32, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
      {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
     # 112 tiles of 128x256: not decode, but one unit per CTA
     ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {"tma_store": False}),
@@ -157,7 +158,7 @@ def changed(entry, wl, chosen=None) -> dict:
 
 
 @pytest.mark.parametrize("shape", [(4096, 28672, 4096), (4096, 6144, 4096), (2048, 10240, 8192),
-                                   (16, 6144, 4096), (4096, 4096, 4096)])
+                                   (32, 6144, 4096), (4096, 4096, 4096)])
 def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
     """fp8: promote_k=128 wherever the user leaves it to the heuristic (4096^3 too, whose
     other rungs keep their defaults), each K block's promotion under the next one's wgmmas
@@ -304,6 +305,31 @@ def test_v8_asked_to_swap_picks_knobs_it_takes_and_stores_c_from_registers(wl, t
     knobs = v8.defaults_for(wl, {"swap_ab": True})
     assert knobs["swap_ab"] and not knobs["tma_store"]
     v8.apply(wl, target, swap_ab=True)
+
+
+@pytest.mark.parametrize("wl, asked, swapped", [
+    (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {}, True),
+    (Workload("gemm", (1, 131072, 5120), "float16", "float32", "nt"), {}, True),
+    (Workload("gemm", (7, 6144, 4096), FP8, "bfloat16", "nt", "row"), {}, True),
+    (Workload("gemm", (3, 1001, 4095), "bfloat16", "bfloat16", "nt"), {}, True),
+    (Workload("gemm", (17, 4096, 4096), "bfloat16", "bfloat16", "nt"), {}, False),
+    (Workload("gemm", (16, 4096, 4096), "float16", "float16", "nn"), {}, False),
+    (Workload("gemm", (7, 6144, 4096), FP8, "bfloat16", "nt", "block"), {}, False),
+    (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {"swap_ab": False}, False),
+    (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {"tma_store": True}, False),
+    (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {"block_n": 64}, True),
+], ids=str)
+def test_v8_swaps_decode_batches_unasked_where_it_takes_the_swap(wl, asked, swapped, target):
+    """At most SWAP_MOST_TOKENS rows of A in nt, the heuristic swaps unasked (the tokens on a
+    narrow column of tiles), as `v8:swap_ab=true` would pick; not past it, not in nn, not with
+    block scales, and not where the user holds a knob the swap refuses (tma_store) or holds
+    swap_ab=False. Whatever it picks, v8 takes."""
+    v8 = schedules.get("gemm", "v8")
+    picked = v8.defaults_for(wl, asked)
+    assert picked["swap_ab"] is swapped
+    if swapped:
+        assert picked == v8.defaults_for(wl, {**asked, "swap_ab": True})
+    v8.apply(wl, target, **asked)
 
 
 @pytest.mark.parametrize("shape, tile", [

@@ -4,6 +4,7 @@ rule was measured against is in reports/notes/h100-v8.md ("The heuristic's rules
 
 from __future__ import annotations
 
+from ..errors import ScheduleNotApplicable
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
@@ -11,7 +12,7 @@ from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_
                        box_bytes, consumer_accumulators, k_block_count, k_block_elements,
                        staged_operands, widest_fitting)
 from .knobs import Knobs
-from .refusals import (c_rows_take_tma, kernel_workload, promoted_sets, tile_refusal,
+from .refusals import (c_rows_take_tma, kernel_workload, promoted_sets, refuse, tile_refusal,
                        workload_refusal)
 
 TMA_NARROW_COST = 0.57  # a wave of 128-wide tiles against one of 256-wide (1.0): 1.14 / 2
@@ -23,6 +24,7 @@ DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-colu
 SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row ones lost there)
 SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
 SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
+SWAP_MOST_TOKENS = 16  # swap_ab unasked where M is at most this many rows of A (decode batches)
 # TILE_TIMES_US's times per K block of 128- and 256-row tiles fit 0.18 us + 1.24e-5 us per
 # element of the tile (least squares): a tile's fixed cost is worth about this many elements
 TILE_FIXED_ELEMENTS = 14_600
@@ -248,6 +250,23 @@ def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     return {**tma_tiles(product, sms, knobs, narrowed), "swap_ab": True}
 
 
+def swapped_by_default(wl: Workload, sms: int, knobs: dict, space: dict) -> dict | None:
+    """swap_ab unasked: `swapped_tiles`' knobs for a decode batch (at most SWAP_MOST_TOKENS rows
+    of A) where the space holds the swap and v8 takes the swapped knobs with every knob the
+    user or a search holds; else None. A few tokens fill one narrow column of tiles (8 or 16
+    wide) where unswapped they fill 64 rows of wgmma's, mostly padding."""
+    if wl.dims["M"] > SWAP_MOST_TOKENS or True not in space["swap_ab"]:
+        return None
+    knobs = {**knobs, "swap_ab": True}
+    swapped = swapped_tiles(wl, sms, knobs, space)
+    held = {knob: values[0] for knob, values in space.items() if len(values) == 1}
+    try:
+        refuse(wl, Knobs(**{**knobs, **swapped, **held}))
+    except ScheduleNotApplicable:
+        return None
+    return swapped
+
+
 def kept_split(split_k: int, knobs: dict, space: dict) -> int:
     """The rules' split of K where the space holds it, else the user's; where the user asks for
     split_tail and no rule splits, the least of the space's splits (split_tail needs one)."""
@@ -270,9 +289,9 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and the
       split plan where it splits every tile) of least estimated time (`timed_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
-      one consumer holds (no split K, clusters or tall tiles of its own); swap_ab only where
-      asked for too, then these rules on the product the kernel computes, on tiles cut to M
-      (`swapped_tiles`);
+      one consumer holds (no split K, clusters or tall tiles of its own); swap_ab where asked
+      for, or unasked for decode batches (`swapped_by_default`), then these rules on the
+      product the kernel computes, on tiles cut to M (`swapped_tiles`);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
       torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
@@ -288,6 +307,9 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         return {}
     if False not in space["swap_ab"]:
         return swapped_tiles(wl, sms, knobs, space)
+    swapped = swapped_by_default(wl, sms, knobs, space)
+    if swapped:
+        return swapped
     pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster
     if 1 not in space["cluster_m"] or 1 not in space["cluster_n"] or pingpong \
             or long_runs_asked(space):  # whole tiles
