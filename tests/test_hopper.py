@@ -153,7 +153,7 @@ def test_v8_takes_no_scales_where_the_inputs_are_16_bit(lowered):
 
 
 def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled, lowered):
-    wl = gemm((16, 6144, 4096), "bfloat16", layout="nt")
+    wl = gemm((32, 6144, 4096), "bfloat16", layout="nt")  # past the swap's 16 rows
     assert compiled("v8", wl)[2].grid == {"blockIdx.x": 96}  # 48 tiles of 64x128 in 2 K slices
     assert kf.count(kf.kernel(lowered("v8", wl)), "ptx.wgmma_bf16_ss", "m64n64k16", "f32",
                     "bf16") == 4

@@ -250,11 +250,14 @@ def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     return {**tma_tiles(product, sms, knobs, narrowed), "swap_ab": True}
 
 
-def swapped_by_default(wl: Workload, sms: int, knobs: dict, space: dict) -> dict | None:
-    """swap_ab unasked: `swapped_tiles`' knobs for a decode batch (at most SWAP_MOST_TOKENS rows
-    of A) where the space holds the swap and v8 takes the swapped knobs with every knob the
-    user or a search holds; else None. A few tokens fill one narrow column of tiles (8 or 16
-    wide) where unswapped they fill 64 rows of wgmma's, mostly padding."""
+def swap_choice(wl: Workload, sms: int, knobs: dict, space: dict) -> dict | None:
+    """`swapped_tiles`' knobs where the user or a search asks for swap_ab; unasked, for a
+    decode batch (at most SWAP_MOST_TOKENS rows of A) where the space holds the swap and v8
+    takes the swapped knobs with every knob the user or a search holds; else None. A few
+    tokens fill one narrow column of tiles (8 or 16 wide) where unswapped they fill 64 rows of
+    wgmma's, mostly padding."""
+    if False not in space["swap_ab"]:
+        return swapped_tiles(wl, sms, knobs, space)
     if wl.dims["M"] > SWAP_MOST_TOKENS or True not in space["swap_ab"]:
         return None
     knobs = {**knobs, "swap_ab": True}
@@ -290,7 +293,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       split plan where it splits every tile) of least estimated time (`timed_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own); swap_ab where asked
-      for, or unasked for decode batches (`swapped_by_default`), then these rules on the
+      for, or unasked for decode batches (`swap_choice`), then these rules on the
       product the kernel computes, on tiles cut to M (`swapped_tiles`);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
@@ -305,9 +308,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     workload v8 refuses whatever its knobs (`workload_refusal`): its refusal says why."""
     if workload_refusal(wl):
         return {}
-    if False not in space["swap_ab"]:
-        return swapped_tiles(wl, sms, knobs, space)
-    swapped = swapped_by_default(wl, sms, knobs, space)
+    swapped = swap_choice(wl, sms, knobs, space)
     if swapped:
         return swapped
     pingpong = False not in space["pingpong"]  # only where asked for: it measured no faster
