@@ -591,10 +591,13 @@ def test_a_short_metaschedule_search_over_v8s_knob_space(tmp_path):
     assert build.is_tirx_kernel(best)
 
 
-def test_best_measures_its_portfolio_here_and_the_next_best_reads_the_records(tmp_path):
-    """`best` on a GEMV no records know: its portfolio checked and timed on this GPU, the
-    fastest correct rung chosen and recorded; the next `best` takes the same from the records."""
-    wl = Workload("gemv", (1000, 1000), "float16")
+@pytest.mark.parametrize("wl", [Workload("gemv", (1000, 1000), "float16"),
+                                Workload("gemm", (48, 2048, 1024), "bfloat16", "bfloat16", "nt")],
+                         ids=Workload.label)
+def test_best_measures_its_portfolio_here_and_the_next_best_reads_the_records(wl, tmp_path):
+    """`best` on a workload no records know (a GEMV; a GEMM whose portfolio holds v8 with
+    knobs, swapped): its portfolio checked and timed on this GPU, the fastest correct entry
+    chosen and recorded; the next `best` takes the same from the records."""
     found = explore.SearchResults(results=str(tmp_path / "results.jsonl"))
     said, again = [], []
     chosen = explore.resolve(wl, "best", found, said.append)

@@ -665,12 +665,27 @@ def test_the_rule_of_best(wl, rung):
 @pytest.mark.parametrize("wl, weighed", [
     (Workload("gemm", (7, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8", "skinny"]),
     (Workload("gemm", (16, 333, 1000), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5", "skinny"]),
-    (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8"]),  # past 16 rows
     (Workload("gemm", (7, 5120, 5120), "float16"), ["v8"]),  # nn
     (Workload("gemm", (7, 5120, 5120), FP8, layout="nt"), ["v8"]),  # skinny takes no fp8
+    # past the 16 rows v8 swaps unasked, up to 128: v8 swapped weighed beside its default
+    (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8", "v8:swap_ab=true"]),
+    (Workload("gemm", (128, 14336, 4096), FP8, "bfloat16", "nt", "row"),
+     ["v8", "v8:swap_ab=true"]),
+    (Workload("gemm", (129, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8"]),
+    (Workload("gemm", (48, 5120, 5120), "float16", "float16", "nn"), ["v8"]),
+    (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8"]),
+    (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")
-def test_best_weighs_skinny_on_a_few_rows_it_takes(wl, weighed):
+def test_best_weighs_skinny_and_swapped_v8_where_they_take_the_shape(wl, weighed):
     assert explore.portfolio(wl) == weighed
+
+
+def test_best_builds_its_portfolio_entries_with_their_knobs():
+    """A portfolio entry with knobs runs as that rung with them, under that name."""
+    wl = Workload("gemm", (48, 5120, 5120), "bfloat16", "bfloat16", "nt")
+    swapped = explore._portfolio_schedule(wl, explore.SWAPPED_V8)
+    assert swapped.name == "v8:swap_ab=true" and swapped.params["swap_ab"]
+    assert explore._portfolio_schedule(wl, "v8").params["swap_ab"] is False
 
 
 REPORTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports")

@@ -28,6 +28,7 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule
+from schedules.v8.heuristic import SWAP_MOST_TOKENS
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -38,6 +39,8 @@ COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath
 # The rule's GEMV: blockreduce keeps rows whose K leaves at most this much more of its loads idle
 # in the last step than allreduce's (on the H100: 2.6% more, blockreduce still 0.8% faster; 12.5%
 # more, allreduce 0-9% faster; reports/notes/h100-shapes.md, "best's rule on GEMVs").
+SWAPPED_V8 = "v8:swap_ab=true"
+SWAP_WEIGHED_ROWS = 128  # best weighs SWAPPED_V8 beside v8's default up to this many rows of A
 STEP_IDLE_TIE = 1 / 16
 # The rule's float32 GEMM: v5t in nn from this K (on the H100 it was the fastest rung at 4095^3
 # and 4096^3, and 1.68x v5's time at 128x50257x768; in nt v5p beat it on every 4096-row shape;
@@ -144,15 +147,18 @@ def portfolio(wl: Workload) -> list[str]:
     reports/h100-gemv.md, reports/h100-nvfp4-gemv.md) for its kind of op; one rung (v8 on
     16-bit and fp8 GEMMs) needs no measuring. A GEMM of a few rows that skinny takes (M <=
     16, nt) weighs skinny beside them: W read once for every row, where tensor-core tiles
-    leave most of their rows empty (not yet in those suites' runs)."""
+    leave most of their rows empty (not yet in those suites' runs). Past the rows v8 swaps
+    by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) where v8 takes
+    the swap: there it won on some shapes and lost on others (reports/notes/h100-shapes.md)."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
         names += ["skinny"] if skinny_takes(wl) else []
+        names += [SWAPPED_V8] if swap_weighed(wl) else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
-    return [name for name in names if schedules.get(wl.op, name).takes(wl)]
+    return [name for name in names if schedules.get(wl.op, name.partition(":")[0]).takes(wl)]
 
 
 def skinny_takes(wl: Workload) -> bool:
@@ -165,6 +171,26 @@ def skinny_takes(wl: Workload) -> bool:
     return True
 
 
+def swap_weighed(wl: Workload) -> bool:
+    """Whether `best` weighs SWAPPED_V8 for the GEMM: more rows of A than v8 swaps unasked, at
+    most SWAP_WEIGHED_ROWS, and v8 takes the swap (nt, 16-bit or fp8 inputs, no block scales)."""
+    if not SWAP_MOST_TOKENS < wl.dims["M"] <= SWAP_WEIGHED_ROWS:
+        return False
+    v8 = schedules.get("gemm", "v8")
+    try:
+        v8.refuse(wl, **v8.defaults_for(wl, {"swap_ab": True}))
+    except ScheduleNotApplicable:
+        return False
+    return True
+
+
+def _portfolio_schedule(wl: Workload, name: str) -> TunedSchedule:
+    """A portfolio entry run like a rung: a rung by its name, or with knobs ('v8:swap_ab=true')."""
+    base, _, knobs = name.partition(":")
+    entry = schedules.get(wl.op, base)
+    return entry.with_knobs(knobs, wl) if knobs else entry.for_workload(wl)
+
+
 def _measured_best(wl: Workload, names: list[str], found: SearchResults,
                    warn: Callable[[str], None]):
     """`best` on a GPU where no records know `wl`: each rung of `names` (its `portfolio`)
@@ -173,7 +199,7 @@ def _measured_best(wl: Workload, names: list[str], found: SearchResults,
     correct chosen."""
     with tempfile.TemporaryDirectory(prefix="best-") as scratch:
         path = found.results or os.path.join(scratch, "results.jsonl")
-        chosen = [schedules.get(wl.op, name).for_workload(wl) for name in names]
+        chosen = [_portfolio_schedule(wl, name) for name in names]
         runs = explore(wl, chosen, Settings(results=path, show_ir=False), say=lambda _: None,
                        warn=warn)
     timed = [r for r in runs if r.kind != "baseline" and r.median_ms is not None]
@@ -184,7 +210,7 @@ def _measured_best(wl: Workload, names: list[str], found: SearchResults,
     warn(f"best: {fastest.schedule} (measured here, no records knowing this workload: the "
          f"fastest correct of {', '.join(r.schedule for r in timed)}, "
          f"{fastest.median_ms:.3f} ms; {kept})")
-    return schedules.get(wl.op, fastest.schedule).for_workload(wl)
+    return next(schedule for schedule in chosen if schedule.name == fastest.schedule)
 
 
 def _committed(path: str) -> str:
