@@ -36,11 +36,13 @@ from . import autotvm, bench, build, measure, metaschedule, records
 # The template searches' records committed with the reports: what `best` reads without --records.
 COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "reports", "tuning", "autotvm-h100.jsonl")
+# best's portfolio weighs v8 swapped beside v8's default up to this many rows of A (at most
+# SWAP_MOST_TOKENS the default swaps; past 128 the swap lost on every shape tried)
+SWAPPED_V8 = "v8:swap_ab=true"
+SWAP_WEIGHED_ROWS = 128
 # The rule's GEMV: blockreduce keeps rows whose K leaves at most this much more of its loads idle
 # in the last step than allreduce's (on the H100: 2.6% more, blockreduce still 0.8% faster; 12.5%
 # more, allreduce 0-9% faster; reports/notes/h100-shapes.md, "best's rule on GEMVs").
-SWAPPED_V8 = "v8:swap_ab=true"
-SWAP_WEIGHED_ROWS = 128  # best weighs SWAPPED_V8 beside v8's default up to this many rows of A
 STEP_IDLE_TIE = 1 / 16
 # The rule's float32 GEMM: v5t in nn from this K (on the H100 it was the fastest rung at 4095^3
 # and 4096^3, and 1.68x v5's time at 128x50257x768; in nt v5p beat it on every 4096-row shape;
