@@ -37,9 +37,10 @@ from . import autotvm, bench, build, measure, metaschedule, records
 COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "reports", "tuning", "autotvm-h100.jsonl")
 # best's portfolio weighs v8 swapped beside v8's default up to this many rows of A (at most
-# SWAP_MOST_TOKENS the default swaps; past 128 the swap lost on every shape tried)
+# SWAP_MOST_TOKENS the default swaps; at 300 rows the swap won on two shapes of four, at 700 and
+# 1000 it tied or lost: reports/notes/h100-shapes.md)
 SWAPPED_V8 = "v8:swap_ab=true"
-SWAP_WEIGHED_ROWS = 128
+SWAP_WEIGHED_ROWS = 512
 # The rule's GEMV: blockreduce keeps rows whose K leaves at most this much more of its loads idle
 # in the last step than allreduce's (on the H100: 2.6% more, blockreduce still 0.8% faster; 12.5%
 # more, allreduce 0-9% faster; reports/notes/h100-shapes.md, "best's rule on GEMVs").
