@@ -6,13 +6,14 @@ download). Writes one JSON file that reporting/model.py renders.
 
 Steps: tune (or load from the cache) every layer shape x bucket, time a cache load in a fresh
 process, then per prefill length and decode batch the model's forward captured in a CUDA graph,
-stock and ours (the median of timed replays, L2 as the previous replay left it), the logits
-compared; and the per-call cost of one layer, eager and compiled, against F.linear.
+stock and ours (the median of timed replays, one of each in turn, so that the GPU's drift over
+the run weighs on both alike), the logits compared; and the per-call cost of one layer, eager and compiled, against F.linear.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -64,19 +65,29 @@ def graphed_step(model, ids):
     return graph.replay, logits
 
 
-def replay_ms(replay) -> float:
-    """Median of REPLAYS timed replays (CUDA events), after warm-up."""
+def interleaved_ms(replays: dict) -> dict:
+    """name -> median of REPLAYS timed replays (CUDA events) of each of `replays` (name ->
+    replay), after warm-up, one of each in turn: a drift of the GPU's clocks over the run (it
+    warms up while the portfolio is tuned) then weighs on each alike."""
     for _ in range(5):
-        replay()
-    times = []
+        for replay in replays.values():
+            replay()
+    times = {name: [] for name in replays}
     for _ in range(REPLAYS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        for name, replay in replays.items():
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(found) for name, found in times.items()}
+
+
+def replay_ms(replay) -> float:
+    """Median of REPLAYS timed replays of one graph (`interleaved_ms` of it alone)."""
+    return interleaved_ms({"alone": replay})["alone"]
 
 
 def steps() -> list[tuple[str, int, int]]:
@@ -84,15 +95,19 @@ def steps() -> list[tuple[str, int, int]]:
     return [("prefill", 1, t) for t in PREFILL] + [("decode", b, 1) for b in DECODE]
 
 
-def time_steps(model, vocab: int) -> dict:
-    """Each step's graphed time and logits (float32, on the GPU) on fixed token ids."""
+def time_steps(models: dict, vocab: int) -> dict:
+    """(name, step) -> each step's graphed time and logits (float32, on the GPU) on fixed token
+    ids, for each of `models` (name -> model), their replays interleaved (`interleaved_ms`)."""
     found = {}
-    for kind, batch, tokens in steps():
+    for step in steps():
+        kind, batch, tokens = step
         ids = torch.randint(0, vocab, (batch, tokens), device="cuda",
                             generator=torch.Generator(device="cuda").manual_seed(batch * tokens))
-        replay, logits = graphed_step(model, ids)
-        found[(kind, batch, tokens)] = (replay_ms(replay), logits.float().clone())
-        del replay
+        graphs = {name: graphed_step(model, ids) for name, model in models.items()}
+        times = interleaved_ms({name: replay for name, (replay, _) in graphs.items()})
+        for name, (_, logits) in graphs.items():
+            found[name, step] = (times[name], logits.float().clone())
+        del graphs
     return found
 
 
@@ -205,17 +220,18 @@ def main() -> int:
         return 0
     model = build_model(args.config)
     vocab = model.config.vocab_size
-    stock = time_steps(model, vocab)
+    stock_model = copy.deepcopy(model)
     replaced = linear.replace_linears(model)
     start = time.perf_counter()
     linear.prepare(model)
     tuning_s = time.perf_counter() - start
-    ours = time_steps(model, vocab)
+    timed = time_steps({"stock": stock_model, "ours": model}, vocab)
     exported = tempfile.mkdtemp(prefix="linear-export-") + "/kernels"
     linear.export(model, exported)
     rows = []
-    for (kind, batch, tokens), (stock_ms, stock_logits) in stock.items():
-        ours_ms, ours_logits = ours[(kind, batch, tokens)]
+    for kind, batch, tokens in steps():
+        stock_ms, stock_logits = timed["stock", (kind, batch, tokens)]
+        ours_ms, ours_logits = timed["ours", (kind, batch, tokens)]
         diff = (ours_logits - stock_logits).norm() / stock_logits.norm()
         agree = (ours_logits.argmax(-1) == stock_logits.argmax(-1)).float().mean()
         rows.append({"step": kind, "batch": batch, "tokens": tokens, "stock_ms": stock_ms,
@@ -235,7 +251,8 @@ def main() -> int:
               "call_cost": [call_costs(CONFIGS[args.config]["hidden_size"], tokens)
                             for tokens in (1, 16)],
               "timing": f"CUDA graph of the model's forward (no KV cache), median of {REPLAYS} "
-                        "replays timed with CUDA events, L2 as the previous replay left it"}
+                        "replays timed with CUDA events, stock's and ours in turn (L2 as the "
+                        "other's replay left it)"}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps({k: result[k] for k in ("tuning_s", "cache_load", "export_load",
