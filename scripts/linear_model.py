@@ -7,7 +7,8 @@ download). Writes one JSON file that reporting/model.py renders.
 Steps: tune (or load from the cache) every layer shape x bucket, time a cache load in a fresh
 process, then per prefill length and decode batch the model's forward captured in a CUDA graph,
 stock and ours (the median of timed replays, one of each in turn, so that the GPU's drift over
-the run weighs on both alike), the logits compared; and the per-call cost of one layer, eager and compiled, against F.linear.
+the run weighs on both alike), the logits compared; and the per-call cost of one layer, eager
+and compiled, against F.linear.
 """
 
 from __future__ import annotations

@@ -317,18 +317,23 @@ def test_v8_asked_to_swap_picks_knobs_it_takes_and_stores_c_from_registers(wl, t
     (Workload("gemm", (7, 6144, 4096), FP8, "bfloat16", "nt", "block"), {}, False),
     (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {"swap_ab": False}, False),
     (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {"tma_store": True}, False),
-    (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {"block_n": 64}, True),
+    (Workload("gemm", (16, 4096, 4096), "bfloat16", "bfloat16", "nt"), {"block_n": 64}, False),
+    (Workload("gemm", (7, 28672, 5120), "bfloat16", "bfloat16", "nt"), {"block_m": 64}, False),
+    (Workload("gemm", (7, 28672, 5120), "bfloat16", "bfloat16", "nt"), {"stages": 4}, True),
 ], ids=str)
 def test_v8_swaps_decode_batches_unasked_where_it_takes_the_swap(wl, asked, swapped, target):
     """At most SWAP_MOST_TOKENS rows of A in nt, the heuristic swaps unasked (the tokens on a
-    narrow column of tiles), as `v8:swap_ab=true` would pick; not past it, not in nn, not with
-    block scales, and not where the user holds a knob the swap refuses (tma_store) or holds
-    swap_ab=False. Whatever it picks, v8 takes."""
+    narrow column of tiles, 8 or 16 wide: in v8's space, so a search measures this first), as
+    `v8:swap_ab=true` would pick; not past it, not in nn, not with block scales, not where the
+    user holds a knob the swap refuses (tma_store) or holds swap_ab=False, and not where the
+    user holds the width or a tile no narrow column fits (64 rows at 8 columns): the swap would
+    put their width on the tokens. Whatever it picks, v8 takes."""
     v8 = schedules.get("gemm", "v8")
     picked = v8.defaults_for(wl, asked)
     assert picked["swap_ab"] is swapped
     if swapped:
         assert picked == v8.defaults_for(wl, {**asked, "swap_ab": True})
+        assert picked["block_n"] <= 16 and v8.own_choice(wl, asked) == picked
     v8.apply(wl, target, **asked)
 
 
@@ -679,6 +684,25 @@ def test_the_rule_of_best(wl, rung):
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")
 def test_best_weighs_skinny_and_swapped_v8_where_they_take_the_shape(wl, weighed):
     assert explore.portfolio(wl) == weighed
+
+
+def test_best_takes_a_portfolio_entry_with_knobs_where_it_measured_fastest(monkeypatch):
+    """Where v8 swapped measures faster than v8's default, best runs it under its name, with
+    the swap among its knobs."""
+    wl = Workload("gemm", (48, 5120, 5120), "bfloat16", "bfloat16", "nt")
+    times = {"v8": 0.030, "v8:swap_ab=true": 0.020}
+
+    def fake_explore(wl_, chosen, settings, say=print, warn=print, extra_records=None):
+        return [Record(kind=c.kind, schedule=c.name, status="ok",
+                       timing=Timing(*[times[c.name]] * 3)) for c in chosen]
+
+    monkeypatch.setattr(measure, "gpu_present", lambda: True)
+    monkeypatch.setattr(measure, "device_facts", lambda: {"gpu": "GPU A", "arch": "sm_90"})
+    monkeypatch.setattr(explore, "explore", fake_explore)
+    said = []
+    chosen = resolve(wl, "best", SearchResults(), said.append)
+    assert chosen.name == "v8:swap_ab=true" and chosen.params["swap_ab"] is True
+    assert "fastest correct of v8, v8:swap_ab=true" in said[-1]
 
 
 def test_best_builds_its_portfolio_entries_with_their_knobs():

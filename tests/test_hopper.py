@@ -31,13 +31,13 @@ BUILDS = [
     gemm((4096, 4096, 4096), "bfloat16", layout="nn"),
     gemm((1000, 1000, 1000), "bfloat16", "bfloat16", "nt"),  # ragged M, N, K
     gemm((100, 304, 40), "float16", "float16", "nn"),  # all ragged; K shorter than a block
-    gemm((16, 6144, 4096), "bfloat16", layout="nt"),  # decode: 64-row tiles split along N
+    gemm((16, 6144, 4096), "bfloat16", layout="nt"),  # decode: swapped, 128x16 tiles split in K
     gemm((1, 256, 64), "float16", "float16", "nn"),
     gemm((37, 200, 72), "float16", layout="nn"),
     gemm((128, 4096, 4096), "bfloat16", "bfloat16", "nt"),  # split K (the heuristic's 2)
     gemm((4096, 4096, 4096), FP8, layout="nt"),  # fp8, bfloat16 C
     gemm((1000, 1000, 1008), FP8, "float32", "nt"),  # fp8, ragged M and N, split K
-    gemm((16, 6144, 4096), FP8, "float16", "nt"),  # fp8 decode batch
+    gemm((16, 6144, 4096), FP8, "float16", "nt"),  # fp8 decode batch, swapped
     gemm((1000, 4608, 3584), "bfloat16", layout="nt"),  # one wave of 256x144 tiles
 ]
 

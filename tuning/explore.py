@@ -147,12 +147,13 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
 def portfolio(wl: Workload) -> list[str]:
     """The rungs a measured `best` weighs for `wl` where no records know it: those that were
     the fastest on some shape of the committed suites (reports/h100-shapes.md,
-    reports/h100-gemv.md, reports/h100-nvfp4-gemv.md) for its kind of op; one rung (v8 on
-    16-bit and fp8 GEMMs) needs no measuring. A GEMM of a few rows that skinny takes (M <=
+    reports/h100-gemv.md, reports/h100-nvfp4-gemv.md) for its kind of op: v8 on 16-bit and
+    fp8 GEMMs. A GEMM of a few rows that skinny takes (M <=
     16, nt) weighs skinny beside them: W read once for every row, where tensor-core tiles
-    leave most of their rows empty (not yet in those suites' runs). Past the rows v8 swaps
-    by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) where v8 takes
-    the swap: there it won on some shapes and lost on others (reports/notes/h100-shapes.md)."""
+    leave most of their rows empty. Past the rows v8 swaps by default, up to
+    SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
+    there it won on some shapes and lost on others (reports/notes/h100-shapes.md). Where one
+    rung is left (v8 elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
@@ -188,10 +189,16 @@ def swap_weighed(wl: Workload) -> bool:
 
 
 def _portfolio_schedule(wl: Workload, name: str) -> TunedSchedule:
-    """A portfolio entry run like a rung: a rung by its name, or with knobs ('v8:swap_ab=true')."""
-    base, _, knobs = name.partition(":")
+    """A portfolio entry run like a rung: a rung by its name, or with knobs ('v8:swap_ab=true')
+    as a record's schedule is rebuilt (`_rebuilt`): a failure to build it is the kernel's, not
+    a refusal of knobs the user set (best's user set none)."""
+    base, _, text = name.partition(":")
     entry = schedules.get(wl.op, base)
-    return entry.with_knobs(knobs, wl) if knobs else entry.for_workload(wl)
+    if not text:
+        return entry.for_workload(wl)
+    chosen = entry.parse_knobs(text)
+    return TunedSchedule(wl.op, name, entry.defaults_for(wl, chosen),
+                         lambda w, target: entry.apply(w, target, **chosen), entry.kind)
 
 
 def _measured_best(wl: Workload, names: list[str], found: SearchResults,

@@ -235,7 +235,7 @@ def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[in
 
 
 def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
-    """swap_ab, where the user or a search asks for it: the knobs tma_tiles picks for the
+    """swap_ab (asked for, or `swap_choice`'s unasked): the knobs tma_tiles picks for the
     product the kernel computes (C^T = B A^T: `kernel_workload`), on the tile `cut_tiles`
     cuts to M where the user names no width, C stored from registers; fp8's promotions not
     overlapped unless asked for (ptxas spills some cut widths' runs)."""
@@ -252,15 +252,19 @@ def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
 
 def swap_choice(wl: Workload, sms: int, knobs: dict, space: dict) -> dict | None:
     """`swapped_tiles`' knobs where the user or a search asks for swap_ab; unasked, for a
-    decode batch (at most SWAP_MOST_TOKENS rows of A) where the space holds the swap and v8
-    takes the swapped knobs with every knob the user or a search holds; else None. A few
-    tokens fill one narrow column of tiles (8 or 16 wide) where unswapped they fill 64 rows of
-    wgmma's, mostly padding."""
+    decode batch (at most SWAP_MOST_TOKENS rows of A) where the space holds the swap, the
+    width is left to the heuristic, `cut_tiles` cuts a tile to M, and v8 takes the swapped
+    knobs with every knob the user or a search holds; else None. A few tokens fill one narrow
+    column of tiles (8 or 16 wide) where unswapped they fill 64 rows of wgmma's, mostly
+    padding."""
     if False not in space["swap_ab"]:
         return swapped_tiles(wl, sms, knobs, space)
-    if wl.dims["M"] > SWAP_MOST_TOKENS or True not in space["swap_ab"]:
+    if wl.dims["M"] > SWAP_MOST_TOKENS or True not in space["swap_ab"] \
+            or len(space["block_n"]) == 1:
         return None
     knobs = {**knobs, "swap_ab": True}
+    if not cut_tiles(kernel_workload(wl, True), sms, knobs, space):
+        return None
     swapped = swapped_tiles(wl, sms, knobs, space)
     held = {knob: values[0] for knob, values in space.items() if len(values) == 1}
     try:

@@ -25,7 +25,9 @@ def v8_refusals(wl: Workload, group_m: int, **knobs) -> None:
 
 
 PROMOTE_K = [None, 128, 256]  # K elements between promotions of fp8's sums (None: no promotion)
-BLOCK_N = [64, 128, 144, 160, 176, 192, 256]  # block_n: nt takes each, nn those of whole boxes
+# block_n: nt takes each (8 swapped only: a decode batch's column of tokens), nn those of whole
+# boxes
+BLOCK_N = [8, 16, 64, 128, 144, 160, 176, 192, 256]
 
 
 def v8_narrowed(wl: Workload) -> dict:
