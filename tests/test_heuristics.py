@@ -452,6 +452,30 @@ def test_random_shapes_resolve_without_an_exception_other_than_a_refusal(shape, 
     assert resolved, f"no workload of {shape} could exist"
 
 
+def test_v8s_heuristic_takes_any_partial_setting_of_its_space_without_a_traceback():
+    """What a search asks v8 for each setting it proposes: the heuristic fills in the knobs a
+    draw of v8's space leaves open, and v8's refusal says yes or no in one line. On 600 seeded
+    draws of any subset of knobs (the swap's 8-column widths among them, on tiles that take no
+    tma_store), over every input form, nothing else is raised."""
+    rng = random.Random(71)
+    v8 = schedules.get("gemm", "v8")
+    forms = [("bfloat16", "bfloat16", "nt", None), ("float16", "float32", "nn", None),
+             (FP8, "bfloat16", "nt", None), (FP8, "bfloat16", "nt", "row"),
+             (FP8, "bfloat16", "nt", "block")]
+    refused = 0
+    for _ in range(600):
+        shape = (rng.choice([1, 3, 8, 16, 17, 48, 333, 1000, 4096]), rng.randint(1, 30000),
+                 rng.randint(1, 16384))
+        wl = Workload("gemm", shape, *rng.choice(forms))
+        knobs = rng.sample(sorted(v8.space), rng.randint(0, len(v8.space)))
+        config = {knob: rng.choice(v8.space[knob]) for knob in knobs}
+        try:
+            v8.refuse(wl, **v8.defaults_for(wl, config))
+        except ScheduleNotApplicable:
+            refused += 1
+    assert 0 < refused < 600
+
+
 def test_v8s_heuristic_picks_only_settings_v8_takes_on_random_shapes():
     """v8's own choice (its rules, the timed tiles included) passes its refusals on 400 seeded
     random 16-bit and fp8 GEMMs, M drawn as decode batches, medium M or anything to 20000, N

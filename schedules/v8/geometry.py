@@ -94,10 +94,10 @@ def consumer_tile(block_m: int, block_n: int, pingpong: bool = False) -> tuple[i
 
 def box_bytes(block_m: int, block_n: int, out_dtype: str, pingpong: bool = False) -> int:
     """Bytes per row of the boxes in which a consumer's columns of C go out: the widest
-    swizzle span that divides them (they are a multiple of 16 columns, so 32 bytes always
-    does)."""
+    swizzle span that divides them (whole 16-column pieces: 32 bytes always does); 0 where
+    none does (a swapped tile's 8 columns, which go out from registers)."""
     columns = consumer_tile(block_m, block_n, pingpong)[1] * DTYPE_BYTES[out_dtype]
-    return next(span for span in sorted(SWIZZLE, reverse=True) if columns % span == 0)
+    return next((span for span in sorted(SWIZZLE, reverse=True) if columns % span == 0), 0)
 
 
 def consumer_accumulators(block_m: int, block_n: int, pingpong: bool = False) -> int:
