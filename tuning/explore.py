@@ -158,18 +158,20 @@ def portfolio(wl: Workload) -> list[str]:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
-        names += ["skinny"] if skinny_takes(wl) else []
+        names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in names if schedules.get(wl.op, name.partition(":")[0]).takes(wl)]
 
 
-def skinny_takes(wl: Workload) -> bool:
-    """Whether skinny's shape takes the GEMM (at most SKINNY_ROWS rows of A, nt; its dtypes
-    are `portfolio`'s check)."""
+def _takes(wl: Workload, name: str, knobs: dict | None = None) -> bool:
+    """Whether rung `name` takes `wl` with `knobs` set (its heuristic picks the rest), by its own
+    refusal check, nothing built (skinny: at most SKINNY_ROWS rows of A, nt; its dtypes are
+    `portfolio`'s check)."""
+    entry = schedules.get(wl.op, name)
     try:
-        schedules.get("gemm", "skinny").refuse(wl)
+        entry.refuse(wl, **entry.defaults_for(wl, knobs))
     except ScheduleNotApplicable:
         return False
     return True
@@ -178,14 +180,8 @@ def skinny_takes(wl: Workload) -> bool:
 def swap_weighed(wl: Workload) -> bool:
     """Whether `best` weighs SWAPPED_V8 for the GEMM: more rows of A than v8 swaps unasked, at
     most SWAP_WEIGHED_ROWS, and v8 takes the swap (nt, 16-bit or fp8 inputs, no block scales)."""
-    if not SWAP_MOST_TOKENS < wl.dims["M"] <= SWAP_WEIGHED_ROWS:
-        return False
-    v8 = schedules.get("gemm", "v8")
-    try:
-        v8.refuse(wl, **v8.defaults_for(wl, {"swap_ab": True}))
-    except ScheduleNotApplicable:
-        return False
-    return True
+    return SWAP_MOST_TOKENS < wl.dims["M"] <= SWAP_WEIGHED_ROWS \
+        and _takes(wl, "v8", {"swap_ab": True})
 
 
 def _portfolio_schedule(wl: Workload, name: str) -> TunedSchedule:
