@@ -4,8 +4,11 @@ for every M of its bucket, and how each is launched.
 A layer is y[M, N] = x[M, K] @ W^T with W stored N x K (nn.Linear's weight): the project's GEMM
 in layout nt, its output in the input's dtype. An fp8 layer (e4m3 x and W) also takes their
 float32 scales, one per tensor or one per row of x and of W (torch._scaled_mm's tensorwise and
-rowwise forms), and writes bfloat16 by default. The candidates:
-- `torch`: F.linear (cuBLAS), the layer as stock PyTorch runs it; fp8: torch._scaled_mm;
+rowwise forms), or per block (DeepSeek-V3's: x's per row per 128 K, W's per 128 x 128 block),
+and writes bfloat16 by default. The candidates:
+- `torch`: F.linear (cuBLAS), the layer as stock PyTorch runs it; fp8: torch._scaled_mm
+  (block scales: its block-scaled form where cuBLAS takes K, else x and W dequantized to
+  bfloat16, then F.linear);
 - the GEMV rungs (blockreduce, allreduce, rowalign, multirow) for the bucket of M = 1, built for
   the layer's fixed N x K (16-bit layers: the GEMV rungs take no fp8);
 - v8 with M as a size given at each call (v8.v8_kernel_any_m), at a few tile shapes, whole
@@ -25,9 +28,9 @@ import schedules
 from schedules import heuristics, v8
 from schedules.errors import ScheduleNotApplicable, WorkloadError
 from schedules.registry import with_knob_text
-from schedules.workloads import FP8, FP8_OUT_DTYPE, Workload
+from schedules.workloads import FP8, FP8_BLOCK, FP8_OUT_DTYPE, Workload, fp8_blocks
 
-from tuning import build
+from tuning import build, measure
 
 from .buckets import Bucket
 
@@ -41,18 +44,18 @@ MEDIUM_TILES = ((64, 256), (128, 192))  # whole tiles also tried past 64 rows: t
 SPLITS = (1, 2, 3, 4, 6, 8)  # v8's split_k values (its space)
 MOST_WORKSPACE_BYTES = 64 << 20  # split K's partials per kernel: a model holds many kernels
 LAYER_DTYPES = ("float16", "bfloat16")
-LAYER_SCALINGS = ("tensor", "row")  # fp8 layers' scales: torch._scaled_mm's tensorwise, rowwise
 
 
 @dataclass(frozen=True)
 class LayerShape:
     """A linear layer's weight: out_features (N) x in_features (K), in `dtype`, which its input
     shares. Its output is in `out_dtype`: the input's for 16-bit layers, bfloat16 by default for
-    fp8 ones, whose `scales` go per tensor ("tensor", the default) or per row ("row"), as the
-    GEMM workload's (schedules.workloads.FP8_SCALINGS), and whose sums are promoted into
-    float32 every few K steps (_scaled_mm's default; v8's promote_k) unless `fast_accum`, which
-    keeps them in the tensor cores' own accumulator (_scaled_mm's use_fast_accum=True; v8
-    without promote_k): faster, less precise. With `bias`, the layer adds one, and its
+    fp8 ones, whose `scales` go per tensor ("tensor", the default), per row ("row") or per
+    block ("block"), as the GEMM workload's (schedules.workloads.FP8_SCALINGS), and whose sums
+    are promoted into float32 every few K steps (_scaled_mm's default; v8's promote_k) unless
+    `fast_accum`, which keeps them in the tensor cores' own accumulator (_scaled_mm's
+    use_fast_accum=True; v8 without promote_k): faster, less precise; block scales are applied
+    at each promotion, so they take no fast_accum. With `bias`, the layer adds one, and its
     candidates are checked and timed adding it as they will run (torch's fuse it, ours add it
     after). A combination the GEMM does not take is refused here (WorkloadError)."""
 
@@ -68,9 +71,9 @@ class LayerShape:
         default_out = FP8_OUT_DTYPE if self.dtype == FP8 else self.dtype
         wl = Workload("gemm", (1, self.out_features, self.in_features), self.dtype,
                       self.out_dtype or default_out, "nt", self.scales)
-        if wl.is_fp8 and wl.scales not in LAYER_SCALINGS:
-            raise WorkloadError(f"linear layers take fp8 scales {' or '.join(LAYER_SCALINGS)} "
-                                f"(torch._scaled_mm's two forms), not '{wl.scales}'")
+        if wl.block_scaled and self.fast_accum:
+            raise WorkloadError("block scales are applied as sums are promoted into float32 "
+                                "(DeepGEMM's, cuBLAS's): no fast_accum")
         if not wl.is_fp8 and wl.out_dtype != self.dtype:
             raise WorkloadError(f"a {self.dtype} layer writes {self.dtype} (as F.linear does), "
                                 f"not {wl.out_dtype}")
@@ -84,6 +87,10 @@ class LayerShape:
     def is_fp8(self) -> bool:
         return self.dtype == FP8
 
+    @property
+    def block_scaled(self) -> bool:
+        return self.scales == "block"
+
     def label(self) -> str:
         """The layer in words, as cache keys and progress lines name it: fp8's scaling form and
         output dtype included, so that each form has entries of its own."""
@@ -91,6 +98,20 @@ class LayerShape:
         fast = " fast_accum" if self.fast_accum else ""
         bias = " bias" if self.bias else ""
         return f"{self.out_features}x{self.in_features} {self.dtype}{fp8}{fast}{bias}"
+
+    def x_scale_shape(self, rows: tuple) -> tuple:
+        """An fp8 x of leading shape `rows`' scale: one element (shape ()), one per row
+        (rows + (1,)), or one per row per 128 K (rows + (K blocks,))."""
+        if self.scales == "row":
+            return (*rows, 1)
+        return (*rows, fp8_blocks(self.in_features)) if self.scales == "block" else ()
+
+    def weight_scale_shape(self) -> tuple:
+        """An fp8 weight's scale: one element, one per output feature as a column (N x 1), or
+        one per 128 x 128 block (N blocks x K blocks)."""
+        if self.scales == "block":
+            return fp8_blocks(self.out_features), fp8_blocks(self.in_features)
+        return self.x_scale_shape((self.out_features,))
 
     def gemm(self, m: int) -> Workload:
         """The layer at m rows as the project's GEMM workload (nt, C in the layer's out_dtype)."""
@@ -223,9 +244,27 @@ def scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.b
     as its transpose), x_scale (M x 1, or one element) and weight_scale (N x 1, or one element,
     taken as its transpose: _scaled_mm's 1 x N), by default at _scaled_mm's default precision
     (its sums promoted into float32, as v8's default for fp8 is); the bias added after
-    scaling; into `out` where given."""
+    scaling; into `out` where given. Block scales (x_scale M x K blocks, weight_scale N blocks
+    x K blocks) go to `block_scaled_linear`."""
     return torch._scaled_mm(x, weight.t(), x_scale, weight_scale.t(), bias=bias,
                             out_dtype=out_dtype, use_fast_accum=use_fast_accum, out=out)
+
+
+def block_scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.bfloat16,
+                        out=None):
+    """A block-scaled fp8 layer as torch runs it: torch._scaled_mm's block-scaled form
+    (cuBLAS's, its scales laid out as measure.cublas_block_scales lays them) where K is whole
+    groups of measure.CUBLAS_BLOCK_K, else what a user without a fused kernel runs: x and W
+    times their block scales in bfloat16, then F.linear; the bias added after; into `out`."""
+    k = x.shape[1]
+    if k % measure.CUBLAS_BLOCK_K == 0:
+        y = torch._scaled_mm(x, weight.t(), *measure.cublas_block_scales(k, x_scale, weight_scale),
+                             out_dtype=out_dtype, out=out)
+    else:
+        dense = [measure.block_dequantize(values, scales, rows, torch.bfloat16) for
+                 values, scales, rows in ((x, x_scale, 1), (weight, weight_scale, FP8_BLOCK))]
+        y = F.linear(*dense).to(out_dtype) if out is None else out.copy_(F.linear(*dense))
+    return y if bias is None else y.add_(bias)
 
 
 def f_linear(x, weight, bias=None, out=None):
@@ -238,6 +277,18 @@ def f_linear(x, weight, bias=None, out=None):
     return torch.addmm(bias, x, weight.t(), out=out)
 
 
+def torch_layer(layer: LayerShape):
+    """The layer as stock torch runs it, called as `launcher`'s runs are: f_linear, or for an
+    fp8 layer scaled_linear (block scales: block_scaled_linear) at the layer's precision and
+    output dtype."""
+    if not layer.is_fp8:
+        return f_linear
+    out_dtype = getattr(torch, layer.out_dtype)
+    if layer.block_scaled:
+        return functools.partial(block_scaled_linear, out_dtype=out_dtype)
+    return functools.partial(scaled_linear, out_dtype=out_dtype, use_fast_accum=layer.fast_accum)
+
+
 def launcher(candidate: Candidate, layer: LayerShape, function):
     """run(x2d, weight, bias, out=None) -> y2d for the candidate, or for an fp8 layer
     run(x2d, x_scale, weight, weight_scale, bias, out=None) (scales as `scaled_linear` takes
@@ -247,13 +298,16 @@ def launcher(candidate: Candidate, layer: LayerShape, function):
     flattened) and y whole; both then add the bias, where there is one."""
     n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
-        return functools.partial(scaled_linear, out_dtype=out_dtype,
-                                 use_fast_accum=layer.fast_accum) if layer.is_fp8 else f_linear
+        return torch_layer(layer)
     if candidate.rung == V8 and layer.is_fp8:
+        flat = not layer.block_scaled  # v8's scales: a vector each, or blocks' matrices
+
         def run_v8_fp8(x, x_scale, weight, weight_scale, bias=None, out=None):
             if out is None:
                 out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
-            function(x, weight, x_scale.view(-1), weight_scale.view(-1), out)
+            if flat:
+                x_scale, weight_scale = x_scale.view(-1), weight_scale.view(-1)
+            function(x, weight, x_scale, weight_scale, out)
             return out if bias is None else out.add_(bias)
         return run_v8_fp8
     if candidate.rung == V8:

@@ -29,12 +29,13 @@ import weakref
 import torch
 
 from schedules.errors import UsageError
+from schedules.workloads import FP8_BLOCK, fp8_blocks
 from tuning.loader import BadInput
 
 from . import farm, inductor
 from .buckets import Bucket, buckets_from_edges
 from .cache import Cache, export_entries
-from .candidates import LAYER_DTYPES, TORCH, LayerShape, scaled_linear
+from .candidates import LAYER_DTYPES, TORCH, LayerShape, torch_layer
 from .portfolio import LayerKernels, prepare as prepare_kernels
 
 DEFAULT_MAX_TOKENS = 4096
@@ -99,12 +100,16 @@ class Linear(torch.nn.Module):
     kernels come from `prepare` (on the first call if not before), one per bucket of M.
 
     dtype float8_e4m3fn makes an fp8 layer (see `from_float8`): its weight is e4m3, with a
-    float32 `weight_scale` per tensor (shape ()) or, with scales="row", one per output feature
-    (out_features x 1); forward takes (x, x_scale), x in e4m3 and x_scale float32, one element
-    or (scales="row") one per row of x (x.shape[:-1] + (1,)). It writes out_dtype (bfloat16 by
-    default), its bias in that dtype added after scaling: y = (x * x_scale) (W * w_scale)^T + b.
-    Its sums are promoted into float32 as _scaled_mm's default does; fast_accum=True keeps them
-    in the tensor cores' accumulator, as _scaled_mm's use_fast_accum=True (faster, less precise).
+    float32 `weight_scale` per tensor (shape ()), or with scales="row" one per output feature
+    (out_features x 1), or with scales="block" one per 128 x 128 block (DeepSeek-V3's:
+    ceil(out_features / 128) x ceil(in_features / 128)); forward takes (x, x_scale), x in e4m3
+    and x_scale float32: one element, or one per row of x (x.shape[:-1] + (1,)), or one per
+    row per 128 features (x.shape[:-1] + (ceil(in_features / 128),)). It writes out_dtype
+    (bfloat16 by default), its bias in that dtype added after scaling:
+    y = (x * x_scale) (W * w_scale)^T + b, each scale over its block. Its sums are promoted into
+    float32 as _scaled_mm's default does (block scales applied at each promotion);
+    fast_accum=True keeps them in the tensor cores' accumulator, as _scaled_mm's
+    use_fast_accum=True (faster, less precise; not with block scales).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
@@ -119,8 +124,9 @@ class Linear(torch.nn.Module):
         self._out_dtype = getattr(torch, layer.out_dtype)
         self.weight = _frozen((out_features, in_features), dtype, device)
         self.bias = _frozen((out_features,), self._out_dtype, device) if bias else None
-        self.weight_scale = _frozen(_weight_scale_shape(layer), torch.float32, device) \
+        self.weight_scale = _frozen(layer.weight_scale_shape(), torch.float32, device) \
             if self.is_fp8 else None
+        self._scale_width = layer.x_scale_shape(())  # x_scale's last dimension, if it has one
         self.buckets = buckets or buckets_from_edges()
         self.max_tokens = max_tokens
         self.kernels = None
@@ -144,7 +150,9 @@ class Linear(torch.nn.Module):
         float32 `weight_scale` and `bias` (out_features, in out_dtype: bfloat16 by default).
         The scale's shape says the layer's scales: one element (() or (1,)) per tensor; one per
         output feature (N x 1, as torchao and vLLM keep it, or 1 x N, torch._scaled_mm's
-        scale_b) per row, x then taking one scale per row too. One line refuses anything else."""
+        scale_b) per row, x then taking one scale per row too; one per 128 x 128 block
+        (ceil(N / 128) x ceil(K / 128), as DeepSeek-V3's checkpoints keep it) per block, x then
+        taking one per row per 128 K. One line refuses anything else."""
         if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
             raise BadInput(f"Linear.from_float8: weight is {weight.dtype} of shape "
                            f"{tuple(weight.shape)}, not a torch.float8_e4m3fn matrix "
@@ -155,7 +163,8 @@ class Linear(torch.nn.Module):
                            "weight.contiguous()")
         out_features, in_features = weight.shape
         layer = cls(in_features, out_features, bias is not None, device="meta",
-                    dtype=weight.dtype, scales=_scaling(weight_scale, out_features), **options)
+                    dtype=weight.dtype, scales=_scaling(weight_scale, out_features, in_features),
+                    **options)
         layer.weight = torch.nn.Parameter(weight.detach(), requires_grad=False)
         layer.weight_scale = torch.nn.Parameter(
             weight_scale.detach().reshape(layer.weight_scale.shape), requires_grad=False)
@@ -236,9 +245,9 @@ class Linear(torch.nn.Module):
             return torch.ops.tvm_explorer.linear_fp8(x, x_scale, self.weight, self.weight_scale,
                                                      self.bias, self._key,
                                                      self._needs_checks(x, x_scale))
-        y = scaled_linear(x.reshape(-1, self.in_features), self._rows_scale(x_scale, -1),
-                          self.weight, self.weight_scale, self.bias, self.out_dtype,
-                          self.fast_accum)
+        y = torch_layer(self.shape)(x.reshape(-1, self.in_features),
+                                    self._rows_scale(x_scale, -1), self.weight,
+                                    self.weight_scale, self.bias)
         return y.view(*x.shape[:-1], self.out_features)
 
     def _needs_checks(self, x: torch.Tensor, x_scale: torch.Tensor | None) -> bool:
@@ -257,8 +266,9 @@ class Linear(torch.nn.Module):
                     or self.is_fp8 and self._scale_problem(x, x_scale))
 
     def _rows_scale(self, x_scale: torch.Tensor, m: int) -> torch.Tensor:
-        """x's scale for x seen as m rows (m x 1 where scales go by rows; one element as is)."""
-        return x_scale.view(m, 1) if self.scales == "row" else x_scale
+        """x's scale for x seen as m rows (m x 1 where scales go by rows, m x K blocks by blocks;
+        one element as is)."""
+        return x_scale.view(m, *self._scale_width) if self._scale_width else x_scale
 
     def call(self, x: torch.Tensor, weight: torch.Tensor, bias, check: bool = True,
              out: torch.Tensor | None = None) -> torch.Tensor:
@@ -312,9 +322,9 @@ class Linear(torch.nn.Module):
 
     def _scale_fits(self, x: torch.Tensor, x_scale: torch.Tensor) -> bool:
         """Whether x_scale has the shape the layer's scales take for x: x.shape[:-1] + (1,)
-        by rows, else one element (shape () or (1,))."""
-        if self.scales == "row":
-            return x_scale.shape == (*x.shape[:-1], 1)
+        by rows, x.shape[:-1] + (K blocks,) by blocks, else one element (shape () or (1,))."""
+        if self._scale_width:
+            return x_scale.shape == (*x.shape[:-1], *self._scale_width)
         return x_scale.dim() <= 1 and x_scale.numel() == 1
 
     def _name(self) -> str:
@@ -336,9 +346,10 @@ class Linear(torch.nn.Module):
     def _scale_problem(self, x: torch.Tensor, x_scale) -> str | None:
         """What about an fp8 layer's x_scale it does not take for x, in words; None where it
         takes it."""
-        wanted = (f"torch.float32 of shape {(*x.shape[:-1], 1)} (one scale per row of x)"
-                  if self.scales == "row" else
-                  "torch.float32 of shape () or (1,) (one scale for x)")
+        per = {"row": "one scale per row of x",
+               "block": f"one scale per row of x per {FP8_BLOCK} features"}.get(self.scales)
+        wanted = (f"torch.float32 of shape {(*x.shape[:-1], *self._scale_width)} ({per})" if per
+                  else "torch.float32 of shape () or (1,) (one scale for x)")
         if x_scale is None:
             return f"x_scale is missing: an fp8 layer is called as layer(x, x_scale), {wanted}"
         if x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale):
@@ -358,7 +369,7 @@ class Linear(torch.nn.Module):
                     f"{(self.out_features, self.in_features)}")
         if not self.is_fp8:
             return None
-        wanted, scale = _weight_scale_shape(self.shape), self.weight_scale
+        wanted, scale = self.shape.weight_scale_shape(), self.weight_scale
         if scale.dtype != torch.float32 or tuple(scale.shape) != wanted:
             return (f"weight_scale is {scale.dtype} of shape {tuple(scale.shape)}, not "
                     f"torch.float32 of shape {wanted}")
@@ -385,21 +396,21 @@ def _frozen(shape: tuple, dtype, device) -> torch.nn.Parameter:
     return torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype), requires_grad=False)
 
 
-def _weight_scale_shape(layer: LayerShape) -> tuple:
-    """An fp8 weight's scale: one element, or one per output feature as a column (N x 1)."""
-    return (layer.out_features, 1) if layer.scales == "row" else ()
-
-
-def _scaling(weight_scale: torch.Tensor, out_features: int) -> str:
-    """The scales ("tensor" or "row") a float32 weight scale's shape says, else one line."""
+def _scaling(weight_scale: torch.Tensor, out_features: int, in_features: int) -> str:
+    """The scales ("tensor", "row" or "block") a float32 weight scale's shape says, else one
+    line."""
     shape = tuple(weight_scale.shape)
+    blocks = (fp8_blocks(out_features), fp8_blocks(in_features))
     if weight_scale.dtype == torch.float32 and shape in ((), (1,)):
         return "tensor"
     if weight_scale.dtype == torch.float32 and shape in ((out_features, 1), (1, out_features)):
         return "row"
+    if weight_scale.dtype == torch.float32 and shape == blocks:
+        return "block"
     raise BadInput(f"Linear.from_float8: weight_scale is {weight_scale.dtype} of shape {shape}, "
-                   f"not torch.float32 of shape () (a scale per tensor) or ({out_features}, 1) "
-                   "(one per output feature)")
+                   f"not torch.float32 of shape () (a scale per tensor), ({out_features}, 1) "
+                   f"(one per output feature) or {blocks} (one per {FP8_BLOCK} x {FP8_BLOCK} "
+                   "block)")
 
 
 def _x_kind_problem(x: torch.Tensor, weight: torch.Tensor, in_features: int) -> str | None:

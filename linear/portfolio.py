@@ -26,6 +26,7 @@ import torch
 import tvm
 
 from schedules.errors import KernelFailed
+from schedules.workloads import FP8_BLOCK
 from tuning import loader, measure
 from tuning.candidates import build_workers, usable_cpus
 from tuning.progress import Progress
@@ -131,26 +132,32 @@ def _build_all(pending: list[Pending], max_tokens: int, arch: str,
                     f"({time.perf_counter() - started:.0f} s; {progress.pace()})")
 
 
-def _scale(layer: LayerShape, rows: int, gen):
-    """An fp8 operand's float32 scale as the layer takes it: one element (per tensor), or one
-    per row as a column (rows x 1), uniform in measure.FP8_SCALE_RANGE."""
+def _scale(layer: LayerShape, rows: int, gen, weight: bool):
+    """An fp8 operand's float32 scale as the layer takes it (x's of `rows` rows, or the
+    weight's): one element per tensor, one per row, or one per block, uniform in
+    measure.FP8_SCALE_RANGE."""
     low, high = measure.FP8_SCALE_RANGE
-    shape = (rows, 1) if layer.scales == "row" else ()
+    shape = layer.weight_scale_shape() if weight else layer.x_scale_shape((rows,))
     return torch.rand(shape, generator=gen, device="cuda") * (high - low) + low
 
 
-def _operand(layer: LayerShape, rows: int, gen) -> tuple:
-    """An operand of `rows` x in_features, standard-normal in the layer's dtype, and (fp8) its
-    scale: (x,) or (x, x_scale), and so for the weight."""
+def _operand(layer: LayerShape, rows: int, gen, weight: bool = False) -> tuple:
+    """An operand of `rows` x in_features (x's, or the `weight`), standard-normal in the layer's
+    dtype, and (fp8) its scale: (x,) or (x, x_scale), and so for the weight."""
     values = torch.randn((rows, layer.in_features), generator=gen, device="cuda").to(
         measure.torch_dtype(layer.dtype))
-    return (values, _scale(layer, rows, gen)) if layer.is_fp8 else (values,)
+    return (values, _scale(layer, rows, gen, weight)) if layer.is_fp8 else (values,)
 
 
-def _exact(operand: tuple):
-    """An operand's values in float64, times its scale where it has one."""
-    values = operand[0].double()
-    return values * operand[1].double() if len(operand) > 1 else values
+def _exact(layer: LayerShape, operand: tuple, weight: bool = False):
+    """An operand's values in float64, times its scale where it has one (block scales: each
+    block's; a weight's blocks are 128 rows high, x's one)."""
+    if len(operand) == 1:
+        return operand[0].double()
+    values, scale = operand
+    if layer.block_scaled:
+        return measure.block_dequantize(values, scale, FP8_BLOCK if weight else 1, torch.float64)
+    return values.double() * scale.double()
 
 
 class _Probe:
@@ -165,7 +172,8 @@ class _Probe:
         bias = (torch.randn(layer.out_features, generator=gen, device="cuda").to(
             measure.torch_dtype(layer.out_dtype)),) if layer.bias else ()
         self.args = (*x, *weight, *bias)
-        self.reference = _exact(x) @ _exact(weight).T + (bias[0].double() if bias else 0)
+        self.reference = _exact(layer, x) @ _exact(layer, weight, weight=True).T \
+            + (bias[0].double() if bias else 0)
 
     def error(self, run: Callable) -> float:
         """The relative error of run(*args) against float64, its output first poisoned: the
@@ -195,7 +203,7 @@ def _measure_bucket(p: Pending, max_tokens: int) -> tuple[dict, dict]:
     """Check and time each candidate of a pending bucket at its probe Ms. Returns, per candidate
     name, {"status", "times_ms" | "error"}, and the runs of the correct ones by name."""
     weight = _operand(p.layer, p.layer.out_features,
-                      torch.Generator(device="cuda").manual_seed(0))
+                      torch.Generator(device="cuda").manual_seed(0), weight=True)
     probes = [_Probe(p.layer, m, weight) for m in p.bucket.probes(max_tokens)]
     tolerance = measure.tolerance(p.layer.gemm(1))
     results, runs = {}, {}

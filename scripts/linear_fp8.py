@@ -1,7 +1,8 @@
 """fp8 linear layers (linear.Linear.from_float8) against torch._scaled_mm, per bucket of M, on
 the GPU: each layer's kernels are tuned (or loaded from the cache) for each scale form, then at
 every bucket's first and last M the layer's call and _scaled_mm's on the same inputs are
-checked against float64 and timed.
+checked against float64 and timed (block scales: torch's block-scaled layer, _scaled_mm's
+block form where cuBLAS takes K, else x and W dequantized to bfloat16 then F.linear).
 
     python scripts/linear_fp8.py --shape 4096x4096 --shape 14336x4096 --out $OUT/linear-fp8.json
     python scripts/linear_fp8.py --shape 4096x4096 --fast-accum   # the layers' fast_accum form
@@ -10,12 +11,14 @@ Timed as the portfolio times (tuning.measure.time_kernel: the median of launches
 L2 flush, so that the CPU's call cost is not counted); `loop_us` adds the call cost: back-to-back
 eager calls of the same M. The baselines: _scaled_mm's default (its sums promoted into float32,
 the precision of v8's default for fp8: the fair one) and its use_fast_accum=True form (the fair
-one for --fast-accum, whose layers keep their sums in the tensor cores' accumulator).
+one for --fast-accum, whose layers keep their sums in the tensor cores' accumulator; block
+scales have no fast form).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -26,26 +29,38 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import linear  # noqa: E402
+from linear.candidates import torch_layer  # noqa: E402
 from linear.module import DEFAULT_MAX_TOKENS  # noqa: E402
 from schedules import parse_shape  # noqa: E402
 from schedules.errors import WorkloadError  # noqa: E402
 from tuning import loader, measure  # noqa: E402
 
-SCALES = ("tensor", "row")
+SCALES = ("tensor", "row", "block")
 FP8 = torch.float8_e4m3fn
 
 
-def operands(n: int, k: int, m: int, scales: str) -> dict:
-    """Standard-normal e4m3 x (m x k) and weight (n x k), their float32 scales in the form
-    `scales` says (uniform in measure.FP8_SCALE_RANGE), and a bfloat16 bias."""
+def operands(shape: linear.LayerShape, m: int) -> dict:
+    """Standard-normal e4m3 x (m x K) and weight (N x K), their float32 scales in the form the
+    layer's shape says (uniform in measure.FP8_SCALE_RANGE), and a bfloat16 bias."""
     low, high = measure.FP8_SCALE_RANGE
 
-    def scale(rows):
-        return torch.rand((rows, 1) if scales == "row" else (), device="cuda") * (high - low) + low
+    def scale(size):
+        return torch.rand(size, device="cuda") * (high - low) + low
 
-    return {"x": torch.randn(m, k, device="cuda").to(FP8), "x_scale": scale(m),
-            "weight": torch.randn(n, k, device="cuda").to(FP8), "weight_scale": scale(n),
+    n, k = shape.out_features, shape.in_features
+    return {"x": torch.randn(m, k, device="cuda").to(FP8),
+            "x_scale": scale(shape.x_scale_shape((m,))),
+            "weight": torch.randn(n, k, device="cuda").to(FP8),
+            "weight_scale": scale(shape.weight_scale_shape()),
             "bias": torch.randn(n, device="cuda", dtype=torch.bfloat16)}
+
+
+def dequantized(shape: linear.LayerShape, values, scale, weight: bool = False):
+    """An operand in float64 times its scale (block scales: each block's; the weight's blocks
+    are 128 rows high, x's one)."""
+    if shape.block_scaled:
+        return measure.block_dequantize(values, scale, 128 if weight else 1, torch.float64)
+    return values.double() * scale.double()
 
 
 def loop_us(fn, calls: int = 200) -> float:
@@ -63,18 +78,20 @@ def loop_us(fn, calls: int = 200) -> float:
 
 
 def compare_at(layer, ops: dict) -> dict:
-    """The layer's call and _scaled_mm's two forms at one M: relative error against float64,
-    kernel time (us, L2 flushed) and back-to-back call time (us)."""
+    """The layer's call and torch's (_scaled_mm's two forms; block scales: its one) at one M:
+    relative error against float64, kernel time (us, L2 flushed) and back-to-back call time
+    (us)."""
     x, x_scale, w, w_scale, bias = (ops[k] for k in ("x", "x_scale", "weight", "weight_scale",
                                                      "bias"))
-    reference = (x.double() * x_scale.double()) @ (w.double() * w_scale.double()).T \
+    shape = layer.shape
+    reference = dequantized(shape, x, x_scale) @ dequantized(shape, w, w_scale, True).T \
         + bias.double()
+    precise = torch_layer(dataclasses.replace(shape, fast_accum=False))
     calls = {"ours": lambda: layer(x, x_scale),
-             "scaled_mm": lambda: torch._scaled_mm(x, w.t(), x_scale, w_scale.t(), bias=bias,
-                                                   out_dtype=torch.bfloat16),
-             "scaled_mm_fast": lambda: torch._scaled_mm(x, w.t(), x_scale, w_scale.t(),
-                                                        bias=bias, out_dtype=torch.bfloat16,
-                                                        use_fast_accum=True)}
+             "scaled_mm": lambda: precise(x, x_scale, w, w_scale, bias)}
+    if not shape.block_scaled:
+        fast = torch_layer(dataclasses.replace(shape, fast_accum=True))
+        calls["scaled_mm_fast"] = lambda: fast(x, x_scale, w, w_scale, bias)
     found = {}
     for name, call in calls.items():
         error = measure.relative_error(call(), reference)
@@ -83,19 +100,19 @@ def compare_at(layer, ops: dict) -> dict:
     return found
 
 
-def measure_layer(n: int, k: int, scales: str, max_tokens: int, fast_accum: bool) -> list[dict]:
+def measure_layer(shape: linear.LayerShape, max_tokens: int) -> list[dict]:
     """One layer shape and scale form: prepared, then compared at every bucket's edges with
-    _scaled_mm, the form of the same precision named `baseline` (fast or not)."""
+    torch's call of the same precision, named `baseline` (fast or not)."""
     torch.manual_seed(0)
-    first = operands(n, k, 1, scales)
+    first = operands(shape, 1)
     layer = linear.Linear.from_float8(first["weight"], first["weight_scale"], first["bias"],
-                                      max_tokens=max_tokens, fast_accum=fast_accum)
-    baseline = "scaled_mm_fast" if fast_accum else "scaled_mm"
+                                      max_tokens=max_tokens, fast_accum=shape.fast_accum)
+    baseline = "scaled_mm_fast" if shape.fast_accum else "scaled_mm"
     linear.prepare(layer, say=print)
     rows = []
     for bucket, kernel in zip(layer.buckets, layer.kernels.kernels):
         for m in sorted({bucket.first, bucket.most(max_tokens)}):
-            ops = {**first, **{key: value for key, value in operands(n, k, m, scales).items()
+            ops = {**first, **{key: value for key, value in operands(shape, m).items()
                                if key.startswith("x")}}
             with torch.no_grad():
                 found = compare_at(layer, ops)
@@ -115,24 +132,25 @@ def main() -> int:
     parser.add_argument("--shape", action="append", required=True,
                         help="a layer's weight, out_features x in_features (repeatable)")
     parser.add_argument("--scales", choices=SCALES, action="append",
-                        help="the scale forms to measure (repeatable; default both)")
+                        help="the scale forms to measure (repeatable; default all, block "
+                             "scales left out with --fast-accum)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument("--fast-accum", action="store_true",
                         help="layers with fast_accum=True, against _scaled_mm's fast form")
     parser.add_argument("--out", help="a JSON file for the rows")
     args = parser.parse_args()
+    forms = args.scales or [s for s in SCALES if not (args.fast_accum and s == "block")]
     try:
-        shapes = [linear.LayerShape(*parse_shape(text, "gemv"), "float8_e4m3fn")
-                  for text in args.shape]
+        shapes = [linear.LayerShape(*parse_shape(text, "gemv"), "float8_e4m3fn", scales,
+                                    fast_accum=args.fast_accum)
+                  for text in args.shape for scales in forms]
     except WorkloadError as e:
         print(f"linear_fp8: {e}", file=sys.stderr)
         return 2
     if loader.gpu_here() is None:
         print("linear_fp8: needs a CUDA GPU, and torch sees none here", file=sys.stderr)
         return 2
-    rows = [row for shape in shapes for scales in (args.scales or SCALES)
-            for row in measure_layer(shape.out_features, shape.in_features, scales,
-                                     args.max_tokens, args.fast_accum)]
+    rows = [row for shape in shapes for row in measure_layer(shape, args.max_tokens)]
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), **loader.versions_here(),

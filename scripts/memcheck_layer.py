@@ -35,7 +35,8 @@ def layer(args) -> linear.Linear:
     options = {"buckets": buckets_from_edges(tuple(args.edges)), "max_tokens": args.max_tokens}
     if args.dtype == "float8_e4m3fn":
         weight = torch.randn(n, k, device="cuda").to(FP8)
-        scale = torch.rand((n, 1) if args.scales == "row" else (), device="cuda") + 0.5
+        shape = linear.LayerShape(n, k, args.dtype, args.scales)
+        scale = torch.rand(shape.weight_scale_shape(), device="cuda") + 0.5
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         return linear.Linear.from_float8(weight, scale, bias, **options)
     dense = torch.nn.Linear(k, n, device="cuda", dtype=getattr(torch, args.dtype))
@@ -43,13 +44,13 @@ def layer(args) -> linear.Linear:
 
 
 def call_each_m(model: linear.Linear, ms: list[int]) -> None:
-    """The layer called once at each M, on random inputs (fp8: with a scale per row or one)."""
+    """The layer called once at each M, on random inputs (fp8: with scales of its form)."""
     for m in ms:
         x = torch.randn(m, model.in_features, device="cuda")
         with torch.no_grad():
             if model.is_fp8:
-                rows = (m, 1) if model.scales == "row" else ()
-                model(x.to(FP8), torch.rand(rows, device="cuda") + 0.5)
+                scale = torch.rand(model.shape.x_scale_shape((m,)), device="cuda") + 0.5
+                model(x.to(FP8), scale)
             else:
                 model(x.to(model.weight.dtype))
         torch.cuda.synchronize()
@@ -61,7 +62,7 @@ def main() -> int:
     parser.add_argument("--shape", required=True, help="N x K of the weight, e.g. 1000x1000")
     parser.add_argument("--dtype", default="bfloat16",
                         choices=("bfloat16", "float16", "float8_e4m3fn"))
-    parser.add_argument("--scales", default="tensor", choices=("tensor", "row"))
+    parser.add_argument("--scales", default="tensor", choices=("tensor", "row", "block"))
     parser.add_argument("--edges", type=int, nargs="+", default=[1, 2, 17])
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--ms", type=int, nargs="+", required=True)

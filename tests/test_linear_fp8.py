@@ -1,7 +1,8 @@
-"""linear/ with fp8 e4m3 layers and their scales, per tensor and per row (torch._scaled_mm's
-two forms): the layer shape and its cache key, the portfolio's candidates, v8 for any M with
-each form, the module's constructor, state_dict, tracing and refusals (CPU tier); numerics at
-every bucket's edges against float64, the cache, and torch.compile (GPU tier)."""
+"""linear/ with fp8 e4m3 layers and their scales, per tensor, per row (torch._scaled_mm's
+two forms) and per block (DeepSeek-V3's): the layer shape and its cache key, the portfolio's
+candidates, v8 for any M with each form, the module's constructor, state_dict, tracing and
+refusals (CPU tier); numerics at every bucket's edges against float64, the cache, and
+torch.compile (GPU tier)."""
 
 import os
 import subprocess
@@ -18,17 +19,19 @@ from linear.candidates import TORCH, V8, Candidate, LayerShape, build_candidate,
 from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key
 from schedules import v8
 from schedules.errors import ScheduleNotApplicable, WorkloadError
+from tuning import measure
 from tuning.loader import BadInput
 
 FP8 = torch.float8_e4m3fn
-SCALES = ("tensor", "row")
+SCALES = ("tensor", "row", "block")
 GPU = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
 
 
 def _weights(n=32, k=64, scales="tensor", bias=True, device="cpu"):
     """An fp8 weight (n x k), its scale in the form `scales` says, and a bfloat16 bias."""
     weight = torch.randn(n, k, device=device).to(FP8)
-    scale = torch.rand((n, 1) if scales == "row" else (), device=device) + 0.5
+    scale = torch.rand(LayerShape(n, k, "float8_e4m3fn", scales).weight_scale_shape(),
+                       device=device) + 0.5
     return weight, scale, (torch.randn(n, device=device, dtype=torch.bfloat16) if bias else None)
 
 
@@ -41,15 +44,22 @@ def test_an_fp8_layer_shape_names_its_scales_and_output_and_16_bit_ones_are_unch
     assert tensor.label() == "1024x2048 float8_e4m3fn scales=tensor out=bfloat16"
     assert row.label() == "1024x2048 float8_e4m3fn scales=row out=bfloat16"
     assert row.gemm(7).rowwise and row.gemm(7).dims["M"] == 7
+    block = LayerShape(1000, 2048, "float8_e4m3fn", "block")
+    assert block.label() == "1000x2048 float8_e4m3fn scales=block out=bfloat16"
+    assert block.gemm(7).block_scaled
+    assert (block.x_scale_shape((2, 7)), block.weight_scale_shape()) == ((2, 7, 16), (8, 16))
+    assert (row.x_scale_shape((7,)), row.weight_scale_shape()) == ((7, 1), (1024, 1))
+    assert (tensor.x_scale_shape((7,)), tensor.weight_scale_shape()) == ((), ())
     assert LayerShape(1024, 2048, "bfloat16").label() == "1024x2048 bfloat16"
 
 
-def test_cache_keys_of_the_two_scale_forms_differ():
+def test_cache_keys_of_the_scale_forms_differ():
     bucket = Bucket(2, 16)
     keys = [cache_key(LayerShape(1024, 2048, "float8_e4m3fn", scales), bucket, 4096, GPU)
             for scales in SCALES]
-    assert keys[0] != keys[1] and "scales=row" in keys[1]["layer"]
-    assert Cache("/nowhere").directory(keys[0]) != Cache("/nowhere").directory(keys[1])
+    assert [f"scales={scales}" in key["layer"] for key, scales in zip(keys, SCALES)] == \
+        [True] * len(SCALES)
+    assert len({Cache("/nowhere").directory(key) for key in keys}) == len(SCALES)
 
 
 def test_fast_accumulation_is_a_layer_of_its_own():
@@ -61,7 +71,8 @@ def test_fast_accumulation_is_a_layer_of_its_own():
 
 @pytest.mark.parametrize("dtype, scales, out_dtype, fast, message", [
     ("bfloat16", "row", None, False, "scales are for float8_e4m3fn"),
-    ("float8_e4m3fn", "block", None, False, "'block'"),  # not (yet) a layer's
+    ("float8_e4m3fn", "block", None, True, "block scales .* no fast_accum"),
+    ("float8_e4m3fn", "column", None, False, "'column'"),
     ("bfloat16", None, "float32", False, "writes bfloat16"),
     ("bfloat16", None, None, True, "fast_accum is for float8_e4m3fn layers"),
 ])
@@ -78,6 +89,35 @@ def test_every_fp8_bucket_has_scaled_mm_and_precise_v8_for_any_m(scales, bucket)
     found = candidates(LayerShape(4096, 4096, "float8_e4m3fn", scales), bucket, 4096)
     assert found[0] == Candidate(TORCH) and {c.rung for c in found} == {TORCH, V8}
     assert all(dict(c.knobs)["promote_k"] for c in found if c.rung == V8)
+
+
+@pytest.mark.parametrize("k", [4096, 1000])
+def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequantizes(
+        k, monkeypatch):
+    """cuBLAS's block scales take K in whole groups of 512 (measure.cublas_block_scales): there
+    the stock layer is torch._scaled_mm, its scales laid out column-major (seen here by a
+    stand-in: _scaled_mm's block form runs on CUDA only); a layer of another K dequantizes x
+    and W to bfloat16, then calls F.linear, whose answer is checked against float64."""
+    layer = LayerShape(200, k, "float8_e4m3fn", "block")
+    torch.manual_seed(0)
+    x, weight = torch.randn(3, k).to(FP8), torch.randn(200, k).to(FP8)
+    x_scale = torch.rand(layer.x_scale_shape((3,))) + 0.5
+    weight_scale = torch.rand(layer.weight_scale_shape()) + 0.5
+    bias = torch.randn(200, dtype=torch.bfloat16)
+    calls = []
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *args, **kw: calls.append(args)
+                        or torch.zeros(3, 200, dtype=torch.bfloat16))
+    y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, bias)
+    exact = measure.block_dequantize(x, x_scale, 1, torch.float64) \
+        @ measure.block_dequantize(weight, weight_scale, 128, torch.float64).T + bias.double()
+    assert y.dtype == torch.bfloat16 and y.shape == (3, 200)
+    if k % 512:
+        assert not calls and float((y.double() - exact).norm() / exact.norm()) < 1e-2
+    else:
+        a_scale, b_scale = calls[0][2:]
+        assert (a_scale.shape, a_scale.stride()) == ((3, 32), (1, 3))
+        assert (b_scale.shape, b_scale.stride()) == ((32, 2), (1, 32))
+        assert torch.equal(y, bias.expand(3, 200))  # the bias added after the stand-in's zeros
 
 
 @pytest.mark.parametrize("bucket", [Bucket(1, 1), Bucket(65, 256), Bucket(1025, None)])
@@ -135,8 +175,9 @@ def test_v8_for_an_fp8_bucket_takes_m_and_the_scales_form_at_each_call(scales):
     layer = LayerShape(1024, 2048, "float8_e4m3fn", scales)
     chosen = next(c for c in candidates(layer, Bucket(17, 64), 4096) if c.rung == V8)
     script = v8.v8_kernel_any_m(layer.gemm(64), **dict(chosen.knobs)).script()
-    a_scale = 'A_scale: T.Buffer((M,), "float32")' if scales == "row" else \
-        'A_scale: T.Buffer((1,), "float32")'
+    a_scale = {"row": 'A_scale: T.Buffer((M,), "float32")',
+               "block": 'A_scale: T.Buffer((M, 16), "float32")'}.get(
+                   scales, 'A_scale: T.Buffer((1,), "float32")')
     assert 'A: T.Buffer(("M", 2048), "float8_e4m3fn"' in script and a_scale in script
     source = build_candidate(layer, Bucket(17, 64), chosen, 4096, "sm_90").mod.imports[0] \
         .inspect_source()
@@ -145,16 +186,18 @@ def test_v8_for_an_fp8_bucket_takes_m_and_the_scales_form_at_each_call(scales):
 
 @pytest.mark.parametrize("scales", SCALES)
 def test_v8_runs_get_flat_scales_and_a_bfloat16_output(scales):
-    """The module hands runs x_scale as (M, 1) or one element and weight_scale as (N, 1) or
-    one element; v8's kernel takes them flat, (M,) and (N,) or (1,) each."""
+    """The module hands runs x_scale as (M, 1), (M, K blocks) or one element and weight_scale
+    as (N, 1), (N blocks, K blocks) or one element; v8's kernel takes them flat, (M,) and (N,)
+    or (1,) each, and block scales as they are."""
     calls = []
-    layer = LayerShape(32, 64, "float8_e4m3fn", scales)
+    layer = LayerShape(32, 300, "float8_e4m3fn", scales)
     run = launcher(Candidate(V8), layer, lambda *args: calls.append(args))
-    weight, weight_scale, bias = _weights(scales=scales)
-    x_scale = torch.ones((5, 1) if scales == "row" else ())
-    out = run(torch.zeros(5, 64).to(FP8), x_scale, weight, weight_scale, bias)
+    weight, weight_scale, bias = _weights(k=300, scales=scales)
+    x_scale = torch.ones(layer.x_scale_shape((5,)))
+    out = run(torch.zeros(5, 300).to(FP8), x_scale, weight, weight_scale, bias)
     x, w, a_scale, b_scale, c = calls[0]
-    assert (a_scale.shape, b_scale.shape) == (((5,), (32,)) if scales == "row" else ((1,), (1,)))
+    assert (a_scale.shape, b_scale.shape) == {"row": ((5,), (32,)), "block": ((5, 3), (1, 3)),
+                                              "tensor": ((1,), (1,))}[scales]
     assert c.shape == (5, 32) and c.dtype == torch.bfloat16 and out is c
 
 
@@ -177,12 +220,12 @@ def test_a_candidate_that_raises_is_a_failed_one_not_a_crash():
 
 @pytest.mark.parametrize("scale, scales", [
     (torch.tensor(0.5), "tensor"), (torch.full((1,), 0.5), "tensor"),
-    (torch.rand(32, 1), "row"), (torch.rand(1, 32), "row")])
+    (torch.rand(32, 1), "row"), (torch.rand(1, 32), "row"), (torch.rand(1, 3), "block")])
 def test_from_float8_takes_the_scale_form_the_weight_scale_has(scale, scales):
-    weight, _, bias = _weights()
+    weight, _, bias = _weights(k=300)
     layer = linear.Linear.from_float8(weight, scale, bias)
     assert layer.scales == scales and layer.shape.scales == scales
-    assert layer.weight_scale.shape == ((32, 1) if scales == "row" else ())
+    assert layer.weight_scale.shape == {"row": (32, 1), "block": (1, 3), "tensor": ()}[scales]
     assert layer.weight_scale.data_ptr() == scale.data_ptr()  # shared, not copied
     assert layer.out_dtype == torch.bfloat16 and layer.bias.dtype == torch.bfloat16
     assert "scales=" + scales in repr(layer)
@@ -191,7 +234,8 @@ def test_from_float8_takes_the_scale_form_the_weight_scale_has(scale, scales):
 @pytest.mark.parametrize("args, message", [
     ((torch.randn(32, 64), torch.tensor(1.0)), "weight is torch.float32 of shape"),
     ((torch.randn(32, 64).to(FP8), torch.rand(31, 1)), r"weight_scale is torch.float32 of shape "
-                                                       r"\(31, 1\), not"),
+                                                       r"\(31, 1\), not .* or \(1, 1\) \(one "
+                                                       "per 128 x 128 block"),
     ((torch.randn(32, 64).to(FP8), torch.tensor(1.0, dtype=torch.bfloat16)),
      "weight_scale is torch.bfloat16"),
     ((torch.randn(32, 64).to(FP8), torch.tensor(1.0), torch.zeros(32)),
@@ -239,7 +283,8 @@ def _fp8_layer(scales, rungs=None, device="cpu", **options):
 def _x(m, scales, dtype=FP8, device="cpu", lead=()):
     """x of m rows (after `lead` dimensions) and its scale in the form `scales` says."""
     x = torch.zeros(*lead, m, 64, device=device).to(dtype)
-    return x, torch.ones((*lead, m, 1) if scales == "row" else (), device=device)
+    layer = LayerShape(32, 64, "float8_e4m3fn", scales)
+    return x, torch.ones(layer.x_scale_shape((*lead, m)), device=device)
 
 
 @pytest.fixture
@@ -280,7 +325,8 @@ def test_a_compiled_fp8_layer_is_scaled_mm_where_the_rows_bucket_runs_torch(scal
         out = torch.compile(layer, backend=backend, fullgraph=True, dynamic=False)(
             *_x(m, scales, device="meta", lead=(1,)))
     assert ("tvm_explorer.linear_fp8" in graphs[0]) == operator
-    assert ("_scaled_mm" in graphs[0]) != operator
+    torch_call = "_C._nn.linear" if scales == "block" else "_scaled_mm"  # block: K 64, dequantized
+    assert (torch_call in graphs[0]) != operator
     assert out.shape == (1, m, 32) and out.dtype == torch.bfloat16
 
 
@@ -302,6 +348,8 @@ def test_a_compiled_fast_accum_layer_traces_as_fast_scaled_mm(fresh_dynamo):
     ("row", torch.ones(3, 1, device="meta"), False),
     ("row", torch.ones(3, device="meta"), True),  # not one scale per row as a column
     ("row", torch.ones(3, 1, dtype=torch.float16, device="meta"), True),
+    ("block", torch.ones(3, 1, device="meta"), False),  # 64 features: one block
+    ("block", torch.ones(3, 2, device="meta"), True),
 ])
 def test_a_compiled_fp8_layer_checks_at_each_call_only_where_it_traced_a_bad_x_scale(
         scales, x_scale, check):
@@ -328,6 +376,10 @@ def test_a_compiled_fp8_layer_checks_at_each_call_only_where_it_traced_a_bad_x_s
     ("row", torch.zeros(2, 3, 64).to(FP8), torch.ones(6, 1), r"shape \(6, 1\), not torch.float32 "
                                                             r"of shape \(2, 3, 1\)"),
     ("row", torch.zeros(3, 64).to(FP8), torch.ones(3, 1), "input x is on cpu"),
+    ("block", torch.zeros(3, 64).to(FP8), torch.ones(3), r"x_scale is torch.float32 of shape "
+                                                        r"\(3,\), not torch.float32 of shape "
+                                                        r"\(3, 1\) \(one scale per row of x per "
+                                                        "128 features"),
 ])
 def test_bad_fp8_inputs_are_refused_in_one_line_naming_the_tensor(scales, x, x_scale, message):
     with pytest.raises(BadInput, match=message) as refused:
@@ -392,21 +444,36 @@ def _gpu_layer(scales, cache, bias=True, n=768, k=1024, fast_accum=False):
 
 
 def _reference(layer, x, x_scale):
-    """The layer's answer in float64: x and W dequantized by their scales, then the bias."""
-    w = layer.weight.double() * layer.weight_scale.double()
-    y = (x.double() * x_scale.double()) @ w.T
+    """The layer's answer in float64: x and W dequantized by their scales (each block's, for
+    block scales), then the bias."""
+    if layer.scales == "block":
+        w = measure.block_dequantize(layer.weight, layer.weight_scale, 128, torch.float64)
+        rows = x.view(-1, x.shape[-1])
+        x = measure.block_dequantize(rows, x_scale.view(rows.shape[0], -1), 1,
+                                     torch.float64).view(x.shape)
+    else:
+        w = layer.weight.double() * layer.weight_scale.double()
+        x = x.double() * x_scale.double()
+    y = x @ w.T
     return y + layer.bias.double() if layer.bias is not None else y
 
 
+def _x_scale(layer, rows):
+    """A random x_scale for x of leading shape `rows`, in the form the layer takes."""
+    return torch.rand(layer.shape.x_scale_shape(rows), device="cuda") + 0.5
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("scales", SCALES)
-@pytest.mark.parametrize("bias, fast_accum", [(True, False), (False, False), (True, True)])
+@pytest.mark.parametrize("scales, bias, fast_accum", [
+    (scales, bias, fast) for scales in SCALES
+    for bias, fast in [(True, False), (False, False), (True, True)]
+    if not (scales == "block" and fast)])  # block scales take no fast_accum (a CPU test's)
 def test_fp8_linear_is_right_at_every_buckets_edges(scales, bias, fast_accum, gpu_cache):
     """First M, last M and one past each bucket against float64, in bfloat16."""
     layer = _gpu_layer(scales, gpu_cache, bias, fast_accum=fast_accum)
     for m in EDGE_MS:
         x = torch.randn(m, 1024, device="cuda").to(FP8)
-        x_scale = (torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5)
+        x_scale = _x_scale(layer, (m,))
         with torch.no_grad():
             y = layer(x, x_scale)
         ref = _reference(layer, x, x_scale)
@@ -419,10 +486,10 @@ def test_fp8_linear_is_right_at_every_buckets_edges(scales, bias, fast_accum, gp
 def test_fp8_linear_takes_any_leading_shape_and_an_empty_batch(scales, gpu_cache):
     layer = _gpu_layer(scales, gpu_cache)
     x = torch.randn(2, 9, 1024, device="cuda").to(FP8)
-    x_scale = torch.rand((2, 9, 1) if scales == "row" else (1,), device="cuda") + 0.5
+    x_scale = _x_scale(layer, (2, 9)).view(-1) if scales == "tensor" else _x_scale(layer, (2, 9))
     with torch.no_grad():
         y = layer(x, x_scale)
-        empty = layer(x[:, :0], x_scale[:, :0] if scales == "row" else x_scale)
+        empty = layer(x[:, :0], x_scale if scales == "tensor" else x_scale[:, :0])
     ref = _reference(layer, x, x_scale)
     assert y.shape == (2, 9, 768) and float((y.double() - ref).norm() / ref.norm()) < 1e-2
     assert empty.shape == (2, 0, 768) and empty.dtype == torch.bfloat16
@@ -446,7 +513,7 @@ def test_fp8_scale_forms_have_cache_entries_of_their_own_and_load_from_them(gpu_
     first = {scales: _gpu_layer(scales, gpu_cache) for scales in SCALES}
     again = {scales: _gpu_layer(scales, gpu_cache) for scales in SCALES}
     entries = {k.entry for layer in first.values() for k in layer.kernels.kernels}
-    assert len(entries) == 2 * len(EDGES) and all(os.path.isdir(e) for e in entries)
+    assert len(entries) == len(SCALES) * len(EDGES) and all(os.path.isdir(e) for e in entries)
     for scales in SCALES:
         assert {k.source for k in again[scales].kernels.kernels} == {"cache"}
         assert [k.candidate for k in again[scales].kernels.kernels] == \
@@ -464,7 +531,7 @@ def test_a_compiled_fp8_layer_matches_the_eager_one(scales, gpu_cache, fresh_dyn
     compiled, codes = torch.compile(layer, dynamic=True), []
     for m in (1, 20, 300):
         x = torch.randn(m, 1024, device="cuda").to(FP8)
-        x_scale = torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5
+        x_scale = _x_scale(layer, (m,))
         with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
             (y, code), eager = run_and_get_code(compiled, x, x_scale), layer(x, x_scale)
         codes += code
@@ -493,7 +560,7 @@ def test_an_fp8_layer_replays_from_a_cuda_graph_with_new_inputs(scales, gpu_cach
     layer = _gpu_layer(scales, gpu_cache)
     for m in (1, 40, 300):
         x = torch.randn(m, 1024, device="cuda").to(FP8)
-        x_scale = torch.rand((m, 1) if scales == "row" else (), device="cuda") + 0.5
+        x_scale = _x_scale(layer, (m,))
         graph = torch.cuda.CUDAGraph()
         with torch.no_grad():
             layer(x, x_scale)
@@ -525,6 +592,29 @@ def test_a_ragged_fp8_layer_that_scaled_mm_refuses_runs_v8(gpu_cache):
     for m in (1, 2, 16, 17, 64, 65):
         x = torch.randn(m, 1000, device="cuda").to(FP8)
         x_scale = torch.rand(m, 1, device="cuda") + 0.5
+        with torch.no_grad():
+            y = layer(x, x_scale)
+        ref = _reference(layer, x, x_scale)
+        assert float((y.double() - ref).norm() / ref.norm()) < 1e-2, m
+
+
+@pytest.mark.gpu
+def test_a_block_scaled_layer_whose_k_cublas_refuses_runs_the_dequantizing_call_or_v8(gpu_cache):
+    """K = 1000 (a last, shorter scale block; not whole groups of 512): torch's candidate
+    dequantizes x and W, then calls F.linear, and v8 multiplies each K block's sums by its
+    scales; both pass their float64 checks, and the layer is right at every bucket's edges."""
+    torch.manual_seed(0)
+    weight, scale, bias = _weights(300, 1000, "block", device="cuda")
+    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2, 17)),
+                                      max_tokens=64)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    for kernel in layer.kernels.kernels:
+        assert kernel.measured[TORCH]["status"] == "ok"
+        assert any(name.startswith("v8") and result["status"] == "ok"
+                   for name, result in kernel.measured.items())
+    for m in (1, 2, 16, 17, 64, 65):
+        x = torch.randn(m, 1000, device="cuda").to(FP8)
+        x_scale = _x_scale(layer, (m,))
         with torch.no_grad():
             y = layer(x, x_scale)
         ref = _reference(layer, x, x_scale)
