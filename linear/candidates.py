@@ -253,13 +253,12 @@ def scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.b
 def block_scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.bfloat16,
                         out=None):
     """A block-scaled fp8 layer as torch runs it: torch._scaled_mm's block-scaled form
-    (cuBLAS's, its scales laid out as measure.cublas_block_scales lays them) where K is whole
-    groups of measure.CUBLAS_BLOCK_K, else what a user without a fused kernel runs: x and W
-    times their block scales in bfloat16, then F.linear; the bias added after; into `out`."""
+    (cuBLAS's: measure.cublas_block_scaled_mm) where K is whole groups of
+    measure.CUBLAS_BLOCK_K, else what a user without a fused kernel runs: x and W times their
+    block scales in bfloat16, then F.linear; the bias added after; into `out`."""
     k = x.shape[1]
     if k % measure.CUBLAS_BLOCK_K == 0:
-        y = torch._scaled_mm(x, weight.t(), *measure.cublas_block_scales(k, x_scale, weight_scale),
-                             out_dtype=out_dtype, out=out)
+        y = measure.cublas_block_scaled_mm(x, weight, x_scale, weight_scale, out_dtype, out)
     else:
         dense = [measure.block_dequantize(values, scales, rows, torch.bfloat16) for
                  values, scales, rows in ((x, x_scale, 1), (weight, weight_scale, FP8_BLOCK))]

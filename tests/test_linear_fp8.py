@@ -95,9 +95,10 @@ def test_every_fp8_bucket_has_scaled_mm_and_precise_v8_for_any_m(scales, bucket)
 def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequantizes(
         k, monkeypatch):
     """cuBLAS's block scales take K in whole groups of 512 (measure.cublas_block_scales): there
-    the stock layer is torch._scaled_mm, its scales laid out column-major (seen here by a
-    stand-in: _scaled_mm's block form runs on CUDA only); a layer of another K dequantizes x
-    and W to bfloat16, then calls F.linear, whose answer is checked against float64."""
+    the stock layer is torch._scaled_mm, its scales laid out column-major and x's 3 rows padded
+    to 4 (seen here by a stand-in: _scaled_mm's block form runs on CUDA only); a layer of
+    another K dequantizes x and W to bfloat16, then calls F.linear, whose answer is checked
+    against float64."""
     layer = LayerShape(200, k, "float8_e4m3fn", "block")
     torch.manual_seed(0)
     x, weight = torch.randn(3, k).to(FP8), torch.randn(200, k).to(FP8)
@@ -106,7 +107,7 @@ def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequan
     bias = torch.randn(200, dtype=torch.bfloat16)
     calls = []
     monkeypatch.setattr(torch, "_scaled_mm", lambda *args, **kw: calls.append(args)
-                        or torch.zeros(3, 200, dtype=torch.bfloat16))
+                        or torch.zeros(args[0].shape[0], 200, dtype=torch.bfloat16))
     y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, bias)
     exact = measure.block_dequantize(x, x_scale, 1, torch.float64) \
         @ measure.block_dequantize(weight, weight_scale, 128, torch.float64).T + bias.double()
@@ -114,8 +115,10 @@ def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequan
     if k % 512:
         assert not calls and float((y.double() - exact).norm() / exact.norm()) < 1e-2
     else:
-        a_scale, b_scale = calls[0][2:]
-        assert (a_scale.shape, a_scale.stride()) == ((3, 32), (1, 3))
+        a, _, a_scale, b_scale = calls[0]
+        assert torch.equal(a[:3].view(torch.uint8), x.view(torch.uint8)) and a.shape == (4, k)
+        assert not a[3].view(torch.uint8).any()
+        assert (a_scale.shape, a_scale.stride()) == ((4, 32), (1, 4))
         assert (b_scale.shape, b_scale.stride()) == ((32, 2), (1, 32))
         assert torch.equal(y, bias.expand(3, 200))  # the bias added after the stand-in's zeros
 
