@@ -39,8 +39,6 @@ GEMV_RUNGS = ("blockreduce", "allreduce", "rowalign", "multirow")  # allreduce: 
 # blockreduce where K leaves blockreduce's last step half idle (Qwen2-7B's K = 3584, on the H100)
 V8 = "v8"
 V8_WIDTHS = (128, 256)  # block_n tried at every bucket
-MEDIUM_TILES = ((64, 256), (128, 192))  # whole tiles also tried past 64 rows: the H100's sweep
-# of wide-bf16 found them fastest most often at M = 300-2500 (reports/notes/h100-shapes.md)
 SPLITS = (1, 2, 3, 4, 6, 8)  # v8's split_k values (its space)
 MOST_WORKSPACE_BYTES = 64 << 20  # split K's partials per kernel: a model holds many kernels
 LAYER_DTYPES = ("float16", "bfloat16")
@@ -168,11 +166,11 @@ def _fill_splits(layer: LayerShape, bucket: Bucket, max_tokens: int, block_m: in
 
 def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[Candidate]:
     """v8 for the bucket's rows: the heuristic's own choice for its most rows (unswapped: v8 for
-    any M walks M on the tile's rows), then 64-row tiles
-    (at most 64 rows) or 128-row ones at each of V8_WIDTHS, whole and with the tiles of a last,
-    partial wave split to fill the SMs at the probe Ms (split_tail: its split tiles are counted
-    at each call), and past 64 rows the MEDIUM_TILES whole; settings v8 refuses, or whose
-    workspace passes MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
+    any M walks M on the tile's rows), then 64-row tiles (at most 64 rows) or 128-row ones at
+    each of V8_WIDTHS, whole and with the tiles of a last, partial wave split to fill the SMs at
+    the probe Ms (split_tail: its split tiles are counted at each call), and past
+    v8.MEDIUM_ROWS rows its MEDIUM_TILES whole; settings v8 refuses, or whose workspace passes
+    MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
     in wgmma's accumulator (no promote_k); a precise one's promotions wait (v8 for any M takes
     no promote_overlap)."""
     most = bucket.most(max_tokens)
@@ -194,8 +192,8 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         wanted += [tiles(block_m, block_n)] + [
             tiles(block_m, block_n, split)
             for split in sorted(_fill_splits(layer, bucket, max_tokens, block_m, block_n))]
-    if most > 64:
-        wanted += [tiles(m, n) for m, n in MEDIUM_TILES]
+    if most > v8.MEDIUM_ROWS:
+        wanted += [tiles(m, n) for m, n in v8.MEDIUM_TILES]
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)

@@ -13,13 +13,16 @@ import tvm
 
 import schedules
 from facts.record import Record, Timing
-from schedules import Workload, gemv, heuristics
+from schedules import Workload, gemv, heuristics, v8
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
 from schedules.v8.heuristic import tma_tiles
 from schedules.workloads import DENSE_DTYPES, FP8
 from tuning import build, explore, measure
 from tuning.explore import SearchResults, resolve, selection
+
+MEDIUM = v8.MEDIUM_TILES
+MEDIUM_NAMES = [f"v8:block_m={m},block_n={n},split_k=1" for m, n in MEDIUM]
 
 TVM = tvm.__version__
 
@@ -629,7 +632,7 @@ def test_best_on_a_gpu_measures_its_portfolio_where_no_records_know_the_workload
     """With a GPU and no records of the workload, `best` checks and times the portfolio's
     rungs here (recorded in --results, where the next `best` finds them) and takes the fastest
     correct one; a failed or slower rung, or cuBLAS, is not taken. One rung (v8 on a 16-bit
-    GEMM past the rows best weighs the swap on) is not measured: the rule names it."""
+    GEMM in nn of at most 64 rows) is not measured: the rule names it."""
     wl = Workload("gemv", (1000, 1000), "float16")
     results = tmp_path / "results.jsonl"
     times = {"rowalign": 0.030, "blockreduce": 0.020, "multirow": 0.001, "allreduce": 0.025}
@@ -653,7 +656,7 @@ def test_best_on_a_gpu_measures_its_portfolio_where_no_records_know_the_workload
                     f"fastest correct of rowalign, blockreduce, allreduce, 0.020 ms; recorded in "
                     f"{results})"]
     said.clear()
-    v8 = resolve(gemm((1024, 256, 256), "bfloat16", "nt"), "best", SearchResults(), said.append)
+    v8 = resolve(gemm((48, 256, 256), "bfloat16", "nn"), "best", SearchResults(), said.append)
     assert v8.name == "v8" and len(asked) == 1 and said[0].startswith("best: v8 (no records")
 
 
@@ -698,16 +701,34 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (7, 5120, 5120), FP8, layout="nt"), ["v8"]),  # skinny takes no fp8
     # past the 16 rows v8 swaps unasked, up to 512: v8 swapped weighed beside its default
     (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8", "v8:swap_ab=true"]),
+    # past 64 rows, v8's MEDIUM_TILES unsplit too, where v8 takes them
     (Workload("gemm", (128, 14336, 4096), FP8, "bfloat16", "nt", "row"),
-     ["v8", "v8:swap_ab=true"]),
-    (Workload("gemm", (512, 28672, 5120), "bfloat16", "bfloat16", "nt"), ["v8", "v8:swap_ab=true"]),
-    (Workload("gemm", (513, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8"]),
+     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES]),
+    (Workload("gemm", (512, 28672, 5120), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES]),
+    (Workload("gemm", (513, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
+    (Workload("gemm", (64, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8", "v8:swap_ab=true"]),
+    (Workload("gemm", (4096, 4096, 4096), "float16", "float16", "nn"), ["v8", *MEDIUM_NAMES]),
     (Workload("gemm", (48, 5120, 5120), "float16", "float16", "nn"), ["v8"]),
     (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8"]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
+    (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")
 def test_best_weighs_skinny_and_swapped_v8_where_they_take_the_shape(wl, weighed):
     assert explore.portfolio(wl) == weighed
+
+
+@pytest.mark.parametrize("wl, left_out", [
+    (Workload("gemm", (700, 4096, 4096), "bfloat16", "bfloat16", "nt"), (128, 192)),
+    (Workload("gemm", (700, 3072, 3072), "bfloat16", "bfloat16", "nt"), (64, 256)),
+], ids=lambda item: item.label() if isinstance(item, Workload) else str(item))
+def test_best_weighs_no_medium_tile_that_is_the_defaults_own_choice(wl, left_out):
+    """Where v8's heuristic already picks an unsplit MEDIUM_TILES shape, measuring it again
+    would only cost: that setting is left out of the portfolio, the other one kept."""
+    default = schedules.get("gemm", "v8").defaults_for(wl)
+    assert (default["block_m"], default["block_n"], default["split_k"]) == (*left_out, 1)
+    assert explore.medium_tiles(wl) == [
+        f"v8:block_m={m},block_n={n},split_k=1" for m, n in MEDIUM if (m, n) != left_out]
 
 
 def test_best_takes_a_portfolio_entry_with_knobs_where_it_measured_fastest(monkeypatch):

@@ -27,8 +27,8 @@ from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
 from schedules.gemv import VECTOR_BYTES, vector_width
-from schedules.registry import TunedSchedule
-from schedules.v8.heuristic import SWAP_MOST_TOKENS
+from schedules.registry import TunedSchedule, with_knob_text
+from schedules.v8.heuristic import MEDIUM_ROWS, MEDIUM_TILES, SWAP_MOST_TOKENS
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -152,14 +152,16 @@ def portfolio(wl: Workload) -> list[str]:
     16, nt) weighs skinny beside them: W read once for every row, where tensor-core tiles
     leave most of their rows empty. Past the rows v8 swaps by default, up to
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
-    there it won on some shapes and lost on others (reports/notes/h100-shapes.md). Where one
-    rung is left (v8 elsewhere), nothing is measured."""
+    there it won on some shapes and lost on others (reports/notes/h100-shapes.md); past
+    MEDIUM_ROWS, v8's `medium_tiles`. Where one rung is left (v8 elsewhere), nothing is
+    measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
+        names += medium_tiles(wl) if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in names if schedules.get(wl.op, name.partition(":")[0]).takes(wl)]
@@ -182,6 +184,20 @@ def swap_weighed(wl: Workload) -> bool:
     most SWAP_WEIGHED_ROWS, and v8 takes the swap (nt, 16-bit or fp8 inputs, no block scales)."""
     return SWAP_MOST_TOKENS < wl.dims["M"] <= SWAP_WEIGHED_ROWS \
         and _takes(wl, "v8", {"swap_ab": True})
+
+
+def medium_tiles(wl: Workload) -> list[str]:
+    """The settings of v8 that `best` weighs beside its default past MEDIUM_ROWS rows of A:
+    each of MEDIUM_TILES unsplit, where v8 takes it and it is not the default's own choice."""
+    if wl.dims["M"] <= MEDIUM_ROWS:
+        return []
+    entry, found = schedules.get(wl.op, "v8"), []
+    default = entry.defaults_for(wl)
+    for block_m, block_n in MEDIUM_TILES:
+        knobs = {"block_m": block_m, "block_n": block_n, "split_k": 1}
+        if _takes(wl, "v8", knobs) and entry.defaults_for(wl, knobs) != default:
+            found.append(with_knob_text("v8", knobs.items()))
+    return found
 
 
 def _portfolio_schedule(wl: Workload, name: str) -> TunedSchedule:

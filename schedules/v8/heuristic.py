@@ -25,6 +25,10 @@ SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row on
 SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
 SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
 SWAP_MOST_TOKENS = 16  # swap_ab unasked where M is at most this many rows of A (decode batches)
+MEDIUM_ROWS = 64  # past this many rows of A, MEDIUM_TILES are worth measuring beside the default
+MEDIUM_TILES = ((64, 256), (128, 192))  # unsplit tiles that, beside the default, lifted the
+# H100's wide-bf16 sweeps at M = 300-2500 most (2026-11-26; reports/notes/h100-shapes.md): a
+# portfolio's (the linear layer's, `best`'s), not the rule's, which no one rule set could pick
 # TILE_TIMES_US's times per K block of 128- and 256-row tiles fit 0.18 us + 1.24e-5 us per
 # element of the tile (least squares): a tile's fixed cost is worth about this many elements
 TILE_FIXED_ELEMENTS = 14_600
