@@ -579,26 +579,37 @@ def test_an_fp8_layer_replays_from_a_cuda_graph_with_new_inputs(scales, gpu_cach
 
 
 
+def _small_layer(n, k, scales, cache):
+    """An fp8 layer of n x k with buckets 1, 2-16 and 17- up to 64 rows, prepared."""
+    torch.manual_seed(0)
+    weight, scale, bias = _weights(n, k, scales, device="cuda")
+    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2, 17)),
+                                      max_tokens=64)
+    linear.prepare(layer, cache=cache, say=print)
+    return layer
+
+
+def _assert_right_at_the_edges(layer):
+    """The layer against float64 at each of its buckets' first and last M and one past."""
+    for m in (1, 2, 16, 17, 64, 65):
+        x = torch.randn(m, layer.in_features, device="cuda").to(FP8)
+        x_scale = _x_scale(layer, (m,))
+        with torch.no_grad():
+            y = layer(x, x_scale)
+        ref = _reference(layer, x, x_scale)
+        assert float((y.double() - ref).norm() / ref.norm()) < 1e-2, m
+
+
 @pytest.mark.gpu
 def test_a_ragged_fp8_layer_that_scaled_mm_refuses_runs_v8(gpu_cache):
     """1000 x 1000: _scaled_mm takes no K or N that is not a multiple of 16, so its candidate is
     recorded as failed (what it raised), not a crash; v8, which stages rows TMA cannot load,
     serves every bucket, right against float64."""
-    torch.manual_seed(0)
-    weight, scale, bias = _weights(1000, 1000, "row", device="cuda")
-    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2, 17)),
-                                      max_tokens=64)
-    linear.prepare(layer, cache=gpu_cache, say=print)
+    layer = _small_layer(1000, 1000, "row", gpu_cache)
     for kernel in layer.kernels.kernels:
         assert kernel.candidate.rung == V8
         assert kernel.measured[TORCH]["error"].startswith("raised ")
-    for m in (1, 2, 16, 17, 64, 65):
-        x = torch.randn(m, 1000, device="cuda").to(FP8)
-        x_scale = torch.rand(m, 1, device="cuda") + 0.5
-        with torch.no_grad():
-            y = layer(x, x_scale)
-        ref = _reference(layer, x, x_scale)
-        assert float((y.double() - ref).norm() / ref.norm()) < 1e-2, m
+    _assert_right_at_the_edges(layer)
 
 
 @pytest.mark.gpu
@@ -606,19 +617,9 @@ def test_a_block_scaled_layer_whose_k_cublas_refuses_runs_the_dequantizing_call_
     """K = 1000 (a last, shorter scale block; not whole groups of 512): torch's candidate
     dequantizes x and W, then calls F.linear, and v8 multiplies each K block's sums by its
     scales; both pass their float64 checks, and the layer is right at every bucket's edges."""
-    torch.manual_seed(0)
-    weight, scale, bias = _weights(300, 1000, "block", device="cuda")
-    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges((1, 2, 17)),
-                                      max_tokens=64)
-    linear.prepare(layer, cache=gpu_cache, say=print)
+    layer = _small_layer(300, 1000, "block", gpu_cache)
     for kernel in layer.kernels.kernels:
         assert kernel.measured[TORCH]["status"] == "ok"
         assert any(name.startswith("v8") and result["status"] == "ok"
                    for name, result in kernel.measured.items())
-    for m in (1, 2, 16, 17, 64, 65):
-        x = torch.randn(m, 1000, device="cuda").to(FP8)
-        x_scale = _x_scale(layer, (m,))
-        with torch.no_grad():
-            y = layer(x, x_scale)
-        ref = _reference(layer, x, x_scale)
-        assert float((y.double() - ref).norm() / ref.norm()) < 1e-2, m
+    _assert_right_at_the_edges(layer)
