@@ -149,12 +149,11 @@ def _operand(layer: LayerShape, rows: int, gen, weight: bool = False) -> tuple:
     return (values, _scale(layer, rows, gen, weight)) if layer.is_fp8 else (values,)
 
 
-def _exact(layer: LayerShape, operand: tuple, weight: bool = False):
-    """An operand's values in float64, times its scale where it has one (block scales: each
-    block's; a weight's blocks are 128 rows high, x's one)."""
-    if len(operand) == 1:
-        return operand[0].double()
-    values, scale = operand
+def dequantized(layer: LayerShape, values, scale=None, weight: bool = False):
+    """An operand's values (x's rows, or the `weight`) in float64, times its scale where it has
+    one (block scales: each block's; a weight's blocks are 128 rows high, x's one)."""
+    if scale is None:
+        return values.double()
     if layer.block_scaled:
         return measure.block_dequantize(values, scale, FP8_BLOCK if weight else 1, torch.float64)
     return values.double() * scale.double()
@@ -172,7 +171,7 @@ class _Probe:
         bias = (torch.randn(layer.out_features, generator=gen, device="cuda").to(
             measure.torch_dtype(layer.out_dtype)),) if layer.bias else ()
         self.args = (*x, *weight, *bias)
-        self.reference = _exact(layer, x) @ _exact(layer, weight, weight=True).T \
+        self.reference = dequantized(layer, *x) @ dequantized(layer, *weight, weight=True).T \
             + (bias[0].double() if bias else 0)
 
     def error(self, run: Callable) -> float:

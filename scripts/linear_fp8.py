@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import linear  # noqa: E402
 from linear.candidates import torch_layer  # noqa: E402
 from linear.module import DEFAULT_MAX_TOKENS  # noqa: E402
+from linear.portfolio import dequantized  # noqa: E402
 from schedules import parse_shape  # noqa: E402
 from schedules.errors import WorkloadError  # noqa: E402
 from tuning import loader, measure  # noqa: E402
@@ -53,14 +54,6 @@ def operands(shape: linear.LayerShape, m: int) -> dict:
             "weight": torch.randn(n, k, device="cuda").to(FP8),
             "weight_scale": scale(shape.weight_scale_shape()),
             "bias": torch.randn(n, device="cuda", dtype=torch.bfloat16)}
-
-
-def dequantized(shape: linear.LayerShape, values, scale, weight: bool = False):
-    """An operand in float64 times its scale (block scales: each block's; the weight's blocks
-    are 128 rows high, x's one)."""
-    if shape.block_scaled:
-        return measure.block_dequantize(values, scale, 128 if weight else 1, torch.float64)
-    return values.double() * scale.double()
 
 
 def loop_us(fn, calls: int = 200) -> float:

@@ -16,10 +16,9 @@ from linear.buckets import Bucket, BucketTable, buckets_from_edges
 from linear.cache import Cache
 from linear.candidates import TORCH, V8, Candidate, LayerShape, build_candidate, candidates, \
     launcher
-from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key
+from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key, dequantized
 from schedules import v8
 from schedules.errors import ScheduleNotApplicable, WorkloadError
-from tuning import measure
 from tuning.loader import BadInput
 
 FP8 = torch.float8_e4m3fn
@@ -109,8 +108,8 @@ def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequan
     monkeypatch.setattr(torch, "_scaled_mm", lambda *args, **kw: calls.append(args)
                         or torch.zeros(args[0].shape[0], 200, dtype=torch.bfloat16))
     y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, bias)
-    exact = measure.block_dequantize(x, x_scale, 1, torch.float64) \
-        @ measure.block_dequantize(weight, weight_scale, 128, torch.float64).T + bias.double()
+    exact = dequantized(layer, x, x_scale) @ dequantized(layer, weight, weight_scale, True).T \
+        + bias.double()
     assert y.dtype == torch.bfloat16 and y.shape == (3, 200)
     if k % 512:
         assert not calls and float((y.double() - exact).norm() / exact.norm()) < 1e-2
@@ -449,15 +448,11 @@ def _gpu_layer(scales, cache, bias=True, n=768, k=1024, fast_accum=False):
 def _reference(layer, x, x_scale):
     """The layer's answer in float64: x and W dequantized by their scales (each block's, for
     block scales), then the bias."""
-    if layer.scales == "block":
-        w = measure.block_dequantize(layer.weight, layer.weight_scale, 128, torch.float64)
-        rows = x.view(-1, x.shape[-1])
-        x = measure.block_dequantize(rows, x_scale.view(rows.shape[0], -1), 1,
-                                     torch.float64).view(x.shape)
-    else:
-        w = layer.weight.double() * layer.weight_scale.double()
-        x = x.double() * x_scale.double()
-    y = x @ w.T
+    rows = x.view(-1, x.shape[-1])
+    scale = x_scale if layer.scales == "tensor" else x_scale.view(rows.shape[0], -1)
+    w = dequantized(layer.shape, layer.weight, layer.weight_scale, weight=True)
+    y = dequantized(layer.shape, rows, scale) @ w.T
+    y = y.view(*x.shape[:-1], w.shape[0])
     return y + layer.bias.double() if layer.bias is not None else y
 
 
