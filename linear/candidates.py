@@ -54,8 +54,9 @@ class LayerShape:
     `fast_accum`, which keeps them in the tensor cores' own accumulator (_scaled_mm's
     use_fast_accum=True; v8 without promote_k): faster, less precise; block scales are applied
     at each promotion, so they take no fast_accum. With `bias`, the layer adds one, and its
-    candidates are checked and timed adding it as they will run (torch's fuse it, ours add it
-    after). A combination the GEMM does not take is refused here (WorkloadError)."""
+    candidates are checked and timed adding it as they will run (torch's fuse it, but for block
+    scales, and ours add it after). A combination the GEMM does not take is refused here
+    (WorkloadError)."""
 
     out_features: int
     in_features: int
@@ -242,8 +243,7 @@ def scaled_linear(x, x_scale, weight, weight_scale, bias=None, out_dtype=torch.b
     as its transpose), x_scale (M x 1, or one element) and weight_scale (N x 1, or one element,
     taken as its transpose: _scaled_mm's 1 x N), by default at _scaled_mm's default precision
     (its sums promoted into float32, as v8's default for fp8 is); the bias added after
-    scaling; into `out` where given. Block scales (x_scale M x K blocks, weight_scale N blocks
-    x K blocks) go to `block_scaled_linear`."""
+    scaling; into `out` where given. (Block scales take `block_scaled_linear` instead.)"""
     return torch._scaled_mm(x, weight.t(), x_scale, weight_scale.t(), bias=bias,
                             out_dtype=out_dtype, use_fast_accum=use_fast_accum, out=out)
 
@@ -288,11 +288,12 @@ def torch_layer(layer: LayerShape):
 
 def launcher(candidate: Candidate, layer: LayerShape, function):
     """run(x2d, weight, bias, out=None) -> y2d for the candidate, or for an fp8 layer
-    run(x2d, x_scale, weight, weight_scale, bias, out=None) (scales as `scaled_linear` takes
-    them), into `out` where given, else into a tensor of its own: `function` is its built
-    kernel's entry ("main"), None for torch's (f_linear or scaled_linear, their bias fused). A
-    GEMV takes the row and writes y as vectors; v8 takes x, W (fp8: and their scales,
-    flattened) and y whole; both then add the bias, where there is one."""
+    run(x2d, x_scale, weight, weight_scale, bias, out=None) (scales in the shapes the layer's
+    `x_scale_shape` and `weight_scale_shape` say), into `out` where given, else into a tensor
+    of its own: `function` is its built kernel's entry ("main"), None for torch's
+    (`torch_layer`). A GEMV takes the row and writes y as vectors; v8 takes x, W (fp8: and
+    their scales, flattened but for block scales' matrices) and y whole; both then add the
+    bias, where there is one."""
     n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
         return torch_layer(layer)

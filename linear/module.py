@@ -152,7 +152,9 @@ class Linear(torch.nn.Module):
         output feature (N x 1, as torchao and vLLM keep it, or 1 x N, torch._scaled_mm's
         scale_b) per row, x then taking one scale per row too; one per 128 x 128 block
         (ceil(N / 128) x ceil(K / 128), as DeepSeek-V3's checkpoints keep it) per block, x then
-        taking one per row per 128 K. One line refuses anything else."""
+        taking one per row per 128 K. `scales` names the form where a shape fits two (1 x N
+        with N the count of 128-blocks of K, N at most 128). One line refuses anything else,
+        and a weight_scale that is not contiguous."""
         if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
             raise BadInput(f"Linear.from_float8: weight is {weight.dtype} of shape "
                            f"{tuple(weight.shape)}, not a torch.float8_e4m3fn matrix "
@@ -161,10 +163,14 @@ class Linear(torch.nn.Module):
             raise BadInput(f"Linear.from_float8: weight has strides {weight.stride()}, not "
                            "contiguous ones (out_features rows of in_features): pass "
                            "weight.contiguous()")
+        if not weight_scale.is_contiguous():
+            raise BadInput(f"Linear.from_float8: weight_scale has strides "
+                           f"{weight_scale.stride()}, not contiguous ones: pass "
+                           "weight_scale.contiguous()")
         out_features, in_features = weight.shape
+        scales = _scaling(weight_scale, out_features, in_features, options.pop("scales", None))
         layer = cls(in_features, out_features, bias is not None, device="meta",
-                    dtype=weight.dtype, scales=_scaling(weight_scale, out_features, in_features),
-                    **options)
+                    dtype=weight.dtype, scales=scales, **options)
         layer.weight = torch.nn.Parameter(weight.detach(), requires_grad=False)
         layer.weight_scale = torch.nn.Parameter(
             weight_scale.detach().reshape(layer.weight_scale.shape), requires_grad=False)
@@ -230,10 +236,11 @@ class Linear(torch.nn.Module):
         return self.call(x, self.weight, self.bias)
 
     def _traced(self, x: torch.Tensor, x_scale: torch.Tensor | None) -> torch.Tensor:
-        """The layer as torch.compile sees it: torch's own call (F.linear, or fp8's
-        torch._scaled_mm) where the rows' bucket runs torch's (every bucket, or M's where M is
-        fixed at tracing), which the compiler then handles as it does stock layers; else the
-        operator, which runs M's kernel at each call (checking x only where `_needs_checks`)."""
+        """The layer as torch.compile sees it: torch's own call (`torch_layer`: F.linear, or
+        fp8's torch._scaled_mm or block-scaled call) where the rows' bucket runs torch's (every
+        bucket, or M's where M is fixed at tracing), which the compiler then handles as it does
+        stock layers; else the operator, which runs M's kernel at each call (checking x only
+        where `_needs_checks`)."""
         m = x.numel() // self.in_features
         as_torch = self._compiles_as_torch or (isinstance(m, int) and self._runs is not None
                                                and self._torch_runs[self._bucket(max(m, 1))])
@@ -375,6 +382,9 @@ class Linear(torch.nn.Module):
                     f"torch.float32 of shape {wanted}")
         if scale.device != self.weight.device:
             return f"weight_scale is on {scale.device}, not on the weight's {self.weight.device}"
+        if not scale.is_contiguous():
+            return (f"weight_scale has strides {scale.stride()}, not contiguous ones: pass "
+                    "weight_scale.contiguous()")
         return None
 
     def _prepare_on_first_call(self) -> list:
@@ -396,21 +406,27 @@ def _frozen(shape: tuple, dtype, device) -> torch.nn.Parameter:
     return torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype), requires_grad=False)
 
 
-def _scaling(weight_scale: torch.Tensor, out_features: int, in_features: int) -> str:
-    """The scales ("tensor", "row" or "block") a float32 weight scale's shape says, else one
-    line."""
+def _scaling(weight_scale: torch.Tensor, out_features: int, in_features: int,
+             asked: str | None = None) -> str:
+    """The scales ("tensor", "row" or "block") a float32 weight scale's shape says, or `asked`
+    where the shape fits it; else one line. A shape that two forms fit (1 x N, where N is also
+    the count of 128-blocks of K and N one block: a row's and a block's) must be asked for."""
     shape = tuple(weight_scale.shape)
     blocks = (fp8_blocks(out_features), fp8_blocks(in_features))
-    if weight_scale.dtype == torch.float32 and shape in ((), (1,)):
-        return "tensor"
-    if weight_scale.dtype == torch.float32 and shape in ((out_features, 1), (1, out_features)):
-        return "row"
-    if weight_scale.dtype == torch.float32 and shape == blocks:
-        return "block"
+    forms = {"tensor": ((), (1,)), "row": ((out_features, 1), (1, out_features)),
+             "block": (blocks,)}
+    fits = [form for form, shapes in forms.items() if shape in shapes] \
+        if weight_scale.dtype == torch.float32 else []
+    if asked in fits or (asked is None and len(fits) == 1):
+        return asked or fits[0]
+    if asked is None and fits:
+        raise BadInput(f"Linear.from_float8: weight_scale of shape {shape} fits scales "
+                       f"{' and '.join(fits)}: name one (from_float8(..., scales='{fits[-1]}'))")
+    asked_for = f" for scales='{asked}'" if asked else ""
     raise BadInput(f"Linear.from_float8: weight_scale is {weight_scale.dtype} of shape {shape}, "
                    f"not torch.float32 of shape () (a scale per tensor), ({out_features}, 1) "
                    f"(one per output feature) or {blocks} (one per {FP8_BLOCK} x {FP8_BLOCK} "
-                   "block)")
+                   f"block){asked_for}")
 
 
 def _x_kind_problem(x: torch.Tensor, weight: torch.Tensor, in_features: int) -> str | None:

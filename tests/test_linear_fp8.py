@@ -90,36 +90,63 @@ def test_every_fp8_bucket_has_scaled_mm_and_precise_v8_for_any_m(scales, bucket)
     assert all(dict(c.knobs)["promote_k"] for c in found if c.rung == V8)
 
 
+def _block_operands(k, m=3, n=256):
+    """A block-scaled layer of n x k and its operands at m rows, scales in 0.5-1.5, a bias."""
+    layer = LayerShape(n, k, "float8_e4m3fn", "block")
+    torch.manual_seed(0)
+    return layer, (torch.randn(m, k).to(FP8), torch.rand(layer.x_scale_shape((m,))) + 0.5,
+                   torch.randn(n, k).to(FP8), torch.rand(layer.weight_scale_shape()) + 0.5,
+                   torch.randn(n, dtype=torch.bfloat16))
+
+
+def _scaled_mm_stand_in(monkeypatch):
+    """torch._scaled_mm replaced by a stand-in writing zeros (its block form runs on CUDA
+    only); the list of the arguments it was called with."""
+    calls = []
+
+    def stand_in(a, b_t, scale_a, scale_b, out_dtype=None, out=None):
+        calls.append((a, scale_a, scale_b))
+        zeros = torch.zeros(a.shape[0], b_t.shape[1], dtype=out_dtype)
+        return zeros if out is None else out.copy_(zeros)
+
+    monkeypatch.setattr(torch, "_scaled_mm", stand_in)
+    return calls
+
+
 @pytest.mark.parametrize("k", [4096, 1000])
+@pytest.mark.parametrize("into", [False, True])
 def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequantizes(
-        k, monkeypatch):
+        k, into, monkeypatch):
     """cuBLAS's block scales take K in whole groups of 512 (measure.cublas_block_scales): there
     the stock layer is torch._scaled_mm, its scales laid out column-major and x's 3 rows padded
-    to 4 (seen here by a stand-in: _scaled_mm's block form runs on CUDA only); a layer of
-    another K dequantizes x and W to bfloat16, then calls F.linear, whose answer is checked
-    against float64."""
-    layer = LayerShape(200, k, "float8_e4m3fn", "block")
-    torch.manual_seed(0)
-    x, weight = torch.randn(3, k).to(FP8), torch.randn(200, k).to(FP8)
-    x_scale = torch.rand(layer.x_scale_shape((3,))) + 0.5
-    weight_scale = torch.rand(layer.weight_scale_shape()) + 0.5
-    bias = torch.randn(200, dtype=torch.bfloat16)
-    calls = []
-    monkeypatch.setattr(torch, "_scaled_mm", lambda *args, **kw: calls.append(args)
-                        or torch.zeros(args[0].shape[0], 200, dtype=torch.bfloat16))
-    y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, bias)
+    to 4 (seen through a stand-in); a layer of another K dequantizes x and W to bfloat16, then
+    calls F.linear, whose answer is checked against float64. Given `out` (inductor's buffer),
+    both write into it."""
+    layer, (x, x_scale, weight, weight_scale, bias) = _block_operands(k)
+    calls = _scaled_mm_stand_in(monkeypatch)
+    out = torch.full((3, 256), float("nan"), dtype=torch.bfloat16) if into else None
+    y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, bias, out=out)
     exact = dequantized(layer, x, x_scale) @ dequantized(layer, weight, weight_scale, True).T \
         + bias.double()
-    assert y.dtype == torch.bfloat16 and y.shape == (3, 200)
+    assert y.dtype == torch.bfloat16 and y.shape == (3, 256) and (y is out) == into
     if k % 512:
         assert not calls and float((y.double() - exact).norm() / exact.norm()) < 1e-2
     else:
-        a, _, a_scale, b_scale = calls[0]
+        a, a_scale, b_scale = calls[0]
         assert torch.equal(a[:3].view(torch.uint8), x.view(torch.uint8)) and a.shape == (4, k)
         assert not a[3].view(torch.uint8).any()
         assert (a_scale.shape, a_scale.stride()) == ((4, 32), (1, 4))
         assert (b_scale.shape, b_scale.stride()) == ((32, 2), (1, 32))
-        assert torch.equal(y, bias.expand(3, 200))  # the bias added after the stand-in's zeros
+        assert torch.equal(y, bias.expand(3, 256))  # the bias added after the stand-in's zeros
+
+
+def test_a_block_scaled_call_of_whole_4_rows_is_one_scaled_mm_into_out(monkeypatch):
+    """At 4 rows nothing is padded: _scaled_mm writes into `out` itself."""
+    layer, (x, x_scale, weight, weight_scale, _) = _block_operands(4096, m=4)
+    calls = _scaled_mm_stand_in(monkeypatch)
+    out = torch.full((4, 256), float("nan"), dtype=torch.bfloat16)
+    y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, None, out=out)
+    assert y is out and not y.isnan().any() and calls[0][0] is x
 
 
 @pytest.mark.parametrize("bucket", [Bucket(1, 1), Bucket(65, 256), Bucket(1025, None)])
@@ -233,6 +260,18 @@ def test_from_float8_takes_the_scale_form_the_weight_scale_has(scale, scales):
     assert "scales=" + scales in repr(layer)
 
 
+@pytest.mark.parametrize("scales, shape", [("block", (1, 64)), ("row", (64, 1))])
+def test_from_float8_takes_the_form_named_where_the_scales_shape_fits_two(scales, shape):
+    """A 64 x 8192 weight's scale of shape (1, 64) is one per output feature (torch._scaled_mm's
+    1 x N) or one per 128 x 128 block (one block of N, 64 of K): `scales` says which."""
+    layer = linear.Linear.from_float8(torch.randn(64, 8192).to(FP8), torch.rand(1, 64),
+                                      scales=scales)
+    assert layer.scales == scales and layer.weight_scale.shape == shape
+    with pytest.raises(BadInput, match="for scales='tensor'"):
+        linear.Linear.from_float8(torch.randn(64, 8192).to(FP8), torch.rand(1, 64),
+                                  scales="tensor")
+
+
 @pytest.mark.parametrize("args, message", [
     ((torch.randn(32, 64), torch.tensor(1.0)), "weight is torch.float32 of shape"),
     ((torch.randn(32, 64).to(FP8), torch.rand(31, 1)), r"weight_scale is torch.float32 of shape "
@@ -244,6 +283,10 @@ def test_from_float8_takes_the_scale_form_the_weight_scale_has(scale, scales):
      "bias is torch.float32 of shape"),
     ((torch.randn(64, 32).to(FP8).T, torch.tensor(1.0)), r"weight has strides \(1, 32\), not "
                                                          "contiguous ones"),
+    ((torch.randn(256, 256).to(FP8), torch.rand(2, 2).T), r"weight_scale has strides \(1, 2\), "
+                                                           "not contiguous ones"),
+    # 64 x 8192: one block of N, 64 of K; (1, 64) is a row's shape (1 x N) and a block's
+    ((torch.randn(64, 8192).to(FP8), torch.rand(1, 64)), "fits scales row and block: name one"),
 ])
 def test_from_float8_refuses_a_weight_scale_or_bias_it_cannot_take_in_one_line(args, message):
     with pytest.raises(BadInput, match=message) as refused:
@@ -407,7 +450,8 @@ def test_an_fp8_call_that_needs_a_gradient_is_refused_naming_the_tensor(x_grad):
 @pytest.mark.parametrize("scale, message", [
     (torch.ones(32), r"weight_scale is torch.float32 of shape \(32,\), not torch.float32 of shape "
                      r"\(32, 1\)"),
-    (torch.ones(32, 1, device="meta"), "weight_scale is on meta, not on the weight's cpu")])
+    (torch.ones(32, 1, device="meta"), "weight_scale is on meta, not on the weight's cpu"),
+    (torch.ones(32, 2)[:, :1], r"weight_scale has strides \(2, 1\), not contiguous ones")])
 def test_prepare_refuses_a_weight_scale_of_another_shape_or_device(scale, message):
     layer = _fp8_layer("row")
     layer.weight_scale = torch.nn.Parameter(scale, requires_grad=False)

@@ -363,8 +363,10 @@ def cublas_runner(wl: Workload, inputs: list, tf32: bool = False,
         a, b, scale_a, scale_b = inputs
         if wl.rowwise:
             scale_a, scale_b = scale_a.view(-1, 1), scale_b.view(1, -1)
-        if wl.block_scaled:
-            return lambda: cublas_block_scaled_mm(a, b, scale_a, scale_b, out)
+        if wl.block_scaled:  # operands made ready once, outside the timed call
+            m = a.shape[0]
+            a, scale_a, scale_b = cublas_block_operands(a, scale_a, scale_b)
+            return lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out)[:m]
         return lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out,
                                         use_fast_accum=fast_accum)
     a, b = operands(wl, inputs, torch_dtype(DEQUANTIZED)) if wl.is_nvfp4 else inputs
@@ -406,12 +408,12 @@ def cublas_block_scales(K: int, scale_a, scale_b) -> tuple:
 CUBLAS_BLOCK_ROWS = 4  # cuBLAS's block-scaled GEMM takes A in whole groups of 4 rows
 
 
-def cublas_block_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):
-    """torch._scaled_mm's block-scaled form on A (M x K) and B (N x K, taken as its transpose)
-    with their block scales (A's M x K/128, B's N/128 x K/128), laid out by
-    cublas_block_scales, into `out` where given. Where M is not whole CUBLAS_BLOCK_ROWS, which
-    cuBLAS refuses (CUBLAS_STATUS_NOT_SUPPORTED; torch 2.11, CUDA 13, H200), A and its scales
-    are padded to them with zero rows first and the product's padding rows cut off."""
+def cublas_block_operands(a, scale_a, scale_b) -> tuple:
+    """A (M x K) and the block scales (A's M x K/128, B's N/128 x K/128) as cuBLAS's
+    block-scaled GEMM takes them through torch._scaled_mm: the scales laid out by
+    cublas_block_scales, and where M is not whole CUBLAS_BLOCK_ROWS, which cuBLAS refuses
+    (CUBLAS_STATUS_NOT_SUPPORTED; torch 2.11, CUDA 13, H200), A and its scales padded to them
+    with zero rows (the product's rows past M are then padding)."""
     torch = _torch()
     (m, k), pad = a.shape, -a.shape[0] % CUBLAS_BLOCK_ROWS
     if pad:
@@ -419,10 +421,18 @@ def cublas_block_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):
         padded[:m] = a
         a = padded
         scale_a = torch.cat([scale_a, scale_a.new_ones((pad, scale_a.shape[1]))])
-    scale_a, scale_b = cublas_block_scales(k, scale_a, scale_b)
-    if not pad:
-        return torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out_dtype, out=out)
-    y = torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out_dtype)[:m]
+    return (a, *cublas_block_scales(k, scale_a, scale_b))
+
+
+def cublas_block_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):
+    """torch._scaled_mm's block-scaled form on A (M x K) and B (N x K, taken as its transpose)
+    with their block scales, A and the scales made ready by cublas_block_operands in the call
+    (as a layer calling it pays for that), into `out` where given; the padding rows cut off."""
+    m = a.shape[0]
+    a, scale_a, scale_b = cublas_block_operands(a, scale_a, scale_b)
+    if a.shape[0] == m:
+        return _torch()._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out_dtype, out=out)
+    y = _torch()._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=out_dtype)[:m]
     return y if out is None else out.copy_(y)
 
 
