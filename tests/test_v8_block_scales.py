@@ -258,9 +258,11 @@ def test_dequantizing_baseline_is_correct(wl):
 
 
 @pytest.mark.gpu
-def test_scaled_mm_takes_block_scales_on_whole_blocks():
-    """cuBLAS's DeepSeek recipe through torch._scaled_mm, on whole 128 blocks of N and K."""
-    wl = block((256, 512, 1024))
+@pytest.mark.parametrize("shape", [(256, 512, 1024), (17, 512, 1024), (1, 256, 2048)])
+def test_scaled_mm_takes_block_scales_on_whole_blocks(shape):
+    """cuBLAS's DeepSeek recipe through torch._scaled_mm, on whole 128 blocks of N and K; A's
+    rows padded to whole 4s where M is not (cuBLAS refuses it unpadded)."""
+    wl = block(shape)
     inputs = measure.random_inputs(wl, 4)
     result = measure.check(wl, measure.cublas_runner(wl, inputs), inputs, measure.tolerance(wl))
     assert result["status"] == "ok", result
