@@ -99,7 +99,8 @@ def measure_layer(shape: linear.LayerShape, max_tokens: int) -> list[dict]:
     torch.manual_seed(0)
     first = operands(shape, 1)
     layer = linear.Linear.from_float8(first["weight"], first["weight_scale"], first["bias"],
-                                      max_tokens=max_tokens, fast_accum=shape.fast_accum)
+                                      max_tokens=max_tokens, fast_accum=shape.fast_accum,
+                                      scales=shape.scales)
     baseline = "scaled_mm_fast" if shape.fast_accum else "scaled_mm"
     linear.prepare(layer, say=print)
     rows = []

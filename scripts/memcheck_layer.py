@@ -38,7 +38,7 @@ def layer(args) -> linear.Linear:
         shape = linear.LayerShape(n, k, args.dtype, args.scales)
         scale = torch.rand(shape.weight_scale_shape(), device="cuda") + 0.5
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-        return linear.Linear.from_float8(weight, scale, bias, **options)
+        return linear.Linear.from_float8(weight, scale, bias, scales=args.scales, **options)
     dense = torch.nn.Linear(k, n, device="cuda", dtype=getattr(torch, args.dtype))
     return linear.Linear.from_linear(dense, **options)
 
