@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -208,9 +209,7 @@ def _portfolio_schedule(wl: Workload, name: str) -> TunedSchedule:
     entry = schedules.get(wl.op, base)
     if not text:
         return entry.for_workload(wl)
-    chosen = entry.parse_knobs(text)
-    return TunedSchedule(wl.op, name, entry.defaults_for(wl, chosen),
-                         lambda w, target: entry.apply(w, target, **chosen), entry.kind)
+    return dataclasses.replace(entry.with_knobs(text, wl), knobs=None)
 
 
 def _measured_best(wl: Workload, names: list[str], found: SearchResults,
