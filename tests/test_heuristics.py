@@ -104,9 +104,15 @@ CHOICES = [
     # 256x160 ones that cost no more; fp8 and nn too; 6.8 waves (1000 x 28672) are not enough
     ("v8", gemm((4096, 28672, 4096), "bfloat16", "nt"), {"cluster_m": 2}),
     # (fp8 promotes its sums by default, each K block's under the next one's wgmmas in runs of
-    # 8, or 4 where K is split: tiles of at most 128x128, no clusters; see below)
+    # 8, or 4 where K is split: tiles of at most 128x128, no clusters; see below). 7168 tiles
+    # are 54.3 waves: the last one's split (54.33 waves at PROMOTED_SPLIT_COST) costs more than
+    # a 55th whole one, so K is not split and the runs stay 8 long
     ("v8", gemm((4096, 28672, 4096), FP8, "nt"),
-     {"block_n": 128, "stages": 6, "split_k": 3, "split_tail": True, "promote_k": 128,
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
+    # 320 tiles are 2.4 waves: the last one's 56 split in 2 (2.5 waves at 1.15) take less than a
+    # third whole one
+    ("v8", gemm((2500, 2048, 8192), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "split_k": 2, "split_tail": True, "promote_k": 128,
       "promote_overlap": 4}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
     # ... but not where rows are staged (K = 4095): its grid's barrier needs no clusters
@@ -177,6 +183,15 @@ def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
             (4096, 6144, 4096): {"block_m": 256, "block_n": 192, "tma_store": False}}
     if shape in fast:
         assert changed(v8, wl, {"promote_k": None}) == fast[shape]
+
+
+def test_fp8_split_tail_asked_for_keeps_the_plans_split():
+    """Where fp8's overlapped promotions leave the last wave whole (tail_split_pays), a user or
+    search asking for split_tail still gets the split plan's slices, with runs of 4."""
+    v8, wl = schedules.get("gemm", "v8"), gemm((4096, 28672, 4096), FP8, "nt")
+    assert v8.defaults_for(wl)["split_k"] == 1
+    asked = v8.defaults_for(wl, {"split_tail": True})
+    assert (asked["split_k"], asked["promote_overlap"]) == (3, 4)
 
 
 @pytest.mark.parametrize("rung, wl, expected", CHOICES,

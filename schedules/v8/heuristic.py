@@ -48,6 +48,9 @@ TIMED_WAVES = 2  # ... the estimate picks v8's tiles where 128x256 ones take at 
 # waves (the medium M it was fitted on), and where clusters would pad their rows of tiles
 WGMMA_M = WARPGROUP * MMA  # one wgmma's rows: a decode batch's tile
 PROMOTE_K = 128  # fp8: K elements between promotions of wgmma's sums into float32 (DeepGEMM's)
+# fp8's promotions overlapped in runs longer than K split takes: a wave of a split plan's units
+# costs this many waves of whole tiles (its runs of MOST_SPLIT_OVERLAP blocks each end in a wait)
+PROMOTED_SPLIT_COST = 1.15
 
 
 def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
@@ -65,6 +68,18 @@ def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
                  default=1) if tail else 1
     waves = full + (1 / slices if tail else 0)
     return waves * (TMA_NARROW_COST if block_n == 128 else 1), slices, bool(full) and slices > 1
+
+
+def tail_split_pays(wl: Workload, sms: int, tile: tuple[int, int], split_k: int,
+                    overlap: int | None) -> bool:
+    """Whether splitting the K of a last, partial wave's tiles in split_k (split_tail) takes
+    less time than leaving them whole, where fp8's promotions run overlapped longer than K split
+    takes (`overlap` past MOST_SPLIT_OVERLAP): the split plan's waves (the whole ones and
+    1/split_k) at PROMOTED_SPLIT_COST each, against one more whole wave. Elsewhere it pays."""
+    if overlap is None or overlap <= MOST_SPLIT_OVERLAP:
+        return True
+    full = tile_count(wl, *tile) // sms
+    return (full + 1 / split_k) * PROMOTED_SPLIT_COST < full + 1
 
 
 def units(wl: Workload, sms: int, block_m: int, block_n: int, splits: list[int]) -> int:
@@ -291,7 +306,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     - block_m 64 for decode batches (M <= 64, or M <= 128 where 128x128 tiles cannot give
       every SM one); block_n as `tile_widths` picks it;
     - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
-      split_tail: only the last, partial wave's);
+      split_tail: only the last, partial wave's, where that pays: `tail_split_pays`);
     - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
       tiles take CLUSTER_WAVES waves or more, their rows of tiles padded to whole pairs are at
       most CLUSTER_PADDING times as many, and no rows are staged (`staged_operands`); else
@@ -334,6 +349,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     # Step 2. The width, and K split to fill the SMs.
     block_n = tile_widths(wl, sms, block_m, knobs, space)
     waves, split_k, split_tail = split_plan(wl, sms, block_m, block_n, space["split_k"])
+    if split_tail and False in space["split_tail"] and not tail_split_pays(wl, sms, (block_m, block_n), split_k, overlap):
+        split_k, split_tail = 1, False
     # Step 3. Clusters where the tiles take many waves; else pingpong's, tall or timed tiles.
     row_tiles, wide_tiles = -(-wl.dims["M"] // 128), tile_count(wl, 128, 256)
     padded = row_tiles + row_tiles % 2 > CLUSTER_PADDING * row_tiles
