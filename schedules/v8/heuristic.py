@@ -82,6 +82,18 @@ def tail_split_pays(wl: Workload, sms: int, tile: tuple[int, int], split_k: int,
     return (full + 1 / split_k) * PROMOTED_SPLIT_COST < full + 1
 
 
+def paying_split_plan(wl: Workload, sms: int, tile: tuple[int, int], space: dict,
+                      overlap: int | None) -> tuple[float, int, bool]:
+    """`split_plan`'s (waves, split_k, split_tail) for the tile, its last wave left whole where
+    the space leaves split_tail to the heuristic and splitting it does not pay
+    (`tail_split_pays`)."""
+    waves, split_k, split_tail = split_plan(wl, sms, *tile, space["split_k"])
+    if split_tail and False in space["split_tail"] \
+            and not tail_split_pays(wl, sms, tile, split_k, overlap):
+        return waves, 1, False
+    return waves, split_k, split_tail
+
+
 def units(wl: Workload, sms: int, block_m: int, block_n: int, splits: list[int]) -> int:
     """The split plan's units of work: its tiles, times its K slices where the tiles fit a
     wave."""
@@ -348,9 +360,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         space, knobs = promoted_widths(block_m, wl.layout, space, knobs, promoted_sets(overlap))
     # Step 2. The width, and K split to fill the SMs.
     block_n = tile_widths(wl, sms, block_m, knobs, space)
-    waves, split_k, split_tail = split_plan(wl, sms, block_m, block_n, space["split_k"])
-    if split_tail and False in space["split_tail"] and not tail_split_pays(wl, sms, (block_m, block_n), split_k, overlap):
-        split_k, split_tail = 1, False
+    waves, split_k, split_tail = paying_split_plan(wl, sms, (block_m, block_n), space, overlap)
     # Step 3. Clusters where the tiles take many waves; else pingpong's, tall or timed tiles.
     row_tiles, wide_tiles = -(-wl.dims["M"] // 128), tile_count(wl, 128, 256)
     padded = row_tiles + row_tiles % 2 > CLUSTER_PADDING * row_tiles
