@@ -111,3 +111,19 @@ def tensor_intrinsics():
     from schedules import tvmscript_import
 
     return tvmscript_import.import_module("tvm.s_tir.tensor_intrin")
+
+
+@pytest.fixture
+def scaled_mm_calls(monkeypatch):
+    """torch._scaled_mm replaced by a stand-in writing zeros (its block form runs on CUDA only);
+    the list of the (a, scale_a, scale_b) it was called with."""
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def stand_in(a, b_t, scale_a, scale_b, out_dtype=None, out=None):
+        calls.append((a, scale_a, scale_b))
+        zeros = torch.zeros(a.shape[0], b_t.shape[1], dtype=out_dtype)
+        return zeros if out is None else out.copy_(zeros)
+
+    monkeypatch.setattr(torch, "_scaled_mm", stand_in)
+    return calls

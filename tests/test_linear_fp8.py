@@ -99,40 +99,25 @@ def _block_operands(k, m=3, n=256):
                    torch.randn(n, dtype=torch.bfloat16))
 
 
-def _scaled_mm_stand_in(monkeypatch):
-    """torch._scaled_mm replaced by a stand-in writing zeros (its block form runs on CUDA
-    only); the list of the arguments it was called with."""
-    calls = []
-
-    def stand_in(a, b_t, scale_a, scale_b, out_dtype=None, out=None):
-        calls.append((a, scale_a, scale_b))
-        zeros = torch.zeros(a.shape[0], b_t.shape[1], dtype=out_dtype)
-        return zeros if out is None else out.copy_(zeros)
-
-    monkeypatch.setattr(torch, "_scaled_mm", stand_in)
-    return calls
-
-
 @pytest.mark.parametrize("k", [4096, 1000])
 @pytest.mark.parametrize("into", [False, True])
 def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequantizes(
-        k, into, monkeypatch):
+        k, into, scaled_mm_calls):
     """cuBLAS's block scales take K in whole groups of 512 (measure.cublas_block_scales): there
     the stock layer is torch._scaled_mm, its scales laid out column-major and x's 3 rows padded
     to 4 (seen through a stand-in); a layer of another K dequantizes x and W to bfloat16, then
     calls F.linear, whose answer is checked against float64. Given `out` (inductor's buffer),
     both write into it."""
     layer, (x, x_scale, weight, weight_scale, bias) = _block_operands(k)
-    calls = _scaled_mm_stand_in(monkeypatch)
     out = torch.full((3, 256), float("nan"), dtype=torch.bfloat16) if into else None
     y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, bias, out=out)
     exact = dequantized(layer, x, x_scale) @ dequantized(layer, weight, weight_scale, True).T \
         + bias.double()
     assert y.dtype == torch.bfloat16 and y.shape == (3, 256) and (y is out) == into
     if k % 512:
-        assert not calls and float((y.double() - exact).norm() / exact.norm()) < 1e-2
+        assert not scaled_mm_calls and float((y.double() - exact).norm() / exact.norm()) < 1e-2
     else:
-        a, a_scale, b_scale = calls[0]
+        a, a_scale, b_scale = scaled_mm_calls[0]
         assert torch.equal(a[:3].view(torch.uint8), x.view(torch.uint8)) and a.shape == (4, k)
         assert not a[3].view(torch.uint8).any()
         assert (a_scale.shape, a_scale.stride()) == ((4, 32), (1, 4))
@@ -140,13 +125,12 @@ def test_a_block_scaled_layers_torch_call_is_cublas_where_it_takes_k_else_dequan
         assert torch.equal(y, bias.expand(3, 256))  # the bias added after the stand-in's zeros
 
 
-def test_a_block_scaled_call_of_whole_4_rows_is_one_scaled_mm_into_out(monkeypatch):
+def test_a_block_scaled_call_of_whole_4_rows_is_one_scaled_mm_into_out(scaled_mm_calls):
     """At 4 rows nothing is padded: _scaled_mm writes into `out` itself."""
     layer, (x, x_scale, weight, weight_scale, _) = _block_operands(4096, m=4)
-    calls = _scaled_mm_stand_in(monkeypatch)
     out = torch.full((4, 256), float("nan"), dtype=torch.bfloat16)
     y = launcher(Candidate(TORCH), layer, None)(x, x_scale, weight, weight_scale, None, out=out)
-    assert y is out and not y.isnan().any() and calls[0][0] is x
+    assert y is out and not y.isnan().any() and scaled_mm_calls[0][0] is x
 
 
 @pytest.mark.parametrize("bucket", [Bucket(1, 1), Bucket(65, 256), Bucket(1025, None)])

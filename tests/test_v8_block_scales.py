@@ -102,7 +102,7 @@ def test_cublas_block_scales_are_refused_where_k_is_not_whole_groups_of_4_blocks
 
 @pytest.mark.parametrize("m", [3, 4])
 def test_cublas_block_scaled_baseline_pads_a_to_whole_4_rows_once_outside_its_timed_call(
-        m, monkeypatch):
+        m, scaled_mm_calls):
     """cuBLAS's block form refused M = 1, 2, 3, 15, 17, 65 on an H200: A and its scales are
     padded with zero rows to whole 4s, once when the baseline is made, so that each timed call
     is _scaled_mm alone (seen here by a stand-in: its block form runs on CUDA only), its
@@ -110,17 +110,10 @@ def test_cublas_block_scaled_baseline_pads_a_to_whole_4_rows_once_outside_its_ti
     torch = pytest.importorskip("torch")
     wl = Workload("gemm", (m, 256, 1024), FP8, "bfloat16", "nt", "block")
     a, b = (torch.randn(rows, 1024).to(torch.float8_e4m3fn) for rows in (m, 256))
-    calls = []
-
-    def stand_in(a, b_t, scale_a, scale_b, out_dtype=None, out=None):
-        calls.append((a, scale_a))
-        return torch.zeros(a.shape[0], b_t.shape[1], dtype=out_dtype)
-
-    monkeypatch.setattr(torch, "_scaled_mm", stand_in)
     run = measure.cublas_runner(wl, [a, b, torch.rand(m, 8), torch.rand(2, 8)])
     first, second = run(), run()
     assert first.shape == second.shape == (m, 256)
-    (padded, scale_a), again = calls[0], calls[1][0]
+    (padded, scale_a, _), again = scaled_mm_calls[0], scaled_mm_calls[1][0]
     assert again is padded and padded.shape == (4, 1024) and scale_a.shape == (4, 8)
     assert torch.equal(padded[:m].view(torch.uint8), a.view(torch.uint8))
     assert not padded[m:].view(torch.uint8).any()

@@ -11,10 +11,10 @@ build. Output goes through `say`, so the command line decides where it is printe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tempfile
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
