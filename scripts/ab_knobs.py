@@ -32,12 +32,14 @@ def main() -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--layout", default="nt")
     parser.add_argument("--out-dtype", default=None)
+    parser.add_argument("--scales", default=None, help="fp8: tensor, row or block, as the runner's")
     parser.add_argument("--schedules", nargs="+", required=True,
                         help="schedule names with knobs, as the runner's --schedule takes them")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--results", default="ab.jsonl")
     args = parser.parse_args()
-    wl = Workload(args.op, parse_shape(args.shape, args.op), args.dtype, args.out_dtype, args.layout)
+    wl = Workload(args.op, parse_shape(args.shape, args.op), args.dtype, args.out_dtype, args.layout,
+                  args.scales)
     if not measure.gpu_present():
         print("ab_knobs.py times kernels: it needs a CUDA GPU, and there is none here")
         return 1

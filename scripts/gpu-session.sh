@@ -178,10 +178,12 @@ for part in "$@"; do
         record counters-repeat.jsonl --preset gemm-seed naive v1 v2 v3
       } 2>&1 | tee "$out/counters.log" ;;
     ab)  # scripts/ab_knobs.py on each of $AB_SHAPES in $AB_DTYPE (bfloat16) to $AB_OUT_DTYPE
-         # (the dtype's default), $AB_LAYOUT (nt): $AB_SCHEDULES against each other and cuBLAS
+         # (the dtype's default), $AB_LAYOUT (nt), fp8's $AB_SCALES (tensor): $AB_SCHEDULES
+         # against each other and cuBLAS
       for shape in ${AB_SHAPES:?AB_SHAPES names the shapes}; do
         python3 scripts/ab_knobs.py --shape "$shape" --dtype "${AB_DTYPE:-bfloat16}" \
-          ${AB_OUT_DTYPE:+--out-dtype "$AB_OUT_DTYPE"} --layout "${AB_LAYOUT:-nt}" --rounds 2 \
+          ${AB_OUT_DTYPE:+--out-dtype "$AB_OUT_DTYPE"} ${AB_SCALES:+--scales "$AB_SCALES"} \
+          --layout "${AB_LAYOUT:-nt}" --rounds 2 \
           --results "$out/ab.jsonl" --schedules ${AB_SCHEDULES:?AB_SCHEDULES names the settings}
       done 2>&1 | tee -a "$out/ab.log" ;;
     medium-m)
