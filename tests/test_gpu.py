@@ -278,6 +278,11 @@ def test_v7_is_correct(wl, knobs, target):
      {"block_m": 64, "block_n": 256, "promote_k": 128, "promote_overlap": 4}),
     (Workload("gemm", (1000, 2000, 3000), FP8, "bfloat16", "nt", "row"),
      {"block_n": 128, "promote_k": 128, "promote_overlap": 8}),
+    # the runs the heuristic picks (registered_run): two of 6 and 2 blocks after them (K =
+    # 1792); three of 2 and one after them (K = 896), block-scaled
+    (Workload("gemm", (1000, 2000, 1792), FP8),
+     {"block_n": 128, "promote_k": 128, "promote_overlap": 6}),
+    (Workload("gemm", (1000, 2000, 896), FP8, "bfloat16", "nt", "block"), {}),
     # rows TMA cannot load, staged into padded rows first: A and B (K = 4095, 16-bit C), B
     # alone (nn, N odd), fp8 with K not a multiple of 16, split K, a decode batch, pingpong
     (Workload("gemm", (2000, 3000, 4095), "bfloat16", "bfloat16", "nt"), {}),

@@ -16,7 +16,7 @@ from facts.record import Record, Timing
 from schedules import Workload, gemv, heuristics, v8
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
-from schedules.v8.heuristic import tma_tiles
+from schedules.v8.heuristic import registered_run, tma_tiles
 from schedules.workloads import DENSE_DTYPES, FP8
 from tuning import build, explore, measure
 from tuning.explore import SearchResults, resolve, selection
@@ -78,9 +78,9 @@ CHOICES = [
     # already reach 2/3 of the SMs (96 tiles of 64x128 at 128x6144x4096)
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 64, "block_n": 160, "stages": 6, "split_k": 2, "tma_store": False}),
-    ("v8", gemm((128, 4608, 3584), FP8, "nt"),
+    ("v8", gemm((128, 4608, 3584), FP8, "nt"),  # (fp8's runs on 64-row tiles: 4, see below)
      {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False, "promote_k": 128,
-      "promote_overlap": 8}),
+      "promote_overlap": 4}),
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nn"),
      {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
     ("v8", gemm((128, 6144, 4096), "float16", "nt"),
@@ -114,6 +114,17 @@ CHOICES = [
     ("v8", gemm((2500, 2048, 8192), FP8, "nt"),
      {"block_n": 128, "stages": 6, "split_k": 2, "split_tail": True, "promote_k": 128,
       "promote_overlap": 4}),
+    # the runs ptxas keeps in registers on whole K (`registered_run`): 12 K blocks in two runs
+    # of 6, 8 in two of 4, 7 in three of 2 (a run of 7, or of 4 or 6 and the blocks left over,
+    # spill), a 64-row tile's 40 in runs of 4
+    ("v8", gemm((4096, 24576, 1536), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 6}),
+    ("v8", gemm((4096, 4096, 1024), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 4}),
+    ("v8", gemm((2500, 9728, 896), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 2}),
+    ("v8", gemm((48, 27648, 5120), FP8, "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 4}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
     # ... but not where rows are staged (K = 4095): its grid's barrier needs no clusters
     ("v8", gemm((4096, 28672, 4095), "bfloat16", "nt"),
@@ -171,18 +182,37 @@ def changed(entry, wl, chosen=None) -> dict:
 def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
     """fp8: promote_k=128 wherever the user leaves it to the heuristic (4096^3 too, whose
     other rungs keep their defaults), each K block's promotion under the next one's wgmmas
-    (runs of 8, of 4 where K is split), on a tile whose three sets of sums fit a thread;
+    (runs of 8, of 4 where K is split or the tiles are 64 rows), on a tile whose three sets of
+    sums fit a thread;
     asked for none, the fast form's tiles (clusters and 256-row tiles included)."""
     v8, wl = schedules.get("gemm", "v8"), gemm(shape, FP8, "nt")
     knobs = v8.defaults_for(wl)
     assert knobs["promote_k"] == 128
-    assert knobs["promote_overlap"] == (8 if knobs["split_k"] == 1 else 4)
+    assert knobs["promote_overlap"] == (8 if knobs["split_k"] == 1 and knobs["block_m"] > 64 else 4)
     assert 3 * consumer_accumulators(knobs["block_m"], knobs["block_n"]) <= MOST_ACCUMULATORS
     v8.apply(wl, build.cuda_target())  # not refused
     fast = {(4096, 28672, 4096): {"cluster_m": 2},
             (4096, 6144, 4096): {"block_m": 256, "block_n": 192, "tma_store": False}}
     if shape in fast:
         assert changed(v8, wl, {"promote_k": None}) == fast[shape]
+
+
+@pytest.mark.parametrize("K, block_m, run", [
+    (768, 128, 8),  # 6 K blocks: one run of all of them
+    (896, 128, 2), (1024, 128, 4), (1000, 128, 4),  # 7 and 8 (ragged too): two whole runs
+    (1536, 128, 6), (1792, 128, 6),  # 12, 14: two runs of 6 and at most 2 left over
+    (1920, 128, 4),  # 15: runs of 6 would leave 3 over
+    (2048, 128, 8), (2944, 128, 8),  # 16, 23: runs of 8, whatever is left over
+    (768, 64, 8), (1536, 64, 4), (4096, 64, 4),  # 64-row tiles: runs of at most 4
+])
+def test_fp8_overlapped_runs_are_those_ptxas_keeps_in_registers(K, block_m, run):
+    """registered_run: the longest run of the space's that leaves at least two whole runs
+    (else all of K in one, where it is short), as the local nvcc's spill counts showed."""
+    space = schedules.get("gemm", "v8").space
+    assert registered_run(gemm((4096, 4096, K), FP8, "nt"), block_m, space) == run
+    narrowed = {**space, "promote_overlap": [None, 2, 4, 8]}
+    assert registered_run(gemm((4096, 4096, K), FP8, "nt"), block_m, narrowed) == \
+        (4 if run == 6 else run)
 
 
 def test_fp8_split_tail_asked_for_keeps_the_plans_split():

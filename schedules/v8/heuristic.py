@@ -51,6 +51,12 @@ PROMOTE_K = 128  # fp8: K elements between promotions of wgmma's sums into float
 # fp8's promotions overlapped in runs longer than K split takes: a wave of a split plan's units
 # costs this many waves of whole tiles (its runs of MOST_SPLIT_OVERLAP blocks each end in a wait)
 PROMOTED_SPLIT_COST = 1.15
+# fp8's overlapped promotions on whole K where ptxas keeps their sets of accumulators in
+# registers (nvcc's spill counts over K blocks, runs, tiles and scale forms:
+# notebook/logs/cpu-nvcc-fp8-overlap-runs-2026-11-27.log)
+LONE_RUN = 6  # all of K's blocks in one run: at most this many
+SHORT_TILE_RUN = 4  # runs on 64-row tiles: at most this long
+RUN_TAILS = {6: 2}  # blocks left over after whole runs of this length: at most so many
 
 
 def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
@@ -167,15 +173,29 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
                      promote_k: int | None, pingpong: bool) -> int | None:
     """promote_overlap: the user's or a search's where the space holds one value; else, where
     each K block is promoted (promote_k of one block) by two consumers on a tile of one of the
-    space's widths that leaves room for a third set of accumulators, the longest run
-    (MOST_OVERLAP; the split plan may shorten it); else None."""
+    space's widths that leaves room for a third set of accumulators, the run ptxas keeps in
+    registers (`registered_run`; the split plan may shorten it); else None."""
     if len(space["promote_overlap"]) == 1:
         return knobs["promote_overlap"]
     one_block = promote_k == k_block_elements(wl.dtype)
     room = any(promoted_sets(MOST_OVERLAP) * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS
                for n in space["block_n"])
-    return MOST_OVERLAP if one_block and room and not pingpong \
-        and MOST_OVERLAP in space["promote_overlap"] else None
+    return registered_run(wl, block_m, space) if one_block and room and not pingpong else None
+
+
+def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
+    """The longest of the space's promote_overlap runs that ptxas keeps in registers over wl's
+    K blocks, whole: all of them as one run where they are at most LONE_RUN; else at least two
+    whole runs (one run and the blocks left over become one stretch of straight code, which
+    spills), at most SHORT_TILE_RUN blocks long on 64-row tiles, leaving at most RUN_TAILS's
+    blocks over. None where no run fits."""
+    count = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
+    runs = [run for run in space["promote_overlap"] if run]
+    if count <= LONE_RUN:
+        return max(runs, default=None)
+    return max((run for run in runs if count // run >= 2
+                and (block_m > WGMMA_M or run <= SHORT_TILE_RUN)
+                and count % run <= RUN_TAILS.get(run, run)), default=None)
 
 
 def long_runs_asked(space: dict) -> bool:
@@ -333,8 +353,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
       torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
-      accumulation); each K block's promotion under the next one's wgmmas in runs of
-      MOST_OVERLAP blocks (`promoted_overlap`; MOST_SPLIT_OVERLAP where K is split); among
+      accumulation); each K block's promotion under the next one's wgmmas in runs as long as
+      ptxas keeps in registers (`promoted_overlap`; MOST_SPLIT_OVERLAP where K is split); among
       the widths whose sets of accumulators fit a thread (`promoted_widths`; no clusters or
       tall tiles then).
     Where the user asks for a cluster or pingpong, K is not split (they take whole tiles); where

@@ -68,7 +68,7 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
                                "pingpong": [False, True], "promote_k": PROMOTE_K,
-                               "promote_overlap": [None, 2, 4, 8], "swap_ab": [False, True]},
+                               "promote_overlap": [None, 2, 4, 6, 8], "swap_ab": [False, True]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals, narrow=v8_narrowed,
           brings=("inst_executed", -1))
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
