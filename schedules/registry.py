@@ -92,7 +92,7 @@ class ScheduleEntry:
 
     def space_for(self, wl: Workload, held: dict | None = None) -> dict:
         """Its space as a search of `wl` draws from it: each knob's values, less those `narrow`
-        leaves out for `wl` (v8 on 16-bit inputs in nn: its space's 1,990,656 settings are 36,864);
+        leaves out for `wl` (v8 on 16-bit inputs in nn: its space's 2,488,320 settings are 36,864);
         each knob of `held` (knobs the user holds, e.g. `autotvm:v8:promote_k=none`, checked
         by parse_knobs) at its one value, which the user's naming lets past `narrow`."""
         space = {knob: [v for v in values if self.draws(wl, {knob: v})]

@@ -279,7 +279,7 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (1000, 2000, 3000), FP8, "bfloat16", "nt", "row"),
      {"block_n": 128, "promote_k": 128, "promote_overlap": 8}),
     # the runs the heuristic picks (registered_run): two of 6 and 2 blocks after them (K =
-    # 1792); three of 2 and one after them (K = 896), block-scaled
+    # 1792); one of 7 (K = 896), block-scaled
     (Workload("gemm", (1000, 2000, 1792), FP8),
      {"block_n": 128, "promote_k": 128, "promote_overlap": 6}),
     (Workload("gemm", (1000, 2000, 896), FP8, "bfloat16", "nt", "block"), {}),

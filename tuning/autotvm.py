@@ -83,7 +83,7 @@ class Space:
     def feature_matrix(self, configs: list[dict]) -> np.ndarray:
         """Each configuration's features() as a row, worked out a knob at a time from its few
         values: the xgb tuner scores every unmeasured configuration each batch (v8's space
-        holds 1,990,656)."""
+        holds 2,488,320)."""
         columns = []
         for knob, values in self.knobs.items():
             table = {value: _feature(value) for value in values}
@@ -116,7 +116,7 @@ def _unmeasured(configs: list[dict], history: History, pending=frozenset()) -> l
 def _without(configs: list[dict], keys) -> list[dict]:
     """`configs` (a space's, each with its knobs in the space's order) but those whose
     config_key is in `keys`, in order, compared by their values in that order: writing every
-    configuration of a large space (v8's: 1,990,656) as its key, batch after batch, held a farm's
+    configuration of a large space (v8's: 2,488,320) as its key, batch after batch, held a farm's
     search back more than measuring did."""
     if not keys or not configs:
         return list(configs)

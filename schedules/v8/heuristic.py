@@ -54,7 +54,8 @@ PROMOTED_SPLIT_COST = 1.15
 # fp8's overlapped promotions on whole K where ptxas keeps their sets of accumulators in
 # registers (nvcc's spill counts over K blocks, runs, tiles and scale forms:
 # notebook/logs/cpu-nvcc-fp8-overlap-runs-2026-11-27.log)
-LONE_RUN = 6  # all of K's blocks in one run: at most this many
+LONE_RUN = 7  # all of K's blocks in one run: at most this many (7 spill a few dozen bytes, yet
+# ran faster than three runs of 2 on the H100: notebook/logs/h100-sweep-fp8-runs-2026-11-27.log)
 SHORT_TILE_RUN = 4  # runs on 64-row tiles: at most this long
 RUN_TAILS = {6: 2}  # blocks left over after whole runs of this length: at most so many
 
