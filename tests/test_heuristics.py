@@ -182,8 +182,8 @@ def changed(entry, wl, chosen=None) -> dict:
 def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
     """fp8: promote_k=128 wherever the user leaves it to the heuristic (4096^3 too, whose
     other rungs keep their defaults), each K block's promotion under the next one's wgmmas
-    (runs of 8, of 4 where K is split or the tiles are 64 rows), on a tile whose three sets of
-    sums fit a thread;
+    (runs of 8; of 4 where K is split, and on these shapes' 64-row tiles), on a tile whose
+    three sets of sums fit a thread;
     asked for none, the fast form's tiles (clusters and 256-row tiles included)."""
     v8, wl = schedules.get("gemm", "v8"), gemm(shape, FP8, "nt")
     knobs = v8.defaults_for(wl)
@@ -203,7 +203,8 @@ def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
     (1536, 128, 6), (1792, 128, 6),  # 12, 14: two runs of 6 and at most 2 left over
     (1920, 128, 4),  # 15: runs of 6 would leave 3 over
     (2048, 128, 8), (2944, 128, 8),  # 16, 23: runs of 8, whatever is left over
-    (768, 64, 8), (1536, 64, 4), (4096, 64, 4),  # 64-row tiles: runs of at most 4
+    (768, 64, 8), (4096, 64, 4), (5120, 64, 4),  # 64-row tiles: runs of 4, or 6 with none
+    (1536, 64, 6), (3072, 64, 6),  # left over
 ])
 def test_fp8_overlapped_runs_are_those_ptxas_keeps_in_registers(K, block_m, run):
     """registered_run: the longest run of the space's that leaves at least two whole runs

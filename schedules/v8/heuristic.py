@@ -56,8 +56,9 @@ PROMOTED_SPLIT_COST = 1.15
 # notebook/logs/cpu-nvcc-fp8-overlap-runs-2026-11-27.log)
 LONE_RUN = 7  # all of K's blocks in one run: at most this many (7 spill a few dozen bytes, yet
 # ran faster than three runs of 2 on the H100: notebook/logs/h100-sweep-fp8-runs-2026-11-27.log)
-SHORT_TILE_RUN = 4  # runs on 64-row tiles: at most this long
+SHORT_TILE_RUN = 6  # runs on 64-row tiles: at most this long
 RUN_TAILS = {6: 2}  # blocks left over after whole runs of this length: at most so many
+SHORT_TILE_TAILS = {6: 0}  # ... on 64-row tiles
 
 
 def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
@@ -188,15 +189,16 @@ def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
     """The longest of the space's promote_overlap runs that ptxas keeps in registers over wl's
     K blocks, whole: all of them as one run where they are at most LONE_RUN; else at least two
     whole runs (one run and the blocks left over become one stretch of straight code, which
-    spills), at most SHORT_TILE_RUN blocks long on 64-row tiles, leaving at most RUN_TAILS's
-    blocks over. None where no run fits."""
+    spills), leaving at most RUN_TAILS's blocks over; on 64-row tiles at most SHORT_TILE_RUN
+    blocks long, leaving at most SHORT_TILE_TAILS's over. None where no run fits."""
     count = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
     runs = [run for run in space["promote_overlap"] if run]
     if count <= LONE_RUN:
         return max(runs, default=None)
-    return max((run for run in runs if count // run >= 2
-                and (block_m > WGMMA_M or run <= SHORT_TILE_RUN)
-                and count % run <= RUN_TAILS.get(run, run)), default=None)
+    short = block_m <= WGMMA_M
+    tails = SHORT_TILE_TAILS if short else RUN_TAILS
+    return max((run for run in runs if count // run >= 2 and count % run <= tails.get(run, run)
+                and (not short or run <= SHORT_TILE_RUN)), default=None)
 
 
 def long_runs_asked(space: dict) -> bool:
