@@ -4,7 +4,9 @@ run): per setting, its geometric mean of % of cuBLAS at each M and over every sh
 the shapes under the no-cliffs floor and those it was fastest on; then the best of the settings
 per shape. Markdown, on stdout.
 
-    python3 scripts/sweep_summary.py sweep.jsonl [more.jsonl ...] [--tokens 300 700]
+    python3 scripts/sweep_summary.py sweep.jsonl [more.jsonl.gz ...] [--tokens 300 700]
+
+(gzipped records, as the notebook keeps them, are read as they are.)
 """
 
 from __future__ import annotations

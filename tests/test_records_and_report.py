@@ -533,7 +533,7 @@ def test_a_record_with_its_compute_ceiling_set_is_written_and_read_back_whole():
     assert Record.from_json(line) == kernel
 
 
-SWEEPS = [os.path.join("notebook", "logs", f"h100-sweep-wide-bf16-{ms}-2026-11-26.jsonl")
+SWEEPS = [os.path.join("notebook", "logs", f"h100-sweep-wide-bf16-{ms}-2026-11-26.jsonl.gz")
           for ms in ("48-300", "700-2500")]
 
 
@@ -571,3 +571,23 @@ def test_a_sweeps_summary_refuses_what_it_cannot_read_in_one_line(args, said):
     done = _sweep_summary(*args)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, \
         done.stderr
+
+
+def test_gzipped_records_read_as_the_plain_ones_and_a_bad_one_is_one_line(tmp_path):
+    """Records gzipped (as the notebook keeps those over 200 KB) load as the same records; a
+    .gz name on a file that is not gzip is one clear line from the summary, no traceback; a
+    gzipped file is never appended to (a plain line would leave it unreadable)."""
+    import gzip
+
+    plain = os.path.join(tmp_path, "sweep.jsonl")
+    with gzip.open(SWEEPS[0], "rt") as f, open(plain, "w") as out:
+        out.write(f.read())
+    assert records.measurements(SWEEPS[0], print) == records.measurements(plain, print)
+    bad = os.path.join(tmp_path, "bad.jsonl.gz")
+    with open(bad, "w") as f:
+        f.write('{"not": "gzip"}\n')
+    done = _sweep_summary(bad)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: cannot read {bad}"), done.stderr
+    with pytest.raises(RecordsError, match="is gzipped"):
+        records.append(SWEEPS[0], {"kind": "note"})

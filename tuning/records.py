@@ -12,6 +12,7 @@ field costs that record only."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -51,18 +52,19 @@ class Loaded:
 
 
 def lines(path: str) -> Iterator[tuple[str, object, str | None]]:
-    """For each non-empty line of `path` (none when there is no such file): where it is
-    ("path:line"), its JSON value and None; or, for a line that is not JSON, where it is, None
-    and what is wrong with it."""
+    """For each non-empty line of `path` (gzipped where its name ends in .gz, as the notebook
+    keeps large records; none when there is no such file): where it is ("path:line"), its JSON
+    value and None; or, for a line that is not JSON, where it is, None and what is wrong."""
     if not os.path.exists(path):
         return
     if not os.path.isfile(path):
         raise RecordsError(f"{path} is not a file")
+    opener = gzip.open if path.endswith(".gz") else open
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
             text = f.read().splitlines()
-    except OSError as e:
-        raise RecordsError(f"cannot read {path}: {e.strerror}") from e
+    except (OSError, EOFError) as e:
+        raise RecordsError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from e
     for number, line in enumerate(text, start=1):
         if not line.strip():
             continue
@@ -249,7 +251,11 @@ def append(path: str, record: Record | dict) -> None:
     """Add one record as one line: a measurement Record as facts.record writes it (its
     json_line), any other line (a search's trial, its progress) as its JSON object. If the
     file's last line lacks its newline (a write cut short), the new record starts on a line of
-    its own so the damage stays on that one line."""
+    its own so the damage stays on that one line. A gzipped file (.gz) is read, never appended
+    to: a plain line would leave it unreadable."""
+    if path.endswith(".gz"):
+        raise RecordsError(f"{path} is gzipped: records are appended as plain JSON lines to a "
+                           f"file whose name does not end in .gz")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     line = record.json_line() if isinstance(record, Record) else json.dumps(record, sort_keys=True)
     needs_newline = False
