@@ -190,6 +190,8 @@ def test_v8_overlapped_runs_read_each_blocks_scales_into_its_sets_registers(lowe
     ((1000, 1000, 1008), {"block_n": 144, "split_k": 3, "tma_store": True}),
     ((16, 7168, 2048), {}),  # a decode batch
     ((256, 384, 1000), {"pingpong": True, "block_m": 64, "block_n": 128}),
+    ((4096, 24576, 1536), {}),  # 12 and 8 K blocks: the overlapped runs the heuristic picks
+    ((4096, 4096, 1024), {}),  # (registered_run), where runs of 8 spilled
 ])
 def test_v8_block_scaled_cuda_compiles_without_spills(shape, knobs, compiled):
     """nvcc takes the block-scaled kernel for sm_90a; its scale registers spill nothing."""
