@@ -198,12 +198,13 @@ def test_fp8_promotes_by_default_in_tiles_that_hold_both_sums(shape):
 
 
 @pytest.mark.parametrize("K, block_m, run", [
-    (768, 128, 8), (896, 128, 8), (896, 64, 8),  # 6 and 7 K blocks: one run of all of them
+    (768, 128, 8), (896, 128, 8),  # 6 and 7 K blocks: one run of all of them (on 64-row
+    (768, 64, 8), (896, 64, 2),  # tiles at most 6: a lone 7 spilled up to 508 bytes on 64x256)
     (1024, 128, 4), (1000, 128, 4),  # 8 (ragged too): two whole runs
     (1536, 128, 6), (1792, 128, 6),  # 12, 14: two runs of 6 and at most 2 left over
     (1920, 128, 4),  # 15: runs of 6 would leave 3 over
     (2048, 128, 8), (2944, 128, 8),  # 16, 23: runs of 8, whatever is left over
-    (768, 64, 8), (4096, 64, 4), (5120, 64, 4),  # 64-row tiles: runs of 4, or 6 with none
+    (4096, 64, 4), (5120, 64, 4),  # 64-row tiles: runs of 4, or 6 with none
     (1536, 64, 6), (3072, 64, 6),  # left over
 ])
 def test_fp8_overlapped_runs_are_those_ptxas_keeps_in_registers(K, block_m, run):

@@ -667,13 +667,15 @@ def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():
      {"block_n": 128, "split_k": 3, "promote_overlap": 4}),  # runs of a count known at the call
     (gemm((1000, 1000, 1168), FP8, "float32", "nt"),  # 64x256: two consumers side by side
      {"block_m": 64, "block_n": 256, "promote_overlap": 2}),
-    # the heuristic's runs (registered_run), where runs of 8 spilled: 12 K blocks, 8, 64-row
-    # tiles
+    # the heuristic's runs (registered_run), where runs of 8 (or a lone 7) spilled: 12 K
+    # blocks, 8, 64-row tiles
     (gemm((4096, 24576, 1536), FP8, "bfloat16", "nt"), {}),
     (gemm((4096, 4096, 1024), FP8, "bfloat16", "nt"), {}),
     (gemm((48, 27648, 5120), FP8, "bfloat16", "nt"), {}),
     (gemm((300, 32064, 3072), FP8, "bfloat16", "nt"), {"block_m": 64, "block_n": 256}),
-], ids=["whole", "split", "64x256", "12-blocks", "8-blocks", "64-row", "64x256-default-runs"])
+    (gemm((300, 9728, 896), FP8, "bfloat16", "nt"), {"block_m": 64, "block_n": 256}),
+], ids=["whole", "split", "64x256", "12-blocks", "8-blocks", "64-row", "64x256-default-runs",
+        "64x256-7-blocks"])
 @needs_nvcc
 def test_v8_promote_overlap_compiles_without_serialized_wgmmas_or_spills(compiled, wl, knobs):
     """ptxas serializes every wgmma of a kernel that reads a set of accumulators where it

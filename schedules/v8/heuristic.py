@@ -187,15 +187,16 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
 
 def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
     """The longest of the space's promote_overlap runs that ptxas keeps in registers over wl's
-    K blocks, whole: all of them as one run where they are at most LONE_RUN; else at least two
-    whole runs (one run and the blocks left over become one stretch of straight code, which
-    spills), leaving at most RUN_TAILS's blocks over; on 64-row tiles at most SHORT_TILE_RUN
-    blocks long, leaving at most SHORT_TILE_TAILS's over. None where no run fits."""
+    K blocks, whole: all of them as one run where they are at most LONE_RUN (SHORT_TILE_RUN on
+    64-row tiles); else at least two whole runs (one run and the blocks left over become one
+    stretch of straight code, which spills), leaving at most RUN_TAILS's blocks over; on 64-row
+    tiles at most SHORT_TILE_RUN blocks long, leaving at most SHORT_TILE_TAILS's over. None
+    where no run fits."""
     count = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
     runs = [run for run in space["promote_overlap"] if run]
-    if count <= LONE_RUN:
-        return max(runs, default=None)
     short = block_m <= WGMMA_M
+    if count <= (SHORT_TILE_RUN if short else LONE_RUN):
+        return max(runs, default=None)
     tails = SHORT_TILE_TAILS if short else RUN_TAILS
     return max((run for run in runs if count // run >= 2 and count % run <= tails.get(run, run)
                 and (not short or run <= SHORT_TILE_RUN)), default=None)
