@@ -23,6 +23,8 @@ from tuning.explore import SearchResults, resolve, selection
 
 MEDIUM = v8.MEDIUM_TILES
 MEDIUM_NAMES = [f"v8:block_m={m},block_n={n},split_k=1" for m, n in MEDIUM]
+NARROW_64 = "v8:block_n=64"  # best's narrow tiles: at most 64 rows (MEDIUM_ROWS)
+NARROW_128 = "v8:block_m=64,block_n=128,split_k=1"  # ... and past them, up to 512
 
 TVM = tvm.__version__
 
@@ -747,22 +749,26 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (16, 333, 1000), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5", "skinny"]),
     (Workload("gemm", (7, 5120, 5120), "float16"), ["v8"]),  # nn
     (Workload("gemm", (7, 5120, 5120), FP8, layout="nt"), ["v8"]),  # skinny takes no fp8
-    # past the 16 rows v8 swaps unasked, up to 512: v8 swapped weighed beside its default
-    (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8", "v8:swap_ab=true"]),
-    # past 64 rows, v8's MEDIUM_TILES unsplit too, where v8 takes them
+    # past the 16 rows v8 swaps unasked, up to 512: v8 swapped and a narrow tile weighed beside
+    # its default
+    (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_64]),
+    # past 64 rows, v8's MEDIUM_TILES unsplit too, where v8 takes them; the narrow tile 128
+    # wide, where it is not the default's own choice (it is at 128x14336x4096)
     (Workload("gemm", (128, 14336, 4096), FP8, "bfloat16", "nt", "row"),
      ["v8", "v8:swap_ab=true", *MEDIUM_NAMES]),
     (Workload("gemm", (512, 28672, 5120), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES]),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
     (Workload("gemm", (513, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
-    (Workload("gemm", (64, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8", "v8:swap_ab=true"]),
+    (Workload("gemm", (64, 14336, 4096), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_64]),
     (Workload("gemm", (4096, 4096, 4096), "float16", "float16", "nn"), ["v8", *MEDIUM_NAMES]),
     (Workload("gemm", (48, 5120, 5120), "float16", "float16", "nn"), ["v8"]),
-    (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8"]),
+    (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", NARROW_64]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")
-def test_best_weighs_skinny_swapped_v8_and_medium_tiles_where_they_take_the_shape(wl, weighed):
+def test_best_weighs_skinny_swapped_v8_and_narrow_and_medium_tiles_where_they_take_them(wl, weighed):
     assert explore.portfolio(wl) == weighed
 
 
@@ -783,7 +789,7 @@ def test_best_takes_a_portfolio_entry_with_knobs_where_it_measured_fastest(monke
     """Where v8 swapped measures faster than v8's default, best runs it under its name, with
     the swap among its knobs."""
     wl = Workload("gemm", (48, 5120, 5120), "bfloat16", "bfloat16", "nt")
-    times = {"v8": 0.030, "v8:swap_ab=true": 0.020}
+    times = {"v8": 0.030, "v8:swap_ab=true": 0.020, NARROW_64: 0.025}
 
     def fake_explore(wl_, chosen, settings, say=print, warn=print, extra_records=None):
         return [Record(kind=c.kind, schedule=c.name, status="ok",
@@ -795,7 +801,7 @@ def test_best_takes_a_portfolio_entry_with_knobs_where_it_measured_fastest(monke
     said = []
     chosen = resolve(wl, "best", SearchResults(), said.append)
     assert chosen.name == "v8:swap_ab=true" and chosen.params["swap_ab"] is True
-    assert "fastest correct of v8, v8:swap_ab=true" in said[-1]
+    assert f"fastest correct of v8, v8:swap_ab=true, {NARROW_64}" in said[-1]
 
 
 def test_best_builds_its_portfolio_entries_with_their_knobs():

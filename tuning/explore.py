@@ -42,6 +42,13 @@ COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath
 # 1000 it tied or lost: reports/notes/h100-shapes.md)
 SWAPPED_V8 = "v8:swap_ab=true"
 SWAP_WEIGHED_ROWS = 512
+# ... and v8's narrow 64-row tiles past the rows the default swaps: 64 wide, K split as the rule
+# splits it, up to MEDIUM_ROWS rows of A; 128 wide and whole past them, up to SWAP_WEIGHED_ROWS
+# (on the H100 at 48 and 300 rows, each the fastest on 6-12 of wide-bf16's and wide-fp8's 32
+# shapes: reports/notes/h100-shapes.md, "Narrow tiles at few rows"); each the most rows it is
+# weighed at, and its knobs
+NARROW_TILES = ((MEDIUM_ROWS, {"block_n": 64}),
+                (SWAP_WEIGHED_ROWS, {"block_m": 64, "block_n": 128, "split_k": 1}))
 # The rule's GEMV: blockreduce keeps rows whose K leaves at most this much more of its loads idle
 # in the last step than allreduce's (on the H100: 2.6% more, blockreduce still 0.8% faster; 12.5%
 # more, allreduce 0-9% faster; reports/notes/h100-shapes.md, "best's rule on GEMVs").
@@ -153,16 +160,16 @@ def portfolio(wl: Workload) -> list[str]:
     16, nt) weighs skinny beside them: W read once for every row, where tensor-core tiles
     leave most of their rows empty. Past the rows v8 swaps by default, up to
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
-    there it won on some shapes and lost on others (reports/notes/h100-shapes.md); past
-    MEDIUM_ROWS, v8's `medium_tiles`. Where one rung is left (v8 elsewhere), nothing is
-    measured."""
+    there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
+    `narrow_tile`; past MEDIUM_ROWS, v8's `medium_tiles`. Where one rung is left (v8
+    elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
-        names += medium_tiles(wl) if wl.dtype != "float32" else []
+        names += narrow_tile(wl) + medium_tiles(wl) if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in names if schedules.get(wl.op, name.partition(":")[0]).takes(wl)]
@@ -189,16 +196,28 @@ def swap_weighed(wl: Workload) -> bool:
 
 def medium_tiles(wl: Workload) -> list[str]:
     """The settings of v8 that `best` weighs beside its default past MEDIUM_ROWS rows of A:
-    each of MEDIUM_TILES unsplit, where v8 takes it and it is not the default's own choice."""
+    each of MEDIUM_TILES unsplit (`other_settings`)."""
     if wl.dims["M"] <= MEDIUM_ROWS:
         return []
-    entry, found = schedules.get(wl.op, "v8"), []
+    return other_settings(wl, [{"block_m": block_m, "block_n": block_n, "split_k": 1}
+                               for block_m, block_n in MEDIUM_TILES])
+
+
+def narrow_tile(wl: Workload) -> list[str]:
+    """The setting of v8 that `best` weighs beside its default past the rows v8 swaps unasked:
+    the first of NARROW_TILES whose most rows of A take wl's (`other_settings`)."""
+    rows = wl.dims["M"]
+    knobs = [knobs for most, knobs in NARROW_TILES if SWAP_MOST_TOKENS < rows <= most]
+    return other_settings(wl, knobs[:1])
+
+
+def other_settings(wl: Workload, settings: list[dict]) -> list[str]:
+    """The names ('v8:block_n=64') of those of v8's `settings` (knobs named, the rest the
+    heuristic's) that v8 takes for wl and that are not its default's own choice."""
+    entry = schedules.get(wl.op, "v8")
     default = entry.defaults_for(wl)
-    for block_m, block_n in MEDIUM_TILES:
-        knobs = {"block_m": block_m, "block_n": block_n, "split_k": 1}
-        if _takes(wl, "v8", knobs) and entry.defaults_for(wl, knobs) != default:
-            found.append(with_knob_text("v8", knobs.items()))
-    return found
+    return [with_knob_text("v8", knobs.items()) for knobs in settings
+            if _takes(wl, "v8", knobs) and entry.defaults_for(wl, knobs) != default]
 
 
 def _portfolio_schedule(wl: Workload, name: str) -> TunedSchedule:
