@@ -29,6 +29,7 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
+from schedules.v8 import k_block_count
 from schedules.v8.heuristic import MEDIUM_ROWS, MEDIUM_TILES, SWAP_MOST_TOKENS
 from schedules.workloads import DTYPE_BYTES, Workload
 
@@ -49,6 +50,11 @@ SWAP_WEIGHED_ROWS = 512
 # weighed at, and its knobs
 NARROW_TILES = ((MEDIUM_ROWS, {"block_n": 64}),
                 (SWAP_WEIGHED_ROWS, {"block_m": 64, "block_n": 128, "split_k": 1}))
+# ... and, up to MEDIUM_ROWS rows, v8 swapped on 64x16 tiles, whole, in a ring that holds all
+# of K's blocks at once, where K has at most that many blocks and the tiles fit one wave (on the
+# H100 at 24 and 48 rows: 98.7-102.0% of cuBLAS on 896x896 and 1152x896 bf16, where the rest
+# made 68-80%, and 91.5-91.8% on 2048x2048 fp8 against 78-84%; reports/notes/h100-shapes.md)
+WHOLE_K_V8 = {"swap_ab": True, "block_m": 64, "block_n": 16, "split_k": 1, "stages": 16}
 # The rule's GEMV: blockreduce keeps rows whose K leaves at most this much more of its loads idle
 # in the last step than allreduce's (on the H100: 2.6% more, blockreduce still 0.8% faster; 12.5%
 # more, allreduce 0-9% faster; reports/notes/h100-shapes.md, "best's rule on GEMVs").
@@ -161,7 +167,7 @@ def portfolio(wl: Workload) -> list[str]:
     leave most of their rows empty. Past the rows v8 swaps by default, up to
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
     there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
-    `narrow_tile`; past MEDIUM_ROWS, v8's `medium_tiles`. Where one rung is left (v8
+    `narrow_tile` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`. Where one rung is left (v8
     elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
@@ -169,7 +175,8 @@ def portfolio(wl: Workload) -> list[str]:
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
-        names += narrow_tile(wl) + medium_tiles(wl) if wl.dtype != "float32" else []
+        names += narrow_tile(wl) + whole_k_tile(wl) + medium_tiles(wl) \
+            if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in names if schedules.get(wl.op, name.partition(":")[0]).takes(wl)]
@@ -209,6 +216,17 @@ def narrow_tile(wl: Workload) -> list[str]:
     rows = wl.dims["M"]
     knobs = [knobs for most, knobs in NARROW_TILES if SWAP_MOST_TOKENS < rows <= most]
     return other_settings(wl, knobs[:1])
+
+
+def whole_k_tile(wl: Workload) -> list[str]:
+    """WHOLE_K_V8, which `best` weighs beside v8's default past the rows v8 swaps unasked, up to
+    MEDIUM_ROWS: where its ring holds all of K's blocks (no K block waits for a stage to empty)
+    and its tiles, B's rows by the tokens, fit one wave (`other_settings`)."""
+    rows, n, k = wl.dims["M"], wl.dims["N"], wl.dims["K"]
+    tiles = -(-n // WHOLE_K_V8["block_m"]) * -(-rows // WHOLE_K_V8["block_n"])
+    fits = SWAP_MOST_TOKENS < rows <= MEDIUM_ROWS and tiles <= heuristics.H100_SMS \
+        and k_block_count(k, DTYPE_BYTES[wl.dtype]) <= WHOLE_K_V8["stages"]
+    return other_settings(wl, [WHOLE_K_V8] if fits else [])
 
 
 def other_settings(wl: Workload, settings: list[dict]) -> list[str]:
