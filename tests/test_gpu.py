@@ -317,6 +317,13 @@ def test_v7_is_correct(wl, knobs, target):
      {"swap_ab": True, "tma_store": False, "block_n": 152, "split_k": 1, "cluster_n": 2}),
     (Workload("gemm", (300, 9000, 2048), "bfloat16", "bfloat16", "nt"),
      {"swap_ab": True, "tma_store": False, "block_n": 152, "split_k": 2, "split_tail": True}),
+    # best's whole-K tile (a ring of 16 stages holding all of K; ragged M, N and K) and narrow
+    # tile (64x64, K split, fp8's promotions overlapped)
+    (Workload("gemm", (37, 1000, 1000), "bfloat16", "bfloat16", "nt"),
+     {"swap_ab": True, "block_m": 64, "block_n": 16, "split_k": 1, "stages": 16}),
+    (Workload("gemm", (48, 2048, 2000), FP8, "bfloat16", "nt"),
+     {"swap_ab": True, "block_m": 64, "block_n": 16, "split_k": 1, "stages": 16}),
+    (Workload("gemm", (48, 2048, 2048), FP8, "bfloat16", "nt"), {"block_n": 64}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers

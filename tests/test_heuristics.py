@@ -25,6 +25,7 @@ MEDIUM = v8.MEDIUM_TILES
 MEDIUM_NAMES = [f"v8:block_m={m},block_n={n},split_k=1" for m, n in MEDIUM]
 NARROW_64 = "v8:block_n=64"  # best's narrow tiles: at most 64 rows (MEDIUM_ROWS)
 NARROW_128 = "v8:block_m=64,block_n=128,split_k=1"  # ... and past them, up to 512
+WHOLE_K = "v8:swap_ab=true,block_m=64,block_n=16,split_k=1,stages=16"  # best's whole-K tile
 
 TVM = tvm.__version__
 
@@ -764,6 +765,19 @@ def test_the_rule_of_best(wl, rung):
      ["v8", "v8:swap_ab=true", NARROW_64]),
     (Workload("gemm", (4096, 4096, 4096), "float16", "float16", "nn"), ["v8", *MEDIUM_NAMES]),
     (Workload("gemm", (48, 5120, 5120), "float16", "float16", "nn"), ["v8"]),
+    # up to 64 rows, the whole-K tile where its ring of 16 stages holds all of K's blocks and
+    # its tiles fit a wave: K = 896 in 16 bits (14 blocks), 2048 in fp8 (16), not 2048 in 16
+    # bits (32), nor 9728 rows of B (152 x 3 tiles), nor past 64 rows
+    (Workload("gemm", (48, 896, 896), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_64, WHOLE_K]),
+    (Workload("gemm", (48, 2048, 2048), FP8, "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_64, WHOLE_K]),
+    (Workload("gemm", (48, 2048, 2048), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_64]),
+    (Workload("gemm", (48, 9728, 896), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_64]),
+    (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
     (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", NARROW_64]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
