@@ -23,7 +23,8 @@ from tuning.explore import SearchResults, resolve, selection
 
 MEDIUM = v8.MEDIUM_TILES
 MEDIUM_NAMES = [f"v8:block_m={m},block_n={n},split_k=1" for m, n in MEDIUM]
-NARROW_64 = "v8:block_n=64"  # best's narrow tiles: at most 64 rows (MEDIUM_ROWS)
+NARROW_64 = "v8:block_n=64"  # best's narrow tiles: at most 64 rows (MEDIUM_ROWS), 64 wide,
+SPLIT_128 = "v8:block_n=128"  # ... and 128 wide, where the default's width is not that one
 NARROW_128 = "v8:block_m=64,block_n=128,split_k=1"  # ... and past them, up to 512
 WHOLE_K = "v8:swap_ab=true,block_m=64,block_n=16,split_k=1,stages=16"  # best's whole-K tile
 
@@ -68,12 +69,21 @@ CHOICES = [
     # 128 columns where their waves take less time, then as many stages as fit (6 of 128x128
     # or 64x128; 4 of 128x256, the default), then K split while the units stay within one wave;
     # tma_store (the default) only where a CTA walks more than one unit
-    ("v8", gemm((32, 6144, 4096), "bfloat16", "nt"),  # 48 tiles x 2
-     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"),  # 64 tiles x 2 (not 4: 256 units)
      {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
-    ("v8", gemm((32, 4096, 256), "bfloat16", "nt"),  # 4 K blocks: too short to split
-     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
+    # one row of tiles (M <= 64): 64 wide where they fit a wave and give as many units, K split
+    # fewer ways (ONE_ROW_WIDTH): 96 of 64x64 whole, not 48 of 64x128 in 2 slices; 64 of
+    # 64x64 (4 K blocks: too short to split) for 32 of 64x128
+    ("v8", gemm((32, 6144, 4096), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 64, "stages": 6, "tma_store": False}),
+    ("v8", gemm((32, 4096, 256), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 64, "stages": 6, "tma_store": False}),
+    # ... where they give fewer units, 64x128 split: 36 tiles in 3 slices against 72 of 64x64
+    # whole at 48x4608x3584, 40 in 3 against 80 at 48x5120x5120
+    ("v8", gemm((48, 4608, 3584), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 3, "tma_store": False}),
+    ("v8", gemm((48, 5120, 5120), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 3, "tma_store": False}),
     # 112 tiles of 128x256: not decode, but one unit per CTA
     ("v8", gemm((128, 28672, 4096), "bfloat16", "nt"), {"tma_store": False}),
     # 72 tiles of 64x128, too many to split in 2: 55% of the SMs; 58 of 64x160 in 2 slices give
@@ -750,8 +760,8 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (16, 333, 1000), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5", "skinny"]),
     (Workload("gemm", (7, 5120, 5120), "float16"), ["v8"]),  # nn
     (Workload("gemm", (7, 5120, 5120), FP8, layout="nt"), ["v8"]),  # skinny takes no fp8
-    # past the 16 rows v8 swaps unasked, up to 512: v8 swapped and a narrow tile weighed beside
-    # its default
+    # past the 16 rows v8 swaps unasked, up to 512: v8 swapped and narrow tiles weighed beside
+    # its default (at most 64 rows, those of 64 and 128 columns it does not pick itself)
     (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_64]),
     # past 64 rows, v8's MEDIUM_TILES unsplit too, where v8 takes them; the narrow tile 128
@@ -769,16 +779,16 @@ def test_the_rule_of_best(wl, rung):
     # its tiles fit a wave: K = 896 in 16 bits (14 blocks), 2048 in fp8 (16), not 2048 in 16
     # bits (32), nor 9728 rows of B (152 x 3 tiles), nor past 64 rows
     (Workload("gemm", (48, 896, 896), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_64, WHOLE_K]),
+     ["v8", "v8:swap_ab=true", SPLIT_128, WHOLE_K]),
     (Workload("gemm", (48, 2048, 2048), FP8, "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_64, WHOLE_K]),
+     ["v8", "v8:swap_ab=true", SPLIT_128, WHOLE_K]),
     (Workload("gemm", (48, 2048, 2048), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_64]),
-    (Workload("gemm", (48, 9728, 896), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_64]),
+     ["v8", "v8:swap_ab=true", SPLIT_128]),
+    (Workload("gemm", (48, 9728, 896), "bfloat16", "bfloat16", "nt"),  # the default 160 wide
+     ["v8", "v8:swap_ab=true", NARROW_64, SPLIT_128]),
     (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
-    (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", NARROW_64]),
+    (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", SPLIT_128]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")

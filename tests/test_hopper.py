@@ -154,9 +154,10 @@ def test_v8_takes_no_scales_where_the_inputs_are_16_bit(lowered):
 
 def test_v8_splits_64_row_tiles_along_n_between_its_consumers(compiled, lowered):
     wl = gemm((32, 6144, 4096), "bfloat16", layout="nt")  # past the swap's 16 rows
-    assert compiled("v8", wl)[2].grid == {"blockIdx.x": 96}  # 48 tiles of 64x128 in 2 K slices
-    assert kf.count(kf.kernel(lowered("v8", wl)), "ptx.wgmma_bf16_ss", "m64n64k16", "f32",
-                    "bf16") == 4
+    tile = {"block_n": 128, "split_k": 2}
+    assert compiled("v8", wl, **tile)[2].grid == {"blockIdx.x": 96}  # 48 tiles in 2 K slices
+    assert kf.count(kf.kernel(lowered("v8", wl, **tile)), "ptx.wgmma_bf16_ss", "m64n64k16",
+                    "f32", "bf16") == 4
 
 
 def _addresses_c(call) -> bool:
@@ -209,7 +210,7 @@ def test_v8_stores_whole_sectors_of_c_where_its_rows_allow(lowered):
     assert not _guarded(quads, kf.called("v8_store_quad_bfloat16"))
     for ragged in (gemm((64, 255, 64), "bfloat16", "bfloat16", "nt"),
                    gemm((64, 254, 64), "float16", "float16", "nt")):
-        scalar = kf.kernel(lowered("v8", ragged))
+        scalar = kf.kernel(lowered("v8", ragged, block_n=128))
         assert not [c for c in kf.calls(scalar) if kf.name(c).startswith("v8_store")]
         stores = kf.stores_to(scalar, "C")  # one per accumulator, those past N guarded
         assert sorted(int(s.value.value.indices[0]) for s in stores) == list(range(32))

@@ -208,7 +208,9 @@ BLOCK_CASES = [  # (the pingpong case: K staged into rows TMA can load, one shor
     (block((300, 520, 1000), "float32"), {}),  # ragged M, N, K: the last blocks shorter
     (block((1000, 1000, 1008), "float16"), {"block_n": 144, "split_k": 3, "tma_store": True}),
     (block((1100, 4608, 1024)), {"block_n": 192, "split_k": 3, "split_tail": True}),
-    (block((16, 7168, 2048)), {}),  # a decode batch: 64-row tiles, split K
+    (block((16, 7168, 2048)), {}),  # a decode batch: one row of 64x64 tiles (ONE_ROW_WIDTH)
+    (block((48, 2048, 2048)), {}),  # ... split K
+    (block((40, 1000, 1000), "float32"), {"block_n": 64}),  # half a block of B's scales a tile
     (block((256, 384, 100), "float32"), {"pingpong": True, "block_m": 64, "block_n": 128}),
     (block((129, 200, 4096), "float32"), {"block_m": 64}),
     # promote_overlap: runs of 4 blocks and the blocks after them, ragged edges, split K

@@ -43,13 +43,13 @@ COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath
 # 1000 it tied or lost: reports/notes/h100-shapes.md)
 SWAPPED_V8 = "v8:swap_ab=true"
 SWAP_WEIGHED_ROWS = 512
-# ... and v8's narrow 64-row tiles past the rows the default swaps: 64 wide, K split as the rule
-# splits it, up to MEDIUM_ROWS rows of A; 128 wide and whole past them, up to SWAP_WEIGHED_ROWS
-# (on the H100 at 48 and 300 rows, each the fastest on 6-12 of wide-bf16's and wide-fp8's 32
-# shapes: reports/notes/h100-shapes.md, "Narrow tiles at few rows"); each the most rows it is
-# weighed at, and its knobs
-NARROW_TILES = ((MEDIUM_ROWS, {"block_n": 64}),
-                (SWAP_WEIGHED_ROWS, {"block_m": 64, "block_n": 128, "split_k": 1}))
+# ... and v8's narrow 64-row tiles past the rows the default swaps: 64 and 128 wide, K split as
+# the rule splits it, up to MEDIUM_ROWS rows of A (the rule picks one of them, or 160); 128 wide
+# and whole past them, up to SWAP_WEIGHED_ROWS (on the H100 at 48 and 300 rows, each the fastest
+# on 6-12 of wide-bf16's and wide-fp8's 32 shapes: reports/notes/h100-shapes.md, "Narrow tiles
+# at few rows"); each the most rows they are weighed at, and their knobs
+NARROW_TILES = ((MEDIUM_ROWS, ({"block_n": 64}, {"block_n": 128})),
+                (SWAP_WEIGHED_ROWS, ({"block_m": 64, "block_n": 128, "split_k": 1},)))
 # ... and, up to MEDIUM_ROWS rows, v8 swapped on 64x16 tiles, whole, in a ring that holds all
 # of K's blocks at once, where K has at most that many blocks and the tiles fit one wave (on the
 # H100 at 24 and 48 rows: 98.7-102.0% of cuBLAS on 896x896 and 1152x896 bf16, where the rest
@@ -167,7 +167,7 @@ def portfolio(wl: Workload) -> list[str]:
     leave most of their rows empty. Past the rows v8 swaps by default, up to
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
     there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
-    `narrow_tile` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`. Where one rung is left (v8
+    `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`. Where one rung is left (v8
     elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
@@ -175,7 +175,7 @@ def portfolio(wl: Workload) -> list[str]:
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
-        names += narrow_tile(wl) + whole_k_tile(wl) + medium_tiles(wl) \
+        names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) \
             if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
@@ -210,12 +210,12 @@ def medium_tiles(wl: Workload) -> list[str]:
                                for block_m, block_n in MEDIUM_TILES])
 
 
-def narrow_tile(wl: Workload) -> list[str]:
-    """The setting of v8 that `best` weighs beside its default past the rows v8 swaps unasked:
+def narrow_tiles(wl: Workload) -> list[str]:
+    """The settings of v8 that `best` weighs beside its default past the rows v8 swaps unasked:
     the first of NARROW_TILES whose most rows of A take wl's (`other_settings`)."""
     rows = wl.dims["M"]
-    knobs = [knobs for most, knobs in NARROW_TILES if SWAP_MOST_TOKENS < rows <= most]
-    return other_settings(wl, knobs[:1])
+    weighed = [settings for most, settings in NARROW_TILES if SWAP_MOST_TOKENS < rows <= most]
+    return other_settings(wl, list(weighed[0]) if weighed else [])
 
 
 def whole_k_tile(wl: Workload) -> list[str]:

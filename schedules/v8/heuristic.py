@@ -21,6 +21,9 @@ TALL_M = 256  # v8's rows of a tile where they cost no more than 128-row ones (`
 TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it loads
 FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
 DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
+ONE_ROW_WIDTH = 64  # a decode batch of one row of 64-row tiles: this width where it splits K
+# fewer ways for as many units (on the H100 at 48 rows, 7-13 points over 128-wide tiles split
+# twice as many ways: reports/notes/h100-shapes.md, "Narrow tiles at few rows")
 SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row ones lost there)
 SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
 SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
@@ -113,7 +116,7 @@ def tile_widths(wl: Workload, sms: int, block_m: int, knobs: dict, space: dict) 
     """block_n: 128 with 64-row tiles, or where its split plan takes less time than the
     default width's by TMA_TIE; then, for 16-bit nt decode batches whose 128-wide tiles give
     fewer than FEW_UNITS of the SMs a unit, the width of DECODE_WIDTHS whose split tiles give
-    the most SMs one (the narrowest of equals)."""
+    the most SMs one (the narrowest of equals); then ONE_ROW_WIDTH where `one_row_narrows`."""
     splits = space["split_k"]
     narrow = 128 in space["block_n"] and (
         block_m == WGMMA_M or split_plan(wl, sms, block_m, 128, splits)[0]
@@ -123,7 +126,21 @@ def tile_widths(wl: Workload, sms: int, block_m: int, knobs: dict, space: dict) 
             and units(wl, sms, block_m, block_n, splits) < FEW_UNITS * sms:
         widths = [n for n in DECODE_WIDTHS if n in space["block_n"]] or [block_n]
         block_n = max(widths, key=lambda n: (min(units(wl, sms, block_m, n, splits), sms), -n))
+    if block_m == WGMMA_M and one_row_narrows(wl, sms, block_n, knobs, space):
+        block_n = ONE_ROW_WIDTH
     return block_n
+
+
+def one_row_narrows(wl: Workload, sms: int, block_n: int, knobs: dict, space: dict) -> bool:
+    """Whether a decode batch of one row of 64-row tiles (M at most 64) takes ONE_ROW_WIDTH-wide
+    tiles instead of block_n-wide ones: where the space holds that width, v8 takes it, its tiles
+    fit one wave, and its split plan gives the SMs at least as many units as block_n's. K is
+    then split fewer ways, and the slice that finishes a tile last reads fewer partials back."""
+    splits = space["split_k"]
+    return wl.dims["M"] <= WGMMA_M and ONE_ROW_WIDTH in space["block_n"] \
+        and tile_takes(wl, knobs, WGMMA_M, ONE_ROW_WIDTH) \
+        and tile_count(wl, WGMMA_M, ONE_ROW_WIDTH) <= sms \
+        and units(wl, sms, WGMMA_M, ONE_ROW_WIDTH, splits) >= units(wl, sms, WGMMA_M, block_n, splits)
 
 
 def tall_tiles(wl: Workload, sms: int, space: dict, waves: float) -> int | None:
@@ -340,7 +357,8 @@ def kept_split(split_k: int, knobs: dict, space: dict) -> int:
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """v8's knobs for wl:
     - block_m 64 for decode batches (M <= 64, or M <= 128 where 128x128 tiles cannot give
-      every SM one); block_n as `tile_widths` picks it;
+      every SM one); block_n as `tile_widths` picks it (ONE_ROW_WIDTH where one row of tiles
+      splits K fewer ways for as many units: `one_row_narrows`);
     - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
       split_tail: only the last, partial wave's, where that pays: `tail_split_pays`);
     - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
