@@ -357,8 +357,7 @@ def kept_split(split_k: int, knobs: dict, space: dict) -> int:
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """v8's knobs for wl:
     - block_m 64 for decode batches (M <= 64, or M <= 128 where 128x128 tiles cannot give
-      every SM one); block_n as `tile_widths` picks it (ONE_ROW_WIDTH where one row of tiles
-      splits K fewer ways for as many units: `one_row_narrows`);
+      every SM one); block_n as `tile_widths` picks it (with `one_row_narrows`' width);
     - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
       split_tail: only the last, partial wave's, where that pays: `tail_split_pays`);
     - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
