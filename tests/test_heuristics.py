@@ -3,6 +3,7 @@
 reports' shapes keep the signature's defaults, and `best` on recorded timings."""
 
 import glob
+import gzip
 import json
 import os
 import random
@@ -840,11 +841,11 @@ REPORTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _committed_latest(op: str, rungs: tuple[str, ...]) -> dict:
-    """The latest committed run (reports/*.jsonl, read-flushed) of each of `op`'s workloads
-    whose every rung of `rungs` was timed in it: {workload: {rung: median ms}}."""
+    """The latest committed run (reports/*.jsonl and *.jsonl.gz, read-flushed) of each of
+    `op`'s workloads whose every rung of `rungs` was timed in it: {workload: {rung: median ms}}."""
     runs: dict = {}
-    for path in glob.glob(os.path.join(REPORTS, "*.jsonl")):
-        for line in open(path):
+    for path in glob.glob(os.path.join(REPORTS, "*.jsonl*")):
+        for line in (gzip.open if path.endswith(".gz") else open)(path, "rt"):
             r = json.loads(line)
             if r.get("op") == op and r.get("kind") == "rung" and r.get("status") == "ok" \
                     and r.get("flush") == "read" and r.get("schedule") in rungs:
