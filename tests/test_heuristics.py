@@ -793,7 +793,7 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")
-def test_best_weighs_skinny_swapped_v8_and_narrow_and_medium_tiles_where_they_take_them(wl, weighed):
+def test_best_weighs_skinny_swapped_v8_and_v8s_other_tiles_where_they_take_them(wl, weighed):
     assert explore.portfolio(wl) == weighed
 
 

@@ -371,7 +371,8 @@ def test_a_suite_of_many_shapes_is_drawn_by_m_one_point_per_shape():
 
     from tuning import records
 
-    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "reports", "h100-shapes.jsonl.gz")
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "reports",
+                        "h100-shapes.jsonl.gz")
     committed = [Record.of(r) for r in records.load(path).records]
     runs = next(runs for (name, _), runs in shapes.sections(committed).items()
                 if name == "wide-bf16")

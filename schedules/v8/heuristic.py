@@ -22,8 +22,7 @@ TALL_TIE = 0.02  # ... or this much more: a larger tile does more per byte it lo
 FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit, try wider ones
 DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
 ONE_ROW_WIDTH = 64  # a decode batch of one row of 64-row tiles: this width where it splits K
-# fewer ways for as many units (on the H100 at 48 rows, 7-13 points over 128-wide tiles split
-# twice as many ways: reports/notes/h100-shapes.md, "Narrow tiles at few rows")
+# fewer ways for as many units (reports/notes/h100-v8.md, "The heuristic's rules")
 SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row ones lost there)
 SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
 SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
@@ -137,10 +136,10 @@ def one_row_narrows(wl: Workload, sms: int, block_n: int, knobs: dict, space: di
     fit one wave, and its split plan gives the SMs at least as many units as block_n's. K is
     then split fewer ways, and the slice that finishes a tile last reads fewer partials back."""
     splits = space["split_k"]
+    narrow, wide = (units(wl, sms, WGMMA_M, n, splits) for n in (ONE_ROW_WIDTH, block_n))
     return wl.dims["M"] <= WGMMA_M and ONE_ROW_WIDTH in space["block_n"] \
         and tile_takes(wl, knobs, WGMMA_M, ONE_ROW_WIDTH) \
-        and tile_count(wl, WGMMA_M, ONE_ROW_WIDTH) <= sms \
-        and units(wl, sms, WGMMA_M, ONE_ROW_WIDTH, splits) >= units(wl, sms, WGMMA_M, block_n, splits)
+        and tile_count(wl, WGMMA_M, ONE_ROW_WIDTH) <= sms and narrow >= wide
 
 
 def tall_tiles(wl: Workload, sms: int, space: dict, waves: float) -> int | None:
