@@ -3,7 +3,6 @@
 reports' shapes keep the signature's defaults, and `best` on recorded timings."""
 
 import glob
-import gzip
 import json
 import os
 import random
@@ -19,7 +18,7 @@ from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
 from schedules.v8.heuristic import registered_run, tma_tiles
 from schedules.workloads import DENSE_DTYPES, FP8
-from tuning import build, explore, measure
+from tuning import build, explore, measure, records
 from tuning.explore import SearchResults, resolve, selection
 
 MEDIUM = v8.MEDIUM_TILES
@@ -845,8 +844,8 @@ def _committed_latest(op: str, rungs: tuple[str, ...]) -> dict:
     `op`'s workloads whose every rung of `rungs` was timed in it: {workload: {rung: median ms}}."""
     runs: dict = {}
     for path in glob.glob(os.path.join(REPORTS, "*.jsonl*")):
-        for line in (gzip.open if path.endswith(".gz") else open)(path, "rt"):
-            r = json.loads(line)
+        for where, r, error in records.lines(path):
+            assert error is None, (where, error)
             if r.get("op") == op and r.get("kind") == "rung" and r.get("status") == "ok" \
                     and r.get("flush") == "read" and r.get("schedule") in rungs:
                 wl = Workload(op, tuple(r["shape"]), r["dtype"], layout=r.get("layout") or "nn")

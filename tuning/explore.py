@@ -222,10 +222,9 @@ def whole_k_tile(wl: Workload) -> list[str]:
     """WHOLE_K_V8, which `best` weighs beside v8's default past the rows v8 swaps unasked, up to
     MEDIUM_ROWS: where its ring holds all of K's blocks (no K block waits for a stage to empty)
     and its tiles, B's rows by the tokens, fit one wave (`other_settings`)."""
-    rows, n, k = wl.dims["M"], wl.dims["N"], wl.dims["K"]
-    tiles = -(-n // WHOLE_K_V8["block_m"]) * -(-rows // WHOLE_K_V8["block_n"])
-    fits = SWAP_MOST_TOKENS < rows <= MEDIUM_ROWS and tiles <= heuristics.H100_SMS \
-        and k_block_count(k, DTYPE_BYTES[wl.dtype]) <= WHOLE_K_V8["stages"]
+    tiles = heuristics.tile_count(wl, WHOLE_K_V8["block_n"], WHOLE_K_V8["block_m"])  # swapped
+    fits = SWAP_MOST_TOKENS < wl.dims["M"] <= MEDIUM_ROWS and tiles <= heuristics.H100_SMS \
+        and k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= WHOLE_K_V8["stages"]
     return other_settings(wl, [WHOLE_K_V8] if fits else [])
 
 
