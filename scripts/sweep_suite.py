@@ -7,11 +7,12 @@ each shape wants before a heuristic is changed.
     python3 scripts/sweep_suite.py --suite wide-bf16 --tokens 300 700 \\
         --schedules v8 v8:block_m=128,block_n=192,split_k=1 --results sweep.jsonl
 
---tokens keeps the suite's shapes of those M only; --rows instead moves each of the suite's
-distinct layers (N x K) to each of those M, and --layout gives every shape that layout: shapes
-beside the suite's own, to check a rule on what it was not read off. The records carry each
-setting's knobs (params); reporting them per setting is the analysis's business, not this
-script's.
+--portfolio adds, shape by shape, the settings `best` weighs for it (tuning/explore.py's
+`portfolio`). --tokens keeps the suite's shapes of those M only; --rows instead moves each of
+the suite's distinct layers (N x K) to each of those M, and --layout gives every shape that
+layout: shapes beside the suite's own, to check a rule on what it was not read off. The records
+carry each setting's knobs (params); reporting them per setting is the analysis's business, not
+this script's.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def main() -> int:
     parser.add_argument("--layout", choices=["nn", "nt"], help="every shape in this layout")
     parser.add_argument("--schedules", nargs="+", required=True,
                         help="schedule names with knobs, as the runner's --schedule takes them")
+    parser.add_argument("--portfolio", action="store_true",
+                        help="also each shape's portfolio (the settings `best` weighs for it)")
     parser.add_argument("--results", default="sweep.jsonl")
     args = parser.parse_args()
     suite = suites.get(args.suite)
@@ -75,7 +78,7 @@ def main() -> int:
         print("sweep_suite.py times kernels: it needs a CUDA GPU, and there is none here")
         return 1
     run_suite(suite, args.schedules, explore.Settings(results=args.results), say=print,
-              warn=print)
+              warn=print, more=explore.portfolio if args.portfolio else None)
     return 0
 
 

@@ -184,6 +184,27 @@ def test_without_a_gpu_a_suite_builds_every_pair_in_workers_and_says_so_per_shap
     assert not results.exists()
 
 
+def test_a_suite_run_builds_each_shapes_own_more_schedules_once(monkeypatch, tmp_path):
+    """`more` (sweep_suite.py --portfolio) adds a shape's own names after the run's, each
+    built once however often named."""
+    from tuning.explore import Settings
+
+    jobs_built = []
+
+    def build_all(jobs, workers):
+        jobs_built.extend((job.wl.shape[0], job.schedule) for job in jobs)
+        return (suite_run.Prepared("skipped", error="-") for _ in jobs)
+
+    monkeypatch.setattr(suite_run, "build_all", build_all)
+    said = []
+    more = {128: ["v5", "v5t"], 64: []}
+    suite_run.run_suite(TINY, ["v5t"], Settings(results=str(tmp_path / "r.jsonl")), said.append,
+                        said.append, workers=1, more=lambda wl: more[wl.shape[0]])
+    assert jobs_built == [(128, "v5t"), (128, "v5"), (64, "v5t")]
+    assert said[0].startswith("suite tiny: 2 shapes x 1 schedules (v5t) and more per shape: "
+                              "building 3 kernels")
+
+
 def test_a_worker_that_times_out_or_dies_is_a_build_failure_not_a_crash():
     from tvm.support.popen_pool import MapResult, StatusKind
 

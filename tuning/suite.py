@@ -127,10 +127,11 @@ def _gpu_run(flush: str):
 
 def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
               say: Callable[[str], None] = LOG.info, warn: Callable[[str], None] = LOG.warning,
-              workers: int | None = None) -> list[Record]:
-    """Build every (shape, schedule in `names`) pair of `suite`, then on a GPU check and time
-    them with the baselines, appending each record to settings.results as it is measured.
-    Returns the records of this run (none without a GPU)."""
+              workers: int | None = None,
+              more: Callable[[Workload], list[str]] | None = None) -> list[Record]:
+    """Build every (shape, schedule in `names`, then those of `more` for the shape) pair of
+    `suite`, then on a GPU check and time them with the baselines, appending each record to
+    settings.results as it is measured. Returns the records of this run (none without a GPU)."""
     records.measurements(settings.results, warn,  # a corrupt line is named, never rewritten
                          then="the line is kept as it is and new records are appended")
     run = _gpu_run(settings.flush)
@@ -138,28 +139,30 @@ def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
     if run:
         facts.check_writable(settings.results, "--results")  # before hours of building
         say(f"GPU: {run.facts['gpu']} ({arch}), driver {run.facts['driver']}; run {run.run_id}")
+    shape_names = [list(dict.fromkeys(names + (more(entry.workload) if more else [])))
+                   for entry in suite.entries]
     jobs = [Job(entry.workload, name, arch, export=run is not None)
-            for entry in suite.entries for name in names]
+            for entry, named in zip(suite.entries, shape_names) for name in named]
     workers = min(workers or candidates.usable_cpus(), len(jobs))
     say(f"suite {suite.name}: {len(suite.entries)} shapes x {len(names)} schedules "
-        f"({', '.join(names)}): building {len(jobs)} kernels for {arch} in {workers} worker "
-        "processes")
+        f"({', '.join(names)}){' and more per shape' if more else ''}: building {len(jobs)} "
+        f"kernels for {arch} in {workers} worker processes")
     prepared: list[list[Prepared]] = []
     started = time.monotonic()
     progress = Progress(len(suite.entries), f"suite {suite.name}", "shape", bar=False)
     try:
         with contextlib.closing(build_all(jobs, workers)) as built:
-            for entry in suite.entries:
-                prepared.append([next(built) for _ in names])
-                say(progress.counted(shape_line(entry, names, prepared[-1])))
-                _warn_spills(entry.workload, names, prepared[-1], warn)
+            for entry, named in zip(suite.entries, shape_names):
+                prepared.append([next(built) for _ in named])
+                say(progress.counted(shape_line(entry, named, prepared[-1])))
+                _warn_spills(entry.workload, named, prepared[-1], warn)
         count = sum(p.status == "built" for shape in prepared for p in shape)
         say(f"built {count} of {len(jobs)} kernels in {time.monotonic() - started:.0f} s")
         if run is None:
             say(f"no GPU here: built suite {suite.name} for {arch} (CUDA source only); "
                 "skipped the correctness check and timing")
             return []
-        return _measure(run, suite, names, prepared, settings.results, say)
+        return _measure(run, suite, shape_names, prepared, settings.results, say)
     finally:
         for p in (p for shape in prepared for p in shape if p.artifact):
             shutil.rmtree(os.path.dirname(p.artifact), ignore_errors=True)
@@ -191,10 +194,11 @@ def _measure_one(run, wl: Workload, name: str, prepared: Prepared, tags: dict) -
                              structure=prepared.structure, resources=prepared.resources, **tags)
 
 
-def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]], results: str,
-             say: Callable[[str], None]) -> list[Record]:
-    """On the GPU, shape by shape: each built kernel checked and timed, then the baselines;
-    then the copy ceiling. Every record is appended to `results` as soon as it is measured."""
+def _measure(run, suite: Suite, shape_names: list[list[str]], prepared: list[list[Prepared]],
+             results: str, say: Callable[[str], None]) -> list[Record]:
+    """On the GPU, shape by shape: each built kernel (of the shape's `shape_names`) checked and
+    timed, then the baselines; then the copy ceiling. Every record is appended to `results` as
+    soon as it is measured."""
 
     measured = []
     progress = Progress(len(suite.entries), f"suite {suite.name}", "shape", bar=False)
@@ -204,7 +208,7 @@ def _measure(run, suite: Suite, names: list[str], prepared: list[list[Prepared]]
         measured.append(record)
         return record
 
-    for entry, built in zip(suite.entries, prepared):
+    for entry, names, built in zip(suite.entries, shape_names, prepared):
         tags = {"suite": suite.name, **entry.tags()}
         shape = [keep(_measure_one(run, entry.workload, name, p, tags))
                  for name, p in zip(names, built)]
