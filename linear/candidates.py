@@ -170,7 +170,8 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     any M walks M on the tile's rows), then 64-row tiles (at most 64 rows) or 128-row ones at
     each of V8_WIDTHS, whole and with the tiles of a last, partial wave split to fill the SMs at
     the probe Ms (split_tail: its split tiles are counted at each call), and past
-    v8.MEDIUM_ROWS rows its MEDIUM_TILES whole; settings v8 refuses, or whose workspace passes
+    v8.MEDIUM_ROWS rows its MEDIUM_TILES and the tile that fills the SMs best at the most rows
+    (`v8.wave_tile`) whole; settings v8 refuses, or whose workspace passes
     MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
     in wgmma's accumulator (no promote_k); a precise one's promotions wait (v8 for any M takes
     no promote_overlap)."""
@@ -194,7 +195,8 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
             tiles(block_m, block_n, split)
             for split in sorted(_fill_splits(layer, bucket, max_tokens, block_m, block_n))]
     if most > v8.MEDIUM_ROWS:
-        wanted += [tiles(m, n) for m, n in v8.MEDIUM_TILES]
+        filling = v8.wave_tile(wl, heuristics.H100_SMS, entry.defaults)
+        wanted += [tiles(m, n) for m, n in v8.MEDIUM_TILES + ((filling,) if filling else ())]
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)

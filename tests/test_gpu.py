@@ -324,6 +324,16 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (48, 2048, 2000), FP8, "bfloat16", "nt"),
      {"swap_ab": True, "block_m": 64, "block_n": 16, "split_k": 1, "stages": 16}),
     (Workload("gemm", (48, 2048, 2048), FP8, "bfloat16", "nt"), {"block_n": 64}),
+    # best's filling tiles: widths outside the space, in whole 16-column steps (ragged M and N,
+    # tma_store's narrower boxes; fp8's promotions overlapped on 64 rows, 224 and 96 wide)
+    (Workload("gemm", (700, 2000, 1000), "bfloat16", "bfloat16", "nt"),
+     {"block_m": 128, "block_n": 240, "split_k": 1}),
+    (Workload("gemm", (300, 2000, 1000), "bfloat16", "float32", "nt"),
+     {"block_m": 64, "block_n": 96, "split_k": 1, "tma_store": True}),
+    (Workload("gemm", (300, 5000, 2048), FP8, "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 224, "split_k": 1}),
+    (Workload("gemm", (700, 2000, 1024), FP8, "bfloat16", "nt", "row"),
+     {"block_m": 128, "block_n": 112, "split_k": 1}),
 ], ids=lambda x: x.label() if isinstance(x, Workload) else ",".join(f"{k}={v}" for k, v in x.items()) or "defaults")
 def test_v8_is_correct(wl, knobs, target):
     """TMA, mbarrier ring and warp specialization: both B layouts, 16-bit C, the consumers

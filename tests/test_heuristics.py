@@ -72,12 +72,16 @@ CHOICES = [
     ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"),  # 64 tiles x 2 (not 4: 256 units)
      {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
     # one row of tiles (M <= 64): 64 wide where they fit a wave and give as many units, K split
-    # fewer ways (ONE_ROW_WIDTH): 96 of 64x64 whole, not 48 of 64x128 in 2 slices; 64 of
+    # fewer ways (ONE_ROW_WIDTH): 48 of 64x64 in 2 slices, not 24 of 64x128 in 4; 64 of
     # 64x64 (4 K blocks: too short to split) for 32 of 64x128
-    ("v8", gemm((32, 6144, 4096), "bfloat16", "nt"),
-     {"block_m": 64, "block_n": 64, "stages": 6, "tma_store": False}),
+    ("v8", gemm((48, 3072, 2048), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 64, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((32, 4096, 256), "bfloat16", "nt"),
      {"block_m": 64, "block_n": 64, "stages": 6, "tma_store": False}),
+    # ... not where a unit would keep more than ONE_ROW_MOST_BLOCKS K blocks: 96 of 64x64 whole
+    # would keep 64 each; 48 of 64x128 in 2 slices keep 32
+    ("v8", gemm((32, 6144, 4096), "bfloat16", "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
     # ... where they give fewer units, 64x128 split: 36 tiles in 3 slices against 72 of 64x64
     # whole at 48x4608x3584, 40 in 3 against 80 at 48x5120x5120
     ("v8", gemm((48, 4608, 3584), "bfloat16", "nt"),
@@ -765,9 +769,14 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_64]),
     # past 64 rows, v8's MEDIUM_TILES unsplit too, where v8 takes them; the narrow tile 128
-    # wide, where it is not the default's own choice (it is at 128x14336x4096)
+    # wide, where it is not the default's own choice (it is at 128x14336x4096); and the tile
+    # that fills the SMs best, unsplit, where it takes at most two rounds: 128 of 64x224 here
     (Workload("gemm", (128, 14336, 4096), FP8, "bfloat16", "nt", "row"),
-     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES]),
+     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=224,split_k=1"]),
+    (Workload("gemm", (700, 2048, 8192), "bfloat16", "bfloat16", "nt"),  # 121 of 64x192
+     ["v8", *MEDIUM_NAMES, "v8:block_m=64,block_n=192,split_k=1"]),
+    (Workload("gemm", (300, 2048, 2048), "float16", "float16", "nn"),  # 80 of 64x128 (nn: whole
+     ["v8", NARROW_128, *MEDIUM_NAMES]),  # 64-column boxes), the narrow tile already
     (Workload("gemm", (512, 28672, 5120), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
     (Workload("gemm", (513, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
@@ -787,7 +796,7 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (48, 9728, 896), "bfloat16", "bfloat16", "nt"),  # the default 160 wide
      ["v8", "v8:swap_ab=true", NARROW_64, SPLIT_128]),
     (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=64,split_k=1"]),
     (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", SPLIT_128]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),

@@ -53,6 +53,7 @@ def test_candidates_always_include_torch_gemv_rungs_at_one_row_and_v8_elsewhere(
     assert any(dict(c.knobs)["split_k"] > 1 for c in many if c.rung == "v8")
     tiles = {(dict(c.knobs)["block_m"], dict(c.knobs)["block_n"]) for c in many if c.rung == "v8"}
     assert {(64, 256), (128, 192)} <= tiles  # the medium-M tiles, past 64 rows only
+    assert (64, 64) in tiles  # ... and the tile filling the SMs at 256 rows: 128 of 64x64
     few = candidates(layer, Bucket(17, 64), 4096)
     assert all(dict(c.knobs)["block_m"] == 64 for c in few if c.rung == "v8")
 

@@ -29,7 +29,7 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
-from schedules.v8 import k_block_count
+from schedules.v8 import k_block_count, wave_tile
 from schedules.v8.heuristic import MEDIUM_ROWS, MEDIUM_TILES, SWAP_MOST_TOKENS
 from schedules.workloads import DTYPE_BYTES, Workload
 
@@ -167,19 +167,20 @@ def portfolio(wl: Workload) -> list[str]:
     leave most of their rows empty. Past the rows v8 swaps by default, up to
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
     there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
-    `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`. Where one rung
-    is left (v8 elsewhere), nothing is measured."""
+    `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles` and
+    `filling_tile`. Where one rung is left (v8 elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
-        names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) \
+        names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) + filling_tile(wl) \
             if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
-    return [name for name in names if schedules.get(wl.op, name.partition(":")[0]).takes(wl)]
+    return [name for name in dict.fromkeys(names)
+            if schedules.get(wl.op, name.partition(":")[0]).takes(wl)]
 
 
 def _takes(wl: Workload, name: str, knobs: dict | None = None) -> bool:
@@ -208,6 +209,15 @@ def medium_tiles(wl: Workload) -> list[str]:
         return []
     return other_settings(wl, [{"block_m": block_m, "block_n": block_n, "split_k": 1}
                                for block_m, block_n in MEDIUM_TILES])
+
+
+def filling_tile(wl: Workload) -> list[str]:
+    """v8's `wave_tile` unsplit, which `best` weighs beside its default past MEDIUM_ROWS rows of
+    A: the tile, not only of the space's widths, that fills the SMs best (`other_settings`)."""
+    tile = wave_tile(wl, heuristics.H100_SMS, schedules.get(wl.op, "v8").defaults) \
+        if wl.dims["M"] > MEDIUM_ROWS else None
+    return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1}]
+                          if tile else [])
 
 
 def narrow_tiles(wl: Workload) -> list[str]:

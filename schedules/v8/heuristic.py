@@ -8,9 +8,9 @@ from ..errors import ScheduleNotApplicable
 from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
-from .geometry import (MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP, ROW_BYTES, arena_bytes,
-                       box_bytes, consumer_accumulators, k_block_count, k_block_elements,
-                       staged_operands, widest_fitting)
+from .geometry import (BLOCK_N_STEP, MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP,
+                       ROW_BYTES, arena_bytes, box_bytes, consumer_accumulators, k_block_count,
+                       k_block_elements, staged_operands, widest_fitting)
 from .knobs import Knobs
 from .refusals import (c_rows_take_tma, kernel_workload, promoted_sets, refuse, tile_refusal,
                        workload_refusal)
@@ -23,11 +23,14 @@ FEW_UNITS = 2 / 3  # v8's 64-row tiles: below this share of the SMs with a unit,
 DECODE_WIDTHS = (128, 160, 192)  # ... the widths whose halves are whole 16-column pieces (nt)
 ONE_ROW_WIDTH = 64  # a decode batch of one row of 64-row tiles: this width where it splits K
 # fewer ways for as many units (reports/notes/h100-v8.md, "The heuristic's rules")
+ONE_ROW_MOST_BLOCKS = 48  # ... and each of its units keeps at most this many K blocks
 SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row ones lost there)
 SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
 SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
 SWAP_MOST_TOKENS = 16  # swap_ab unasked where M is at most this many rows of A (decode batches)
 MEDIUM_ROWS = 64  # past this many rows of A, MEDIUM_TILES are worth measuring beside the default
+WAVE_ROWS = (64, 128)  # `wave_tile`: the tiles' rows it weighs
+WAVE_WIDTHS = (64, 256)  # ... and their least and most columns
 MEDIUM_TILES = ((64, 256), (128, 192))  # unsplit tiles that, beside the default, lifted the
 # H100's wide-bf16 sweeps at M = 300-2500 most (2026-11-26; reports/notes/h100-shapes.md): a
 # portfolio's (the linear layer's, `best`'s), not the rule's, which no one rule set could pick
@@ -133,13 +136,18 @@ def tile_widths(wl: Workload, sms: int, block_m: int, knobs: dict, space: dict) 
 def one_row_narrows(wl: Workload, sms: int, block_n: int, knobs: dict, space: dict) -> bool:
     """Whether a decode batch of one row of 64-row tiles (M at most 64) takes ONE_ROW_WIDTH-wide
     tiles instead of block_n-wide ones: where the space holds that width, v8 takes it, its tiles
-    fit one wave, and its split plan gives the SMs at least as many units as block_n's. K is
-    then split fewer ways, and the slice that finishes a tile last reads fewer partials back."""
+    fit one wave, its split plan gives the SMs at least as many units as block_n's, and each
+    unit keeps at most ONE_ROW_MOST_BLOCKS K blocks. K is then split fewer ways, and the slice
+    that finishes a tile last reads fewer partials back; where a unit's K is long, that saving
+    is small beside what a narrower wgmma loses per byte it reads."""
     splits = space["split_k"]
     narrow, wide = (units(wl, sms, WGMMA_M, n, splits) for n in (ONE_ROW_WIDTH, block_n))
+    split_k = split_plan(wl, sms, WGMMA_M, ONE_ROW_WIDTH, splits)[1]
+    blocks = -(-k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) // split_k)
     return wl.dims["M"] <= WGMMA_M and ONE_ROW_WIDTH in space["block_n"] \
         and tile_takes(wl, knobs, WGMMA_M, ONE_ROW_WIDTH) \
-        and tile_count(wl, WGMMA_M, ONE_ROW_WIDTH) <= sms and narrow >= wide
+        and tile_count(wl, WGMMA_M, ONE_ROW_WIDTH) <= sms and narrow >= wide \
+        and blocks <= ONE_ROW_MOST_BLOCKS
 
 
 def tall_tiles(wl: Workload, sms: int, space: dict, waves: float) -> int | None:
@@ -296,13 +304,31 @@ def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[in
     tiles = [(m, n) for m in heights for n in sorted(widths)
              if tile_takes(product, knobs, m, n)
              and sets * consumer_accumulators(m, n) <= MOST_ACCUMULATORS]
+    return min(tiles, key=lambda tile: rounds_cost(product, sms, *tile), default=None)
 
-    def cost(tile):
-        m, n = tile
-        rounds = -(-tile_count(product, m, n) // sms)
-        return rounds * (m * n + TILE_FIXED_ELEMENTS), -m * n
 
-    return min(tiles, key=cost, default=None)
+def rounds_cost(wl: Workload, sms: int, block_m: int, block_n: int) -> tuple[int, int]:
+    """The cost of wl's block_m x block_n tiles, unsplit, on the SMs: their rounds (the tiles
+    over the SMs, rounded up) times the tile's area plus TILE_FIXED_ELEMENTS; then the larger
+    tile of equals first (a larger tile does more per byte it loads)."""
+    rounds = -(-tile_count(wl, block_m, block_n) // sms)
+    return rounds * (block_m * block_n + TILE_FIXED_ELEMENTS), -block_m * block_n
+
+
+def wave_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | None:
+    """The unsplit tile that fills the SMs best (`rounds_cost`): of WAVE_ROWS rows, a whole
+    number of the layout's BLOCK_N_STEP columns from WAVE_WIDTHS' least to its most, the tile
+    v8 takes (fp8: with the three sets of accumulators its overlapped promotions keep). Such
+    tiles need not be the space's widths: cuBLAS's at medium M are cut so (700x2048x8192 bf16:
+    128 of 88x128). None where v8 takes none, or where the best takes more than TIMED_WAVES
+    rounds (there a tile's work per byte counts for more than the last round's idle SMs)."""
+    step = BLOCK_N_STEP[wl.layout][0]
+    sets = promoted_sets(MOST_OVERLAP) if wl.dtype == FP8 else 1
+    tiles = [(m, n) for m in WAVE_ROWS for n in range(WAVE_WIDTHS[0], WAVE_WIDTHS[1] + 1, step)
+             if tile_takes(wl, knobs, m, n)
+             and sets * consumer_accumulators(m, n) <= MOST_ACCUMULATORS]
+    best = min(tiles, key=lambda tile: rounds_cost(wl, sms, *tile), default=None)
+    return best if best and tile_count(wl, *best) <= TIMED_WAVES * sms else None
 
 
 def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
