@@ -324,8 +324,9 @@ def test_v7_is_correct(wl, knobs, target):
     (Workload("gemm", (48, 2048, 2000), FP8, "bfloat16", "nt"),
      {"swap_ab": True, "block_m": 64, "block_n": 16, "split_k": 1, "stages": 16}),
     (Workload("gemm", (48, 2048, 2048), FP8, "bfloat16", "nt"), {"block_n": 64}),
-    # best's filling tiles: widths outside the space, in whole 16-column steps (ragged M and N,
-    # tma_store's narrower boxes; fp8's promotions overlapped on 64 rows, 224 and 96 wide)
+    # best's filling tiles: widths outside the space, in whole 16-column steps (ragged M and N;
+    # 64x96 with tma_store's narrower boxes; fp8's promotions overlapped on 64x224, and rowwise
+    # on 128x112)
     (Workload("gemm", (700, 2000, 1000), "bfloat16", "bfloat16", "nt"),
      {"block_m": 128, "block_n": 240, "split_k": 1}),
     (Workload("gemm", (300, 2000, 1000), "bfloat16", "float32", "nt"),
