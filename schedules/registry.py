@@ -51,6 +51,10 @@ class ScheduleEntry:
     # promotions: none on 16-bit inputs), at the precision the rung runs it with (v8 on fp8:
     # promoted sums, not fast accumulation)
     narrow: Callable | None = None
+    # (wl, defaults) -> {knob: values}: values beyond its space that a search of a workload
+    # draws too (space_for): v8's width of the tile that fills the SMs best, where the space
+    # lacks it
+    widen: Callable | None = None
 
     def takes(self, wl: Workload) -> bool:
         """Whether this schedule is made for the workload's input dtype."""
@@ -92,11 +96,15 @@ class ScheduleEntry:
 
     def space_for(self, wl: Workload, held: dict | None = None) -> dict:
         """Its space as a search of `wl` draws from it: each knob's values, less those `narrow`
-        leaves out for `wl` (v8 on 16-bit inputs in nn: its space's 2,488,320 settings are 36,864);
-        each knob of `held` (knobs the user holds, e.g. `autotvm:v8:promote_k=none`, checked
-        by parse_knobs) at its one value, which the user's naming lets past `narrow`."""
-        space = {knob: [v for v in values if self.draws(wl, {knob: v})]
-                 for knob, values in self.space.items()}
+        leaves out for `wl` (v8 on 16-bit inputs in nn: its space's 2,488,320 settings are 36,864),
+        then those `widen` adds for it; each knob of `held` (knobs the user holds, e.g.
+        `autotvm:v8:promote_k=none`, checked by parse_knobs) at its one value, which the user's
+        naming lets past `narrow`."""
+        wider = self.widen(wl, self.defaults) if self.widen else {}
+        space = {}
+        for knob, values in self.space.items():
+            drawn = [v for v in values if self.draws(wl, {knob: v})]
+            space[knob] = drawn + [v for v in wider.get(knob, []) if v not in drawn]
         return {**space, **{knob: [value] for knob, value in (held or {}).items()}}
 
     def draws(self, wl: Workload, params: dict) -> bool:
@@ -276,19 +284,20 @@ def schedule(op: str, name: str, *, baseline: bool = False, template: bool = Fal
              space: dict | None = None, heuristic: Callable | None = None,
              compute: Callable | None = None, dtypes: tuple | None = None,
              refuse: Callable | None = None, brings: tuple[str, int] | None = None,
-             narrow: Callable | None = None):
+             narrow: Callable | None = None, widen: Callable | None = None):
     """Register the decorated function as schedule `name` of `op` (rungs in ladder order), with
     the knob space a template search explores, the heuristic that picks knobs per shape, where
     it schedules another definition of the workload, the function that builds it, and where it
     is made for some input dtypes only, those; where that function refuses knobs cheaply
     before it builds, the check alone (`refuse`); the counter its docstring says it moves
-    (`brings`); the knob values a workload never takes, which searches skip (`narrow`)."""
+    (`brings`); the knob values a workload never takes, which searches skip (`narrow`), and
+    those beyond the space that a search of a workload draws too (`widen`)."""
 
     def register(fn):
         if name in _REGISTRY[op]:
             raise ValueError(f"schedule {op}/{name} registered twice")
         entry = ScheduleEntry(op, name, fn, baseline, template, space, heuristic, compute, dtypes,
-                              refuse, brings, narrow)
+                              refuse, brings, narrow, widen)
         unknown = set(space or {}) - set(entry.defaults)
         if unknown:
             raise ValueError(f"space of {op}/{name} names no parameter(s) {sorted(unknown)}")

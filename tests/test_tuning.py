@@ -288,6 +288,18 @@ def test_a_space_narrowed_for_a_workload_leaves_out_refused_values_and_other_pre
         checked += 1
 
 
+@pytest.mark.parametrize("shape, beyond", [((300, 5120, 5120), [224]), ((700, 2048, 2048), []),
+                                           ((4096, 4096, 4096), []), ((48, 5120, 5120), [])])
+def test_a_search_of_v8_draws_the_width_of_bests_filling_tile_beyond_its_space(shape, beyond):
+    """Past 64 rows a search of v8 draws, beside its space's widths, the width of the tile
+    that fills the SMs best, which `best` weighs: 300x5120x5120, 130 of 64x224. Nothing more
+    where the space holds that width (700x2048x2048: 64x192), where the tile would take more
+    than two rounds (4096^3), or at 64 rows or fewer (48)."""
+    v8 = schedules.get("gemm", "v8")
+    wl = Workload("gemm", shape, "bfloat16", "bfloat16", "nt")
+    assert autotvm.Space.of(v8, wl).knobs["block_n"] == v8.space["block_n"] + beyond
+
+
 def test_a_search_holding_knobs_draws_only_them_and_keeps_records_of_its_own(tmp_path):
     """`autotvm:v8:promote_k=none` on fp8: fast accumulation, which v8's own space leaves out
     (a search keeps promoted sums unasked), searched by name. It measures first what

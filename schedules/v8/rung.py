@@ -11,7 +11,7 @@ from ..common import require_sm
 from ..registry import schedule
 from ..workloads import FP8, Workload
 from .geometry import BLOCK_N_STEP
-from .heuristic import tma_tiles
+from .heuristic import MEDIUM_ROWS, tma_tiles, wave_tile
 from .kernel import warp_specialized_gemm
 from .knobs import Knobs
 from .plan import Plan
@@ -47,6 +47,14 @@ def v8_narrowed(wl: Workload) -> dict:
     return {"promote_k": [None], "promote_overlap": [None], **by_layout}
 
 
+def v8_widened(wl: Workload, defaults: dict) -> dict:
+    """The width beyond v8's space that a search of `wl` draws too: that of the tile filling
+    the SMs best past MEDIUM_ROWS rows (`wave_tile`, which `best` weighs), so that a search
+    reaches it."""
+    tile = wave_tile(wl, heuristics.H100_SMS, defaults) if wl.dims["M"] > MEDIUM_ROWS else None
+    return {"block_n": [tile[1]]} if tile else {}
+
+
 def v8_kernel(wl: Workload, **knobs):
     """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
     return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS))
@@ -70,6 +78,7 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
                                "pingpong": [False, True], "promote_k": PROMOTE_K,
                                "promote_overlap": [None, 2, 4, 6, 8], "swap_ab": [False, True]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals, narrow=v8_narrowed,
+          widen=v8_widened,
           brings=("inst_executed", -1))
 def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
