@@ -214,8 +214,7 @@ def medium_tiles(wl: Workload) -> list[str]:
 def filling_tile(wl: Workload) -> list[str]:
     """v8's `wave_tile` unsplit, which `best` weighs beside its default past MEDIUM_ROWS rows of
     A: the tile, not only of the space's widths, that fills the SMs best (`other_settings`)."""
-    tile = wave_tile(wl, heuristics.H100_SMS, schedules.get(wl.op, "v8").defaults) \
-        if wl.dims["M"] > MEDIUM_ROWS else None
+    tile = wave_tile(wl, heuristics.H100_SMS, schedules.get(wl.op, "v8").defaults)
     return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1}]
                           if tile else [])
 

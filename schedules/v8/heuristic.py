@@ -320,8 +320,11 @@ def wave_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | None:
     number of the layout's BLOCK_N_STEP columns from WAVE_WIDTHS' least to its most, the tile
     v8 takes (fp8: with the three sets of accumulators its overlapped promotions keep). Such
     tiles need not be the space's widths: cuBLAS's at medium M are cut so (700x2048x8192 bf16:
-    128 of 88x128). None where v8 takes none, or where the best takes more than TIMED_WAVES
-    rounds (there a tile's work per byte counts for more than the last round's idle SMs)."""
+    128 of 88x128). None at MEDIUM_ROWS rows of A or fewer (the narrow tiles' rows), where v8
+    takes none, or where the best takes more than TIMED_WAVES rounds (there a tile's work per
+    byte counts for more than the last round's idle SMs)."""
+    if wl.dims["M"] <= MEDIUM_ROWS:
+        return None
     step = BLOCK_N_STEP[wl.layout][0]
     sets = promoted_sets(MOST_OVERLAP) if wl.dtype == FP8 else 1
     tiles = [(m, n) for m in WAVE_ROWS for n in range(WAVE_WIDTHS[0], WAVE_WIDTHS[1] + 1, step)

@@ -11,7 +11,7 @@ from ..common import require_sm
 from ..registry import schedule
 from ..workloads import FP8, Workload
 from .geometry import BLOCK_N_STEP
-from .heuristic import MEDIUM_ROWS, tma_tiles, wave_tile
+from .heuristic import tma_tiles, wave_tile
 from .kernel import warp_specialized_gemm
 from .knobs import Knobs
 from .plan import Plan
@@ -49,9 +49,8 @@ def v8_narrowed(wl: Workload) -> dict:
 
 def v8_widened(wl: Workload, defaults: dict) -> dict:
     """The width beyond v8's space that a search of `wl` draws too: that of the tile filling
-    the SMs best past MEDIUM_ROWS rows (`wave_tile`, which `best` weighs), so that a search
-    reaches it."""
-    tile = wave_tile(wl, heuristics.H100_SMS, defaults) if wl.dims["M"] > MEDIUM_ROWS else None
+    the SMs best (`wave_tile`, which `best` weighs), so that a search reaches it."""
+    tile = wave_tile(wl, heuristics.H100_SMS, defaults)
     return {"block_n": [tile[1]]} if tile else {}
 
 
