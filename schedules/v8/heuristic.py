@@ -140,13 +140,13 @@ def one_row_narrows(wl: Workload, sms: int, block_n: int, knobs: dict, space: di
     unit keeps at most ONE_ROW_MOST_BLOCKS K blocks. K is then split fewer ways, and the slice
     that finishes a tile last reads fewer partials back; where a unit's K is long, that saving
     is small beside what a narrower wgmma loses per byte it reads."""
-    splits = space["split_k"]
-    narrow, wide = (units(wl, sms, WGMMA_M, n, splits) for n in (ONE_ROW_WIDTH, block_n))
-    split_k = split_plan(wl, sms, WGMMA_M, ONE_ROW_WIDTH, splits)[1]
+    tiles = tile_count(wl, WGMMA_M, ONE_ROW_WIDTH)
+    if wl.dims["M"] > WGMMA_M or ONE_ROW_WIDTH not in space["block_n"] or tiles > sms \
+            or not tile_takes(wl, knobs, WGMMA_M, ONE_ROW_WIDTH):
+        return False
+    split_k = split_plan(wl, sms, WGMMA_M, ONE_ROW_WIDTH, space["split_k"])[1]
     blocks = -(-k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) // split_k)
-    return wl.dims["M"] <= WGMMA_M and ONE_ROW_WIDTH in space["block_n"] \
-        and tile_takes(wl, knobs, WGMMA_M, ONE_ROW_WIDTH) \
-        and tile_count(wl, WGMMA_M, ONE_ROW_WIDTH) <= sms and narrow >= wide \
+    return tiles * split_k >= units(wl, sms, WGMMA_M, block_n, space["split_k"]) \
         and blocks <= ONE_ROW_MOST_BLOCKS
 
 
@@ -301,22 +301,28 @@ def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[in
     widths = {n for columns, n in cuts.items() if columns == fewest or n >= SWAP_NARROWEST}
     overlap = knobs["promote_overlap"] if len(space["promote_overlap"]) == 1 else None
     sets = promoted_sets(overlap) if promoted else 1
-    tiles = [(m, n) for m in heights for n in sorted(widths)
-             if tile_takes(product, knobs, m, n)
+    return cheapest_tile(product, sms, knobs, (heights, sorted(widths)), sets)
+
+
+def cheapest_tile(wl: Workload, sms: int, knobs: dict, shapes: tuple, sets: int):
+    """Of the tiles of `shapes` (its rows by its columns) that v8 takes and whose `sets` sets
+    of accumulators fit a consumer thread, the one whose rounds on the SMs, unsplit, cost
+    least: the rounds (the tiles over the SMs, rounded up) times the tile's area plus
+    TILE_FIXED_ELEMENTS; of equals the larger tile (it does more per byte it loads), then the
+    first. None where v8 takes none."""
+    heights, widths = shapes
+
+    def cost(tile):
+        m, n = tile
+        return -(-tile_count(wl, m, n) // sms) * (m * n + TILE_FIXED_ELEMENTS), -m * n
+
+    tiles = [(m, n) for m in heights for n in widths if tile_takes(wl, knobs, m, n)
              and sets * consumer_accumulators(m, n) <= MOST_ACCUMULATORS]
-    return min(tiles, key=lambda tile: rounds_cost(product, sms, *tile), default=None)
-
-
-def rounds_cost(wl: Workload, sms: int, block_m: int, block_n: int) -> tuple[int, int]:
-    """The cost of wl's block_m x block_n tiles, unsplit, on the SMs: their rounds (the tiles
-    over the SMs, rounded up) times the tile's area plus TILE_FIXED_ELEMENTS; then the larger
-    tile of equals first (a larger tile does more per byte it loads)."""
-    rounds = -(-tile_count(wl, block_m, block_n) // sms)
-    return rounds * (block_m * block_n + TILE_FIXED_ELEMENTS), -block_m * block_n
+    return min(tiles, key=cost, default=None)
 
 
 def wave_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | None:
-    """The unsplit tile that fills the SMs best (`rounds_cost`): of WAVE_ROWS rows, a whole
+    """The unsplit tile that fills the SMs best (`cheapest_tile`): of WAVE_ROWS rows, a whole
     number of the layout's BLOCK_N_STEP columns from WAVE_WIDTHS' least to its most, the tile
     v8 takes (fp8: with the three sets of accumulators its overlapped promotions keep). Such
     tiles need not be the space's widths: cuBLAS's at medium M are cut so (700x2048x8192 bf16:
@@ -325,12 +331,9 @@ def wave_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | None:
     byte counts for more than the last round's idle SMs)."""
     if wl.dims["M"] <= MEDIUM_ROWS:
         return None
-    step = BLOCK_N_STEP[wl.layout][0]
+    widths = range(WAVE_WIDTHS[0], WAVE_WIDTHS[1] + 1, BLOCK_N_STEP[wl.layout][0])
     sets = promoted_sets(MOST_OVERLAP) if wl.dtype == FP8 else 1
-    tiles = [(m, n) for m in WAVE_ROWS for n in range(WAVE_WIDTHS[0], WAVE_WIDTHS[1] + 1, step)
-             if tile_takes(wl, knobs, m, n)
-             and sets * consumer_accumulators(m, n) <= MOST_ACCUMULATORS]
-    best = min(tiles, key=lambda tile: rounds_cost(wl, sms, *tile), default=None)
+    best = cheapest_tile(wl, sms, knobs, (WAVE_ROWS, widths), sets)
     return best if best and tile_count(wl, *best) <= TIMED_WAVES * sms else None
 
 
