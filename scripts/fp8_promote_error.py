@@ -32,11 +32,9 @@ def worst_errors(wl: Workload, executables: dict, seed: int) -> dict[str, float]
     inputs = measure.random_inputs(wl, seed)
     reference = measure.reference(wl, inputs)
     a, b, scale_a, scale_b = inputs[:4]
-    scale = (wl.dims["K"] ** 0.5 * a.float().pow(2).mean().sqrt()
-             * b.float().pow(2).mean().sqrt() * scale_a * scale_b).double()
 
     def worst(out) -> float:
-        return float(((out.double() - reference).abs() / scale).max())
+        return measure.largest_scaled_error(wl, inputs, reference, out)
 
     def scaled_mm(fast: bool):
         return torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=measure.torch_dtype(

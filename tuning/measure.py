@@ -285,6 +285,15 @@ def relative_error(out, ref) -> float:
     return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
 
 
+def largest_scaled_error(wl: Workload, inputs: list, ref, out) -> float:
+    """fp8's error measure with scales per tensor (issue 52): the largest of each output's
+    error against `ref`, over sqrt(K) rms(A) rms(B) times the two scales."""
+    a, b, scale_a, scale_b = inputs[:4]
+    scale = (wl.dims["K"] ** 0.5 * a.float().pow(2).mean().sqrt()
+             * b.float().pow(2).mean().sqrt() * scale_a * scale_b)
+    return float(((out.double() - ref).abs() / scale.double()).max())
+
+
 # -- what gets measured ------------------------------------------------------------------------
 
 
