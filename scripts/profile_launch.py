@@ -20,44 +20,45 @@ from schedules import ExplorerError, UsageError, Workload
 from schedules.workloads import parse_shape
 from tuning import build, explore, measure
 
-BASELINE = "cublas"
+BASELINES = {"cublas": False, "cublas-fast": True}  # name -> fp8's fast accumulation
 
 
 def launcher(wl: Workload, schedule: str):
     """A no-argument launch of `schedule` (a rung, 'rung:knob=value,...' or 'best', as
-    explore.resolve reads --schedule, or BASELINE) on random inputs for `wl`, built for this
-    GPU."""
-    made = None if schedule == BASELINE else explore.resolve(wl, schedule, explore.SearchResults())
+    explore.resolve reads --schedule, or one of BASELINES: torch's call, for fp8 with or
+    without fast accumulation) on random inputs for `wl`, built for this GPU."""
+    made = None if schedule in BASELINES else explore.resolve(wl, schedule, explore.SearchResults())
     if not measure.gpu_present():
         raise UsageError("no GPU here: this script launches kernels for ncu to profile")
     inputs = measure.random_inputs(wl, 0)
     if made is None:
-        return measure.cublas_runner(wl, inputs)
+        return measure.cublas_runner(wl, inputs, fast_accum=BASELINES[schedule])
     target = build.cuda_target(measure.device_facts()["arch"])
     executable = build.build(made.apply(wl, target), target)
     return measure.tvm_runner(executable, wl, inputs, measure.poisoned_output(wl))
 
 
 def gemm_parser(description: str) -> argparse.ArgumentParser:
-    """A parser of the GEMM's options (--shape, --dtype, --out-dtype, --layout); `gemm_of`
-    makes the workload of what it parsed."""
+    """A parser of the GEMM's options (--shape, --dtype, --out-dtype, --layout, fp8's
+    --scales); `gemm_of` makes the workload of what it parsed."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--shape", required=True, help="MxNxK")
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--out-dtype")
     parser.add_argument("--layout")
+    parser.add_argument("--scales", choices=["tensor", "row", "block"])
     return parser
 
 
 def gemm_of(args: argparse.Namespace) -> Workload:
     """The GEMM of gemm_parser's options (an ExplorerError where they name none)."""
     return Workload("gemm", parse_shape(args.shape, "gemm"), args.dtype, args.out_dtype,
-                    args.layout)
+                    args.layout, args.scales)
 
 
 def main(argv: list[str]) -> int:
     parser = gemm_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--schedule", required=True, help=f"a rung, rung:knobs, or {BASELINE}")
+    parser.add_argument("--schedule", required=True, help=f"a rung, rung:knobs, or one of {', '.join(BASELINES)}")
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args(argv)
     try:
