@@ -236,14 +236,23 @@ def arrival_word(split_k: int):
     return IRBuilder.name("arrived", T.alloc_buffer((1,), "uint32", scope="shared"))
 
 
-def descriptor(address, leading_bytes: int, stride_bytes: int):
-    """wgmma's shared-memory matrix descriptor (PTX ISA 9.7.15.5.1) of a 128-byte-swizzled
-    operand at 32-bit shared `address`: address >> 4 in bits 0-13, the leading and stride byte
-    offsets >> 4 in bits 16-29 and 32-45, swizzle mode 1 (128 bytes) in bits 62-63. v7's
-    encoding."""
-    fields = (leading_bytes >> 4) << 16 | (stride_bytes >> 4) << 32 | 1 << 62
+def descriptor_base(address, leading_bytes: int):
+    """The low 32 bits of wgmma's shared-memory matrix descriptor (PTX ISA 9.7.15.5.1) of a
+    128-byte-swizzled operand at 32-bit shared `address`: address >> 4 in bits 0-13, the
+    leading byte offset >> 4 in bits 16-29 (v7's encoding). `descriptor_at` makes whole
+    descriptors from it."""
     start = T.bitwise_and(T.shift_right(address, T.uint32(4)), T.uint32(0x3FFF))
-    return T.bitwise_or(T.Cast("uint64", start), T.uint64(fields))
+    return T.bitwise_or(start, T.uint32((leading_bytes >> 4) << 16))
+
+
+def descriptor_at(base, offset_bytes, stride_bytes: int):
+    """wgmma's descriptor of the operand `offset_bytes` (a multiple of 16) past the address of
+    `descriptor_base`'s `base`: its address field plus offset_bytes >> 4, as CUTLASS's descriptor
+    iterator adds them (no carry out of the field: shared addresses stay under 2^18 bytes),
+    with the stride byte offset >> 4 in bits 32-45 and swizzle mode 1 (128 bytes) in bits
+    62-63. A K block's wgmmas so take one base and an add each."""
+    low = base + T.Cast("uint32", T.shift_right(offset_bytes, 4))
+    return T.bitwise_or(T.Cast("uint64", low), T.uint64((stride_bytes >> 4) << 32 | 1 << 62))
 
 
 def tensor_map(rows, cols: int, box_rows: int, box_cols: int, element_bytes: int) -> list:

@@ -64,7 +64,8 @@ from ..tensorcore import WARPGROUP
 from ..workloads import FP8, FP8_BLOCK, FP8_SCALES
 from .cuda import (BOX_BARRIER, CLUSTER_SYNC, CONSUMER_REGISTERS, FENCE_OPERAND, FREE_STAGE,
                    GRID_SYNC, PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER, TMA_LOAD,
-                   TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word, descriptor,
+                   TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word,
+                   descriptor_at, descriptor_base,
                    quad_store, stage_pair, stage_rows, swizzled)
 from .geometry import ATOM, BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ROW_BYTES, THREADS
 from .plan import Plan
@@ -384,16 +385,16 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
     s: T.let[T.int32] = (me.used[0] + kt) % stages
     T.cuda.mbarrier_wait(shared.full.ptr_to([s]), (me.used[0] + kt) // stages % 2)
     stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
+    a_base: T.let[T.uint32] = descriptor_base(stage, 16)
+    b_base: T.let[T.uint32] = descriptor_base(stage, plan.b_leading)
     for i in T.unroll(plan.accumulators):
         cuda_call(FENCE_OPERAND, acc[base + i])
     T.ptx.wgmma.fence.sync.aligned()
     for ks in T.unroll(plan.block_k // plan.k_step):
         for mi in T.unroll(plan.m_wgmmas):
             plan.wgmma(*[acc[base + mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
-                       descriptor(stage + T.Cast("uint32", plan.a_offset(me.consumer, mi, ks)),
-                                  16, ATOM),
-                       descriptor(stage + T.Cast("uint32", plan.b_offset(me.consumer, ks)),
-                                  plan.b_leading, ATOM),
+                       descriptor_at(a_base, plan.a_offset(me.consumer, mi, ks), ATOM),
+                       descriptor_at(b_base, plan.b_offset(me.consumer, ks), ATOM),
                        adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
     T.ptx.wgmma.commit_group.sync.aligned()
     T.ptx.wgmma.wait_group.sync.aligned(1)
