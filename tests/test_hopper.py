@@ -5,16 +5,19 @@ TMA and its tiles cannot take; tuning/build.py lowers it with the tirx pipeline.
 import re
 import shutil
 
+import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from tvm.script import tirx as T
 from tvm.tirx import stmt as S
 
 import kernel_facts as kf
 import schedules
 from schedules import ScheduleNotApplicable, Workload
-from schedules.v8.cuda import SETTLE, split_k_helpers
-from schedules.v8.geometry import box_bytes
+from schedules.v8.cuda import SETTLE, descriptor_at, descriptor_base, split_k_helpers
+from schedules.v8.geometry import ATOM, box_bytes
+from schedules.tensorcore import HOPPER_SHARED_BYTES
 from schedules.workloads import FP8
 from tuning import build, explain, lowering
 
@@ -49,6 +52,36 @@ def test_v8_builds_and_nvcc_compiles_it_without_spills(wl, compiled):
     (usage,) = build.nvcc_resources(source, "sm_90").values()
     assert usage["registers"] <= 168 and not usage.get("spill_stores") and not usage.get("stack_bytes")
     assert summary.block == {"threadIdx.x": 384} and summary.kernels == 1
+
+
+def _descriptor_reference(address: int, leading: int, stride: int) -> int:
+    """wgmma's descriptor of a 128-byte-swizzled operand at shared `address`, field by field
+    (PTX ISA 9.7.15.5.1)."""
+    return (address >> 4 & 0x3FFF) | (leading >> 4) << 16 | (stride >> 4) << 32 | 1 << 62
+
+
+@pytest.mark.parametrize("leading", [16, 8192])  # nt's, and nn's 64-column boxes
+def test_v8_descriptor_from_a_base_is_the_descriptor_of_base_plus_offset(leading):
+    """descriptor_at(descriptor_base(stage), offset) adds offset >> 4 to the address field
+    without carrying out of it: for every stage and offset in a Hopper block's shared memory,
+    the same descriptor as built from the address stage + offset (run on the CPU)."""
+    stages = list(range(0, HOPPER_SHARED_BYTES, 1024))
+    offsets = list(range(0, 65536, 16 * 37))
+    pairs = [(s, o) for s in stages for o in offsets if s + o < HOPPER_SHARED_BYTES]
+    n = len(pairs)
+
+    @T.prim_func
+    def describe(address: T.Buffer((n,), "uint32"), offset: T.Buffer((n,), "int32"),
+                 out: T.Buffer((n,), "uint64")):
+        for i in range(n):
+            out[i] = descriptor_at(descriptor_base(address[i], leading), offset[i], ATOM)
+
+    lib = tvm.compile(tvm.IRModule({"main": describe}), target="llvm")
+    got = tvm.runtime.tensor(np.zeros(n, "uint64"))
+    lib["main"](tvm.runtime.tensor(np.array([s for s, _ in pairs], "uint32")),
+                tvm.runtime.tensor(np.array([o for _, o in pairs], "int32")), got)
+    expected = [_descriptor_reference(s + o, leading, ATOM) for s, o in pairs]
+    assert [int(d) for d in got.numpy()] == expected
 
 
 @needs_nvcc
