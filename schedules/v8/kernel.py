@@ -385,16 +385,18 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
     s: T.let[T.int32] = (me.used[0] + kt) % stages
     T.cuda.mbarrier_wait(shared.full.ptr_to([s]), (me.used[0] + kt) // stages % 2)
     stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
-    a_base: T.let[T.uint32] = descriptor_base(stage, 16)
-    b_base: T.let[T.uint32] = descriptor_base(stage, plan.b_leading)
+    a_base: T.let[T.uint32] = descriptor_base(
+        stage + T.Cast("uint32", plan.a_offset(me.consumer)), 16)
+    b_base: T.let[T.uint32] = descriptor_base(
+        stage + T.Cast("uint32", plan.b_offset(me.consumer)), plan.b_leading)
     for i in T.unroll(plan.accumulators):
         cuda_call(FENCE_OPERAND, acc[base + i])
     T.ptx.wgmma.fence.sync.aligned()
     for ks in T.unroll(plan.block_k // plan.k_step):
         for mi in T.unroll(plan.m_wgmmas):
             plan.wgmma(*[acc[base + mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
-                       descriptor_at(a_base, plan.a_offset(me.consumer, mi, ks), ATOM),
-                       descriptor_at(b_base, plan.b_offset(me.consumer, ks), ATOM),
+                       descriptor_at(a_base, plan.a_step(mi, ks), ATOM),
+                       descriptor_at(b_base, plan.b_step(ks), ATOM),
                        adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
     T.ptx.wgmma.commit_group.sync.aligned()
     T.ptx.wgmma.wait_group.sync.aligned(1)

@@ -269,17 +269,24 @@ class Plan:
         r (FREE_STAGE's predicate, so the K loop does not branch around wgmma)."""
         return thread % (WARPGROUP * 32) < self.cluster
 
-    def a_offset(self, consumer, mi, ks):
-        """Bytes from a stage's start to consumer's A rows of wgmma mi at k step ks."""
-        return ((self.consumer_rows(consumer) + mi * 64) * ROW_BYTES
-                + ks * self.k_step * self.element_bytes)
+    def a_offset(self, consumer):
+        """Bytes from a stage's start to consumer's first A rows."""
+        return self.consumer_rows(consumer) * ROW_BYTES
 
-    def b_offset(self, consumer, ks):
-        """Bytes from a stage's start to consumer's B columns at k step ks."""
+    def a_step(self, mi, ks):
+        """Bytes from a consumer's first A rows to those of its wgmma mi at k step ks (a
+        constant: the kernel adds it to the rows' descriptor)."""
+        return mi * 64 * ROW_BYTES + ks * self.k_step * self.element_bytes
+
+    def b_offset(self, consumer):
+        """Bytes from a stage's start to consumer's first B columns."""
         cols = self.consumer_cols(consumer)
-        if self.nt:
-            return self.a_bytes + cols * ROW_BYTES + ks * self.k_step * self.element_bytes
-        return self.a_bytes + cols // 64 * self.block_k * ROW_BYTES + ks * self.k_step * ROW_BYTES
+        return self.a_bytes + cols * ROW_BYTES if self.nt \
+            else self.a_bytes + cols // 64 * self.block_k * ROW_BYTES
+
+    def b_step(self, ks):
+        """Bytes from a consumer's first B columns to k step ks (a constant, as `a_step`)."""
+        return ks * self.k_step * (self.element_bytes if self.nt else ROW_BYTES)
 
     def origin(self, tile, rank):
         """(first row, first column) of the CTA's tile: CTA `rank` of its cluster's tiles."""
