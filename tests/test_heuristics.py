@@ -142,6 +142,22 @@ CHOICES = [
      {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
     ("v8", gemm((48, 27648, 5120), FP8, "nt"),
      {"block_m": 64, "block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 4}),
+    # fp8's promoted sums at medium M: 300 rows take 3 rows of 128-row tiles (384 rows) or 5 of
+    # 64-row ones (320): 560 tiles of 64x256 are 5 rounds against 672 of 128x128's 6, so v8 takes
+    # them whole (`short_wide_tile`); at 700 rows, 132 against 144 (one round against two). Not
+    # where they take as many rounds (2500 rows), nor on K of 7 blocks (a lone run), nor with
+    # block scales (whose registers spill on 64x256 tiles)
+    ("v8", gemm((300, 28672, 5120), FP8, "nt"),
+     {"block_m": 64, "promote_k": 128, "promote_overlap": 4}),
+    ("v8", Workload("gemm", (300, 28672, 5120), FP8, None, "nt", "block"),
+     {"block_n": 128, "stages": 6, "split_k": 8, "split_tail": True, "promote_k": 128,
+      "promote_overlap": 4}),
+    ("v8", gemm((700, 3072, 2048), FP8, "nt"),
+     {"block_m": 64, "stages": 5, "tma_store": False, "promote_k": 128, "promote_overlap": 4}),
+    ("v8", gemm((2500, 5120, 5120), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
+    ("v8", gemm((700, 151936, 896), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
     # ... but not where rows are staged (K = 4095): its grid's barrier needs no clusters
     ("v8", gemm((4096, 28672, 4095), "bfloat16", "nt"),
@@ -798,6 +814,11 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=64,split_k=1"]),
     (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", SPLIT_128]),
+    # fp8 where v8 takes 64x256 tiles for fewer rounds: those are its default, and the 128-row
+    # tiles they replaced are weighed instead (`replaced_rows`); not where v8 keeps 128 rows
+    (Workload("gemm", (300, 28672, 5120), FP8, "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_128, MEDIUM_NAMES[1], "v8:block_m=128"]),
+    (Workload("gemm", (2500, 5120, 5120), FP8, "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")

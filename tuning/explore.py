@@ -30,7 +30,7 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
 from schedules.v8 import k_block_count, wave_tile
-from schedules.v8.heuristic import MEDIUM_ROWS, MEDIUM_TILES, SWAP_MOST_TOKENS
+from schedules.v8.heuristic import MEDIUM_ROWS, MEDIUM_TILES, SHORT_WIDE_TILE, SWAP_MOST_TOKENS
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -167,8 +167,9 @@ def portfolio(wl: Workload) -> list[str]:
     leave most of their rows empty. Past the rows v8 swaps by default, up to
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
     there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
-    `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles` and
-    `filling_tile`. Where one rung is left (v8 elsewhere), nothing is measured."""
+    `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`,
+    `filling_tile` and `replaced_rows`. Where one rung is left (v8 elsewhere), nothing is
+    measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
@@ -176,7 +177,7 @@ def portfolio(wl: Workload) -> list[str]:
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
         names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) + filling_tile(wl) \
-            if wl.dtype != "float32" else []
+            + replaced_rows(wl) if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in dict.fromkeys(names)
@@ -217,6 +218,17 @@ def filling_tile(wl: Workload) -> list[str]:
     tile = wave_tile(wl, heuristics.H100_SMS, schedules.get(wl.op, "v8").defaults)
     return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1}]
                           if tile else [])
+
+
+def replaced_rows(wl: Workload) -> list[str]:
+    """fp8: v8 on 128-row tiles, which `best` weighs past MEDIUM_ROWS rows of A where v8's
+    default takes SHORT_WIDE_TILE tiles for fewer rounds (heuristic.short_wide_tile): the
+    128-row ones it replaced ran faster on a few such shapes (`other_settings`)."""
+    if not wl.is_fp8 or wl.dims["M"] <= MEDIUM_ROWS or not _takes(wl, "v8"):
+        return []
+    default = schedules.get(wl.op, "v8").defaults_for(wl)
+    short = (default["block_m"], default["block_n"]) == SHORT_WIDE_TILE
+    return other_settings(wl, [{"block_m": 128}] if short else [])
 
 
 def narrow_tiles(wl: Workload) -> list[str]:

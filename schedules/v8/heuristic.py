@@ -62,6 +62,10 @@ PROMOTED_SPLIT_COST = 1.15
 LONE_RUN = 7  # all of K's blocks in one run: at most this many (7 spill a few dozen bytes, yet
 # ran faster than three runs of 2 on the H100: notebook/logs/h100-sweep-fp8-runs-2026-11-27.log)
 SHORT_TILE_RUN = 6  # runs on 64-row tiles: at most this long
+# fp8's promoted sums past decode batches: v8's tile where it takes fewer rounds of the SMs than
+# 128-row ones (`short_wide_tile`; read off the H100's wide-fp8 and llm-fp8 runs,
+# reports/notes/h100-shapes.md, "64-row tiles for fp8 where they take fewer rounds")
+SHORT_WIDE_TILE = (64, 256)
 RUN_TAILS = {6: 2}  # blocks left over after whole runs of this length: at most so many
 SHORT_TILE_TAILS = {6: 0}  # ... on 64-row tiles
 
@@ -207,6 +211,24 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
     room = any(promoted_sets(MOST_OVERLAP) * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS
                for n in space["block_n"])
     return registered_run(wl, block_m, space) if one_block and room and not pingpong else None
+
+
+def short_wide_tile(wl: Workload, sms: int, knobs: dict, space: dict, tile: tuple[int, int],
+                    promote_k: int) -> int | None:
+    """fp8's promoted sums: the overlapped run (`promoted_overlap`) of SHORT_WIDE_TILE tiles,
+    unsplit, where the space holds them, K has more than LONE_RUN blocks and they take fewer
+    rounds of tiles on the SMs than `tile` (128 rows) unsplit: rows cut in 64s pad M less (300
+    rows take 5 rows of 64-row tiles, or 3 of 128-row ones that hold 384); else None. Not with
+    block scales, whose scale registers ptxas spills on these tiles (up to 184 bytes)."""
+    block_m, block_n = SHORT_WIDE_TILE
+    if wl.block_scaled or block_m not in space["block_m"] or block_n not in space["block_n"] \
+            or 1 not in space["split_k"] or not tile_takes(wl, knobs, block_m, block_n) \
+            or k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= LONE_RUN:
+        return None
+    rounds = {shape: -(-tile_count(wl, *shape) // sms) for shape in (SHORT_WIDE_TILE, tile)}
+    if rounds[SHORT_WIDE_TILE] >= rounds[tile]:
+        return None
+    return promoted_overlap(wl, block_m, knobs, space, promote_k, False)
 
 
 def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
@@ -385,34 +407,39 @@ def kept_split(split_k: int, knobs: dict, space: dict) -> int:
     return split_k if split_k in space["split_k"] else knobs["split_k"]
 
 
+def decode_batch(wl: Workload, sms: int) -> bool:
+    """Whether wl is a decode batch, which v8 gives one wgmma's rows a tile: at most that many
+    rows of A, or at most twice as many where 128x128 tiles cannot give every SM one."""
+    return wl.dims["M"] <= WGMMA_M or (wl.dims["M"] <= 2 * WGMMA_M
+                                       and tile_count(wl, 2 * WGMMA_M, 128) < sms)
+
+
 def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """v8's knobs for wl:
-    - block_m 64 for decode batches (M <= 64, or M <= 128 where 128x128 tiles cannot give
-      every SM one); block_n as `tile_widths` picks it (with `one_row_narrows`' width);
+    - block_m 64 for decode batches (`decode_batch`); block_n as `tile_widths` picks it;
     - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
       split_tail: only the last, partial wave's, where that pays: `tail_split_pays`);
     - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
       tiles take CLUSTER_WAVES waves or more, their rows of tiles padded to whole pairs are at
       most CLUSTER_PADDING times as many, and no rows are staged (`staged_operands`); else
       256-row tiles (`tall_tiles`, nt) where the 128-row ones take more than a wave and the
-      256-row ones cost no more; else, for 16-bit inputs past decode batches whose 128x256
-      tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and the
-      split plan where it splits every tile) of least estimated time (`timed_tiles`);
+      256-row ones cost no more; else, past decode batches: for 16-bit inputs whose 128x256
+      tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and split
+      plan) of least estimated time (`timed_tiles`); for fp8's promoted sums, 64x256 tiles
+      where they take fewer rounds (`short_wide_tile`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own); swap_ab where asked
       for, or unasked for decode batches (`swap_choice`), then these rules on the
       product the kernel computes, on tiles cut to M (`swapped_tiles`);
     - tma_store as `takes_tma_store` decides, and the most stages that fit;
-    - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (the precision of
-      torch._scaled_mm's default), unless the user or a search names promote_k (none: fast
-      accumulation); each K block's promotion under the next one's wgmmas in runs as long as
-      ptxas keeps in registers (`promoted_overlap`; MOST_SPLIT_OVERLAP where K is split); among
-      the widths whose sets of accumulators fit a thread (`promoted_widths`; no clusters or
-      tall tiles then).
-    Where the user asks for a cluster or pingpong, K is not split (they take whole tiles); where
-    they ask for split_tail, it is, in the least of the space's splits if no rule splits. Each
-    knob only where the space holds the value, but swap_ab's widths cut to M. Nothing for a
-    workload v8 refuses whatever its knobs (`workload_refusal`): its refusal says why."""
+    - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (`promotion`:
+      torch._scaled_mm's default's precision; promote_k=none is fast accumulation), each K
+      block's under the next one's wgmmas in runs ptxas keeps in registers
+      (`promoted_overlap`), on widths whose sets of accumulators fit (`promoted_widths`).
+    K is not split where the user asks for a cluster or pingpong (whole tiles), and is where
+    they ask for split_tail (the space's least split if no rule splits). Each knob only where
+    the space holds it, but swap_ab's widths cut to M; nothing where v8 refuses wl whatever
+    its knobs (`workload_refusal`: its refusal says why)."""
     if workload_refusal(wl):
         return {}
     swapped = swap_choice(wl, sms, knobs, space)
@@ -424,10 +451,10 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         space = {**space, "split_k": [1], "split_tail": [False]}
     promote_k = promotion(wl, knobs, space)
     # Step 1. Decode batches: one wgmma's rows.
-    decode = wl.dims["M"] <= WGMMA_M or (wl.dims["M"] <= 2 * WGMMA_M
-                                         and tile_count(wl, 2 * WGMMA_M, 128) < sms)
+    decode = decode_batch(wl, sms)
     block_m = WGMMA_M if decode and WGMMA_M in space["block_m"] else knobs["block_m"]
     overlap = promoted_overlap(wl, block_m, knobs, space, promote_k, pingpong)
+    whole_space = space
     if promote_k:
         space, knobs = promoted_widths(block_m, wl.layout, space, knobs, promoted_sets(overlap))
     # Step 2. The width, and K split to fill the SMs.
@@ -454,14 +481,16 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
     elif timed:
         (block_m, block_n, split_k), split_tail = timed, False
+    elif short := promote_k and not decode and not pingpong \
+            and short_wide_tile(wl, sms, knobs, whole_space, (block_m, block_n), promote_k):
+        (block_m, block_n), split_k, split_tail, overlap = SHORT_WIDE_TILE, 1, False, short
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
     split_k = kept_split(split_k, knobs, space)
     return {"block_m": block_m, "block_n": block_n,
             "stages": max(fitting_stages(block_m, block_n, space, tma_store),
                           default=knobs["stages"]),
-            "tma_store": tma_store,
-            "split_k": split_k,
+            "tma_store": tma_store, "split_k": split_k,
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
             "promote_k": promote_k, "promote_overlap": split_overlap(overlap, split_k, space),
             **({"cluster_m": 2} if clustered else {})}
