@@ -58,7 +58,8 @@ def gemm_of(args: argparse.Namespace) -> Workload:
 
 def main(argv: list[str]) -> int:
     parser = gemm_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--schedule", required=True, help=f"a rung, rung:knobs, or one of {', '.join(BASELINES)}")
+    parser.add_argument("--schedule", required=True,
+                        help=f"a rung, rung:knobs, or one of {', '.join(BASELINES)}")
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args(argv)
     try:

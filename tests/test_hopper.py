@@ -15,9 +15,9 @@ from tvm.tirx import stmt as S
 import kernel_facts as kf
 import schedules
 from schedules import ScheduleNotApplicable, Workload
+from schedules.tensorcore import HOPPER_SHARED_BYTES
 from schedules.v8.cuda import SETTLE, descriptor_at, descriptor_base, split_k_helpers
 from schedules.v8.geometry import ATOM, box_bytes
-from schedules.tensorcore import HOPPER_SHARED_BYTES
 from schedules.workloads import FP8
 from tuning import build, explain, lowering
 
