@@ -158,6 +158,18 @@ CHOICES = [
      {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
     ("v8", gemm((700, 151936, 896), FP8, "nt"),
      {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
+    # ... and 64x128 tiles whole where 128-row tiles would split a short K: 300x2048x2048's 48
+    # tiles of 128x128 in two slices each, or 80 of 64x128 whole, in one round both
+    # (`short_k_tile`); not on K of 64 blocks, nor with block scales
+    ("v8", gemm((300, 2048, 2048), FP8, "nt"),
+     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False, "promote_k": 128,
+      "promote_overlap": 4}),
+    ("v8", gemm((300, 2048, 8192), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "split_k": 2, "tma_store": False, "promote_k": 128,
+      "promote_overlap": 4}),
+    ("v8", Workload("gemm", (300, 2048, 2048), FP8, None, "nt", "block"),
+     {"block_n": 128, "stages": 6, "split_k": 2, "tma_store": False, "promote_k": 128,
+      "promote_overlap": 4}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
     # ... but not where rows are staged (K = 4095): its grid's barrier needs no clusters
     ("v8", gemm((4096, 28672, 4095), "bfloat16", "nt"),
@@ -819,6 +831,10 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (300, 28672, 5120), FP8, "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, MEDIUM_NAMES[1], "v8:block_m=128"]),
     (Workload("gemm", (2500, 5120, 5120), FP8, "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
+    # ... and where it takes 64x128 tiles whole on a short K (its narrow tile, then)
+    (Workload("gemm", (300, 2048, 2048), FP8, "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
+      "v8:block_m=128"]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")

@@ -30,7 +30,8 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
 from schedules.v8 import k_block_count, wave_tile
-from schedules.v8.heuristic import MEDIUM_ROWS, MEDIUM_TILES, SHORT_WIDE_TILE, SWAP_MOST_TOKENS
+from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
+                                    SWAP_MOST_TOKENS, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -222,12 +223,13 @@ def filling_tile(wl: Workload) -> list[str]:
 
 def replaced_rows(wl: Workload) -> list[str]:
     """fp8: v8 on 128-row tiles, which `best` weighs past MEDIUM_ROWS rows of A where v8's
-    default takes SHORT_WIDE_TILE tiles for fewer rounds (heuristic.short_wide_tile): the
-    128-row ones it replaced ran faster on a few such shapes (`other_settings`)."""
+    default takes 64-row tiles in their place (heuristic.short_wide_tile, short_k_tile): the
+    128-row ones they replaced ran faster on a few such shapes (`other_settings`)."""
     if not wl.is_fp8 or wl.dims["M"] <= MEDIUM_ROWS or not _takes(wl, "v8"):
         return []
     default = schedules.get(wl.op, "v8").defaults_for(wl)
-    short = (default["block_m"], default["block_n"]) == SHORT_WIDE_TILE
+    short = (default["block_m"], default["block_n"]) in (SHORT_WIDE_TILE, SHORT_K_TILE) \
+        and not decode_batch(wl, heuristics.H100_SMS)  # (decode batches take 64 rows anyway)
     return other_settings(wl, [{"block_m": 128}] if short else [])
 
 

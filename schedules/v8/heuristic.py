@@ -66,6 +66,11 @@ SHORT_TILE_RUN = 6  # runs on 64-row tiles: at most this long
 # 128-row ones (`short_wide_tile`; read off the H100's wide-fp8 and llm-fp8 runs,
 # reports/notes/h100-shapes.md, "64-row tiles for fp8 where they take fewer rounds")
 SHORT_WIDE_TILE = (64, 256)
+# ... and where K is short and the 128-row tiles would split it: 64x128 tiles whole, in one
+# round, on K of at most SHORT_K_BLOCKS blocks (`short_k_tile`; on an H200 at 300 rows and 2048
+# of K, 75.5 -> 92.4% and 77.8 -> 94.8% of cuBLAS; on 38 to 72 blocks -8.6 to +2.8 points:
+# notebook/logs/h200-ab-fp8-short-k-tiles-2026-11-28.log)
+SHORT_K_TILE, SHORT_K_BLOCKS = (64, 128), 16
 RUN_TAILS = {6: 2}  # blocks left over after whole runs of this length: at most so many
 SHORT_TILE_TAILS = {6: 0}  # ... on 64-row tiles
 
@@ -229,6 +234,38 @@ def short_wide_tile(wl: Workload, sms: int, knobs: dict, space: dict, tile: tupl
     if rounds[SHORT_WIDE_TILE] >= rounds[tile]:
         return None
     return promoted_overlap(wl, block_m, knobs, space, promote_k, False)
+
+
+def short_k_tile(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple[int, int],
+                 promote_k: int) -> int | None:
+    """fp8's promoted sums: the overlapped run (`promoted_overlap`) of SHORT_K_TILE tiles,
+    whole, where the plan's 128-row tiles (`plan`: block_m, split_k) split K (every tile's:
+    `short_tiles` passes no split_tail), K has at most SHORT_K_BLOCKS blocks, SHORT_K_TILE's
+    tiles take one round of the SMs and the space holds them; else None. A short K's slices
+    cost more in partials than 64-row tiles lose per byte. Not with block scales (as
+    `short_wide_tile`)."""
+    block_m, block_n = SHORT_K_TILE
+    if wl.block_scaled or plan[0] != 128 or plan[1] == 1 or block_m not in space["block_m"] \
+            or block_n not in space["block_n"] or 1 not in space["split_k"] \
+            or not tile_takes(wl, knobs, block_m, block_n) or tile_count(wl, *SHORT_K_TILE) > sms \
+            or k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) > SHORT_K_BLOCKS:
+        return None
+    return promoted_overlap(wl, block_m, knobs, space, promote_k, False)
+
+
+def short_tiles(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple,
+                promote_k: int) -> tuple | None:
+    """fp8's promoted sums past decode batches: (64-row tile, its overlapped run), whole, in
+    place of the `plan`'s 128-row tiles (block_m, block_n, split_k, split_tail):
+    SHORT_WIDE_TILE's where they take fewer rounds (`short_wide_tile`), else SHORT_K_TILE's
+    where the plan splits every tile's short K (`short_k_tile`); else None."""
+    block_m, block_n, split_k, split_tail = plan
+    if run := short_wide_tile(wl, sms, knobs, space, (block_m, block_n), promote_k):
+        return SHORT_WIDE_TILE, run
+    if not split_tail and (run := short_k_tile(wl, sms, knobs, space, (block_m, split_k),
+                                               promote_k)):
+        return SHORT_K_TILE, run
+    return None
 
 
 def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
@@ -425,8 +462,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       256-row tiles (`tall_tiles`, nt) where the 128-row ones take more than a wave and the
       256-row ones cost no more; else, past decode batches: for 16-bit inputs whose 128x256
       tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and split
-      plan) of least estimated time (`timed_tiles`); for fp8's promoted sums, 64x256 tiles
-      where they take fewer rounds (`short_wide_tile`);
+      plan) of least estimated time (`timed_tiles`); for fp8's promoted sums, 64-row tiles
+      where they take fewer rounds or spare a short K its split (`short_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own); swap_ab where asked
       for, or unasked for decode batches (`swap_choice`), then these rules on the
@@ -481,9 +518,9 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
     elif timed:
         (block_m, block_n, split_k), split_tail = timed, False
-    elif short := promote_k and not decode and not pingpong \
-            and short_wide_tile(wl, sms, knobs, whole_space, (block_m, block_n), promote_k):
-        (block_m, block_n), split_k, split_tail, overlap = SHORT_WIDE_TILE, 1, False, short
+    elif short := promote_k and not decode and not pingpong and short_tiles(
+            wl, sms, knobs, whole_space, (block_m, block_n, split_k, split_tail), promote_k):
+        ((block_m, block_n), overlap), split_k, split_tail = short, 1, False
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
     split_k = kept_split(split_k, knobs, space)
