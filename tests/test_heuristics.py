@@ -831,7 +831,8 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (300, 28672, 5120), FP8, "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, MEDIUM_NAMES[1], "v8:block_m=128"]),
     (Workload("gemm", (2500, 5120, 5120), FP8, "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
-    # ... and where it takes 64x128 tiles whole on a short K (its narrow tile, then)
+    # ... and where it takes 64x128 tiles whole on a short K (best's narrow 64x128 tile is
+    # then the default's own, not weighed twice)
     (Workload("gemm", (300, 2048, 2048), FP8, "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
       "v8:block_m=128"]),

@@ -67,9 +67,9 @@ SHORT_TILE_RUN = 6  # runs on 64-row tiles: at most this long
 # reports/notes/h100-shapes.md, "64-row tiles for fp8 where they take fewer rounds")
 SHORT_WIDE_TILE = (64, 256)
 # ... and where K is short and the 128-row tiles would split it: 64x128 tiles whole, in one
-# round, on K of at most SHORT_K_BLOCKS blocks (`short_k_tile`; on an H200 at 300 rows and 2048
-# of K, 75.5 -> 92.4% and 77.8 -> 94.8% of cuBLAS; on 38 to 72 blocks -8.6 to +2.8 points:
-# notebook/logs/h200-ab-fp8-short-k-tiles-2026-11-28.log)
+# round, on K of at most SHORT_K_BLOCKS blocks (`short_k_tile`; measured on an H200 up to 16
+# blocks only: reports/notes/h100-shapes.md, "64x128 tiles whole for fp8 where 128-row tiles
+# would split a short K")
 SHORT_K_TILE, SHORT_K_BLOCKS = (64, 128), 16
 RUN_TAILS = {6: 2}  # blocks left over after whole runs of this length: at most so many
 SHORT_TILE_TAILS = {6: 0}  # ... on 64-row tiles
