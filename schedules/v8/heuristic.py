@@ -218,54 +218,51 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
     return registered_run(wl, block_m, space) if one_block and room and not pingpong else None
 
 
-def short_wide_tile(wl: Workload, sms: int, knobs: dict, space: dict, tile: tuple[int, int],
-                    promote_k: int) -> int | None:
-    """fp8's promoted sums: the overlapped run (`promoted_overlap`) of SHORT_WIDE_TILE tiles,
-    unsplit, where the space holds them, K has more than LONE_RUN blocks and they take fewer
-    rounds of tiles on the SMs than `tile` (128 rows) unsplit: rows cut in 64s pad M less (300
-    rows take 5 rows of 64-row tiles, or 3 of 128-row ones that hold 384); else None. Not with
-    block scales, whose scale registers ptxas spills on these tiles (up to 184 bytes)."""
-    block_m, block_n = SHORT_WIDE_TILE
-    if wl.block_scaled or block_m not in space["block_m"] or block_n not in space["block_n"] \
-            or 1 not in space["split_k"] or not tile_takes(wl, knobs, block_m, block_n) \
-            or k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= LONE_RUN:
-        return None
+def short_tile_takes(wl: Workload, knobs: dict, space: dict, tile: tuple[int, int]) -> bool:
+    """Whether fp8's promoted sums may take 64-row `tile` whole in place of 128-row tiles: the
+    space holds it whole, v8 takes it (`tile_takes`), and the scales are not per block (ptxas
+    spills their scale registers on such tiles, up to 184 bytes on 64x256)."""
+    block_m, block_n = tile
+    return not wl.block_scaled and block_m in space["block_m"] and block_n in space["block_n"] \
+        and 1 in space["split_k"] and tile_takes(wl, knobs, block_m, block_n)
+
+
+def short_wide_tile(wl: Workload, sms: int, tile: tuple[int, int]) -> bool:
+    """Whether SHORT_WIDE_TILE's tiles, whole, take fewer rounds of tiles on the SMs than
+    `tile` (128 rows) whole, on K of more than LONE_RUN blocks: rows cut in 64s pad M less
+    (300 rows take 5 rows of 64-row tiles, or 3 of 128-row ones that hold 384)."""
     rounds = {shape: -(-tile_count(wl, *shape) // sms) for shape in (SHORT_WIDE_TILE, tile)}
-    if rounds[SHORT_WIDE_TILE] >= rounds[tile]:
-        return None
-    return promoted_overlap(wl, block_m, knobs, space, promote_k, False)
+    return k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) > LONE_RUN \
+        and rounds[SHORT_WIDE_TILE] < rounds[tile]
 
 
-def short_k_tile(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple[int, int],
-                 promote_k: int) -> int | None:
-    """fp8's promoted sums: the overlapped run (`promoted_overlap`) of SHORT_K_TILE tiles,
-    whole, where the plan's 128-row tiles (`plan`: block_m, split_k) split K (every tile's:
-    `short_tiles` passes no split_tail), K has at most SHORT_K_BLOCKS blocks, SHORT_K_TILE's
-    tiles take one round of the SMs and the space holds them; else None. A short K's slices
-    cost more in partials than 64-row tiles lose per byte. Not with block scales (as
-    `short_wide_tile`)."""
-    block_m, block_n = SHORT_K_TILE
-    if wl.block_scaled or plan[0] != 128 or plan[1] == 1 or block_m not in space["block_m"] \
-            or block_n not in space["block_n"] or 1 not in space["split_k"] \
-            or not tile_takes(wl, knobs, block_m, block_n) or tile_count(wl, *SHORT_K_TILE) > sms \
-            or k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) > SHORT_K_BLOCKS:
-        return None
-    return promoted_overlap(wl, block_m, knobs, space, promote_k, False)
+def short_k_tile(wl: Workload, sms: int, plan: tuple[int, int]) -> bool:
+    """Whether SHORT_K_TILE's tiles, whole, replace a `plan` (block_m, split_k) of 128-row tiles
+    that splits K (every tile's: `short_tiles` passes no split_tail), where K has at most
+    SHORT_K_BLOCKS blocks and those tiles take one round of the SMs: a short K's slices cost
+    more in partials than 64-row tiles lose per byte."""
+    return plan[0] == 128 and plan[1] > 1 and tile_count(wl, *SHORT_K_TILE) <= sms \
+        and k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= SHORT_K_BLOCKS
 
 
 def short_tiles(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple,
                 promote_k: int) -> tuple | None:
-    """fp8's promoted sums past decode batches: (64-row tile, its overlapped run), whole, in
-    place of the `plan`'s 128-row tiles (block_m, block_n, split_k, split_tail):
-    SHORT_WIDE_TILE's where they take fewer rounds (`short_wide_tile`), else SHORT_K_TILE's
-    where the plan splits every tile's short K (`short_k_tile`); else None."""
+    """fp8's promoted sums past decode batches: (64-row tile, its overlapped run,
+    `promoted_overlap`), whole, in place of the `plan`'s 128-row tiles (block_m, block_n,
+    split_k, split_tail): SHORT_WIDE_TILE where it takes fewer rounds (`short_wide_tile`),
+    else SHORT_K_TILE where the plan splits every tile's short K (`short_k_tile`), each where
+    `short_tile_takes` it; else None."""
     block_m, block_n, split_k, split_tail = plan
-    if run := short_wide_tile(wl, sms, knobs, space, (block_m, block_n), promote_k):
-        return SHORT_WIDE_TILE, run
-    if not split_tail and (run := short_k_tile(wl, sms, knobs, space, (block_m, split_k),
-                                               promote_k)):
-        return SHORT_K_TILE, run
-    return None
+    if short_tile_takes(wl, knobs, space, SHORT_WIDE_TILE) \
+            and short_wide_tile(wl, sms, (block_m, block_n)):
+        tile = SHORT_WIDE_TILE
+    elif not split_tail and short_tile_takes(wl, knobs, space, SHORT_K_TILE) \
+            and short_k_tile(wl, sms, (block_m, split_k)):
+        tile = SHORT_K_TILE
+    else:
+        return None
+    run = promoted_overlap(wl, tile[0], knobs, space, promote_k, False)
+    return (tile, run) if run else None
 
 
 def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
