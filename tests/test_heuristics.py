@@ -170,6 +170,23 @@ CHOICES = [
     ("v8", Workload("gemm", (300, 2048, 2048), FP8, None, "nt", "block"),
      {"block_n": 128, "stages": 6, "split_k": 2, "tma_store": False, "promote_k": 128,
       "promote_overlap": 4}),
+    # block scales on K of 48 blocks or more, unsplit: 128x128 tiles in clusters of 2 along N
+    # (`paired_tiles`), A's box shared; not on K of 32 blocks, nor where K is split (the last
+    # wave's tiles at 4096x2112x7168), nor tensorwise; 9 columns of tiles pad to 10 (1.11x), 5
+    # would to 6 (1.2x)
+    ("v8", Workload("gemm", (4096, 7168, 6144), FP8, None, "nt", "block"),
+     {"block_n": 128, "stages": 6, "cluster_n": 2, "promote_k": 128, "promote_overlap": 8}),
+    ("v8", Workload("gemm", (4096, 7168, 4096), FP8, None, "nt", "block"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
+    ("v8", Workload("gemm", (4096, 2112, 7168), FP8, None, "nt", "block"),
+     {"block_n": 128, "stages": 6, "split_k": 8, "split_tail": True, "promote_k": 128,
+      "promote_overlap": 4}),
+    ("v8", gemm((4096, 7168, 16384), FP8, "nt"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
+    ("v8", Workload("gemm", (16384, 1152, 8192), FP8, None, "nt", "block"),
+     {"block_n": 128, "stages": 6, "cluster_n": 2, "promote_k": 128, "promote_overlap": 8}),
+    ("v8", Workload("gemm", (16384, 640, 8192), FP8, None, "nt", "block"),
+     {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
     ("v8", gemm((8192, 8192, 1024), "float16"), {"cluster_m": 2}),
     # ... but not where rows are staged (K = 4095): its grid's barrier needs no clusters
     ("v8", gemm((4096, 28672, 4095), "bfloat16", "nt"),

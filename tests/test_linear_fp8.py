@@ -80,6 +80,21 @@ def test_a_layer_shape_the_gemm_does_not_take_is_refused(dtype, scales, out_dtyp
         LayerShape(64, 32, dtype, scales, out_dtype, fast)
 
 
+PAIRED_LAYER = (2048, 6144, (1, 4097), 8448)  # n, k, bucket edges, max tokens
+
+
+def test_a_block_scaled_layers_largest_bucket_weighs_v8_in_pairs_beside_alone():
+    """2048 x 6144 up to 8448 rows: at the last bucket's most rows v8's default pairs its
+    128x128 tiles along N (1056 tiles, 48 K blocks: `paired_tiles`), and the bucket measures
+    that beside the same tiles alone; the first bucket's 4096 rows (512 tiles) are not paired."""
+    n, k, edges, most = PAIRED_LAYER
+    layer = LayerShape(n, k, "float8_e4m3fn", "block")
+    first, last = (candidates(layer, bucket, most) for bucket in buckets_from_edges(edges))
+    clusters = [[dict(c.knobs)["cluster_n"] for c in found if c.rung == V8]
+                for found in (first, last)]
+    assert 2 not in clusters[0] and clusters[1].count(2) == 1 and 1 in clusters[1]
+
+
 @pytest.mark.parametrize("scales", SCALES)
 @pytest.mark.parametrize("bucket", buckets_from_edges())
 def test_every_fp8_bucket_has_scaled_mm_and_precise_v8_for_any_m(scales, bucket):
@@ -633,6 +648,22 @@ def test_a_ragged_fp8_layer_that_scaled_mm_refuses_runs_v8(gpu_cache):
         assert kernel.candidate.rung == V8
         assert kernel.measured[TORCH]["error"].startswith("raised ")
     _assert_right_at_the_edges(layer)
+
+
+@pytest.mark.gpu
+def test_a_block_scaled_layers_v8_in_pairs_passes_every_probe(gpu_cache):
+    """v8 for any M with its tiles in clusters of 2 along N (the last bucket's default, see
+    PAIRED_LAYER) passes its float64 check at each probe M, as every other candidate does."""
+    n, k, edges, most = PAIRED_LAYER
+    torch.manual_seed(0)
+    weight, scale, bias = _weights(n, k, "block", device="cuda")
+    layer = linear.Linear.from_float8(weight, scale, bias, buckets=buckets_from_edges(edges),
+                                      max_tokens=most)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    statuses = {name: result["status"] for kernel in layer.kernels.kernels
+                for name, result in kernel.measured.items()}
+    assert any("cluster_n=2" in name for name in statuses)
+    assert set(statuses.values()) == {"ok"}, statuses
 
 
 @pytest.mark.gpu

@@ -192,6 +192,7 @@ def test_v8_overlapped_runs_read_each_blocks_scales_into_its_sets_registers(lowe
     ((256, 384, 1000), {"pingpong": True, "block_m": 64, "block_n": 128}),
     ((4096, 24576, 1536), {}),  # 12 and 8 K blocks: the overlapped runs the heuristic picks
     ((4096, 4096, 1024), {}),  # (registered_run), where runs of 8 spilled
+    ((4096, 7168, 16384), {}),  # in clusters of 2 along N (paired_tiles)
 ])
 def test_v8_block_scaled_cuda_compiles_without_spills(shape, knobs, compiled):
     """nvcc takes the block-scaled kernel for sm_90a; its scale registers spill nothing."""
@@ -217,6 +218,10 @@ BLOCK_CASES = [  # (the pingpong case: K staged into rows TMA can load, one shor
     (block((300, 520, 1000), "float32"), {"block_n": 128, "promote_overlap": 4}),
     (block((1100, 4608, 1024)), {"block_n": 128, "split_k": 3, "split_tail": True,
                                  "promote_overlap": 2}),
+    # clusters of 2 along N on many tiles of a long K (`paired_tiles`): 32 columns of tiles,
+    # and 11 (the pair of the last column has no tile of its own) on ragged M and N
+    (block((4352, 4096, 6144)), {}),
+    (block((12200, 1400, 6144), "float32"), {}),
 ]
 
 

@@ -39,6 +39,10 @@ MEDIUM_TILES = ((64, 256), (128, 192))  # unsplit tiles that, beside the default
 TILE_FIXED_ELEMENTS = 14_600
 CLUSTER_WAVES = 8  # v8: 128x256 tiles in clusters of 2 where they take this many waves or more
 CLUSTER_PADDING = 1.125  # ... and their rows of tiles, padded to whole pairs, this many times more
+# block-scaled fp8: unsplit tiles in clusters of 2 along N (cuBLAS's block-scaled kernel's 1x2)
+# where they take CLUSTER_WAVES waves or more and K has this many blocks or more
+# (reports/notes/h100-v8.md, "Block scales in clusters of 2 along N")
+PAIRED_K_BLOCKS = 48
 TMA_STORE_STAGES = {2: 3, 1: 4}  # tma_store: where its boxes leave room for so many stages,
 # by the bytes of an input element (fp8 lost a stage's worth)
 # 16-bit inputs: each tile shape's time, in microseconds on an H100, per K block of 128 bytes
@@ -265,6 +269,47 @@ def short_tiles(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple,
     return (tile, run) if run else None
 
 
+def pairs_pad(wl: Workload) -> bool:
+    """Whether pairs of 128-row tiles along M pad M's rows of tiles to more than
+    CLUSTER_PADDING times as many (3 rows of tiles: 4)."""
+    rows = -(-wl.dims["M"] // 128)
+    return rows + rows % 2 > CLUSTER_PADDING * rows
+
+
+def many_wave_clusters(wl: Workload, sms: int, knobs: dict, space: dict,
+                       plan: tuple[int, int, int]) -> dict:
+    """The clusters of 2 CTAs for a plan (block_m, block_n, split_k) past decode batches and
+    pingpong, none where rows are staged (`staged_operands`): {"cluster_m": 2} (128x256 tiles
+    side by side along M, B's box shared by TMA multicast) where those tiles take
+    CLUSTER_WAVES waves or more and their rows do not pad (`pairs_pad`); else
+    {"cluster_n": 2} for block-scaled fp8's plan where `paired_tiles`; else {}."""
+    if staged_operands(wl):
+        return {}
+    if not pairs_pad(wl) and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms \
+            and 2 in space["cluster_m"] and 128 in space["block_m"] \
+            and 256 in space["block_n"] and 1 in space["split_k"]:
+        return {"cluster_m": 2}
+    return {"cluster_n": 2} if paired_tiles(wl, sms, knobs, space, plan) else {}
+
+
+def paired_tiles(wl: Workload, sms: int, knobs: dict, space: dict,
+                 plan: tuple[int, int, int]) -> bool:
+    """Whether block-scaled fp8's `plan` (block_m, block_n, split_k) runs in clusters of 2 along
+    N, the pair's A box loaded once by TMA multicast: where the plan leaves K whole, its tiles
+    take CLUSTER_WAVES waves or more, K has at least PAIRED_K_BLOCKS blocks, the space holds
+    the pair, the columns of tiles padded to whole pairs are at most CLUSTER_PADDING times as
+    many, and v8 takes the tile. Over many tiles of a long K the pair's halved reads of A
+    outweigh what the cluster costs a tile; on fewer or shorter ones they did not, and a split
+    K's slices are refused clusters."""
+    block_m, block_n, split_k = plan
+    columns = -(-wl.dims["N"] // block_n)
+    return wl.block_scaled and split_k == 1 and 2 in space["cluster_n"] \
+        and 1 in space["cluster_m"] and tile_count(wl, block_m, block_n) >= CLUSTER_WAVES * sms \
+        and columns + columns % 2 <= CLUSTER_PADDING * columns \
+        and k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) >= PAIRED_K_BLOCKS \
+        and tile_takes(wl, knobs, block_m, block_n)
+
+
 def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
     """The longest of the space's promote_overlap runs that ptxas keeps in registers over wl's
     K blocks, whole: all of them as one run where they are at most LONE_RUN (SHORT_TILE_RUN on
@@ -453,9 +498,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     - block_m 64 for decode batches (`decode_batch`); block_n as `tile_widths` picks it;
     - K split as `split_plan` splits it (every tile's K where the tiles fit one wave, else
       split_tail: only the last, partial wave's, where that pays: `tail_split_pays`);
-    - 128x256 tiles in clusters of 2 along M (B's box shared by TMA multicast) where those
-      tiles take CLUSTER_WAVES waves or more, their rows of tiles padded to whole pairs are at
-      most CLUSTER_PADDING times as many, and no rows are staged (`staged_operands`); else
+    - clusters of 2 (`many_wave_clusters`): 128x256 tiles along M where they take many waves,
+      or block-scaled fp8's unsplit tiles along N on many waves of a long K; else
       256-row tiles (`tall_tiles`, nt) where the 128-row ones take more than a wave and the
       256-row ones cost no more; else, past decode batches: for 16-bit inputs whose 128x256
       tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and split
@@ -494,20 +538,18 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     # Step 2. The width, and K split to fill the SMs.
     block_n = tile_widths(wl, sms, block_m, knobs, space)
     waves, split_k, split_tail = paying_split_plan(wl, sms, (block_m, block_n), space, overlap)
-    # Step 3. Clusters where the tiles take many waves; else pingpong's, tall or timed tiles.
-    row_tiles, wide_tiles = -(-wl.dims["M"] // 128), tile_count(wl, 128, 256)
-    padded = row_tiles + row_tiles % 2 > CLUSTER_PADDING * row_tiles
-    clustered = (not decode and not pingpong and not staged_operands(wl) and not padded
-                 and wide_tiles >= CLUSTER_WAVES * sms
-                 and 2 in space["cluster_m"] and 128 in space["block_m"]
-                 and 256 in space["block_n"] and 1 in space["split_k"])
+    # Step 3. Clusters where the tiles take many waves or block scales a long K; else
+    # pingpong's, tall or timed tiles.
+    wide_tiles = tile_count(wl, 128, 256)
+    clusters = {} if decode or pingpong else \
+        many_wave_clusters(wl, sms, knobs, space, (block_m, block_n, split_k))
     tall = None if decode or promote_k or wl.layout != "nt" or TALL_M not in space["block_m"] \
         or tile_count(wl, block_m, block_n) <= sms else tall_tiles(wl, sms, space, waves)
     timed = timed_tiles(wl, sms, knobs, space, (block_m, block_n, split_k, split_tail)) \
         if not decode and not promote_k and DTYPE_BYTES[wl.dtype] == 2 \
-        and (wide_tiles <= TIMED_WAVES * sms or padded and wide_tiles >= CLUSTER_WAVES * sms) \
-        else None
-    if clustered:
+        and (wide_tiles <= TIMED_WAVES * sms
+             or pairs_pad(wl) and wide_tiles >= CLUSTER_WAVES * sms) else None
+    if "cluster_m" in clusters:
         block_m, block_n, split_k, split_tail = 128, 256, 1, False
     elif pingpong:  # the widest whole tile one consumer holds (nn: whole 64-column boxes)
         block_n = widest_fitting(block_m, wl.layout, True, space["block_n"]) or knobs["block_n"]
@@ -527,4 +569,4 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
             "tma_store": tma_store, "split_k": split_k,
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
             "promote_k": promote_k, "promote_overlap": split_overlap(overlap, split_k, space),
-            **({"cluster_m": 2} if clustered else {})}
+            **clusters}
