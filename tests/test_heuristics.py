@@ -853,6 +853,12 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (300, 2048, 2048), FP8, "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
       "v8:block_m=128"]),
+    # block scales past 64 rows: v8's tiles paired along N where its default leaves them alone,
+    # alone where it pairs them (`other_pairing`); not at 48 rows
+    (Workload("gemm", (4096, 7168, 16384), FP8, "bfloat16", "nt", "block"),
+     ["v8", *MEDIUM_NAMES, "v8:cluster_n=1"]),
+    (Workload("gemm", (1000, 7168, 16384), FP8, "bfloat16", "nt", "block"),
+     ["v8", *MEDIUM_NAMES, "v8:cluster_n=2"]),
     (Workload("gemm", (48, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
     (Workload("gemm", (4096, 768, 3072), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5"]),
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")

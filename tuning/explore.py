@@ -169,7 +169,7 @@ def portfolio(wl: Workload) -> list[str]:
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
     there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
     `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`,
-    `filling_tile` and `replaced_rows`. Where one rung is left (v8 elsewhere), nothing is
+    `filling_tile`, `replaced_rows` and `other_pairing`. Where one rung is left (v8 elsewhere), nothing is
     measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
@@ -178,7 +178,7 @@ def portfolio(wl: Workload) -> list[str]:
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
         names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) + filling_tile(wl) \
-            + replaced_rows(wl) if wl.dtype != "float32" else []
+            + replaced_rows(wl) + other_pairing(wl) if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in dict.fromkeys(names)
@@ -231,6 +231,17 @@ def replaced_rows(wl: Workload) -> list[str]:
     short = (default["block_m"], default["block_n"]) in (SHORT_WIDE_TILE, SHORT_K_TILE) \
         and not decode_batch(wl, heuristics.H100_SMS)  # (decode batches take 64 rows anyway)
     return other_settings(wl, [{"block_m": 128}] if short else [])
+
+
+def other_pairing(wl: Workload) -> list[str]:
+    """Block-scaled fp8: v8's tiles in clusters of 2 along N where its default leaves them
+    alone, or alone where it pairs them (heuristic.paired_tiles), which `best` weighs past
+    MEDIUM_ROWS rows of A: pairs won on some shapes the rule leaves alone and lost on others
+    (`other_settings`)."""
+    if not wl.block_scaled or wl.dims["M"] <= MEDIUM_ROWS or not _takes(wl, "v8"):
+        return []
+    paired = schedules.get(wl.op, "v8").defaults_for(wl)["cluster_n"] == 2
+    return other_settings(wl, [{"cluster_n": 1 if paired else 2}])
 
 
 def narrow_tiles(wl: Workload) -> list[str]:
