@@ -169,8 +169,8 @@ def portfolio(wl: Workload) -> list[str]:
     SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
     there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
     `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`,
-    `filling_tile`, `replaced_rows` and `other_pairing`. Where one rung is left (v8 elsewhere), nothing is
-    measured."""
+    `filling_tile`, `replaced_rows` and `other_pairing`. Where one rung is left (v8
+    elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
