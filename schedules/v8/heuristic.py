@@ -269,11 +269,10 @@ def short_tiles(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple,
     return (tile, run) if run else None
 
 
-def pairs_pad(wl: Workload) -> bool:
-    """Whether pairs of 128-row tiles along M pad M's rows of tiles to more than
-    CLUSTER_PADDING times as many (3 rows of tiles: 4)."""
-    rows = -(-wl.dims["M"] // 128)
-    return rows + rows % 2 > CLUSTER_PADDING * rows
+def pairs_pad(tiles: int) -> bool:
+    """Whether `tiles` tiles along one dimension, padded to whole pairs of them (clusters of
+    2), are more than CLUSTER_PADDING times as many (3 rows of tiles: 4)."""
+    return tiles + tiles % 2 > CLUSTER_PADDING * tiles
 
 
 def many_wave_clusters(wl: Workload, sms: int, knobs: dict, space: dict,
@@ -281,11 +280,11 @@ def many_wave_clusters(wl: Workload, sms: int, knobs: dict, space: dict,
     """The clusters of 2 CTAs for a plan (block_m, block_n, split_k) past decode batches and
     pingpong, none where rows are staged (`staged_operands`): {"cluster_m": 2} (128x256 tiles
     side by side along M, B's box shared by TMA multicast) where those tiles take
-    CLUSTER_WAVES waves or more and their rows do not pad (`pairs_pad`); else
+    CLUSTER_WAVES waves or more and their 128-row rows do not pad (`pairs_pad`); else
     {"cluster_n": 2} for block-scaled fp8's plan where `paired_tiles`; else {}."""
     if staged_operands(wl):
         return {}
-    if not pairs_pad(wl) and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms \
+    if not pairs_pad(-(-wl.dims["M"] // 128)) and tile_count(wl, 128, 256) >= CLUSTER_WAVES * sms \
             and 2 in space["cluster_m"] and 128 in space["block_m"] \
             and 256 in space["block_n"] and 1 in space["split_k"]:
         return {"cluster_m": 2}
@@ -297,15 +296,13 @@ def paired_tiles(wl: Workload, sms: int, knobs: dict, space: dict,
     """Whether block-scaled fp8's `plan` (block_m, block_n, split_k) runs in clusters of 2 along
     N, the pair's A box loaded once by TMA multicast: where the plan leaves K whole, its tiles
     take CLUSTER_WAVES waves or more, K has at least PAIRED_K_BLOCKS blocks, the space holds
-    the pair, the columns of tiles padded to whole pairs are at most CLUSTER_PADDING times as
-    many, and v8 takes the tile. Over many tiles of a long K the pair's halved reads of A
-    outweigh what the cluster costs a tile; on fewer or shorter ones they did not, and a split
-    K's slices are refused clusters."""
+    the pair, its columns of tiles do not pad (`pairs_pad`), and v8 takes the tile. Over many
+    tiles of a long K the pair's halved reads of A outweigh what the cluster costs a tile; on
+    fewer or shorter ones they did not, and a split K's slices are refused clusters."""
     block_m, block_n, split_k = plan
-    columns = -(-wl.dims["N"] // block_n)
     return wl.block_scaled and split_k == 1 and 2 in space["cluster_n"] \
         and 1 in space["cluster_m"] and tile_count(wl, block_m, block_n) >= CLUSTER_WAVES * sms \
-        and columns + columns % 2 <= CLUSTER_PADDING * columns \
+        and not pairs_pad(-(-wl.dims["N"] // block_n)) \
         and k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) >= PAIRED_K_BLOCKS \
         and tile_takes(wl, knobs, block_m, block_n)
 
@@ -548,7 +545,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     timed = timed_tiles(wl, sms, knobs, space, (block_m, block_n, split_k, split_tail)) \
         if not decode and not promote_k and DTYPE_BYTES[wl.dtype] == 2 \
         and (wide_tiles <= TIMED_WAVES * sms
-             or pairs_pad(wl) and wide_tiles >= CLUSTER_WAVES * sms) else None
+             or pairs_pad(-(-wl.dims["M"] // 128)) and wide_tiles >= CLUSTER_WAVES * sms) \
+        else None
     if "cluster_m" in clusters:
         block_m, block_n, split_k, split_tail = 128, 256, 1, False
     elif pingpong:  # the widest whole tile one consumer holds (nn: whole 64-column boxes)
