@@ -6,7 +6,8 @@ same shared tiles and the same K split. v4 to v5t go past the seed on CUDA cores
 rung: v4 coalesced threads and register tiles, v5 16-byte vectors, v5p a cp.async pipeline, v5k
 split K, v5t A transposed in shared memory; v6 and v7, on tensor cores, are in tensorcore.py.
 The tiles of v5..v5k and of v6 come from knob sweeps on an H100
-(notebook/logs/h100-gemm-sweep-*.log), v5t's from notebook/logs/h100-v5t-sweep-*.log. Loop
+(notebook/logs/h100-gemm-sweep-*.log), v5t's from notebook/logs/h100-v5t-sweep-*.log and,
+where C has a 128x128 tile for every SM, h200-sweep-fp32-k-tile-8-2026-11-28.log. Loop
 names follow the seed: i/x is the row axis (M), j/y the column axis (N), k the reduction.
 Shapes that are not multiples of a tile get predicated tails from `split` up to v3; from v4
 on, the multiply is padded to whole tiles (common.pad_to_tiles), so only the loads (zero past
@@ -538,10 +539,39 @@ def v5k(sch: Schedule, wl: Workload, *, block_m: int = 64, block_n: int = 64, th
         overlap_zeroing=overlap_zeroing))
 
 
+# v5t's settings where C has a 128x128 tile for every SM. Square: those of cuBLAS's float32
+# kernel on the H100 there (sm80_xmma_gemm_f32f32_..._tilesize128x128x8_stage3_warpsize2x2x1,
+# notebook/logs/h200x4-cublas-kernels-wide-fp32-2026-11-27.log): 128 threads of 8x16 sums, K
+# tiles of 8 in 3 stages. Narrow: the same 128 threads over half the columns, 8x8 sums each.
+V5T_SQUARE = {"block_m": 128, "block_n": 128, "thread_m": 8, "thread_n": 16, "tile_k": 8,
+              "stages": 3}
+V5T_NARROW = {**V5T_SQUARE, "block_n": 64, "thread_n": 8}
+V5T_SQUARE_BLOCKS_PER_SM = 2  # square tiles' blocks an SM holds at once (205 registers each)
+V5T_FULL_LAST_WAVE = 0.9  # the least share of their last wave's places the square tiles fill
+
+
+def v5t_square_tiles_fill(wl: Workload, sms: int) -> bool:
+    """Whether C's square (V5T_SQUARE) tiles give every SM one."""
+    return heuristics.tile_count(wl, V5T_SQUARE["block_m"], V5T_SQUARE["block_n"]) >= sms
+
+
+def v5t_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
+    """v5t: where C's square tiles give every SM one, V5T_SQUARE, unless they fill less than
+    V5T_FULL_LAST_WAVE of their last wave's places (V5T_SQUARE_BLOCKS_PER_SM an SM): then
+    V5T_NARROW, whose smaller blocks leave a shorter tail. Where C has fewer tiles, the
+    signature's tiles with K split (`heuristics.split_k`)."""
+    if not v5t_square_tiles_fill(wl, sms):
+        return heuristics.split_k(wl, sms, knobs, space)
+    tiles = heuristics.tile_count(wl, V5T_SQUARE["block_m"], V5T_SQUARE["block_n"])
+    places = sms * V5T_SQUARE_BLOCKS_PER_SM
+    last_wave_fill = tiles / (-(-tiles // places) * places)
+    return dict(V5T_SQUARE if last_wave_fill >= V5T_FULL_LAST_WAVE else V5T_NARROW)
+
+
 @schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
-                                "thread_m": [8, 16], "thread_n": [8, 16], "tile_k": [16, 32],
+                                "thread_m": [8, 16], "thread_n": [8, 16], "tile_k": [8, 16, 32],
                                 "stages": [2, 3], "k_slices": [1, 4, 8],
-                                "fragment_stages": [1, 2]}, heuristic=heuristics.split_k)
+                                "fragment_stages": [1, 2]}, heuristic=v5t_tiles)
 def v5t(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
         thread_n: int = 16, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
         k_slices: int = 1, atomic_sum: bool = False, overlap_zeroing: bool = True,

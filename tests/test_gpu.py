@@ -8,7 +8,7 @@ import pytest
 
 import runner
 import schedules
-from schedules import ScheduleNotApplicable, Workload
+from schedules import ScheduleNotApplicable, Workload, gemm
 from schedules.workloads import FP8
 from tests.test_schedules import (FP8_GEMMS, ONLY_K_RAGGED_CAST, REFUSED, SKINNY_WORKLOADS,
                                   skinny_refusal)
@@ -139,6 +139,19 @@ def test_v5t_is_correct(wl, knobs, target):
     """A transposed in shared memory, the fragment pipeline, split K; tiles that overhang M and
     N, and B in both layouts."""
     check_module(wl, schedules.get("gemm", "v5t").apply(wl, target, **knobs), target, 6)
+
+
+@pytest.mark.parametrize("wl, picked", [
+    (Workload("gemm", (1900, 2050, 72)), gemm.V5T_SQUARE),  # 255 tiles of 128x128: 97% of 264
+    (Workload("gemm", (1900, 2050, 72), layout="nt"), gemm.V5T_SQUARE),
+    (Workload("gemm", (1100, 2100, 301), layout="nt"), gemm.V5T_NARROW)],  # 153: 58%; ragged K
+    ids=lambda x: x.label() if isinstance(x, Workload) else "")
+def test_v5t_square_and_narrow_tiles_are_correct(wl, picked, target):
+    """v5t's tiles where C has a 128x128 tile for every SM (cuBLAS's, K tiles of 8, and the
+    narrow ones), picked by its heuristic, over ragged M, N and K, in both layouts."""
+    entry = schedules.get("gemm", "v5t")
+    assert picked.items() <= entry.defaults_for(wl).items()
+    check_module(wl, entry.apply(wl, target), target, 6)
 
 
 @pytest.mark.parametrize("name, knobs", [

@@ -27,6 +27,7 @@ from reporting.render import ceilings_text, markdown_table, table_rows, with_cei
 from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
+from schedules.gemm import V5T_NARROW, V5T_SQUARE, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
 from schedules.v8 import k_block_count, wave_tile
@@ -163,18 +164,19 @@ def portfolio(wl: Workload) -> list[str]:
     """The rungs a measured `best` weighs for `wl` where no records know it: those that were
     the fastest on some shape of the committed suites (reports/h100-shapes.md,
     reports/h100-gemv.md, reports/h100-nvfp4-gemv.md) for its kind of op: v8 on 16-bit and
-    fp8 GEMMs. A GEMM of a few rows that skinny takes (M <=
-    16, nt) weighs skinny beside them: W read once for every row, where tensor-core tiles
-    leave most of their rows empty. Past the rows v8 swaps by default, up to
-    SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8 takes the swap:
-    there it won on some shapes and lost on others (reports/notes/h100-shapes.md), and v8's
-    `narrow_tiles` and `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`,
-    `filling_tile`, `replaced_rows` and `other_pairing`. Where one rung is left (v8
-    elsewhere), nothing is measured."""
+    fp8 GEMMs; v5t, v5k, v5p and v5 on float32, with v5t's `other_register_tile`. A GEMM of
+    a few rows that skinny takes (M <= 16, nt) weighs skinny beside them: W read once for
+    every row, where tensor-core tiles leave most of their rows empty. Past the rows v8 swaps
+    by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8
+    takes the swap: there it won on some shapes and lost on others
+    (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and `whole_k_tile`; past
+    MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `replaced_rows` and `other_pairing`.
+    Where one rung is left (v8 elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
     elif wl.op == "gemm":
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
+        names += other_register_tile(wl)
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
         names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) + filling_tile(wl) \
@@ -188,8 +190,10 @@ def portfolio(wl: Workload) -> list[str]:
 def _takes(wl: Workload, name: str, knobs: dict | None = None) -> bool:
     """Whether rung `name` takes `wl` with `knobs` set (its heuristic picks the rest), by its own
     refusal check, nothing built (skinny: at most SKINNY_ROWS rows of A, nt; its dtypes are
-    `portfolio`'s check)."""
+    `portfolio`'s check); a rung without such a check takes it."""
     entry = schedules.get(wl.op, name)
+    if entry.refuse is None:
+        return True
     try:
         entry.refuse(wl, **entry.defaults_for(wl, knobs))
     except ScheduleNotApplicable:
@@ -262,13 +266,22 @@ def whole_k_tile(wl: Workload) -> list[str]:
     return other_settings(wl, [WHOLE_K_V8] if fits else [])
 
 
-def other_settings(wl: Workload, settings: list[dict]) -> list[str]:
-    """The names ('v8:block_n=64') of those of v8's `settings` (knobs named, the rest the
-    heuristic's) that v8 takes for wl and that are not its default's own choice."""
-    entry = schedules.get(wl.op, "v8")
+def other_register_tile(wl: Workload) -> list[str]:
+    """float32: v5t's narrow tiles where its heuristic picks the square ones, or the square
+    where it picks the narrow (gemm.v5t_tiles), which `best` weighs where C has a square tile
+    for every SM: the rule's last-wave share misjudged some shapes (`other_settings`)."""
+    if wl.dtype != "float32" or not v5t_square_tiles_fill(wl, heuristics.H100_SMS):
+        return []
+    return other_settings(wl, [V5T_SQUARE, V5T_NARROW], rung="v5t")
+
+
+def other_settings(wl: Workload, settings: list[dict], rung: str = "v8") -> list[str]:
+    """The names ('v8:block_n=64') of those of the rung's `settings` (knobs named, the rest the
+    heuristic's) that it takes for wl and that are not its default's own choice."""
+    entry = schedules.get(wl.op, rung)
     default = entry.defaults_for(wl)
-    return [with_knob_text("v8", knobs.items()) for knobs in settings
-            if _takes(wl, "v8", knobs) and entry.defaults_for(wl, knobs) != default]
+    return [with_knob_text(rung, knobs.items()) for knobs in settings
+            if _takes(wl, rung, knobs) and entry.defaults_for(wl, knobs) != default]
 
 
 def _portfolio_schedule(wl: Workload, name: str) -> TunedSchedule:
