@@ -629,11 +629,12 @@ def test_a_short_metaschedule_search_over_v8s_knob_space(tmp_path):
 
 
 @pytest.mark.parametrize("wl", [Workload("gemv", (1000, 1000), "float16"),
-                                Workload("gemm", (48, 2048, 1024), "bfloat16", "bfloat16", "nt")],
+                                Workload("gemm", (48, 2048, 1024), "bfloat16", "bfloat16", "nt"),
+                                Workload("gemm", (1100, 2100, 301), "float32", layout="nt")],
                          ids=Workload.label)
 def test_best_measures_its_portfolio_here_and_the_next_best_reads_the_records(wl, tmp_path):
-    """`best` on a workload no records know (a GEMV; a GEMM whose portfolio holds v8 with
-    knobs, swapped): its portfolio checked and timed on this GPU, the fastest correct entry
+    """`best` on a workload no records know (a GEMV; GEMMs whose portfolios hold v8 with
+    knobs, swapped, and v5t's other tile): its portfolio checked and timed on this GPU, the fastest correct entry
     chosen and recorded; the next `best` takes the same from the records."""
     found = explore.SearchResults(results=str(tmp_path / "results.jsonl"))
     said, again = [], []
