@@ -634,8 +634,9 @@ def test_a_short_metaschedule_search_over_v8s_knob_space(tmp_path):
                          ids=Workload.label)
 def test_best_measures_its_portfolio_here_and_the_next_best_reads_the_records(wl, tmp_path):
     """`best` on a workload no records know (a GEMV; GEMMs whose portfolios hold v8 with
-    knobs, swapped, and v5t's other tile): its portfolio checked and timed on this GPU, the fastest correct entry
-    chosen and recorded; the next `best` takes the same from the records."""
+    knobs, swapped, and v5t's other tile): its portfolio checked and timed on this GPU, the
+    fastest correct entry chosen and recorded; the next `best` takes the same from the
+    records."""
     found = explore.SearchResults(results=str(tmp_path / "results.jsonl"))
     said, again = [], []
     chosen = explore.resolve(wl, "best", found, said.append)
