@@ -542,9 +542,10 @@ def v5k(sch: Schedule, wl: Workload, *, block_m: int = 64, block_n: int = 64, th
 # v5t's settings where C has a 128x128 tile for every SM. Square: those of cuBLAS's float32
 # kernel on the H100 there (sm80_xmma_gemm_f32f32_..._tilesize128x128x8_stage3_warpsize2x2x1,
 # notebook/logs/h200x4-cublas-kernels-wide-fp32-2026-11-27.log): 128 threads of 8x16 sums, K
-# tiles of 8 in 3 stages. Narrow: the same 128 threads over half the columns, 8x8 sums each.
+# tiles of 8 in 3 stages (one barrier a K tile; `v5t_square` says where two). Narrow: the same
+# 128 threads over half the columns, 8x8 sums each.
 V5T_SQUARE = {"block_m": 128, "block_n": 128, "thread_m": 8, "thread_n": 16, "tile_k": 8,
-              "stages": 3}
+              "stages": 3, "single_barrier": True}
 V5T_NARROW = {**V5T_SQUARE, "block_n": 64, "thread_n": 8}
 V5T_SQUARE_BLOCKS_PER_SM = 2  # square tiles' blocks an SM holds at once (205 registers each)
 V5T_FULL_LAST_WAVE = 0.9  # the least share of their last wave's places the square tiles fill
@@ -555,23 +556,31 @@ def v5t_square_tiles_fill(wl: Workload, sms: int) -> bool:
     return heuristics.tile_count(wl, V5T_SQUARE["block_m"], V5T_SQUARE["block_n"]) >= sms
 
 
+def v5t_square(wl: Workload) -> dict:
+    """V5T_SQUARE as v5t runs it for `wl`: in nt (both operands' tiles transposed) with two
+    barriers a K tile, which was faster there and slower in nn on an H200
+    (notebook/logs/h200-ab-fp32-v5t-barriers-stages-2026-11-28.log)."""
+    return {**V5T_SQUARE, "single_barrier": wl.layout != "nt"}
+
+
 def v5t_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
-    """v5t: where C's square tiles give every SM one, V5T_SQUARE, unless they fill less than
-    V5T_FULL_LAST_WAVE of their last wave's places (V5T_SQUARE_BLOCKS_PER_SM an SM): then
-    V5T_NARROW, whose smaller blocks leave a shorter tail. Where C has fewer tiles, the
+    """v5t: where C's square tiles give every SM one, those (`v5t_square`), unless they fill
+    less than V5T_FULL_LAST_WAVE of their last wave's places (V5T_SQUARE_BLOCKS_PER_SM an SM):
+    then V5T_NARROW, whose smaller blocks leave a shorter tail. Where C has fewer tiles, the
     signature's tiles with K split (`heuristics.split_k`)."""
     if not v5t_square_tiles_fill(wl, sms):
         return heuristics.split_k(wl, sms, knobs, space)
     tiles = heuristics.tile_count(wl, V5T_SQUARE["block_m"], V5T_SQUARE["block_n"])
     places = sms * V5T_SQUARE_BLOCKS_PER_SM
     last_wave_fill = tiles / (-(-tiles // places) * places)
-    return dict(V5T_SQUARE if last_wave_fill >= V5T_FULL_LAST_WAVE else V5T_NARROW)
+    return v5t_square(wl) if last_wave_fill >= V5T_FULL_LAST_WAVE else dict(V5T_NARROW)
 
 
 @schedule("gemm", "v5t", space={"block_m": [64, 128, 256], "block_n": [64, 128, 256],
                                 "thread_m": [8, 16], "thread_n": [8, 16], "tile_k": [8, 16, 32],
-                                "stages": [2, 3], "k_slices": [1, 4, 8],
-                                "fragment_stages": [1, 2]}, heuristic=v5t_tiles)
+                                "stages": [2, 3], "single_barrier": [True, False],
+                                "k_slices": [1, 4, 8], "fragment_stages": [1, 2]},
+          heuristic=v5t_tiles)
 def v5t(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256, thread_m: int = 8,
         thread_n: int = 16, tile_k: int = 32, stages: int = 2, single_barrier: bool = True,
         k_slices: int = 1, atomic_sum: bool = False, overlap_zeroing: bool = True,

@@ -27,7 +27,7 @@ from reporting.render import ceilings_text, markdown_table, table_rows, with_cei
 from schedules import heuristics
 from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsError,
                               ScheduleNotApplicable, UnknownSchedule, UsageError)
-from schedules.gemm import V5T_NARROW, V5T_SQUARE, v5t_square_tiles_fill
+from schedules.gemm import V5T_NARROW, v5t_square, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
 from schedules.v8 import k_block_count, wave_tile
@@ -272,7 +272,7 @@ def other_register_tile(wl: Workload) -> list[str]:
     for every SM: the rule's last-wave share misjudged some shapes (`other_settings`)."""
     if wl.dtype != "float32" or not v5t_square_tiles_fill(wl, heuristics.H100_SMS):
         return []
-    return other_settings(wl, [V5T_SQUARE, V5T_NARROW], rung="v5t")
+    return other_settings(wl, [v5t_square(wl), V5T_NARROW], rung="v5t")
 
 
 def other_settings(wl: Workload, settings: list[dict], rung: str = "v8") -> list[str]:
