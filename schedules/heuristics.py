@@ -10,8 +10,8 @@ by it. `ScheduleEntry.defaults_for(wl)` puts it together: the user's knobs, then
 heuristic's picks, then the signature's defaults.
 
 This module holds the tile arithmetic that several rungs share and imports no rung; a rule that
-needs its rung's own constants lives with its rung (v6's and v7's in tensorcore.py, multirow's
-in gemv.py, v8's in v8/heuristic.py).
+needs its rung's own constants lives with its rung (v5t's in gemm.py, v6's and v7's in
+tensorcore.py, multirow's in gemv.py, v8's in v8/heuristic.py).
 
 `sms` is the number of SMs that the output tiles are counted against. TVM 0.27's CUDA target
 declares none (`target.ListTargetKindOptionsFromName("cuda")` has no such option), so the rungs
