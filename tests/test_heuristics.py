@@ -882,6 +882,10 @@ def test_the_rule_of_best(wl, rung):
      ["v5t", "v5k", "v5p", "v5",
       f"v5t:{V5T_KNOBS},block_n=128,thread_m=8,thread_n=16,{V5T_K}=true",
       f"v5t:{V5T_KNOBS},block_n=64,thread_m=8,thread_n=8,{V5T_K}=true"]),
+    # ... and in nn, v5t's signature tiles where they fill the SMs (its default there before)
+    (Workload("gemm", (2048, 8192, 2048), "float32"),
+     ["v5t", "v5k", "v5p", "v5", f"v5t:{V5T_KNOBS},block_n=64,thread_m=8,thread_n=8,{V5T_K}=true",
+      "v5t:block_m=128,block_n=256,thread_m=8,thread_n=16,tile_k=32,stages=2,single_barrier=true"]),
     (Workload("gemm", (1000, 1000, 1000), "float32"), ["v5t", "v5k", "v5p", "v5"]),  # 64 tiles
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")
 def test_best_weighs_skinny_swapped_v8_and_v8s_other_tiles_where_they_take_them(wl, weighed):

@@ -269,10 +269,19 @@ def whole_k_tile(wl: Workload) -> list[str]:
 def other_register_tile(wl: Workload) -> list[str]:
     """float32: v5t's narrow tiles where its heuristic picks the square ones, or the square
     where it picks the narrow (gemm.v5t_tiles), which `best` weighs where C has a square tile
-    for every SM: the rule's last-wave share misjudged some shapes (`other_settings`)."""
-    if wl.dtype != "float32" or not v5t_square_tiles_fill(wl, heuristics.H100_SMS):
+    for every SM: the rule's last-wave share misjudged some shapes. In nn, also v5t's
+    signature tiles where they fill the SMs (its default there before), which those replaced
+    unmeasured on large aligned shapes (90.6% of cuBLAS at 4096^3 on the H100,
+    reports/notes/h100-shapes.md) (`other_settings`)."""
+    sms = heuristics.H100_SMS
+    if wl.dtype != "float32" or not v5t_square_tiles_fill(wl, sms):
         return []
-    return other_settings(wl, [v5t_square(wl), V5T_NARROW], rung="v5t")
+    settings = [v5t_square(wl), V5T_NARROW]
+    signature = schedules.get(wl.op, "v5t").defaults
+    signature_tiles = heuristics.tile_count(wl, signature["block_m"], signature["block_n"])
+    if wl.layout == "nn" and signature_tiles >= sms:
+        settings.append({knob: signature[knob] for knob in V5T_NARROW})
+    return other_settings(wl, settings, rung="v5t")
 
 
 def other_settings(wl: Workload, settings: list[dict], rung: str = "v8") -> list[str]:
