@@ -130,9 +130,16 @@ def pointers(call) -> tuple[str, ...]:
 
 def copies(root) -> list[tuple[int, bool]]:
     """The cp.async copies of `root` (`s_tir.cp_async_raw(dst, dst_offset, src, src_offset,
-    bytes[, predicate])`) as (bytes, whether a predicate guards it: where it is off, the codegen
-    zero-fills the destination instead)."""
-    return [(int(c.args[4].value), len(c.args) > 5) for c in calls(root, "s_tir.cp_async_raw")]
+    bytes[, predicate])`, and the zero-filling helpers lowering.py makes of the guarded ones of
+    4 and 8 bytes) as (bytes, whether a predicate guards it: where it is off, the destination is
+    zero-filled instead)."""
+    found = []
+    for c in calls(root):
+        if name(c) == "s_tir.cp_async_raw":
+            found.append((int(c.args[4].value), len(c.args) > 5))
+        elif name(c).startswith(lowering.ZERO_FILLING_COPY):
+            found.append((int(name(c).split("_")[-3]), True))  # {ZERO_FILLING_COPY}_bytes_dst_src
+    return found
 
 
 def variables(root) -> set[str]:

@@ -81,6 +81,7 @@ OTHER_CASES = [
     ("gemm-v5p", "v5p", gemm((300, 260, 200), "float32"), {}),
     ("gemm-v5k", "v5k", gemm((128, 128, 4096), "float32"), {}),
     ("gemm-v5t", "v5t", gemm((512, 512, 512), "float32"), {}),
+    ("gemm-v5t-ragged", "v5t", gemm((257, 129, 65), "float32"), {}),  # copies zero-filling
     ("gemv-multirow", "multirow", Workload("gemv", (1024, 1000), "float16"), {}),
     ("gemv-rowalign", "rowalign", Workload("gemv", (1024, 1000), "float16"), {}),
     ("bgemv-bitdecode", "bitdecode", Workload("batched_gemv", (2, 512, 1024), "nvfp4"), {}),

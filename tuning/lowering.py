@@ -27,6 +27,16 @@ Overlapping kernels (`launch_waiting_kernels_early`): a kernel that calls `gridd
 is launched with programmatic dependent launch (Hopper), so it may start before the kernel
 ahead of it in the stream has finished. TVM 0.27 launches a kernel that way when its launch
 tags say so; this pass adds the tag.
+
+Zero-filling copies in one instruction (`zero_fill_in_one_copy`): on ragged shapes, TVM 0.27
+guards each cp.async that may read past a row with a predicate, as `@p cp.async` and, for the
+false case, `@!p st.shared` of zeroes. ptxas issues the pair as two instructions and pads each
+with three dead `@!PT LDS`: in v5t's K loop at 4095^3 float32, 64 issue slots per 1024 FMAs.
+This pass gives each such copy of 4 or 8 bytes PTX's own zero fill instead (`cp.async ...,
+src-size`, the size 0 where the predicate is false: nothing is read, the destination is
+zeroed), one instruction (`LDGSTS ..., !P`), as CUTLASS's predicated copies are. Copies of 16
+bytes keep TVM's pair: they are a quarter as many, and zero-filled they ran slower in nt and
+faster in nn (reports/notes/h100-shapes.md, "Ragged copies in one instruction").
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ import tvm_ffi
 from tvm.script import tirx as T
 from tvm.tirx import stmt as S
 
-from schedules.common import SINGLE_BARRIER, WAIT_FOR_WGMMA
+from schedules.common import SINGLE_BARRIER, WAIT_FOR_WGMMA, cuda_call
 
 PIPELINE = "explorer"  # the name tvm.compile knows this pipeline by
 
@@ -167,10 +177,62 @@ def launch_waiting_kernels_early(func, _mod, _ctx):
     return func.with_attr("tirx.kernel_launch_params", tags[:at] + [PDL_TAG] + tags[at:])
 
 
+ASYNC_COPY = "tirx.s_tir.cp_async_raw"  # what InjectPTXAsyncCopy lowers a pipelined copy to
+
+
+def _element_bytes(pointer) -> int:
+    """The bytes of an element `pointer` (a handle of a typed buffer) points to, as TVM's
+    codegen of ASYNC_COPY scales its offsets (1 for an untyped one)."""
+    element = getattr(getattr(pointer, "ty", None), "element_type", None)
+    return tvm.DataType(str(element.dtype)).bits // 8 if hasattr(element, "dtype") else 1
+
+
+ZERO_FILLED_COPY_BYTES = (4, 8)  # the copies `zero_fill_in_one_copy` rewrites (not 16)
+ZERO_FILLING_COPY = "cp_async_zero_fill"  # its helpers' names: this, then _bytes_dst_src
+
+
+def zero_filling_copy(size: int, dst_bytes: int, src_bytes: int) -> tuple[str, str]:
+    """The CUDA helper (name, source) of a `size`-byte cp.async (4 or 8: `.ca`, as TVM's own
+    copies of those sizes) between buffers of `dst_bytes`- and `src_bytes`-byte elements, at
+    element offsets, that reads nothing and zeroes its destination where `predicate` is 0
+    (PTX's src-size operand)."""
+    name = f"{ZERO_FILLING_COPY}_{size}_{dst_bytes}_{src_bytes}"
+    return name, f"""
+__forceinline__ __device__ void {name}(void* dst, int dst_off, void* src, int src_off,
+                                       int predicate) {{
+  unsigned int dst_addr = __cvta_generic_to_shared((uint8_t*)dst + dst_off * {dst_bytes});
+  const uint8_t* src_p = (const uint8_t*)src + src_off * {src_bytes};
+  asm volatile("cp.async.ca.shared.global [%0], [%1], {size}, %2;"
+               :: "r"(dst_addr), "l"(src_p), "r"(predicate ? {size} : 0));
+}}
+"""
+
+
+def _zero_filling(stmt):
+    """`stmt` itself, or, if it is a predicated async copy of ZERO_FILLED_COPY_BYTES, the same
+    copy zero-filling in one instruction (`zero_filling_copy`)."""
+    call = _call_to(stmt, ASYNC_COPY)
+    if call is None or len(call.args) != 6:  # (dst, dst_off, src, src_off, size[, predicate])
+        return stmt
+    dst, dst_off, src, src_off, size, predicate = call.args
+    if int(size) not in ZERO_FILLED_COPY_BYTES:
+        return stmt
+    helper = zero_filling_copy(int(size), _element_bytes(dst), _element_bytes(src))
+    return S.Evaluate(cuda_call(helper, dst, dst_off, src, src_off, predicate))
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="ZeroFillInOneCopy")
+def zero_fill_in_one_copy(func, _mod, _ctx):
+    """Every predicated async copy of 4 or 8 bytes: one zero-filling cp.async (see the module
+    docstring)."""
+    body = tvm_ffi.structural_map(func.body, (S.Evaluate, _zero_filling), order="post")
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
 def _pipeline():
     default, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("default")
     return (tvm.transform.Sequential([default, rewrite_single_barrier, wait_for_wgmma,
-                                      launch_waiting_kernels_early]),
+                                      launch_waiting_kernels_early, zero_fill_in_one_copy]),
             finalize_host, finalize_device)
 
 
