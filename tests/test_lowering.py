@@ -6,7 +6,6 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-import schedules
 from schedules import Workload
 from schedules.common import SINGLE_BARRIER, WAIT_FOR_WGMMA
 from tuning import build, lowering
@@ -182,23 +181,16 @@ def test_launch_tags_stay_as_they_are(tags, control):
 # -- guarded copies that zero-fill in one instruction ----------------------------------------------
 
 
-def _float32_cuda(rung: str, shape: tuple) -> str:
-    """The CUDA source of `rung`'s default kernel for a float32 nn GEMM of `shape`, for sm_90."""
-    target = build.cuda_target("sm_90")
-    wl = Workload("gemm", shape, "float32", None, "nn")
-    return build.cuda_source(build.build(schedules.get("gemm", rung).apply(wl, target), target))
-
-
-def test_guarded_narrow_copies_zero_fill_in_one_instruction():
+def test_guarded_narrow_copies_zero_fill_in_one_instruction(compiled):
     # v5t copies A element by element, and B too where N is ragged: 4-byte copies, guarded.
-    source = _float32_cuda("v5t", (257, 129, 65))
+    _, source, _ = compiled("v5t", Workload("gemm", (257, 129, 65)))
     assert "cp_async_zero_fill_4_4_4(" in source
     assert "@!p st.shared" not in source and "legacy_pred" not in source
 
 
-def test_guarded_16_byte_copies_keep_tvms_pair():
+def test_guarded_16_byte_copies_keep_tvms_pair(compiled):
     # v5p copies 16-byte vectors where K and N are whole vectors; A's are guarded on ragged M.
-    source = _float32_cuda("v5p", (300, 260, 200))
+    _, source, _ = compiled("v5p", Workload("gemm", (300, 260, 200)))
     assert "ptx_cp_async_legacy_pred_cg_16" in source and "cp_async_zero_fill" not in source
 
 
