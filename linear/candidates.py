@@ -173,8 +173,9 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     v8.MEDIUM_ROWS rows its MEDIUM_TILES and the tile that fills the SMs best at the most rows
     (`v8.wave_tile`) whole; settings v8 refuses, or whose workspace passes
     MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
-    in wgmma's accumulator (no promote_k); a precise one's promotions wait (v8 for any M takes
-    no promote_overlap)."""
+    in wgmma's accumulator (no promote_k); a precise one's promotions wait (v8 for any M keeps
+    no third set of accumulators), but past v8.MEDIUM_ROWS rows its `v8.halves_tile`, whole,
+    overlaps them by halves of the columns (promote_halves)."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
     if v8.workload_refusal(wl):
@@ -197,6 +198,11 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     if most > v8.MEDIUM_ROWS:
         filling = v8.wave_tile(wl, heuristics.H100_SMS, entry.defaults)
         wanted += [tiles(m, n) for m, n in v8.MEDIUM_TILES + ((filling,) if filling else ())]
+        halved = None if layer.fast_accum else v8.halves_tile(wl, heuristics.H100_SMS,
+                                                              entry.defaults)
+        if halved:  # its promotions overlapped by halves, in the runs the heuristic gives
+            wanted.append({knob: value for knob, value in tiles(*halved).items()
+                           if knob != "promote_overlap"} | {"promote_halves": True})
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)

@@ -291,6 +291,23 @@ def test_v7_is_correct(wl, knobs, target):
      {"block_m": 64, "block_n": 256, "promote_k": 128, "promote_overlap": 4}),
     (Workload("gemm", (1000, 2000, 3000), FP8, "bfloat16", "nt", "row"),
      {"block_n": 128, "promote_k": 128, "promote_overlap": 8}),
+    # promote_halves: a K block's halves of the columns promoted under each other's wgmmas:
+    # runs and a shorter run after them, ragged M, N and K, split K's slices (runs of one),
+    # rowwise and block scales, 64-row tiles, a float32 C
+    (Workload("gemm", (1000, 4608, 1152), FP8),
+     {"block_n": 144, "promote_k": 128, "promote_overlap": 4, "promote_halves": True}),
+    (Workload("gemm", (1100, 900, 1040), FP8, "float32"),
+     {"block_n": 160, "split_k": 3, "split_tail": True, "promote_k": 128,
+      "promote_overlap": 2, "promote_halves": True}),
+    (Workload("gemm", (300, 2000, 3000), FP8, "bfloat16", "nt", "row"),
+     {"block_n": 192, "split_k": 1, "promote_k": 128, "promote_overlap": 4,
+      "promote_halves": True}),
+    (Workload("gemm", (1000, 2000, 1792), FP8, "bfloat16", "nt", "block"),
+     {"block_n": 160, "split_k": 1, "promote_k": 128, "promote_overlap": 4,
+      "promote_halves": True}),
+    (Workload("gemm", (77, 301, 1168), FP8, "float16"),
+     {"block_m": 64, "block_n": 256, "promote_k": 128, "promote_overlap": 4,
+      "promote_halves": True}),
     # the runs the heuristic picks (registered_run): two of 6 and 2 blocks after them (K =
     # 1792); one of 7 (K = 896), block-scaled
     (Workload("gemm", (1000, 2000, 1792), FP8),

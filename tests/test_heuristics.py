@@ -16,7 +16,7 @@ from facts.record import Record, Timing
 from schedules import Workload, gemv, heuristics, v8
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
-from schedules.v8.heuristic import registered_run, tma_tiles
+from schedules.v8.heuristic import halves_tile, registered_run, tma_tiles
 from schedules.workloads import DENSE_DTYPES, FP8
 from tuning import build, explore, measure, records
 from tuning.explore import SearchResults, resolve, selection
@@ -28,6 +28,11 @@ SPLIT_128 = "v8:block_n=128"  # ... and 128 wide, where the default's width is n
 NARROW_128 = "v8:block_m=64,block_n=128,split_k=1"  # ... and past them, up to 512
 WHOLE_K = "v8:swap_ab=true,block_m=64,block_n=16,split_k=1,stages=16"  # best's whole-K tile
 V5T_KNOBS, V5T_K = "block_m=128", "tile_k=8,stages=3,single_barrier"  # v5t's square, narrow
+
+
+def halved(block_n: int) -> str:
+    """best's fp8 tile promoted by halves of its columns (`halved_tile`), block_n wide."""
+    return f"v8:block_m=128,block_n={block_n},split_k=1,promote_halves=true"
 
 TVM = tvm.__version__
 
@@ -287,6 +292,44 @@ def test_fp8_overlapped_runs_are_those_ptxas_keeps_in_registers(K, block_m, run)
     narrowed = {**space, "promote_overlap": [None, 2, 4, 8]}
     assert registered_run(gemm((4096, 4096, K), FP8, "nt"), block_m, narrowed) == \
         (4 if run == 6 else run)
+
+
+@pytest.mark.parametrize("shape, asked, tile, run", [
+    # 128 rows wide as two sets of sums fit (96 a thread); runs of at most 4 on 192 columns
+    ((2048, 10240, 8192), {}, (128, 192), 4),
+    # ... on 144-160 columns the runs `registered_run` gives (38 K blocks: 8)
+    ((2500, 896, 4864), {"block_n": 160, "split_k": 1}, (128, 160), 8),
+    # ... and where the user holds a run, that one
+    ((2500, 896, 4864), {"block_n": 192, "split_k": 1, "promote_overlap": 8}, (128, 192), 8),
+])
+def test_fp8_promoted_by_halves_takes_tiles_of_two_sets_and_runs_ptxas_keeps(shape, asked,
+                                                                           tile, run):
+    """promote_halves asked for: the widest tile whose two sets of accumulators (wgmma's and
+    the float32 sums) fit a consumer thread, in runs of the space's, at most HALVES_WIDE_RUN
+    blocks where a consumer has more than HALVES_LONG_RUN_COLUMNS columns (ptxas spilled
+    longer ones there), and v8 takes what it picks."""
+    v8, wl = schedules.get("gemm", "v8"), gemm(shape, FP8, "nt")
+    knobs = v8.defaults_for(wl, {**asked, "promote_halves": True})
+    assert (knobs["block_m"], knobs["block_n"], knobs["promote_overlap"]) == (*tile, run)
+    assert knobs["promote_halves"] and knobs["promote_k"] == 128
+    v8.apply(wl, build.cuda_target(), **knobs)
+
+
+@pytest.mark.parametrize("wl, tile", [
+    (gemm((2500, 896, 4864), FP8, "nt"), (128, 160)),  # 6 columns of tiles, one round
+    (gemm((1000, 4608, 3584), FP8, "nt"), (128, 144)),  # 256 tiles: two rounds
+    (gemm((2048, 10240, 8192), FP8, "nt"), (128, 192)),
+    (Workload("gemm", (1000, 4608, 3584), FP8, None, "nt", "row"), (128, 144)),
+    (gemm((700, 9728, 896), FP8, "nt"), (128, 160)),  # 7 K blocks: at most 160 columns
+    (gemm((64, 4608, 3584), FP8, "nt"), None),  # MEDIUM_ROWS rows or fewer
+    (Workload("gemm", (1000, 4608, 3584), FP8, None, "nt", "block"), None),  # block scales
+    (gemm((1000, 4608, 3584), "bfloat16", "nt"), None),
+])
+def test_fp8s_tile_by_halves_is_the_one_whose_rounds_cost_least(wl, tile):
+    """halves_tile: past MEDIUM_ROWS rows, per-tensor or rowwise fp8, the 128-row tile of
+    144-192 columns (at most 160 on K of LONE_RUN blocks or fewer) whose rounds on the SMs
+    cost least; none for block scales, 16-bit inputs or few rows."""
+    assert halves_tile(wl, heuristics.H100_SMS, schedules.get("gemm", "v8").defaults) == tile
 
 
 def test_fp8_split_tail_asked_for_keeps_the_plans_split():
@@ -825,8 +868,9 @@ def test_the_rule_of_best(wl, rung):
     # past 64 rows, v8's MEDIUM_TILES unsplit too, where v8 takes them; the narrow tile 128
     # wide, where it is not the default's own choice (it is at 128x14336x4096); and the tile
     # that fills the SMs best, unsplit, where it takes at most two rounds: 128 of 64x224 here
-    (Workload("gemm", (128, 14336, 4096), FP8, "bfloat16", "nt", "row"),
-     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=224,split_k=1"]),
+    (Workload("gemm", (128, 14336, 4096), FP8, "bfloat16", "nt", "row"),  # fp8: halved_tile
+     ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=224,split_k=1",
+      halved(144)]),
     (Workload("gemm", (700, 2048, 8192), "bfloat16", "bfloat16", "nt"),  # 121 of 64x192
      ["v8", *MEDIUM_NAMES, "v8:block_m=64,block_n=192,split_k=1"]),
     (Workload("gemm", (300, 2048, 2048), "float16", "float16", "nn"),  # 80 of 64x128 (nn: whole
@@ -855,13 +899,14 @@ def test_the_rule_of_best(wl, rung):
     # fp8 where v8 takes 64x256 tiles for fewer rounds: those are its default, and the 128-row
     # tiles they replaced are weighed instead (`replaced_rows`); not where v8 keeps 128 rows
     (Workload("gemm", (300, 28672, 5120), FP8, "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_128, MEDIUM_NAMES[1], "v8:block_m=128"]),
-    (Workload("gemm", (2500, 5120, 5120), FP8, "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
+     ["v8", "v8:swap_ab=true", NARROW_128, MEDIUM_NAMES[1], halved(176), "v8:block_m=128"]),
+    (Workload("gemm", (2500, 5120, 5120), FP8, "bfloat16", "nt"),
+     ["v8", *MEDIUM_NAMES, halved(160)]),
     # ... and where it takes 64x128 tiles whole on a short K (best's narrow 64x128 tile is
     # then the default's own, not weighed twice)
     (Workload("gemm", (300, 2048, 2048), FP8, "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
-      "v8:block_m=128"]),
+      halved(144), "v8:block_m=128"]),
     # block scales past 64 rows: v8's tiles paired along N where its default leaves them alone,
     # alone where it pairs them (`other_pairing`); not at 48 rows
     (Workload("gemm", (4096, 7168, 16384), FP8, "bfloat16", "nt", "block"),

@@ -679,6 +679,26 @@ def test_v8_promote_overlap_takes_the_blocks_after_whole_runs_in_one_shorter_run
     assert outside == 7 * 4  # the shorter run's blocks' k steps
 
 
+def test_v8_promote_halves_promotes_each_half_of_a_block_under_the_others_wgmmas(lowered):
+    """promote_halves with runs of 4 (K = 4096: 32 blocks, 8 whole runs) on 128x144 tiles: one
+    set of 72 accumulators a consumer; each K block's 4 k steps go out as two groups of m64n72
+    wgmmas, into the first 36 accumulators and then the last 36; in a run, every wait but the
+    last leaves the newest group in flight (wait_group 1), and the run ends in one wait for
+    all: 4 x 72 sums stored a run."""
+    wl = gemm((4096, 4096, 4096), FP8, layout="nt")
+    kernel = kf.kernel(lowered("v8", wl, block_n=144, split_k=1, promote_k=128,
+                               promote_overlap=4, promote_halves=True))
+    assert kf.buffers(kernel)["acc"] == ("local", (72,), "float32")
+    (run_loop,) = [f for f in kf.loop(kernel, "kr") if kf.calls(f, "ptx.wgmma_fp8_ss")]
+    wgmmas = kf.calls(run_loop, "ptx.wgmma_fp8_ss")
+    assert {kf.words(c) for c in wgmmas} == {kf.words(wgmmas[0])} and "m64n72k32" in kf.words(
+        wgmmas[0])
+    assert [_first_accumulator(c) for c in wgmmas] == ([0] * 4 + [36] * 4) * 4
+    assert [kf.ints(c) for c in kf.calls(run_loop, "ptx.wgmma_wait_group")] == [(1,)] * 7 + [(0,)]
+    assert len(kf.calls(run_loop, "ptx.wgmma_commit_group")) == 2 * 4
+    assert len(kf.stores_to(run_loop, "sums")) == 4 * 72
+
+
 def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():
     """ptxas's C7514 line (as it printed it for an overlapped run read across the K loop's back
     edge) marks its kernel; a kernel without it is marked false."""
@@ -708,8 +728,14 @@ def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():
     (gemm((48, 27648, 5120), FP8, "bfloat16", "nt"), {}),
     (gemm((300, 32064, 3072), FP8, "bfloat16", "nt"), {"block_m": 64, "block_n": 256}),
     (gemm((300, 9728, 896), FP8, "bfloat16", "nt"), {"block_m": 64, "block_n": 256}),
+    # by halves of the columns: 128x192 (the runs the heuristic keeps short there), 128x160
+    # on 38 K blocks (runs of 8, and a run of 6 after them), 160 on a lone run of 7
+    (gemm((2048, 10240, 8192), FP8, "bfloat16", "nt"), {"promote_halves": True}),
+    (gemm((2500, 896, 4864), FP8, "bfloat16", "nt"),
+     {"block_n": 160, "split_k": 1, "promote_halves": True}),
+    (gemm((700, 9728, 896), FP8, "bfloat16", "nt"), {"promote_halves": True}),
 ], ids=["whole", "split", "64x256", "12-blocks", "8-blocks", "64-row", "64x256-default-runs",
-        "64x256-7-blocks"])
+        "64x256-7-blocks", "halves-192", "halves-160", "halves-7-blocks"])
 @needs_nvcc
 def test_v8_promote_overlap_compiles_without_serialized_wgmmas_or_spills(compiled, wl, knobs):
     """ptxas serializes every wgmma of a kernel that reads a set of accumulators where it
@@ -740,6 +766,12 @@ def test_v8_promote_overlap_compiles_without_serialized_wgmmas_or_spills(compile
     (gemm((4096, 4096, 4096), FP8, layout="nt"),
      {"promote_k": 128, "block_m": 64, "block_n": 128, "promote_overlap": 2, "pingpong": True},
      "(pingpong=False)"),
+    (gemm((4096, 4096, 4096), FP8, layout="nt"),
+     {"promote_k": 128, "block_n": 192, "promote_halves": True, "promote_overlap": None},
+     "it needs promote_overlap (2 to 8), not promote_overlap=none"),
+    (gemm((300, 4096, 4096), FP8, layout="nt"),  # swapped: 8-column steps
+     {"swap_ab": True, "tma_store": False, "block_n": 152, "promote_k": 128,
+      "promote_overlap": 2, "promote_halves": True}, "block_n=152 leaves halves of 76"),
 ])
 def test_v8_refuses_promotion_it_cannot_make_in_one_line(wl, knobs, words):
     with pytest.raises(ScheduleNotApplicable, match=re.escape(words)):

@@ -5,6 +5,7 @@ refusals (CPU tier); numerics at every bucket's edges against float64, the cache
 torch.compile (GPU tier)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -158,15 +159,26 @@ def test_a_fast_accum_layer_runs_fast_scaled_mm_and_v8_without_promotion(bucket)
 
 
 @pytest.mark.parametrize("bucket", [Bucket(1, 1), Bucket(65, 256), Bucket(1025, None)])
-def test_a_precise_layers_v8_promotes_with_waits_as_v8_for_any_m_refuses_overlap(bucket):
-    """v8 for any M spills promote_overlap's third set of accumulators: a precise fp8 layer's
-    v8 candidates promote every 128 K with waits, and asked for overlap, v8 for any M refuses
-    it in one line."""
+def test_a_precise_layers_v8_promotes_with_waits_or_by_halves_on_whole_tiles(bucket):
+    """v8 for any M spills a third set of accumulators: a precise fp8 layer's v8 candidates
+    promote every 128 K with waits, and past 64 rows one more (`halves_tile`, whole) overlaps
+    them by halves of its columns; asked to overlap otherwise, or by halves on split tiles,
+    v8 for any M refuses it in one line."""
     layer = LayerShape(4096, 4096, "float8_e4m3fn", "row")
     found = [dict(c.knobs) for c in candidates(layer, bucket, 4096) if c.rung == V8]
-    assert found and all(k["promote_k"] == 128 and k["promote_overlap"] is None for k in found)
-    with pytest.raises(ScheduleNotApplicable, match="promote_overlap=none, not 4"):
-        v8.v8_kernel_any_m(layer.gemm(4096), **{**found[0], "promote_overlap": 4})
+    waiting = [k for k in found if not k["promote_halves"]]
+    halved = [k for k in found if k["promote_halves"]]
+    assert waiting and all(k["promote_k"] == 128 and k["promote_overlap"] is None
+                           for k in waiting)
+    assert len(halved) == (1 if bucket.most(4096) > v8.MEDIUM_ROWS else 0)
+    assert all(k["split_k"] == 1 and k["promote_overlap"] for k in halved)
+    with pytest.raises(ScheduleNotApplicable,
+                       match=re.escape("promote_overlap=none (or promote_halves), not 4")):
+        v8.v8_kernel_any_m(layer.gemm(4096), **{**waiting[0], "promote_overlap": 4})
+    split = {**waiting[0], "promote_overlap": 4, "promote_halves": True, "split_k": 2,
+             "split_tail": True}
+    with pytest.raises(ScheduleNotApplicable, match="whole tiles only.*split_k=1, not 2"):
+        v8.v8_kernel_any_m(layer.gemm(4096), **split)
 
 
 def test_the_open_buckets_split_kernel_holds_a_last_wave_of_any_m():

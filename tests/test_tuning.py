@@ -257,9 +257,9 @@ def test_a_template_search_measures_no_setting_its_rung_refuses_and_counts_them(
 def test_a_space_narrowed_for_a_workload_leaves_out_refused_values_and_other_precisions(
         dtype):
     """v8's space for a 16-bit GEMM in nn drops fp8's promotions, swap_ab and the widths that
-    are not whole 64-column boxes (promote_k's 3 values, promote_overlap's 5 and swap_ab's 2
-    down to one each, the 9 widths to 4, so that a search proposes, and checks, that much
-    less); every dropped value is one v8 refuses with any other knobs. An
+    are not whole 64-column boxes (promote_k's 3 values, promote_overlap's 5, promote_halves'
+    2 and swap_ab's 2 down to one each, the 9 widths to 4, so that a search proposes, and
+    checks, that much less); every dropped value is one v8 refuses with any other knobs. An
     fp8 GEMM (nt) keeps the whole space but fast accumulation (promote_k none): a search keeps
     v8's default precision, promoted sums."""
     v8 = schedules.get("gemm", "v8")
@@ -269,9 +269,10 @@ def test_a_space_narrowed_for_a_workload_leaves_out_refused_values_and_other_pre
         assert narrowed.knobs == {**v8.space, "promote_k": [128, 256]}
         assert v8.own_choice(wl)["promote_k"] == 128  # the default is in the space searched
         return
-    assert len(narrowed) * 3 * 5 * 2 * 9 == len(autotvm.Space(v8.space)) * 4
+    assert len(narrowed) * 3 * 5 * 2 * 2 * 9 == len(autotvm.Space(v8.space)) * 4
     why = {"promote_k": "promote_k must be none",
            "promote_overlap": "promote_overlap must be none",
+           "promote_halves": "promote_halves=false",
            "swap_ab": "it needs layout nt, not nn",
            "block_n": "a multiple of 64 columns (B in 64-column boxes)"}
     rng, checked = random.Random(0), 0

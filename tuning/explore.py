@@ -30,7 +30,7 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
 from schedules.gemm import V5T_NARROW, v5t_square, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
-from schedules.v8 import k_block_count, wave_tile
+from schedules.v8 import halves_tile, k_block_count, wave_tile
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
                                     SWAP_MOST_TOKENS, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
@@ -170,7 +170,8 @@ def portfolio(wl: Workload) -> list[str]:
     by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8
     takes the swap: there it won on some shapes and lost on others
     (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and `whole_k_tile`; past
-    MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `replaced_rows` and `other_pairing`.
+    MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `halved_tile`, `replaced_rows` and
+    `other_pairing`.
     Where one rung is left (v8 elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
@@ -180,7 +181,8 @@ def portfolio(wl: Workload) -> list[str]:
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] if swap_weighed(wl) else []
         names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) + filling_tile(wl) \
-            + replaced_rows(wl) + other_pairing(wl) if wl.dtype != "float32" else []
+            + halved_tile(wl) + replaced_rows(wl) + other_pairing(wl) \
+            if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
     return [name for name in dict.fromkeys(names)
@@ -223,6 +225,14 @@ def filling_tile(wl: Workload) -> list[str]:
     tile = wave_tile(wl, heuristics.H100_SMS, schedules.get(wl.op, "v8").defaults)
     return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1}]
                           if tile else [])
+
+
+def halved_tile(wl: Workload) -> list[str]:
+    """fp8: v8's `halves_tile` unsplit with its promotions by halves of the columns
+    (promote_halves), which `best` weighs past MEDIUM_ROWS rows of A (`other_settings`)."""
+    tile = halves_tile(wl, heuristics.H100_SMS, schedules.get(wl.op, "v8").defaults)
+    return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1,
+                                "promote_halves": True}] if tile else [])
 
 
 def replaced_rows(wl: Workload) -> list[str]:

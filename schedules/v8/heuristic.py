@@ -9,8 +9,8 @@ from ..heuristics import MIN_SLICE_TILES, tile_count
 from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
 from .geometry import (BLOCK_N_STEP, MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP,
-                       ROW_BYTES, arena_bytes, box_bytes, consumer_accumulators, k_block_count,
-                       k_block_elements, staged_operands, widest_fitting)
+                       ROW_BYTES, arena_bytes, box_bytes, consumer_accumulators, consumer_tile,
+                       k_block_count, k_block_elements, staged_operands, widest_fitting)
 from .knobs import Knobs
 from .refusals import (c_rows_take_tma, kernel_workload, promoted_sets, refuse, tile_refusal,
                        workload_refusal)
@@ -77,6 +77,15 @@ SHORT_WIDE_TILE = (64, 256)
 SHORT_K_TILE, SHORT_K_BLOCKS = (64, 128), 16
 RUN_TAILS = {6: 2}  # blocks left over after whole runs of this length: at most so many
 SHORT_TILE_TAILS = {6: 0}  # ... on 64-row tiles
+# fp8's promotions by halves of the columns (promote_halves), two sets of accumulators where
+# overlapped blocks keep three: 128-row tiles (64-row ones ran slower so) of these columns
+# (128-wide tiles keep their third set, which ran faster) (reports/notes/h100-shapes.md,
+# "fp8's promotions by halves of the columns")
+HALVES_ROWS, HALVES_WIDTHS = 128, (144, 192)
+# ... runs longer than HALVES_WIDE_RUN blocks only on consumers of at most
+# HALVES_LONG_RUN_COLUMNS columns, and wider ones only on K of more than LONE_RUN blocks
+# (nvcc's spill counts: notebook/logs/cpu-nvcc-fp8-halves-runs-2026-11-28.log)
+HALVES_LONG_RUN_COLUMNS, HALVES_WIDE_RUN = 160, 4
 
 
 def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
@@ -212,14 +221,29 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
                      promote_k: int | None, pingpong: bool) -> int | None:
     """promote_overlap: the user's or a search's where the space holds one value; else, where
     each K block is promoted (promote_k of one block) by two consumers on a tile of one of the
-    space's widths that leaves room for a third set of accumulators, the run ptxas keeps in
-    registers (`registered_run`; the split plan may shorten it); else None."""
+    space's widths that leaves room for the sets of accumulators the runs keep (a third set;
+    by halves, promote_halves, none more), the run ptxas keeps in registers
+    (`registered_run`; the split plan and `halved_run` may shorten it); else None."""
     if len(space["promote_overlap"]) == 1:
         return knobs["promote_overlap"]
     one_block = promote_k == k_block_elements(wl.dtype)
-    room = any(promoted_sets(MOST_OVERLAP) * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS
+    sets = promoted_sets(MOST_OVERLAP, knobs["promote_halves"])
+    room = any(sets * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS
                for n in space["block_n"])
     return registered_run(wl, block_m, space) if one_block and room and not pingpong else None
+
+
+def halved_run(overlap: int | None, tile: tuple[int, int], knobs: dict,
+               space: dict) -> int | None:
+    """The run `overlap` on `tile`, but by halves (promote_halves) at most HALVES_WIDE_RUN
+    blocks where the consumer has more than HALVES_LONG_RUN_COLUMNS columns (the longest of the
+    space's runs that is; ptxas spills longer ones there), unless the user or a search holds
+    one."""
+    if not knobs["promote_halves"] or overlap is None or len(space["promote_overlap"]) == 1 \
+            or consumer_tile(*tile)[1] <= HALVES_LONG_RUN_COLUMNS:
+        return overlap
+    return max((run for run in space["promote_overlap"] if run and run <= HALVES_WIDE_RUN),
+               default=None)
 
 
 def short_tile_takes(wl: Workload, knobs: dict, space: dict, tile: tuple[int, int]) -> bool:
@@ -267,6 +291,17 @@ def short_tiles(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple,
         return None
     run = promoted_overlap(wl, tile[0], knobs, space, promote_k, False)
     return (tile, run) if run else None
+
+
+def promoted_tiles(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple,
+                   promote_k: int) -> tuple | None:
+    """fp8's promoted sums past decode batches: (tile, its overlapped run, `promoted_overlap`),
+    whole, in place of the `plan`'s tiles: by halves, where the user or a search asks for them,
+    `halves_tile`'s; else `short_tiles`' 64-row ones; None where neither takes wl."""
+    if not knobs["promote_halves"]:
+        return short_tiles(wl, sms, knobs, space, plan, promote_k)
+    tile = halves_tile(wl, sms, knobs, space)
+    return (tile, promoted_overlap(wl, tile[0], knobs, space, promote_k, False)) if tile else None
 
 
 def pairs_pad(tiles: int) -> bool:
@@ -341,10 +376,12 @@ def split_overlap(overlap: int | None, split_k: int, space: dict) -> int | None:
 
 
 def promoted_widths(block_m: int, layout: str, space: dict, knobs: dict,
-                    sets: int) -> tuple[dict, dict]:
+                    overlap: int | None) -> tuple[dict, dict]:
     """The space's widths, and the default width (the widest of them), whose block_m-row tiles
-    leave room for promote_k's float32 sums (and promote_overlap's second set of wgmma's): the
-    `sets` sets of accumulators within a thread's MOST_ACCUMULATORS."""
+    leave room for promote_k's float32 sums (and, with the run `overlap` not by halves,
+    promote_overlap's second set of wgmma's): the sets of accumulators (`promoted_sets`)
+    within a thread's MOST_ACCUMULATORS."""
+    sets = promoted_sets(overlap, knobs["promote_halves"])
     widths = [n for n in space["block_n"]
               if sets * consumer_accumulators(block_m, n) <= MOST_ACCUMULATORS]
     widest = widest_fitting(block_m, layout, False, widths) or knobs["block_n"]
@@ -435,6 +472,26 @@ def wave_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | None:
     return best if best and tile_count(wl, *best) <= TIMED_WAVES * sms else None
 
 
+def halves_tile(wl: Workload, sms: int, knobs: dict,
+                space: dict | None = None) -> tuple[int, int] | None:
+    """fp8's promoted sums by halves (promote_halves), past MEDIUM_ROWS rows of A, scales per
+    tensor or per row (block scales ran slower so): the HALVES_ROWS-row tile of HALVES_WIDTHS'
+    columns (whole BLOCK_N_STEPs; on K of at most LONE_RUN blocks at most
+    HALVES_LONG_RUN_COLUMNS; with a `space`, only its rows and columns) whose rounds on the
+    SMs, unsplit, cost least (`cheapest_tile`, with its two sets of accumulators); None
+    elsewhere or where v8 takes none."""
+    if wl.dtype != FP8 or wl.block_scaled or wl.dims["M"] <= MEDIUM_ROWS:
+        return None
+    short_k = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= LONE_RUN
+    most = HALVES_LONG_RUN_COLUMNS if short_k else HALVES_WIDTHS[1]
+    widths = range(HALVES_WIDTHS[0], most + 1, BLOCK_N_STEP[wl.layout][0])
+    shapes = ((HALVES_ROWS,), widths) if space is None else \
+        ([m for m in (HALVES_ROWS,) if m in space["block_m"]],
+         [n for n in widths if n in space["block_n"]])
+    return cheapest_tile(wl, sms, {**knobs, "promote_halves": True}, shapes,
+                         promoted_sets(MOST_OVERLAP, True))
+
+
 def swapped_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     """swap_ab (asked for, or `swap_choice`'s unasked): the knobs tma_tiles picks for the
     product the kernel computes (C^T = B A^T: `kernel_workload`), on the tile `cut_tiles`
@@ -501,7 +558,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       256-row ones cost no more; else, past decode batches: for 16-bit inputs whose 128x256
       tiles take at most TIMED_WAVES waves (or that clusters would pad), the tiles (and split
       plan) of least estimated time (`timed_tiles`); for fp8's promoted sums, 64-row tiles
-      where they take fewer rounds or spare a short K its split (`short_tiles`);
+      where they take fewer rounds or spare a short K its split (`promoted_tiles`);
     - pingpong only where the user or a search asks for it, then the widest whole tile that
       one consumer holds (no split K, clusters or tall tiles of its own); swap_ab where asked
       for, or unasked for decode batches (`swap_choice`), then these rules on the
@@ -510,7 +567,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (`promotion`:
       torch._scaled_mm's default's precision; promote_k=none is fast accumulation), each K
       block's under the next one's wgmmas in runs ptxas keeps in registers
-      (`promoted_overlap`), on widths whose sets of accumulators fit (`promoted_widths`).
+      (`promoted_overlap`), on widths whose sets of accumulators fit (`promoted_widths`);
+      by halves of the columns where asked (promote_halves: `promoted_tiles`, `halved_run`).
     K is not split where the user asks for a cluster or pingpong (whole tiles), and is where
     they ask for split_tail (the space's least split if no rule splits). Each knob only where
     the space holds it, but swap_ab's widths cut to M; nothing where v8 refuses wl whatever
@@ -531,7 +589,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     overlap = promoted_overlap(wl, block_m, knobs, space, promote_k, pingpong)
     whole_space = space
     if promote_k:
-        space, knobs = promoted_widths(block_m, wl.layout, space, knobs, promoted_sets(overlap))
+        space, knobs = promoted_widths(block_m, wl.layout, space, knobs, overlap)
     # Step 2. The width, and K split to fill the SMs.
     block_n = tile_widths(wl, sms, block_m, knobs, space)
     waves, split_k, split_tail = paying_split_plan(wl, sms, (block_m, block_n), space, overlap)
@@ -555,9 +613,10 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
         block_m, block_n, split_k, split_tail = TALL_M, tall, 1, False
     elif timed:
         (block_m, block_n, split_k), split_tail = timed, False
-    elif short := promote_k and not decode and not pingpong and short_tiles(
+    elif promoted := promote_k and not decode and not pingpong and promoted_tiles(
             wl, sms, knobs, whole_space, (block_m, block_n, split_k, split_tail), promote_k):
-        ((block_m, block_n), overlap), split_k, split_tail = short, 1, False
+        ((block_m, block_n), overlap), split_k, split_tail = promoted, 1, False
+    overlap = halved_run(overlap, (block_m, block_n), knobs, space)
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
     split_k = kept_split(split_k, knobs, space)

@@ -285,12 +285,13 @@ def block_scale_count(plan) -> int:
 
 
 def block_scale_registers(plan):
-    """Block scales: a consumer thread's registers for the scales of one K block per set of
-    accumulators (`block_scale_count` each), allocated here; else None."""
+    """Block scales: a consumer thread's registers for the scales of one K block, two where
+    runs overlap (a block's and the next's, `block_scale_count` each), allocated here; else
+    None."""
     if not plan.block_scaled:
         return None
     return IRBuilder.name("factors", T.alloc_local(
-        (block_scale_count(plan) * plan.accumulator_sets,), "float32"))
+        (block_scale_count(plan) * (2 if plan.overlaps else 1),), "float32"))
 
 
 def block_scales(plan, operands, me, m0, n0, first_block):
@@ -331,12 +332,12 @@ def column_block_scale(plan, me, scales, n8, first):
 
 
 @T.macro
-def add_scaled_sums(plan, me, scales, acc_set):
-    """Block scales: each accumulator of the K block in set acc_set times its row's A scale
-    and its column block's B scale, added into its float32 sum (DeepGEMM's promotion)."""
-    base, first_scale = T.meta_var((acc_set * plan.accumulators,
-                                    acc_set * block_scale_count(plan)))
-    for n8 in T.unroll(plan.wg_n // 8):
+def add_scaled_sums(plan, me, scales, acc_set, base, columns):
+    """Block scales: each accumulator from `base` on of the 8-column groups `columns` (a
+    range), times its row's A scale and its column block's B scale (those of scale set
+    acc_set), added into its float32 sum (DeepGEMM's promotion)."""
+    first_scale = T.meta_var(acc_set * block_scale_count(plan))
+    for n8 in T.unroll(columns.start, columns.stop):
         b_scale: T.let[T.float32] = column_block_scale(plan, me, scales, n8, first_scale)
         for mi in T.unroll(plan.m_wgmmas):
             for h in T.unroll(2):
@@ -354,7 +355,26 @@ def add_to_sums(plan, me, scales, acc_set):
         for i in T.unroll(plan.accumulators):
             me.sums[i] = me.sums[i] + me.acc[acc_set * plan.accumulators + i]
     else:
-        add_scaled_sums(plan, me, scales, acc_set)
+        add_scaled_sums(plan, me, scales, acc_set, acc_set * plan.accumulators,
+                        range(plan.wg_n // 8))
+
+
+@T.macro
+def add_half_to_sums(plan, me, scales, acc_set, half):
+    """promote_halves: the accumulators of the consumer's `half` of its columns (their wgmmas
+    done) fenced and added into the float32 sums (block scales: times those of scale set
+    acc_set); the half's next wgmmas start them afresh."""
+    groups = T.meta_var(plan.wgmma_n // 8)
+    for mi in T.unroll(plan.m_wgmmas):
+        for r in T.unroll(plan.per_wgmma // 2):
+            cuda_call(FENCE_OPERAND, me.acc[mi * plan.per_wgmma + half * groups * 4 + r])
+    if scales is None:
+        for mi in T.unroll(plan.m_wgmmas):
+            for r in T.unroll(plan.per_wgmma // 2):
+                i = T.meta_var(mi * plan.per_wgmma + half * groups * 4 + r)
+                me.sums[i] = me.sums[i] + me.acc[i]
+    else:
+        add_scaled_sums(plan, me, scales, acc_set, 0, range(half * groups, (half + 1) * groups))
 
 
 @T.macro
@@ -368,6 +388,52 @@ def promote(plan, me, scales):
 
 
 @T.macro
+def free_stage_before(plan, me, shared, kt):
+    """Where K block kt has one before it (whose wgmmas are done), free that block's stage."""
+    stages = T.meta_var(plan.knobs.stages)
+    if kt > 0:
+        cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
+                  me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+
+
+@T.macro
+def multiply_half(plan, me, bases, half):
+    """promote_halves: the consumer's `half` of its columns of one K block (`bases`: its A and
+    B descriptor bases) multiplied into that half's accumulators, afresh (scale-d false at the
+    first k step), as one commit group."""
+    acc, n = T.meta_var((me.acc, plan.per_wgmma // 2))
+    for mi in T.unroll(plan.m_wgmmas):
+        for r in T.unroll(n):
+            cuda_call(FENCE_OPERAND, acc[mi * plan.per_wgmma + half * n + r])
+    T.ptx.wgmma.fence.sync.aligned()
+    for ks in T.unroll(plan.block_k // plan.k_step):
+        for mi in T.unroll(plan.m_wgmmas):
+            plan.wgmma(*[acc[mi * plan.per_wgmma + half * n + r] for r in range(n)],
+                       descriptor_at(bases[0], plan.a_step(mi, ks), ATOM),
+                       descriptor_at(bases[1], plan.b_step(ks, half), ATOM),
+                       ks > 0, 1, 1, *plan.transpose)
+    T.ptx.wgmma.commit_group.sync.aligned()
+
+
+@T.macro
+def multiply_by_halves(plan, me, shared, kt, scales, acc_set, promotion, bases):
+    """promote_halves: K block kt's part of `k_block` once its stage is in (`bases`: its A and
+    B descriptor bases): multiply its first half of the columns; where it follows a block of
+    the run (promotion "previous"), wait for that block's second half and promote it under
+    this first half's wgmmas; free the stage before; multiply the second half, then wait for
+    the first and promote it under the second's. Block scales: in scale set acc_set (the
+    block before's, still to be applied, are in the other)."""
+    multiply_half(plan, me, bases, 0)
+    if promotion == "previous":
+        T.ptx.wgmma.wait_group.sync.aligned(1)
+        add_half_to_sums(plan, me, scales, 1 - acc_set, 1)
+    free_stage_before(plan, me, shared, kt)
+    multiply_half(plan, me, bases, 1)
+    T.ptx.wgmma.wait_group.sync.aligned(1)
+    add_half_to_sums(plan, me, scales, acc_set, 0)
+
+
+@T.macro
 def k_block(plan, me, shared, kt, scales, acc_set, promotion):
     """K block kt of the consumer's K loop: wait for its stage's bytes, multiply its part of
     the tile with wgmma into accumulator set acc_set, and free the stage of the K block before
@@ -376,8 +442,9 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
     scale-d predicate false); `promotion` says when: "wait" every promote_blocks K blocks,
     waiting for the wgmmas (promote); in an overlapped run (`overlapped_run`), "none" for its
     first block and "previous" for the others: the block before's sums (the other set) are
-    added while this block's wgmmas run. Block scales (`scales`, else None): each K block's
-    are loaded first, into its set's registers, and applied as it is promoted."""
+    added while this block's wgmmas run; by halves (promote_halves), `multiply_by_halves`.
+    Block scales (`scales`, else None): each K block's are loaded first, into its set's
+    registers, and applied as it is promoted."""
     stages = T.meta_var(plan.knobs.stages)
     acc, base = T.meta_var((me.acc, acc_set * plan.accumulators))
     if scales is not None:
@@ -389,30 +456,31 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
         stage + T.Cast("uint32", plan.a_offset(me.consumer)), 16)
     b_base: T.let[T.uint32] = descriptor_base(
         stage + T.Cast("uint32", plan.b_offset(me.consumer)), plan.b_leading)
-    for i in T.unroll(plan.accumulators):
-        cuda_call(FENCE_OPERAND, acc[base + i])
-    T.ptx.wgmma.fence.sync.aligned()
-    for ks in T.unroll(plan.block_k // plan.k_step):
-        for mi in T.unroll(plan.m_wgmmas):
-            plan.wgmma(*[acc[base + mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
-                       descriptor_at(a_base, plan.a_step(mi, ks), ATOM),
-                       descriptor_at(b_base, plan.b_step(ks), ATOM),
-                       adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
-    T.ptx.wgmma.commit_group.sync.aligned()
-    T.ptx.wgmma.wait_group.sync.aligned(1)
-    if promotion == "previous":  # the block before's wgmmas are done: promote its set
+    if plan.halves:
+        multiply_by_halves(plan, me, shared, kt, scales, acc_set, promotion, (a_base, b_base))
+    else:
         for i in T.unroll(plan.accumulators):
-            cuda_call(FENCE_OPERAND, acc[(1 - acc_set) * plan.accumulators + i])
-        add_to_sums(plan, me, scales, 1 - acc_set)
-    elif promotion == "wait":
-        for i in T.unroll(plan.accumulators):
-            cuda_call(FENCE_OPERAND, acc[i])
-        if plan.promotes:
-            if (kt + 1) % plan.promote_blocks == 0:
-                promote(plan, me, scales)
-    if kt > 0:  # the K block before's wgmmas are done: free its stage
-        cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
-                  me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+            cuda_call(FENCE_OPERAND, acc[base + i])
+        T.ptx.wgmma.fence.sync.aligned()
+        for ks in T.unroll(plan.block_k // plan.k_step):
+            for mi in T.unroll(plan.m_wgmmas):
+                plan.wgmma(*[acc[base + mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
+                           descriptor_at(a_base, plan.a_step(mi, ks), ATOM),
+                           descriptor_at(b_base, plan.b_step(ks), ATOM),
+                           adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(1)
+        if promotion == "previous":  # the block before's wgmmas are done: promote its set
+            for i in T.unroll(plan.accumulators):
+                cuda_call(FENCE_OPERAND, acc[(1 - acc_set) * plan.accumulators + i])
+            add_to_sums(plan, me, scales, 1 - acc_set)
+        elif promotion == "wait":
+            for i in T.unroll(plan.accumulators):
+                cuda_call(FENCE_OPERAND, acc[i])
+            if plan.promotes:
+                if (kt + 1) % plan.promote_blocks == 0:
+                    promote(plan, me, scales)
+        free_stage_before(plan, me, shared, kt)
 
 
 @T.macro
@@ -432,6 +500,18 @@ def overlapped_run(plan, me, shared, first, length, scales):
 
 
 @T.macro
+def halved_run(plan, me, shared, first, length, scales):
+    """promote_halves: a run of `length` K blocks from `first` (`k_block`, by halves), then a
+    wait for every wgmma and the last block's second half promoted; whole, as
+    `overlapped_run`."""
+    k_block(plan, me, shared, first, scales, 0, "none")
+    for b in T.unroll(1, length):
+        k_block(plan, me, shared, first + b, scales, b % 2, "previous")
+    T.ptx.wgmma.wait_group.sync.aligned(0)
+    add_half_to_sums(plan, me, scales, (length - 1) % 2, 1)
+
+
+@T.macro
 def k_loop(plan, me, shared, count, scales):
     """The consumer's K loop over its unit's `count` K blocks (`k_block`); with
     promote_overlap, in whole runs of that many blocks (`overlapped_run`), then the blocks
@@ -440,14 +520,18 @@ def k_loop(plan, me, shared, count, scales):
     for runs of a count known only at the call)."""
     if plan.overlaps:
         run = T.meta_var(plan.knobs.promote_overlap)
+        run_of = T.meta_var(halved_run if plan.halves else overlapped_run)
         for kr in range(count // run):
-            overlapped_run(plan, me, shared, kr * run, run, scales)
+            run_of(plan, me, shared, kr * run, run, scales)
         left = T.meta_var(count % run)
-        if isinstance(left, tirx.IntImm) and left.value > 1:
-            overlapped_run(plan, me, shared, count - left, left.value, scales)
+        if isinstance(left, tirx.IntImm) and left.value > (0 if plan.halves else 1):
+            run_of(plan, me, shared, count - left, left.value, scales)
         else:
             for kt in range(count - left, count):
-                k_block(plan, me, shared, kt, scales, 0, "wait")
+                if plan.halves:
+                    halved_run(plan, me, shared, kt, 1, scales)
+                else:
+                    k_block(plan, me, shared, kt, scales, 0, "wait")
     else:
         for kt in range(count):
             k_block(plan, me, shared, kt, scales, 0, "wait")
@@ -737,6 +821,8 @@ def warp_specialized_gemm(plan: Plan):
                           *plan.c_map)
 
         T.device_entry()
+        if plan.halves:  # else ptxas may ignore setmaxnreg (C7508), the consumers' registers
+            T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
         cta = T.cta_id([plan.grid])
         rank = T.meta_var(plan.cluster_rank())
         tx = T.thread_id([THREADS])

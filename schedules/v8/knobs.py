@@ -21,4 +21,5 @@ class Knobs:
     pingpong: bool
     promote_k: int | None = None  # fp8: K elements between promotions of wgmma's sums
     promote_overlap: int | None = None  # fp8: runs of K blocks, each promoted under the next's
+    promote_halves: bool = False  # fp8: a run's promotions by halves of the columns, not blocks
     swap_ab: bool = False  # C^T = B A^T: B's rows (nt) on the tile's rows, A's on its columns

@@ -128,16 +128,28 @@ class Plan:
         return self.knobs.promote_overlap is not None
 
     @property
+    def halves(self) -> bool:
+        """Whether an overlapped run promotes each K block's sums by halves of the consumer's
+        columns, each under the other half's wgmmas (promote_halves), not under the next block's."""
+        return self.overlaps and self.knobs.promote_halves
+
+    @property
     def accumulator_sets(self) -> int:
-        """The sets of wgmma accumulators a consumer thread keeps: two where they take turns
-        (promote_overlap), else one."""
-        return 2 if self.overlaps else 1
+        """The sets of wgmma accumulators a consumer thread keeps: two where K blocks take turns
+        (promote_overlap, not by halves), else one."""
+        return 2 if self.overlaps and not self.halves else 1
+
+    @property
+    def wgmma_n(self) -> int:
+        """The columns of one wgmma: the consumer's, or by halves half of them."""
+        return self.wg_n // 2 if self.halves else self.wg_n
 
     @property
     def wgmma(self):
-        """The consumer's wgmma instruction: m64, its columns, k16 (16-bit) or k32 (fp8)."""
+        """The consumer's wgmma instruction: m64, wgmma_n columns, k16 (16-bit) or k32 (fp8)."""
         ptx = PTX_TYPE[self.dtype]
-        return T.ptx[f"wgmma.mma_async.sync.aligned.m64n{self.wg_n}k{self.k_step}.f32.{ptx}.{ptx}"]
+        return T.ptx[f"wgmma.mma_async.sync.aligned.m64n{self.wgmma_n}k{self.k_step}"
+                     f".f32.{ptx}.{ptx}"]
 
     @property
     def transpose(self) -> tuple:
@@ -284,9 +296,11 @@ class Plan:
         return self.a_bytes + cols * ROW_BYTES if self.nt \
             else self.a_bytes + cols // 64 * self.block_k * ROW_BYTES
 
-    def b_step(self, ks):
-        """Bytes from a consumer's first B columns to k step ks (a constant, as `a_step`)."""
-        return ks * self.k_step * (self.element_bytes if self.nt else ROW_BYTES)
+    def b_step(self, ks, half: int = 0):
+        """Bytes from a consumer's first B columns to k step ks (a constant, as `a_step`); by
+        halves (nt only: fp8), to those of the consumer's `half` of its columns."""
+        return ks * self.k_step * (self.element_bytes if self.nt else ROW_BYTES) \
+            + half * self.wgmma_n * ROW_BYTES
 
     def origin(self, tile, rank):
         """(first row, first column) of the CTA's tile: CTA `rank` of its cluster's tiles."""

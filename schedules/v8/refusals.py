@@ -114,9 +114,9 @@ def _promotion_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return (f"v8 promotes after whole K blocks of {block_k} {wl.dtype} elements: "
                 f"promote_k={promote_k} is not a positive multiple of {block_k}")
     accumulators = consumer_accumulators(knobs.block_m, knobs.block_n, knobs.pingpong)
-    sets = promoted_sets(knobs.promote_overlap)
+    sets = promoted_sets(knobs.promote_overlap, knobs.promote_halves)
     if sets * accumulators > MOST_ACCUMULATORS:
-        kept = "wgmma's sums" if knobs.promote_overlap is None else "two sets of wgmma's sums"
+        kept = "two sets of wgmma's sums" if sets == 3 else "wgmma's sums"
         return (f"v8 with promote_k keeps {kept} and the float32 sums, {sets} x {accumulators} "
                 f"registers a consumer thread for a {knobs.block_m}x{knobs.block_n} tile; at "
                 f"most {MOST_ACCUMULATORS} fit (promote_k=none, or a narrower block_n)")
@@ -130,10 +130,10 @@ def _fp8_only(wl: Workload, what: str, knob: str, value) -> str:
             f"not {value}")
 
 
-def promoted_sets(promote_overlap: int | None) -> int:
+def promoted_sets(promote_overlap: int | None, halves: bool = False) -> int:
     """The sets of accumulators a consumer thread keeps with promote_k: wgmma's sums and the
-    float32 sums, and with promote_overlap a second set of wgmma's sums."""
-    return 2 if promote_overlap is None else 3
+    float32 sums, and with promote_overlap (not by halves) a second set of wgmma's sums."""
+    return 2 if promote_overlap is None or halves else 3
 
 
 def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
@@ -162,6 +162,26 @@ def _overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
         return ("v8's promote_overlap keeps a third set of accumulators, for which pingpong's "
                 "consumers (each a whole tile) have no registers left: ptxas spills them "
                 "(pingpong=False)")
+    return None
+
+
+def _halves_refusal(wl: Workload, knobs: Knobs) -> str | None:
+    """promote_halves: fp8 only, with promote_overlap's runs (whose refusals apply), each
+    consumer's columns in two halves of whole 8-column groups (wgmma's N)."""
+    if not knobs.promote_halves:
+        return None
+    if wl.dtype != FP8:
+        return (f"v8's promote_halves promotes fp8's sums by halves of the columns; {wl.dtype} "
+                f"wgmma accumulates in float32 already: promote_halves=false")
+    if knobs.promote_overlap is None:
+        return ("v8's promote_halves promotes the K blocks of promote_overlap's runs by halves "
+                "of the columns: it needs promote_overlap (2 to "
+                f"{MOST_OVERLAP}), not promote_overlap=none")
+    columns = consumer_tile(knobs.block_m, knobs.block_n, knobs.pingpong)[1]
+    if columns % 16:
+        return (f"v8's promote_halves multiplies each consumer's {columns} columns in two "
+                f"wgmmas of whole 8-column groups: block_n={knobs.block_n} leaves halves of "
+                f"{columns / 2:g}")
     return None
 
 
@@ -246,14 +266,19 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 
 def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
-    """v8 for any M up to wl's: no promote_overlap. Its tile walk's counts, computed from M at
-    each call, leave no registers for the third set of accumulators (ptxas spills them), and
-    its split units' counts of K blocks do not lower (reports/notes/h100-shapes.md)."""
-    if knobs.promote_overlap is None:
+    """v8 for any M up to wl's: promote_overlap only by halves (promote_halves) on whole tiles.
+    Its tile walk's counts, computed from M at each call, leave no registers for a third set of
+    accumulators (ptxas spills them), and its split units' counts of K blocks do not lower
+    (reports/notes/h100-shapes.md)."""
+    if knobs.promote_overlap is None or knobs.promote_halves and knobs.split_k == 1:
         return None
+    if knobs.promote_halves:
+        return (f"v8 for any M overlaps its promotions by halves on whole tiles only, where "
+                f"its units' counts of K blocks are known as it is built: split_k=1, not "
+                f"{knobs.split_k}")
     return (f"v8 for any M keeps its tile walk's counts in registers, where promote_overlap's "
-            f"third set of accumulators spills: promote_overlap=none, not "
-            f"{knobs.promote_overlap}")
+            f"third set of accumulators spills: promote_overlap=none (or promote_halves), "
+            f"not {knobs.promote_overlap}")
 
 
 def any_m_swap_refusal(wl: Workload, knobs: Knobs) -> str | None:
@@ -268,8 +293,8 @@ def any_m_swap_refusal(wl: Workload, knobs: Knobs) -> str | None:
 ANY_M_CHECKS = (any_m_workspace_refusal, any_m_overlap_refusal, any_m_swap_refusal)
 
 CHECKS = (_tile_shape_refusal, _register_refusal, _block_scales_refusal, _promotion_refusal,
-          _shared_memory_refusal, _split_refusal, _overlap_refusal, _staging_refusal,
-          _workspace_refusal)
+          _shared_memory_refusal, _split_refusal, _overlap_refusal, _halves_refusal,
+          _staging_refusal, _workspace_refusal)
 
 
 def refuse(wl: Workload, knobs: Knobs, checks=CHECKS) -> None:

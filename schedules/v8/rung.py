@@ -32,11 +32,12 @@ BLOCK_N = [8, 16, 64, 128, 144, 160, 176, 192, 256]
 
 def v8_narrowed(wl: Workload) -> dict:
     """The values of v8's knobs that a search of `wl` draws: on 16-bit inputs fp8's promotions
-    none (the others refused: _fp8_only); on fp8, promoted sums only, v8's default precision
-    (_scaled_mm's default): fast accumulation (promote_k none, as _scaled_mm's use_fast_accum)
-    is another precision, which a search must not trade for speed unasked; it runs by name,
-    `v8:promote_k=none`. swap_ab only in nt without block scales (the others refused:
-    swap_refusal); in nn, block_n in whole 64-column boxes of B (BLOCK_N_STEP)."""
+    none, by halves too (the others refused: _fp8_only, _halves_refusal); on fp8, promoted
+    sums only, v8's default precision (_scaled_mm's default): fast accumulation (promote_k
+    none, as _scaled_mm's use_fast_accum) is another precision, which a search must not trade
+    for speed unasked; it runs by name, `v8:promote_k=none`. swap_ab only in nt without block
+    scales (the others refused: swap_refusal); in nn, block_n in whole 64-column boxes of B
+    (BLOCK_N_STEP)."""
     by_layout = {}
     if wl.layout != "nt" or wl.block_scaled:
         by_layout["swap_ab"] = [False]
@@ -44,7 +45,8 @@ def v8_narrowed(wl: Workload) -> dict:
         by_layout["block_n"] = [n for n in BLOCK_N if n % BLOCK_N_STEP["nn"][0] == 0]
     if wl.dtype == FP8:
         return {"promote_k": [k for k in PROMOTE_K if k is not None], **by_layout}
-    return {"promote_k": [None], "promote_overlap": [None], **by_layout}
+    return {"promote_k": [None], "promote_overlap": [None], "promote_halves": [False],
+            **by_layout}
 
 
 def v8_widened(wl: Workload, defaults: dict) -> dict:
@@ -75,7 +77,8 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
                                "pingpong": [False, True], "promote_k": PROMOTE_K,
-                               "promote_overlap": [None, 2, 4, 6, 8], "swap_ab": [False, True]},
+                               "promote_overlap": [None, 2, 4, 6, 8],
+                               "promote_halves": [False, True], "swap_ab": [False, True]},
           heuristic=tma_tiles, compute=v8_kernel, refuse=v8_refusals, narrow=v8_narrowed,
           widen=v8_widened,
           brings=("inst_executed", -1))
@@ -83,7 +86,8 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
        stages: int = 4, group_m: int = 8, split_k: int = 1, split_tail: bool = False,
        tma_store: bool = True, cluster_m: int = 1, cluster_n: int = 1,
        pingpong: bool = False, promote_k: int | None = None,
-       promote_overlap: int | None = None, swap_ab: bool = False) -> None:
+       promote_overlap: int | None = None, promote_halves: bool = False,
+       swap_ab: bool = False) -> None:
     """Hopper's TMA and warp specialization: v7's wgmma on the same swizzled tiles, but the
     tiles come by TMA (cp.async.bulk.tensor) into a ring of `stages` shared stages, each with a
     `full` and an `empty` mbarrier, and the kernel is persistent: one CTA per SM walks the
@@ -118,6 +122,10 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     the tensor cores once a run (the blocks left after whole runs: one shorter run, or where
     K is split one at a time, waiting), where otherwise every promotion waits for them (three
     sets of registers: at most 64 accumulators a consumer, as 128x128 and 64x256 tiles give).
+    promote_halves (with promote_overlap's runs): each K block's wgmmas in two halves of the
+    consumer's columns, each half's sums promoted while the other half's wgmmas run, so two
+    sets of registers (the accumulators and the sums) overlap the promotions of tiles up to
+    128x192; not v8's default, but `best` weighs it (fp8 per tensor or row, past 64 rows).
     swap_ab (nt): the kernel multiplies C^T = B A^T, B's rows (a layer's weights) on the
     tile's rows and A's (its tokens) on the columns, which wgmma takes in any multiple of 8,
     so that a tile's columns can be cut to a few hundred tokens; C goes out transposed,
