@@ -500,7 +500,7 @@ def overlapped_run(plan, me, shared, first, length, scales):
 
 
 @T.macro
-def halved_run(plan, me, shared, first, length, scales):
+def run_by_halves(plan, me, shared, first, length, scales):
     """promote_halves: a run of `length` K blocks from `first` (`k_block`, by halves), then a
     wait for every wgmma and the last block's second half promoted; whole, as
     `overlapped_run`."""
@@ -514,13 +514,14 @@ def halved_run(plan, me, shared, first, length, scales):
 @T.macro
 def k_loop(plan, me, shared, count, scales):
     """The consumer's K loop over its unit's `count` K blocks (`k_block`); with
-    promote_overlap, in whole runs of that many blocks (`overlapped_run`), then the blocks
-    left: as one shorter run where their count is known as the kernel is built, else (K split:
-    known at the call) one at a time, promoted as promote_k promotes (ptxas spills registers
-    for runs of a count known only at the call)."""
+    promote_overlap, in whole runs of that many blocks (`overlapped_run`; by halves,
+    `run_by_halves`), then the blocks left: as one shorter run where their count is known as
+    the kernel is built, else (K split: known at the call) one at a time, promoted as
+    promote_k promotes (by halves: runs of one) (ptxas spills registers for runs of a count
+    known only at the call)."""
     if plan.overlaps:
         run = T.meta_var(plan.knobs.promote_overlap)
-        run_of = T.meta_var(halved_run if plan.halves else overlapped_run)
+        run_of = T.meta_var(run_by_halves if plan.halves else overlapped_run)
         for kr in range(count // run):
             run_of(plan, me, shared, kr * run, run, scales)
         left = T.meta_var(count % run)
@@ -529,7 +530,7 @@ def k_loop(plan, me, shared, count, scales):
         else:
             for kt in range(count - left, count):
                 if plan.halves:
-                    halved_run(plan, me, shared, kt, 1, scales)
+                    run_by_halves(plan, me, shared, kt, 1, scales)
                 else:
                     k_block(plan, me, shared, kt, scales, 0, "wait")
     else:
@@ -821,7 +822,7 @@ def warp_specialized_gemm(plan: Plan):
                           *plan.c_map)
 
         T.device_entry()
-        if plan.halves:  # else ptxas may ignore setmaxnreg (C7508), the consumers' registers
+        if plan.halves:  # one CTA an SM: without it ptxas ignored setmaxnreg here (C7508)
             T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
         cta = T.cta_id([plan.grid])
         rank = T.meta_var(plan.cluster_rank())
