@@ -297,6 +297,8 @@ def test_fp8_overlapped_runs_are_those_ptxas_keeps_in_registers(K, block_m, run)
 @pytest.mark.parametrize("shape, asked, tile, run", [
     # 128 rows wide as two sets of sums fit (96 a thread); runs of at most 4 on 192 columns
     ((2048, 10240, 8192), {}, (128, 192), 4),
+    # ... and of 2 where runs of 4 would leave 3 blocks over (23 K blocks)
+    ((2926, 16112, 2944), {}, (128, 192), 2),
     # ... on 144-160 columns the runs `registered_run` gives (38 K blocks: 8)
     ((2500, 896, 4864), {"block_n": 160, "split_k": 1}, (128, 160), 8),
     # ... and where the user holds a run, that one
@@ -306,8 +308,9 @@ def test_fp8_promoted_by_halves_takes_tiles_of_two_sets_and_runs_ptxas_keeps(sha
                                                                            tile, run):
     """promote_halves asked for: the widest tile whose two sets of accumulators (wgmma's and
     the float32 sums) fit a consumer thread, in runs of the space's, at most HALVES_WIDE_RUN
-    blocks where a consumer has more than HALVES_LONG_RUN_COLUMNS columns (ptxas spilled
-    longer ones there), and v8 takes what it picks."""
+    blocks and leaving at most HALVES_WIDE_TAIL over where a consumer has more than
+    HALVES_LONG_RUN_COLUMNS columns (ptxas spilled others there), and v8 takes what it
+    picks."""
     v8, wl = schedules.get("gemm", "v8"), gemm(shape, FP8, "nt")
     knobs = v8.defaults_for(wl, {**asked, "promote_halves": True})
     assert (knobs["block_m"], knobs["block_n"], knobs["promote_overlap"]) == (*tile, run)

@@ -728,14 +728,16 @@ def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():
     (gemm((48, 27648, 5120), FP8, "bfloat16", "nt"), {}),
     (gemm((300, 32064, 3072), FP8, "bfloat16", "nt"), {"block_m": 64, "block_n": 256}),
     (gemm((300, 9728, 896), FP8, "bfloat16", "nt"), {"block_m": 64, "block_n": 256}),
-    # by halves of the columns: 128x192 (the runs the heuristic keeps short there), 128x160
-    # on 38 K blocks (runs of 8, and a run of 6 after them), 160 on a lone run of 7
+    # by halves of the columns: 128x192 (the runs the heuristic keeps short there; of 2 on 23
+    # K blocks), 128x160 on 38 K blocks (runs of 8, and a run of 6 after them), 160 on a lone
+    # run of 7
     (gemm((2048, 10240, 8192), FP8, "bfloat16", "nt"), {"promote_halves": True}),
     (gemm((2500, 896, 4864), FP8, "bfloat16", "nt"),
      {"block_n": 160, "split_k": 1, "promote_halves": True}),
     (gemm((700, 9728, 896), FP8, "bfloat16", "nt"), {"promote_halves": True}),
+    (gemm((2926, 16112, 2944), FP8, "bfloat16", "nt"), {"promote_halves": True}),  # 23 blocks
 ], ids=["whole", "split", "64x256", "12-blocks", "8-blocks", "64-row", "64x256-default-runs",
-        "64x256-7-blocks", "halves-192", "halves-160", "halves-7-blocks"])
+        "64x256-7-blocks", "halves-192", "halves-160", "halves-7-blocks", "halves-192-23-blocks"])
 @needs_nvcc
 def test_v8_promote_overlap_compiles_without_serialized_wgmmas_or_spills(compiled, wl, knobs):
     """ptxas serializes every wgmma of a kernel that reads a set of accumulators where it

@@ -83,9 +83,10 @@ SHORT_TILE_TAILS = {6: 0}  # ... on 64-row tiles
 # "fp8's promotions by halves of the columns")
 HALVES_ROWS, HALVES_WIDTHS = 128, (144, 192)
 # ... runs longer than HALVES_WIDE_RUN blocks only on consumers of at most
-# HALVES_LONG_RUN_COLUMNS columns, and wider ones only on K of more than LONE_RUN blocks
-# (nvcc's spill counts: notebook/logs/cpu-nvcc-fp8-halves-runs-2026-11-28.log)
-HALVES_LONG_RUN_COLUMNS, HALVES_WIDE_RUN = 160, 4
+# HALVES_LONG_RUN_COLUMNS columns, leaving at most HALVES_WIDE_TAIL blocks over past them, and
+# wider ones only on K of more than LONE_RUN blocks (nvcc's spill counts:
+# notebook/logs/cpu-nvcc-fp8-halves-runs-2026-11-28.log)
+HALVES_LONG_RUN_COLUMNS, HALVES_WIDE_RUN, HALVES_WIDE_TAIL = 160, 4, 2
 
 
 def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
@@ -233,17 +234,19 @@ def promoted_overlap(wl: Workload, block_m: int, knobs: dict, space: dict,
     return registered_run(wl, block_m, space) if one_block and room and not pingpong else None
 
 
-def halved_run(overlap: int | None, tile: tuple[int, int], knobs: dict,
+def halved_run(wl: Workload, overlap: int | None, tile: tuple[int, int], knobs: dict,
                space: dict) -> int | None:
-    """The run `overlap` on `tile`, but by halves (promote_halves) at most HALVES_WIDE_RUN
-    blocks where the consumer has more than HALVES_LONG_RUN_COLUMNS columns (the longest of the
-    space's runs that is; ptxas spills longer ones there), unless the user or a search holds
-    one."""
+    """The run `overlap` on `tile`, but by halves (promote_halves), where the consumer has more
+    than HALVES_LONG_RUN_COLUMNS columns, the longest of the space's runs of at most
+    HALVES_WIDE_RUN blocks that leaves at most HALVES_WIDE_TAIL of wl's K blocks over (ptxas
+    spills longer runs there, and a run of 3 after runs of 4), unless the user or a search
+    holds one."""
     if not knobs["promote_halves"] or overlap is None or len(space["promote_overlap"]) == 1 \
             or consumer_tile(*tile)[1] <= HALVES_LONG_RUN_COLUMNS:
         return overlap
-    return max((run for run in space["promote_overlap"] if run and run <= HALVES_WIDE_RUN),
-               default=None)
+    count = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
+    return max((run for run in space["promote_overlap"] if run and run <= HALVES_WIDE_RUN
+                and count % run <= HALVES_WIDE_TAIL), default=None)
 
 
 def short_tile_takes(wl: Workload, knobs: dict, space: dict, tile: tuple[int, int]) -> bool:
@@ -616,7 +619,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     elif promoted := promote_k and not decode and not pingpong and promoted_tiles(
             wl, sms, knobs, whole_space, (block_m, block_n, split_k, split_tail), promote_k):
         ((block_m, block_n), overlap), split_k, split_tail = promoted, 1, False
-    overlap = halved_run(overlap, (block_m, block_n), knobs, space)
+    overlap = halved_run(wl, overlap, (block_m, block_n), knobs, space)
     # Step 4. C's way out, and the ring's stages.
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
     split_k = kept_split(split_k, knobs, space)
