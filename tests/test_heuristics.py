@@ -28,13 +28,12 @@ SPLIT_128 = "v8:block_n=128"  # ... and 128 wide, where the default's width is n
 NARROW_128 = "v8:block_m=64,block_n=128,split_k=1"  # ... and past them, up to 512
 WHOLE_K = "v8:swap_ab=true,block_m=64,block_n=16,split_k=1,stages=16"  # best's whole-K tile
 V5T_KNOBS, V5T_K = "block_m=128", "tile_k=8,stages=3,single_barrier"  # v5t's square, narrow
+TVM = tvm.__version__
 
 
 def halved(block_n: int) -> str:
     """best's fp8 tile promoted by halves of its columns (`halved_tile`), block_n wide."""
     return f"v8:block_m=128,block_n={block_n},split_k=1,promote_halves=true"
-
-TVM = tvm.__version__
 
 
 def gemm(shape, dtype="float32", layout="nn"):

@@ -691,8 +691,8 @@ def test_v8_promote_halves_promotes_each_half_of_a_block_under_the_others_wgmmas
     assert kf.buffers(kernel)["acc"] == ("local", (72,), "float32")
     (run_loop,) = [f for f in kf.loop(kernel, "kr") if kf.calls(f, "ptx.wgmma_fp8_ss")]
     wgmmas = kf.calls(run_loop, "ptx.wgmma_fp8_ss")
-    assert {kf.words(c) for c in wgmmas} == {kf.words(wgmmas[0])} and "m64n72k32" in kf.words(
-        wgmmas[0])
+    assert {kf.words(c) for c in wgmmas} == {kf.words(wgmmas[0])}
+    assert "m64n72k32" in kf.words(wgmmas[0])
     assert [_first_accumulator(c) for c in wgmmas] == ([0] * 4 + [36] * 4) * 4
     assert [kf.ints(c) for c in kf.calls(run_loop, "ptx.wgmma_wait_group")] == [(1,)] * 7 + [(0,)]
     assert len(kf.calls(run_loop, "ptx.wgmma_commit_group")) == 2 * 4
