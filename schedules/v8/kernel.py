@@ -359,6 +359,12 @@ def add_to_sums(plan, me, scales, acc_set):
                         range(plan.wg_n // 8))
 
 
+def half_accumulator(plan, half: int, mi, r):
+    """promote_halves: the index of accumulator r (of per_wgmma / 2) of wgmma mi's `half` of
+    the consumer's columns (wgmma's fragment: 4 a thread per 8-column group, side by side)."""
+    return mi * plan.per_wgmma + half * (plan.per_wgmma // 2) + r
+
+
 @T.macro
 def add_half_to_sums(plan, me, scales, acc_set, half):
     """promote_halves: the accumulators of the consumer's `half` of its columns (their wgmmas
@@ -367,11 +373,11 @@ def add_half_to_sums(plan, me, scales, acc_set, half):
     groups = T.meta_var(plan.wgmma_n // 8)
     for mi in T.unroll(plan.m_wgmmas):
         for r in T.unroll(plan.per_wgmma // 2):
-            cuda_call(FENCE_OPERAND, me.acc[mi * plan.per_wgmma + half * groups * 4 + r])
+            cuda_call(FENCE_OPERAND, me.acc[half_accumulator(plan, half, mi, r)])
     if scales is None:
         for mi in T.unroll(plan.m_wgmmas):
             for r in T.unroll(plan.per_wgmma // 2):
-                i = T.meta_var(mi * plan.per_wgmma + half * groups * 4 + r)
+                i = T.meta_var(half_accumulator(plan, half, mi, r))
                 me.sums[i] = me.sums[i] + me.acc[i]
     else:
         add_scaled_sums(plan, me, scales, acc_set, 0, range(half * groups, (half + 1) * groups))
@@ -404,11 +410,11 @@ def multiply_half(plan, me, bases, half):
     acc, n = T.meta_var((me.acc, plan.per_wgmma // 2))
     for mi in T.unroll(plan.m_wgmmas):
         for r in T.unroll(n):
-            cuda_call(FENCE_OPERAND, acc[mi * plan.per_wgmma + half * n + r])
+            cuda_call(FENCE_OPERAND, acc[half_accumulator(plan, half, mi, r)])
     T.ptx.wgmma.fence.sync.aligned()
     for ks in T.unroll(plan.block_k // plan.k_step):
         for mi in T.unroll(plan.m_wgmmas):
-            plan.wgmma(*[acc[mi * plan.per_wgmma + half * n + r] for r in range(n)],
+            plan.wgmma(*[acc[half_accumulator(plan, half, mi, r)] for r in range(n)],
                        descriptor_at(bases[0], plan.a_step(mi, ks), ATOM),
                        descriptor_at(bases[1], plan.b_step(ks, half), ATOM),
                        ks > 0, 1, 1, *plan.transpose)
@@ -486,51 +492,41 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
 @T.macro
 def overlapped_run(plan, me, shared, first, length, scales):
     """promote_overlap: a run of `length` K blocks from `first`, taking the two sets of
-    accumulators in turn, each promoted under the next one's wgmmas; then a wait for every
-    wgmma and the last block's set promoted. Runs are whole and end in that wait: ptxas tells
-    which wgmmas are done only along one path, so reading a set across the loop's back edge,
-    or past an `if` around a block, would serialize every wgmma."""
+    accumulators in turn, each promoted under the next one's wgmmas (by halves: each block's
+    halves under each other's, `multiply_by_halves`); then a wait for every wgmma and the last
+    block's set (by halves: its second half) promoted. Runs are whole and end in that wait:
+    ptxas tells which wgmmas are done only along one path, so reading a set across the loop's
+    back edge, or past an `if` around a block, would serialize every wgmma."""
     k_block(plan, me, shared, first, scales, 0, "none")
     for b in T.unroll(1, length):
         k_block(plan, me, shared, first + b, scales, b % 2, "previous")
     T.ptx.wgmma.wait_group.sync.aligned(0)
-    for i in T.unroll(plan.accumulators):
-        cuda_call(FENCE_OPERAND, me.acc[(length - 1) % 2 * plan.accumulators + i])
-    add_to_sums(plan, me, scales, (length - 1) % 2)
-
-
-@T.macro
-def run_by_halves(plan, me, shared, first, length, scales):
-    """promote_halves: a run of `length` K blocks from `first` (`k_block`, by halves), then a
-    wait for every wgmma and the last block's second half promoted; whole, as
-    `overlapped_run`."""
-    k_block(plan, me, shared, first, scales, 0, "none")
-    for b in T.unroll(1, length):
-        k_block(plan, me, shared, first + b, scales, b % 2, "previous")
-    T.ptx.wgmma.wait_group.sync.aligned(0)
-    add_half_to_sums(plan, me, scales, (length - 1) % 2, 1)
+    if plan.halves:
+        add_half_to_sums(plan, me, scales, (length - 1) % 2, 1)
+    else:
+        for i in T.unroll(plan.accumulators):
+            cuda_call(FENCE_OPERAND, me.acc[(length - 1) % 2 * plan.accumulators + i])
+        add_to_sums(plan, me, scales, (length - 1) % 2)
 
 
 @T.macro
 def k_loop(plan, me, shared, count, scales):
     """The consumer's K loop over its unit's `count` K blocks (`k_block`); with
-    promote_overlap, in whole runs of that many blocks (`overlapped_run`; by halves,
-    `run_by_halves`), then the blocks left: as one shorter run where their count is known as
-    the kernel is built, else (K split: known at the call) one at a time, promoted as
-    promote_k promotes (by halves: runs of one) (ptxas spills registers for runs of a count
-    known only at the call)."""
+    promote_overlap, in whole runs of that many blocks (`overlapped_run`), then the blocks
+    left: as one shorter run where their count is known as the kernel is built, else (K
+    split: known at the call) one at a time, promoted as promote_k promotes (by halves: runs
+    of one) (ptxas spills registers for runs of a count known only at the call)."""
     if plan.overlaps:
         run = T.meta_var(plan.knobs.promote_overlap)
-        run_of = T.meta_var(run_by_halves if plan.halves else overlapped_run)
         for kr in range(count // run):
-            run_of(plan, me, shared, kr * run, run, scales)
+            overlapped_run(plan, me, shared, kr * run, run, scales)
         left = T.meta_var(count % run)
         if isinstance(left, tirx.IntImm) and left.value > (0 if plan.halves else 1):
-            run_of(plan, me, shared, count - left, left.value, scales)
+            overlapped_run(plan, me, shared, count - left, left.value, scales)
         else:
             for kt in range(count - left, count):
                 if plan.halves:
-                    run_by_halves(plan, me, shared, kt, 1, scales)
+                    overlapped_run(plan, me, shared, kt, 1, scales)
                 else:
                     k_block(plan, me, shared, kt, scales, 0, "wait")
     else:
