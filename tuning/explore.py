@@ -30,7 +30,7 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
 from schedules.gemm import V5T_NARROW, v5t_square, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
-from schedules.v8 import halves_tile, k_block_count, wave_tile
+from schedules.v8 import halves_tile, wave_tile, workload_k_blocks
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
                                     SWAP_MOST_TOKENS, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
@@ -272,7 +272,7 @@ def whole_k_tile(wl: Workload) -> list[str]:
     and its tiles, B's rows by the tokens, fit one wave (`other_settings`)."""
     tiles = heuristics.tile_count(wl, WHOLE_K_V8["block_n"], WHOLE_K_V8["block_m"])  # swapped
     fits = SWAP_MOST_TOKENS < wl.dims["M"] <= MEDIUM_ROWS and tiles <= heuristics.H100_SMS \
-        and k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= WHOLE_K_V8["stages"]
+        and workload_k_blocks(wl) <= WHOLE_K_V8["stages"]
     return other_settings(wl, [WHOLE_K_V8] if fits else [])
 
 

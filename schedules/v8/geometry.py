@@ -72,6 +72,11 @@ def k_block_count(K, element_bytes: int):
     return -(-K * element_bytes // ROW_BYTES)
 
 
+def workload_k_blocks(wl: Workload) -> int:
+    """The K blocks (`k_block_count`) of wl's K in its input dtype."""
+    return k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
+
+
 def arena_bytes(block_m: int, block_n: int, stages: int, tma_store: bool = False) -> int:
     """Dynamic shared memory of the ring: `stages` stages of A's and B's 128-byte rows, plus
     one swizzle atom of room to round the ring's start up to an atom; with tma_store, then

@@ -10,7 +10,7 @@ from ..tensorcore import HOPPER_SHARED_BYTES, MMA, WARPGROUP
 from ..workloads import DTYPE_BYTES, FP8, Workload
 from .geometry import (BLOCK_N_STEP, MOST_ACCUMULATORS, MOST_OVERLAP, MOST_SPLIT_OVERLAP,
                        ROW_BYTES, arena_bytes, box_bytes, consumer_accumulators, consumer_tile,
-                       k_block_count, k_block_elements, staged_operands, widest_fitting)
+                       k_block_elements, staged_operands, widest_fitting, workload_k_blocks)
 from .knobs import Knobs
 from .refusals import (c_rows_take_tma, kernel_workload, promoted_sets, refuse, tile_refusal,
                        workload_refusal)
@@ -97,7 +97,7 @@ def split_plan(wl: Workload, sms: int, block_m: int, block_n: int,
     counted as 1/split_k of a wave. v8 is persistent: a second wave would walk behind the
     first. Waves of 128-wide tiles count TMA_NARROW_COST of a 256-wide one (a 128-wide wgmma
     does less per byte it reads)."""
-    k_blocks = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
+    k_blocks = workload_k_blocks(wl)
     tiles = tile_count(wl, block_m, block_n)
     full, tail = divmod(tiles, sms) if tiles > sms else (0, tiles)
     slices = max([s for s in splits if tail * s <= sms and k_blocks >= s * MIN_SLICE_TILES],
@@ -168,7 +168,7 @@ def one_row_narrows(wl: Workload, sms: int, block_n: int, knobs: dict, space: di
             or not tile_takes(wl, knobs, WGMMA_M, ONE_ROW_WIDTH):
         return False
     split_k = split_plan(wl, sms, WGMMA_M, ONE_ROW_WIDTH, space["split_k"])[1]
-    blocks = -(-k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) // split_k)
+    blocks = -(-workload_k_blocks(wl) // split_k)
     return tiles * split_k >= units(wl, sms, WGMMA_M, block_n, space["split_k"]) \
         and blocks <= ONE_ROW_MOST_BLOCKS
 
@@ -200,7 +200,7 @@ def timed_tile_us(wl: Workload, sms: int, block_m: int, block_n: int, split_k: i
     split_k (every tile): the rounds of units on the SMs, each unit's K blocks at the tile's
     TILE_TIMES_US per block, plus its time per tile (and SPLIT_US where split)."""
     per_block, per_tile = TILE_TIMES_US[(block_m, block_n)]
-    blocks = -(-k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) // split_k)
+    blocks = -(-workload_k_blocks(wl) // split_k)
     rounds = -(-tile_count(wl, block_m, block_n) * split_k // sms)
     return rounds * (blocks * per_block + per_tile + (SPLIT_US if split_k > 1 else 0))
 
@@ -244,7 +244,7 @@ def halved_run(wl: Workload, overlap: int | None, tile: tuple[int, int], knobs: 
     if not knobs["promote_halves"] or overlap is None or len(space["promote_overlap"]) == 1 \
             or consumer_tile(*tile)[1] <= HALVES_LONG_RUN_COLUMNS:
         return overlap
-    count = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
+    count = workload_k_blocks(wl)
     return max((run for run in space["promote_overlap"] if run and run <= HALVES_WIDE_RUN
                 and count % run <= HALVES_WIDE_TAIL), default=None)
 
@@ -263,7 +263,7 @@ def short_wide_tile(wl: Workload, sms: int, tile: tuple[int, int]) -> bool:
     `tile` (128 rows) whole, on K of more than LONE_RUN blocks: rows cut in 64s pad M less
     (300 rows take 5 rows of 64-row tiles, or 3 of 128-row ones that hold 384)."""
     rounds = {shape: -(-tile_count(wl, *shape) // sms) for shape in (SHORT_WIDE_TILE, tile)}
-    return k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) > LONE_RUN \
+    return workload_k_blocks(wl) > LONE_RUN \
         and rounds[SHORT_WIDE_TILE] < rounds[tile]
 
 
@@ -273,7 +273,7 @@ def short_k_tile(wl: Workload, sms: int, plan: tuple[int, int]) -> bool:
     SHORT_K_BLOCKS blocks and those tiles take one round of the SMs: a short K's slices cost
     more in partials than 64-row tiles lose per byte."""
     return plan[0] == 128 and plan[1] > 1 and tile_count(wl, *SHORT_K_TILE) <= sms \
-        and k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= SHORT_K_BLOCKS
+        and workload_k_blocks(wl) <= SHORT_K_BLOCKS
 
 
 def short_tiles(wl: Workload, sms: int, knobs: dict, space: dict, plan: tuple,
@@ -341,7 +341,7 @@ def paired_tiles(wl: Workload, sms: int, knobs: dict, space: dict,
     return wl.block_scaled and split_k == 1 and 2 in space["cluster_n"] \
         and 1 in space["cluster_m"] and tile_count(wl, block_m, block_n) >= CLUSTER_WAVES * sms \
         and not pairs_pad(-(-wl.dims["N"] // block_n)) \
-        and k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) >= PAIRED_K_BLOCKS \
+        and workload_k_blocks(wl) >= PAIRED_K_BLOCKS \
         and tile_takes(wl, knobs, block_m, block_n)
 
 
@@ -352,7 +352,7 @@ def registered_run(wl: Workload, block_m: int, space: dict) -> int | None:
     stretch of straight code, which spills), leaving at most RUN_TAILS's blocks over; on 64-row
     tiles at most SHORT_TILE_RUN blocks long, leaving at most SHORT_TILE_TAILS's over. None
     where no run fits."""
-    count = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype])
+    count = workload_k_blocks(wl)
     runs = [run for run in space["promote_overlap"] if run]
     short = block_m <= WGMMA_M
     if count <= (SHORT_TILE_RUN if short else LONE_RUN):
@@ -485,7 +485,7 @@ def halves_tile(wl: Workload, sms: int, knobs: dict,
     elsewhere or where v8 takes none."""
     if wl.dtype != FP8 or wl.block_scaled or wl.dims["M"] <= MEDIUM_ROWS:
         return None
-    short_k = k_block_count(wl.dims["K"], DTYPE_BYTES[wl.dtype]) <= LONE_RUN
+    short_k = workload_k_blocks(wl) <= LONE_RUN
     most = HALVES_LONG_RUN_COLUMNS if short_k else HALVES_WIDTHS[1]
     widths = range(HALVES_WIDTHS[0], most + 1, BLOCK_N_STEP[wl.layout][0])
     shapes = ((HALVES_ROWS,), widths) if space is None else \
