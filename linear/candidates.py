@@ -54,9 +54,9 @@ class LayerShape:
     `fast_accum`, which keeps them in the tensor cores' own accumulator (_scaled_mm's
     use_fast_accum=True; v8 without promote_k): faster, less precise; block scales are applied
     at each promotion, so they take no fast_accum. With `bias`, the layer adds one, and its
-    candidates are checked and timed adding it as they will run (torch's fuse it, but for block
-    scales, and ours add it after). A combination the GEMM does not take is refused here
-    (WorkloadError)."""
+    candidates are checked and timed adding it as they will run (torch's and v8's fuse it, but
+    for torch's block scales; the GEMV rungs add it after). A combination the GEMM does not
+    take is refused here (WorkloadError)."""
 
     out_features: int
     in_features: int
@@ -238,7 +238,7 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
     knobs = dict(candidate.knobs)
     if candidate.rung == V8:
         func = v8.v8_kernel_any_m(layer.gemm(bucket.most(max_tokens)),
-                                  open_ended=bucket.last is None, **knobs)
+                                  open_ended=bucket.last is None, bias=layer.bias, **knobs)
         mod = tvm.IRModule({"main": func})
     else:
         mod = schedules.get("gemv", candidate.rung).apply(layer.gemv(), target, **knobs)
@@ -294,14 +294,21 @@ def torch_layer(layer: LayerShape):
     return functools.partial(scaled_linear, out_dtype=out_dtype, use_fast_accum=layer.fast_accum)
 
 
+def _biases(layer: LayerShape, bias) -> tuple:
+    """v8's bias argument: the layer's bias where its kernel was built with one (a layer with
+    a bias is always called with it), else none."""
+    return (bias,) if layer.bias else ()
+
+
 def launcher(candidate: Candidate, layer: LayerShape, function):
     """run(x2d, weight, bias, out=None) -> y2d for the candidate, or for an fp8 layer
     run(x2d, x_scale, weight, weight_scale, bias, out=None) (scales in the shapes the layer's
     `x_scale_shape` and `weight_scale_shape` say), into `out` where given, else into a tensor
     of its own: `function` is its built kernel's entry ("main"), None for torch's
-    (`torch_layer`). A GEMV takes the row and writes y as vectors; v8 takes x, W (fp8: and
-    their scales, flattened but for block scales' matrices) and y whole; both then add the
-    bias, where there is one."""
+    (`torch_layer`). A GEMV takes the row and writes y as vectors, then adds the bias where
+    there is one; v8 takes x, W (fp8: and their scales, flattened but for block scales'
+    matrices), the bias where the layer has one (its kernel adds it: `build_candidate`) and y
+    whole."""
     n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
         return torch_layer(layer)
@@ -313,15 +320,15 @@ def launcher(candidate: Candidate, layer: LayerShape, function):
                 out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
             if flat:
                 x_scale, weight_scale = x_scale.view(-1), weight_scale.view(-1)
-            function(x, weight, x_scale, weight_scale, out)
-            return out if bias is None else out.add_(bias)
+            function(x, weight, x_scale, weight_scale, *_biases(layer, bias), out)
+            return out
         return run_v8_fp8
     if candidate.rung == V8:
         def run_v8(x, weight, bias=None, out=None):
             if out is None:
                 out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
-            function(x, weight, out)
-            return out if bias is None else out.add_(bias)
+            function(x, weight, *_biases(layer, bias), out)
+            return out
         return run_v8
 
     def run_gemv(x, weight, bias=None, out=None):

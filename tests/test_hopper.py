@@ -14,7 +14,7 @@ from tvm.tirx import stmt as S
 
 import kernel_facts as kf
 import schedules
-from schedules import ScheduleNotApplicable, Workload
+from schedules import ScheduleNotApplicable, Workload, v8
 from schedules.tensorcore import HOPPER_SHARED_BYTES
 from schedules.v8.cuda import SETTLE, descriptor_at, descriptor_base, split_k_helpers
 from schedules.v8.geometry import ATOM, box_bytes
@@ -25,8 +25,8 @@ needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
                                 reason="nvcc is not on PATH: the generated CUDA is not compiled")
 
 
-def gemm(shape, dtype="float16", out_dtype=None, layout="nn"):
-    return Workload("gemm", shape, dtype, out_dtype, layout)
+def gemm(shape, dtype="float16", out_dtype=None, layout="nn", scales=None):
+    return Workload("gemm", shape, dtype, out_dtype, layout, *([scales] if scales else []))
 
 
 BUILDS = [
@@ -697,6 +697,40 @@ def test_v8_promote_halves_promotes_each_half_of_a_block_under_the_others_wgmmas
     assert [kf.ints(c) for c in kf.calls(run_loop, "ptx.wgmma_wait_group")] == [(1,)] * 7 + [(0,)]
     assert len(kf.calls(run_loop, "ptx.wgmma_commit_group")) == 2 * 4
     assert len(kf.stores_to(run_loop, "sums")) == 4 * 72
+
+
+@pytest.mark.parametrize("wl, knobs", [
+    (gemm((4096, 4096, 4096), "bfloat16", "bfloat16", "nt"),
+     {"block_n": 256, "split_k": 1, "tma_store": True}),
+    (gemm((4096, 4608, 3584), FP8, "bfloat16", "nt", "row"),
+     {"block_n": 128, "split_k": 2, "split_tail": True, "promote_overlap": None}),
+    (gemm((4096, 4608, 1024), "float16", "float16", "nt"),
+     {"block_n": 256, "split_k": 1, "tma_store": False}),
+    (gemm((4096, 4606, 1024), "bfloat16", "bfloat16", "nt"),
+     {"block_n": 128, "split_k": 1, "tma_store": False}),
+], ids=["bf16-boxes", "fp8-rowwise-split-k", "f16-quads", "bf16-registers"])
+def test_v8_for_any_m_adds_a_layers_bias_as_it_stores_c(wl, knobs):
+    """With a bias (a linear layer's), v8 for any M takes it before C, in C's dtype, and adds
+    each accumulator's column's as the epilogue stores it (after fp8's scales and split K's
+    gather), whichever epilogue (boxes, quads, registers): one read for each of a consumer
+    thread's accumulators, its share of the consumer's half tile, each indexed from the
+    thread's column register plus a constant (no division: the unit's column, a division by
+    the raster's group, recomputed at each read had doubled split K's time); without one it
+    has no such parameter."""
+    knobs = schedules.get("gemm", "v8").defaults_for(wl, {"swap_ab": False, **knobs})
+    funcs = {bias: v8.v8_kernel_any_m(wl, bias=bias, **knobs) for bias in (False, True)}
+    assert "Bias" not in kf.params_of(funcs[False])
+    assert kf.params_of(funcs[True])[-2:] == ["Bias", "C"]
+    kernel = kf.kernel(build.lower(tvm.IRModule({"main": funcs[True]}),
+                                   build.cuda_target("sm_90")))
+    loads = kf.loads_from(kernel, "Bias")
+    assert len(loads) == knobs["block_m"] * knobs["block_n"] // (2 * 128)
+    assert {str(load.source.dtype) for load in loads} == {wl.out_dtype}
+    for load in loads:
+        (index,) = load.indices
+        assert {read.source.name for read in lowering.find(index, tvm.ir.TensorLoad)} \
+            == {"column"}
+        assert not lowering.find(index, (tvm.tirx.FloorDiv, tvm.tirx.FloorMod))
 
 
 def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():

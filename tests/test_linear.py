@@ -15,7 +15,8 @@ from linear import cache as cache_module
 from linear import portfolio
 from linear.buckets import Bucket, BucketTable, buckets_from_edges
 from linear.cache import Cache, CorruptEntry
-from linear.candidates import TORCH, LayerShape, build_candidate, candidates
+from linear.candidates import (TORCH, V8, Candidate, LayerShape, build_candidate,
+                               candidates, launcher)
 from schedules.errors import UsageError
 from tuning.loader import BadInput
 
@@ -404,6 +405,24 @@ def test_the_operator_runs_the_rows_kernel_unchecked_only_where_told():
         _linear_cuda(x, layer.weight, None, layer._key)
 
 
+@pytest.mark.parametrize("dtype, scales", [("bfloat16", None), ("float8_e4m3fn", "row")])
+@pytest.mark.parametrize("bias", [False, True])
+def test_v8s_launcher_hands_a_layers_bias_to_its_kernel_and_adds_none_after(dtype, scales,
+                                                                             bias):
+    """A layer with a bias has v8 kernels built with one (a parameter before y, added in the
+    epilogue): the launcher passes it and adds nothing after; a layer without passes none."""
+    layer = LayerShape(32, 64, dtype, scales, bias=bias)
+    calls = []
+    run = launcher(Candidate(V8), layer, lambda *args: calls.append(args))
+    x, w, b = torch.ones(4, 64), torch.ones(32, 64), torch.full((32,), 7.0)
+    out = torch.zeros(4, 32, dtype=getattr(torch, layer.out_dtype))
+    operands = (x, w) if scales is None else (x, torch.ones(4, 1), w, torch.ones(32, 1))
+    y = run(*operands, b if bias else None, out=out)
+    (args,) = calls
+    assert args[-1] is out and y is out and not out.any()  # nothing added after the kernel
+    assert (args[-2] is b) == bias and len(args) == len(operands) + 1 + bias
+
+
 # -- GPU tier ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -527,8 +546,9 @@ def test_a_corrupt_cached_library_is_named_removed_and_measured_again(gpu_cache,
 
 
 def test_a_layer_with_a_bias_is_tuned_apart_from_one_without():
-    """Torch's candidates fuse the bias and ours add it after, so a layer with one is timed
-    adding it: its shape (and so its cache entries) says so, and nn.Linear's bias carries over."""
+    """A layer's candidates are timed adding the bias as they will run (its kernels built with
+    one), so a layer with one has a shape (and so cache entries) of its own, and nn.Linear's
+    bias carries over."""
     plain, biased = LayerShape(1024, 2048, "bfloat16"), LayerShape(1024, 2048, "bfloat16",
                                                                     bias=True)
     assert plain.label() == "1024x2048 bfloat16" and biased.label() == "1024x2048 bfloat16 bias"

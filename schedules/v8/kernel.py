@@ -90,19 +90,22 @@ class Maps(NamedTuple):
 
 
 class Operands(NamedTuple):
-    """The buffers the consumers read or write besides the ring: C, and fp8's scales."""
+    """The buffers the consumers read or write besides the ring: C, fp8's scales and the
+    bias."""
 
     C: object
     A_scale: object
     B_scale: object
+    Bias: object
 
 
 class Consumer(NamedTuple):
     """A consumer thread: its warpgroup (0 or 1), its thread among the consumers, warp and lane
     within the warpgroup, its accumulators, its ring position (K blocks passed), tma_store's
-    count of boxes sent, (promote_k) the float32 sums the accumulators are promoted into and
+    count of boxes sent, (promote_k) the float32 sums the accumulators are promoted into,
     (block scales) the K block's scales of its rows and of its columns' blocks
-    (`block_scale_registers`)."""
+    (`block_scale_registers`) and (a bias) its first column of the unit
+    (`bias_column_register`)."""
 
     consumer: object
     thread: object
@@ -113,6 +116,7 @@ class Consumer(NamedTuple):
     sent: object
     sums: object
     factors: object
+    column: object
 
 
 class BlockScales(NamedTuple):
@@ -292,6 +296,15 @@ def block_scale_registers(plan):
         return None
     return IRBuilder.name("factors", T.alloc_local(
         (block_scale_count(plan) * (2 if plan.overlaps else 1),), "float32"))
+
+
+def bias_column_register(plan):
+    """A bias: a consumer thread's register for its first column of the unit, that `with_bias`
+    indexes the bias from (set once a unit, so that nvcc does not recompute the column, a
+    division by the raster's group among it, at each element), allocated here; else None."""
+    if not plan.bias:
+        return None
+    return IRBuilder.name("column", T.alloc_local((1,), "int32"))
 
 
 def block_scales(plan, operands, me, m0, n0, first_block):
@@ -627,10 +640,20 @@ def scale_accumulators(plan, me, at, operands):
             acc[i] = acc[i] * scale
 
 
+def with_bias(plan, me, operands, value, offset):
+    """An accumulator's value as C takes it: plus the bias of its column, `offset` past the
+    thread's first (`Consumer.column`), where the plan has one (index clamped at C's edge,
+    where nothing is stored), as F.linear adds it, after fp8's scales; read as each value is
+    stored, so that no pass over the accumulators holds them."""
+    if not plan.bias:
+        return value
+    return value + T.Cast("float32", operands.Bias[T.min(me.column[0] + offset, plan.N - 1)])
+
+
 @T.macro
-def fill_box(plan, me, mi, box, slot):
-    """tma_store: the thread's columns of box `box` of wgmma mi, converted to C's dtype, into
-    the shared box at `slot`, swizzled as TMA reads it."""
+def fill_box(plan, me, operands, mi, box, slot):
+    """tma_store: the thread's columns of box `box` of wgmma mi (`with_bias`), converted to
+    C's dtype, into the shared box at `slot`, swizzled as TMA reads it."""
     for n8 in T.unroll(plan.box_cols // 8):
         for h in T.unroll(2):
             offset: T.let[T.int32] = \
@@ -638,9 +661,11 @@ def fill_box(plan, me, mi, box, slot):
                 + (n8 * 8 + me.lane % 4 * 2) * plan.out_bytes
             first: T.let[T.int32] = mi * plan.per_wgmma \
                 + (box * plan.box_cols // 8 + n8) * 4 + h * 2
+            past = T.meta_var((box * plan.box_cols // 8 + n8) * 8)  # the thread's first column
             cuda_call(stage_pair(plan.out_dtype),
                       slot + T.Cast("uint32", swizzled(offset, plan.span)),
-                      me.acc[first], me.acc[first + 1])
+                      with_bias(plan, me, operands, me.acc[first], past),
+                      with_bias(plan, me, operands, me.acc[first + 1], past + 1))
 
 
 @T.macro
@@ -657,7 +682,7 @@ def store_boxes(plan, me, at, operands, maps, shared):
             if leads(me.thread):
                 T.ptx["cp.async.bulk.wait_group.read"](1)
             T.ptx.bar.sync(T.uint32(BOX_BARRIER + me.consumer), T.uint32(WARPGROUP * 32))
-            fill_box(plan, me, mi, box, slot)
+            fill_box(plan, me, operands, mi, box, slot)
             T.ptx.fence.proxy.async_.shared__cta()
             T.ptx.bar.sync(T.uint32(BOX_BARRIER + me.consumer), T.uint32(WARPGROUP * 32))
             if leads(me.thread):
@@ -680,9 +705,11 @@ def store_quads(plan, me, at, operands, maps, shared):
                 row: T.let[T.int32] = at.first_row + mi * 64 + h * 8
                 start: T.let[T.int32] = at.first_col + n16 * 16 + me.lane % 2 * 6
                 low: T.let[T.int32] = mi * plan.per_wgmma + n16 * 8 + h * 2
-                cuda_call(quad_store(plan.out_dtype), T.address_of(C[row, start]),
-                          me.lane % 2, me.acc[low], me.acc[low + 1], me.acc[low + 4],
-                          me.acc[low + 5], T.bool(row < plan.M) and T.bool(start < plan.N))
+                past = T.meta_var(n16 * 16)  # acc[low]'s column past the thread's first
+                cuda_call(quad_store(plan.out_dtype), T.address_of(C[row, start]), me.lane % 2,
+                          *[with_bias(plan, me, operands, me.acc[low + i], past + i + i // 4 * 4)
+                            for i in (0, 1, 4, 5)],
+                          T.bool(row < plan.M) and T.bool(start < plan.N))
 
 
 @T.macro
@@ -701,14 +728,16 @@ def store_from_registers(plan, me, at, operands, maps, shared):
                     if plan.out_dtype == "float32" and plan.N % 2 == 0 and not plan.swapped:
                         if col < plan.N:  # col is even: so is &C[row, col]
                             cuda_call(PAIR_STORE, T.address_of(C[row, col]),
-                                      acc[first], acc[first + 1])
+                                      with_bias(plan, me, operands, acc[first], n8 * 8),
+                                      with_bias(plan, me, operands, acc[first + 1], n8 * 8 + 1))
                     else:
                         for e in T.unroll(2):
                             if col + e < plan.N:
                                 if plan.swapped:
                                     C[col + e, row] = T.Cast(plan.out_dtype, acc[first + e])
                                 else:
-                                    C[row, col + e] = T.Cast(plan.out_dtype, acc[first + e])
+                                    C[row, col + e] = T.Cast(plan.out_dtype, with_bias(
+                                        plan, me, operands, acc[first + e], n8 * 8 + e))
 
 
 # The epilogues by Plan.epilogue's name: each takes the same arguments (whether it reads them
@@ -720,7 +749,8 @@ EPILOGUES = {"boxes": store_boxes, "quads": store_quads, "registers": store_from
 def finish_unit(plan, me, at, operands, maps, shared):
     """After the K loop: split K's partials out and counted in; then, where this CTA stores
     the tile (a whole tile, or the last slice), the others' partials added, fp8's scales
-    applied (block scales were, in the K loop), and the plan's epilogue."""
+    applied (block scales were, in the K loop), and the plan's epilogue (which adds the bias
+    as it stores C, `with_bias`)."""
     if plan.split_k > 1:
         if plan.is_split(at.unit):
             stash_partials(plan, me, at, shared)
@@ -752,7 +782,9 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     thread: T.let[T.int32] = tx - WARPGROUP * 32
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
-    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors))
+    column = T.meta_var(bias_column_register(plan))
+    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors,
+                             column))
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)
@@ -765,6 +797,8 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
                      block_scales(plan, operands, me, m0, n0, first))
             first_row: T.let[T.int32] = first_row_of(plan, me, m0)  # and column: wgmma's fragment
             first_col: T.let[T.int32] = n0 + plan.consumer_cols(consumer) + lane % 4 * 2
+            if plan.bias:
+                column[0] = first_col
             finish_unit(plan, me, Unit(unit, tile, m0, n0, first_row, first_col), operands,
                         maps, shared)
     # Step 3. The last boxes of C read out (tma_store) before shared memory goes.
@@ -777,10 +811,10 @@ def warp_specialized_gemm(plan: Plan):
     """C[M, N] = A[M, K] @ B (nn: B is K x N) or A @ B^T (nt: B is N x K), float32
     accumulation (fp8: times A_scale[0] * B_scale[0], its parameters after B, or rowwise
     A_scale[m] * B_scale[n], or each 128-K block's sums times A_scale[m, kb] *
-    B_scale[n / 128, kb] as they are promoted), as a persistent
-    warp-specialized TIRx kernel (CUTLASS's sm90 "cooperative" kernel): min(sms, units) CTAs of
-    384 threads walk the units of work (a block tile and one of its `split_k` slices of K) in
-    the grouped raster of the tiles.
+    B_scale[n / 128, kb] as they are promoted), plus Bias[n] where the plan has a bias (its
+    parameter before C), as a persistent warp-specialized TIRx kernel (CUTLASS's sm90
+    "cooperative" kernel): min(sms, units) CTAs of 384 threads walk the units of work (a
+    block tile and one of its `split_k` slices of K) in the grouped raster of the tiles.
     How its warpgroups, split K, clusters, ping-pong, staged rows and M taken at each call
     work together: the module's docstring."""
 
@@ -788,13 +822,14 @@ def warp_specialized_gemm(plan: Plan):
 
     @T.prim_func
     def main(A_handle: T.handle, B_handle: T.handle, A_scale_handle: T.handle,
-             B_scale_handle: T.handle, C_handle: T.handle):
+             B_scale_handle: T.handle, Bias_handle: T.handle, C_handle: T.handle):
         T.func_attr({TIRX_KERNEL: True})
         shapes = T.meta_var(plan.param_shapes)
         A = T.match_buffer(A_handle, shapes["A"], plan.dtype, align=16)
         B = T.match_buffer(B_handle, shapes["B"], plan.dtype, align=16)
         A_scale = T.match_buffer(A_scale_handle, shapes["A_scale"], "float32")
         B_scale = T.match_buffer(B_scale_handle, shapes["B_scale"], "float32")
+        Bias = T.match_buffer(Bias_handle, shapes["Bias"], plan.out_dtype)
         C = T.match_buffer(C_handle, shapes["C"], plan.out_dtype, align=16)
         # the operands as the plan multiplies them (swapped: B's rows are the tile's rows)
         a_in, b_in, a_scale, b_scale = T.meta_var(
@@ -842,9 +877,10 @@ def warp_specialized_gemm(plan: Plan):
         if tx < WARPGROUP * 32:
             produce(plan, cta, rank, tx, shared, maps)
         else:
-            consume(plan, Operands(C, a_scale, b_scale), cta, rank, tx, shared, maps)
+            consume(plan, Operands(C, a_scale, b_scale, Bias), cta, rank, tx, shared, maps)
 
-    return main if plan.dtype == FP8 else without_params(main, FP8_SCALES)
+    unused = (() if plan.dtype == FP8 else FP8_SCALES) + (() if plan.bias else ("Bias",))
+    return without_params(main, unused) if unused else main
 
 
 def without_params(func, names: tuple[str, ...]):

@@ -43,6 +43,7 @@ class Plan:
     sms: int
     most_m: int | None
     open_ended: bool  # any M past most_m too (split K's workspace for a last wave of any M)
+    bias: bool  # a bias of C's dtype, one a column, added to the sums before C is stored
     # the multiply: a consumer's part of the tile and its wgmmas
     element_bytes: int
     block_k: int
@@ -92,12 +93,12 @@ class Plan:
 
     @classmethod
     def build(cls, wl: Workload, knobs: Knobs, sms: int, most_m: int | None = None,
-              open_ended: bool = False) -> "Plan":
+              open_ended: bool = False, bias: bool = False) -> "Plan":
         """The plan for wl and knobs on `sms` SMs; with most_m (wl's M), for any M up to most_m
         rows (M symbolic), or with open_ended as well for any M past it (split K then only
-        with split_tail). Refused first as v8 refuses them (ScheduleNotApplicable), and for
-        any M also where split K's workspace for any M would be too large or promote_overlap
-        is asked for (ANY_M_CHECKS)."""
+        with split_tail); with bias, a bias added to each column of C. Refused first as v8
+        refuses them (ScheduleNotApplicable), and for any M also where split K's workspace for
+        any M would be too large or promote_overlap is asked for (ANY_M_CHECKS)."""
         refuse(wl, knobs, CHECKS if most_m is None else CHECKS + ANY_M_CHECKS)
         if open_ended and knobs.split_k > 1 and not knobs.split_tail:
             raise ScheduleNotApplicable(
@@ -108,7 +109,8 @@ class Plan:
         M = wl.dims["M"] if most_m is None else tirx.Var("M", "int32")
         shape = {"M": M, "N": N, "K": K, "dtype": wl.dtype, "layout": wl.layout,
                  "out_dtype": wl.out_dtype, "scales": wl.scales, "swapped": knobs.swap_ab,
-                 "knobs": knobs, "sms": sms, "most_m": most_m, "open_ended": open_ended}
+                 "knobs": knobs, "sms": sms, "most_m": most_m, "open_ended": open_ended,
+                 "bias": bias}
         multiply = _multiply(wl.dtype, wl.layout, knobs)
         walk = _walk(M, N, K, multiply["element_bytes"], knobs, sms)
         memory = _memory(wl.out_dtype, knobs)
@@ -206,14 +208,15 @@ class Plan:
 
     @property
     def param_shapes(self) -> dict:
-        """The shapes of the kernel's parameters A, B, A_scale, B_scale and C, the workload's:
-        swapped, A is the plan's B, A_scale its B_scale, and C its C transposed."""
+        """The shapes of the kernel's parameters A, B, A_scale, B_scale, Bias and C, the
+        workload's: swapped, A is the plan's B, A_scale its B_scale, and C its C transposed
+        (Bias: one a column of the workload's C)."""
         (a_scale, b_scale), c = self.scale_shapes, (self.M, self.N)
         if self.swapped:
             return {"A": self.b_shape, "B": (self.M, self.K), "A_scale": b_scale,
-                    "B_scale": a_scale, "C": c[::-1]}
+                    "B_scale": a_scale, "Bias": (self.M,), "C": c[::-1]}
         return {"A": (self.M, self.K), "B": self.b_shape, "A_scale": a_scale,
-                "B_scale": b_scale, "C": c}
+                "B_scale": b_scale, "Bias": (self.N,), "C": c}
 
     @property
     def a_map(self) -> list:

@@ -61,15 +61,18 @@ def v8_kernel(wl: Workload, **knobs):
     return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS))
 
 
-def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, **knobs):
+def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, bias: bool = False, **knobs):
     """v8's kernel for every M up to wl's: M is a size given at each call (A's rows), and wl's
     M the most a call may bring (it sizes split K's workspace: the tiles of wl's M, or with
     split_tail those of a last wave of them). open_ended: M may pass wl's too (a linear
     layer's last bucket): K split only with split_tail, its workspace then sized for a last
-    wave of any M (fewer tiles than the SMs). Refused as v8 refuses wl, where the workspace
-    for any M would pass MOST_PARTIAL_BYTES, and with promote_overlap (ANY_M_CHECKS)."""
+    wave of any M (fewer tiles than the SMs). bias: a linear layer's, one a column of C in C's
+    dtype (a parameter before C), added in the epilogue. Refused as v8 refuses wl, where the
+    workspace for any M would pass MOST_PARTIAL_BYTES, and with promote_overlap
+    (ANY_M_CHECKS)."""
     return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS,
-                                            most_m=wl.dims["M"], open_ended=open_ended))
+                                            most_m=wl.dims["M"], open_ended=open_ended,
+                                            bias=bias))
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256], "block_n": BLOCK_N,
