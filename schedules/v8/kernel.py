@@ -53,6 +53,7 @@ registers' epilogue stores each element at C[column, row].
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from tvm import tirx
@@ -416,22 +417,39 @@ def free_stage_before(plan, me, shared, kt):
 
 
 @T.macro
-def multiply_half(plan, me, bases, half):
-    """promote_halves: the consumer's `half` of its columns of one K block (`bases`: its A and
-    B descriptor bases) multiplied into that half's accumulators, afresh (scale-d false at the
-    first k step), as one commit group."""
-    acc, n = T.meta_var((me.acc, plan.per_wgmma // 2))
+def multiply_block(plan, me, bases, accumulators, half, scale_d):
+    """One K block's wgmmas of the consumer's part of the tile, as one commit group: the
+    accumulators (`accumulators`: the first's index in each m64 wgmma's and how many) fenced,
+    then each k step's wgmmas into them from the block's A and B descriptor bases (`bases`),
+    B's columns those of the consumer's `half` (0: the first, or all of them), wgmma's
+    scale-d `scale_d(ks)` at k step ks (false: the sums start afresh)."""
+    (first, count), acc = T.meta_var((accumulators, me.acc))
     for mi in T.unroll(plan.m_wgmmas):
-        for r in T.unroll(n):
-            cuda_call(FENCE_OPERAND, acc[half_accumulator(plan, half, mi, r)])
+        for r in T.unroll(count):
+            cuda_call(FENCE_OPERAND, acc[first + mi * plan.per_wgmma + r])
     T.ptx.wgmma.fence.sync.aligned()
     for ks in T.unroll(plan.block_k // plan.k_step):
         for mi in T.unroll(plan.m_wgmmas):
-            plan.wgmma(*[acc[half_accumulator(plan, half, mi, r)] for r in range(n)],
+            plan.wgmma(*[acc[first + mi * plan.per_wgmma + r] for r in range(count)],
                        descriptor_at(bases[0], plan.a_step(mi, ks), ATOM),
                        descriptor_at(bases[1], plan.b_step(ks, half), ATOM),
-                       ks > 0, 1, 1, *plan.transpose)
+                       scale_d(ks), 1, 1, *plan.transpose)
     T.ptx.wgmma.commit_group.sync.aligned()
+
+
+def after_first_step(ks):
+    """promote_halves' scale-d: each K block's halves start their sums afresh (every block's
+    are promoted), so only its first k step does not add to them."""
+    return ks > 0
+
+
+@T.macro
+def multiply_half(plan, me, bases, half):
+    """promote_halves: the consumer's `half` of its columns of one K block (`bases`: its A and
+    B descriptor bases) multiplied into that half's accumulators, afresh, as one commit
+    group."""
+    n = T.meta_var(plan.per_wgmma // 2)
+    multiply_block(plan, me, bases, (half * n, n), half, after_first_step)
 
 
 @T.macro
@@ -478,16 +496,8 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
     if plan.halves:
         multiply_by_halves(plan, me, shared, kt, scales, acc_set, promotion, (a_base, b_base))
     else:
-        for i in T.unroll(plan.accumulators):
-            cuda_call(FENCE_OPERAND, acc[base + i])
-        T.ptx.wgmma.fence.sync.aligned()
-        for ks in T.unroll(plan.block_k // plan.k_step):
-            for mi in T.unroll(plan.m_wgmmas):
-                plan.wgmma(*[acc[base + mi * plan.per_wgmma + r] for r in range(plan.per_wgmma)],
-                           descriptor_at(a_base, plan.a_step(mi, ks), ATOM),
-                           descriptor_at(b_base, plan.b_step(ks), ATOM),
-                           adds_to_sums(plan, kt, ks), 1, 1, *plan.transpose)
-        T.ptx.wgmma.commit_group.sync.aligned()
+        multiply_block(plan, me, (a_base, b_base), (base, plan.per_wgmma), 0,
+                       functools.partial(adds_to_sums, plan, kt))
         T.ptx.wgmma.wait_group.sync.aligned(1)
         if promotion == "previous":  # the block before's wgmmas are done: promote its set
             for i in T.unroll(plan.accumulators):
