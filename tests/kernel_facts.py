@@ -206,6 +206,24 @@ def loads_from(root, buffer_name: str) -> list:
     return [t for t in lowering.find(root, tvm.ir.TensorLoad) if t.source.name == buffer_name]
 
 
+def depends_on(root, expr) -> set[str]:
+    """The names of the variables and buffers that `expr` (an expression in `root`) reads, the
+    variables that `root` binds seen through (`row = origin[0]`: row depends on origin)."""
+    values = {bind.var: bind.value for bind in lowering.find(root, S.Bind)}
+    seen, names, todo = set(), set(), [expr]
+    while todo:
+        node = todo.pop()
+        for load in lowering.find(node, tvm.ir.TensorLoad):
+            names.add(load.source.name)
+        for var in lowering.find(node, tvm.tirx.Var):
+            if var in values and var not in seen:
+                seen.add(var)
+                todo.append(values[var])
+            elif var not in values:
+                names.add(var.name)
+    return names
+
+
 def multipliers(root, var: str) -> set[int]:
     """The constants that the variable named `var` is multiplied by in `root`'s indices
     (`blockIdx_z * 704`: where a K slice starts)."""

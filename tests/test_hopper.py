@@ -714,9 +714,8 @@ def test_v8_for_any_m_adds_a_layers_bias_as_it_stores_c(wl, knobs):
     each accumulator's column's as the epilogue stores it (after fp8's scales and split K's
     gather), whichever epilogue (boxes, quads, registers): one read for each of a consumer
     thread's accumulators, its share of the consumer's half tile, each indexed from the
-    thread's column register plus a constant (no division: the unit's column, a division by
-    the raster's group, recomputed at each read had doubled split K's time); without one it
-    has no such parameter."""
+    thread's origin register plus a constant (`indexed_from_origin`); without one it has no
+    such parameter."""
     knobs = schedules.get("gemm", "v8").defaults_for(wl, {"swap_ab": False, **knobs})
     funcs = {bias: v8.v8_kernel_any_m(wl, bias=bias, **knobs) for bias in (False, True)}
     assert "Bias" not in kf.params_of(funcs[False])
@@ -726,11 +725,54 @@ def test_v8_for_any_m_adds_a_layers_bias_as_it_stores_c(wl, knobs):
     loads = kf.loads_from(kernel, "Bias")
     assert len(loads) == knobs["block_m"] * knobs["block_n"] // (2 * 128)
     assert {str(load.source.dtype) for load in loads} == {wl.out_dtype}
-    for load in loads:
-        (index,) = load.indices
-        assert {read.source.name for read in lowering.find(index, tvm.ir.TensorLoad)} \
-            == {"column"}
-        assert not lowering.find(index, (tvm.tirx.FloorDiv, tvm.tirx.FloorMod))
+    assert all(indexed_from_origin(load) for load in loads)
+
+
+def indexed_from_origin(load) -> bool:
+    """Whether a load's one index is the thread's origin register (its first row and column
+    of the unit) plus constants, with no division: the unit's row and column, divisions by the
+    raster's group, recomputed at each read of a bias had doubled split K's time."""
+    (index,) = load.indices
+    return ({read.source.name for read in lowering.find(index, tvm.ir.TensorLoad)} == {"origin"}
+            and not lowering.find(index, (tvm.tirx.FloorDiv, tvm.tirx.FloorMod)))
+
+
+# What a unit's tile walk reads (the CTA, the turn, the unit and its tile and origin): none of
+# it may reach an index of the epilogue, which reads the thread's origin register instead.
+TILE_WALK = {"blockIdx.x", "turn", "j", "unit", "tile", "m0", "n0"}
+
+
+@pytest.mark.parametrize("wl, knobs, any_m", [
+    (gemm((4096, 4608, 3584), FP8, "bfloat16", "nt"),
+     {"block_n": 128, "block_m": 128, "split_k": 3, "tma_store": False}, True),
+    (gemm((4096, 4608, 3584), FP8, "bfloat16", "nt", "row"),
+     {"block_n": 256, "block_m": 64, "split_k": 6, "tma_store": False}, False),
+    (gemm((4096, 4608, 3584), FP8, "bfloat16", "nt", "row"),
+     {"block_n": 256, "block_m": 64, "split_k": 6, "tma_store": False}, True),
+    (gemm((4096, 4606, 1024), "bfloat16", "bfloat16", "nt"),
+     {"block_n": 128, "split_k": 1, "tma_store": False}, True),
+], ids=["fp8-split-quads-any-m", "fp8-rowwise-split", "fp8-rowwise-split-any-m",
+        "bf16-registers-any-m"])
+def test_v8_indexes_its_epilogue_from_the_threads_origin_register(wl, knobs, any_m):
+    """Every element of C that the epilogue stores (quads, registers) and every rowwise scale
+    it reads (a tensor's one scale aside) is indexed from the thread's origin register, set once a unit, and from nothing
+    of the unit's tile walk: substituted into each index, that walk (divisions by the raster's
+    group for any M) had grown a split-K kernel's SASS sixfold and its time at 17 rows from
+    about 15 us to 52 (its epilogue's code outgrew the instruction cache)."""
+    knobs = schedules.get("gemm", "v8").defaults_for(
+        wl, {"swap_ab": False, "promote_overlap": None,
+             "split_tail": knobs["split_k"] > 1, **knobs})
+    func = (v8.v8_kernel_any_m if any_m else v8.v8_kernel)(wl, **knobs)
+    kernel = kf.kernel(build.lower(tvm.IRModule({"main": func}), build.cuda_target("sm_90")))
+    indices = [index for access in kf.loads_from(kernel, "C") + kf.stores_to(kernel, "C")
+               + kf.loads_from(kernel, "A_scale") + kf.loads_from(kernel, "B_scale")
+               for index in access.indices if not isinstance(index, tvm.tirx.IntImm)]
+    if wl.scales == "row":
+        assert kf.loads_from(kernel, "A_scale") and kf.loads_from(kernel, "B_scale")
+    assert indices
+    for index in indices:
+        reads = kf.depends_on(kernel, index)
+        assert "origin" in reads and not reads & TILE_WALK, (index, reads)
 
 
 def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():

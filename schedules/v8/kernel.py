@@ -105,8 +105,8 @@ class Consumer(NamedTuple):
     within the warpgroup, its accumulators, its ring position (K blocks passed), tma_store's
     count of boxes sent, (promote_k) the float32 sums the accumulators are promoted into,
     (block scales) the K block's scales of its rows and of its columns' blocks
-    (`block_scale_registers`) and (a bias) its first column of the unit
-    (`bias_column_register`)."""
+    (`block_scale_registers`) and its first row and column of the unit
+    (`origin_register`)."""
 
     consumer: object
     thread: object
@@ -117,7 +117,7 @@ class Consumer(NamedTuple):
     sent: object
     sums: object
     factors: object
-    column: object
+    origin: object
 
 
 class BlockScales(NamedTuple):
@@ -299,13 +299,14 @@ def block_scale_registers(plan):
         (block_scale_count(plan) * (2 if plan.overlaps else 1),), "float32"))
 
 
-def bias_column_register(plan):
-    """A bias: a consumer thread's register for its first column of the unit, that `with_bias`
-    indexes the bias from (set once a unit, so that nvcc does not recompute the column, a
-    division by the raster's group among it, at each element), allocated here; else None."""
-    if not plan.bias:
-        return None
-    return IRBuilder.name("column", T.alloc_local((1,), "int32"))
+def origin_register():
+    """A consumer thread's registers for its first row and column of the unit, that the
+    epilogue indexes C, the bias, rowwise scales and split K's row checks from: set once a
+    unit, so that neither TVM (which substitutes a bound value into its uses) nor nvcc
+    recomputes the row and column, divisions by the raster's group among them for any M, at
+    each element (in split K's epilogue at few rows, that code had outgrown the instruction
+    cache)."""
+    return IRBuilder.name("origin", T.alloc_local((2,), "int32"))
 
 
 def block_scales(plan, operands, me, m0, n0, first_block):
@@ -652,12 +653,12 @@ def scale_accumulators(plan, me, at, operands):
 
 def with_bias(plan, me, operands, value, offset):
     """An accumulator's value as C takes it: plus the bias of its column, `offset` past the
-    thread's first (`Consumer.column`), where the plan has one (index clamped at C's edge,
+    thread's first (`Consumer.origin`), where the plan has one (index clamped at C's edge,
     where nothing is stored), as F.linear adds it, after fp8's scales; read as each value is
     stored, so that no pass over the accumulators holds them."""
     if not plan.bias:
         return value
-    return value + T.Cast("float32", operands.Bias[T.min(me.column[0] + offset, plan.N - 1)])
+    return value + T.Cast("float32", operands.Bias[T.min(me.origin[1] + offset, plan.N - 1)])
 
 
 @T.macro
@@ -792,9 +793,9 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     thread: T.let[T.int32] = tx - WARPGROUP * 32
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
-    column = T.meta_var(bias_column_register(plan))
+    origin = T.meta_var(origin_register())
     me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors,
-                             column))
+                             origin))
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)
@@ -805,11 +806,9 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
             first, count = T.meta_var(plan.k_range(unit))
             multiply(plan, me, shared, cta, j, count,
                      block_scales(plan, operands, me, m0, n0, first))
-            first_row: T.let[T.int32] = first_row_of(plan, me, m0)  # and column: wgmma's fragment
-            first_col: T.let[T.int32] = n0 + plan.consumer_cols(consumer) + lane % 4 * 2
-            if plan.bias:
-                column[0] = first_col
-            finish_unit(plan, me, Unit(unit, tile, m0, n0, first_row, first_col), operands,
+            origin[0] = first_row_of(plan, me, m0)  # and column: wgmma's fragment
+            origin[1] = n0 + plan.consumer_cols(consumer) + lane % 4 * 2
+            finish_unit(plan, me, Unit(unit, tile, m0, n0, origin[0], origin[1]), operands,
                         maps, shared)
     # Step 3. The last boxes of C read out (tma_store) before shared memory goes.
     if plan.knobs.tma_store:
