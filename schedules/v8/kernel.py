@@ -299,13 +299,17 @@ def block_scale_registers(plan):
         (block_scale_count(plan) * (2 if plan.overlaps else 1),), "float32"))
 
 
-def origin_register():
-    """A consumer thread's registers for its first row and column of the unit, that the
-    epilogue indexes C, the bias, rowwise scales and split K's row checks from: set once a
-    unit, so that neither TVM (which substitutes a bound value into its uses) nor nvcc
-    recomputes the row and column, divisions by the raster's group among them for any M, at
-    each element (in split K's epilogue at few rows, that code had outgrown the instruction
-    cache)."""
+def origin_register(plan):
+    """Where M is symbolic (v8 for any M): a consumer thread's registers for its first row and
+    column of the unit, that the epilogue indexes C, the bias, rowwise scales and split K's
+    row checks from, allocated here; else None. Set once a unit, so that neither TVM (which
+    substitutes a bound value into its uses) nor nvcc recomputes the row and column, the tile
+    walk's divisions by runtime sizes among them, at each element (in split K's epilogue at
+    few rows, that code had outgrown the instruction cache). Where M is a number the walk
+    folds into shifts and masks, and TVM, seeing the row and column, proves most of C's edge
+    checks away."""
+    if isinstance(plan.M, int):
+        return None
     return IRBuilder.name("origin", T.alloc_local((2,), "int32"))
 
 
@@ -653,9 +657,9 @@ def scale_accumulators(plan, me, at, operands):
 
 def with_bias(plan, me, operands, value, offset):
     """An accumulator's value as C takes it: plus the bias of its column, `offset` past the
-    thread's first (`Consumer.origin`), where the plan has one (index clamped at C's edge,
-    where nothing is stored), as F.linear adds it, after fp8's scales; read as each value is
-    stored, so that no pass over the accumulators holds them."""
+    thread's first (`Consumer.origin`: a bias comes with any M), where the plan has one (index
+    clamped at C's edge, where nothing is stored), as F.linear adds it, after fp8's scales;
+    read as each value is stored, so that no pass over the accumulators holds them."""
     if not plan.bias:
         return value
     return value + T.Cast("float32", operands.Bias[T.min(me.origin[1] + offset, plan.N - 1)])
@@ -793,7 +797,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     thread: T.let[T.int32] = tx - WARPGROUP * 32
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
-    origin = T.meta_var(origin_register())
+    origin = T.meta_var(origin_register(plan))
     me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors,
                              origin))
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
@@ -806,10 +810,18 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
             first, count = T.meta_var(plan.k_range(unit))
             multiply(plan, me, shared, cta, j, count,
                      block_scales(plan, operands, me, m0, n0, first))
-            origin[0] = first_row_of(plan, me, m0)  # and column: wgmma's fragment
-            origin[1] = n0 + plan.consumer_cols(consumer) + lane % 4 * 2
-            finish_unit(plan, me, Unit(unit, tile, m0, n0, origin[0], origin[1]), operands,
-                        maps, shared)
+            row = T.meta_var(first_row_of(plan, me, m0))  # and column: wgmma's fragment
+            col = T.meta_var(n0 + plan.consumer_cols(consumer) + lane % 4 * 2)
+            if origin is None:
+                first_row: T.let[T.int32] = row
+                first_col: T.let[T.int32] = col
+                finish_unit(plan, me, Unit(unit, tile, m0, n0, first_row, first_col), operands,
+                            maps, shared)
+            else:
+                origin[0] = row
+                origin[1] = col
+                finish_unit(plan, me, Unit(unit, tile, m0, n0, origin[0], origin[1]), operands,
+                            maps, shared)
     # Step 3. The last boxes of C read out (tma_store) before shared memory goes.
     if plan.knobs.tma_store:
         if leads(thread):
