@@ -714,8 +714,8 @@ def test_v8_for_any_m_adds_a_layers_bias_as_it_stores_c(wl, knobs):
     each accumulator's column's as the epilogue stores it (after fp8's scales and split K's
     gather), whichever epilogue (boxes, quads, registers): one read for each of a consumer
     thread's accumulators, its share of the consumer's half tile, each indexed from the
-    thread's origin register plus a constant (`indexed_from_origin`); without one it has no
-    such parameter."""
+    thread's origin register (`indexed_from_origin`: the column recomputed at each read had
+    doubled split K's time); without one it has no such parameter."""
     knobs = schedules.get("gemm", "v8").defaults_for(wl, {"swap_ab": False, **knobs})
     funcs = {bias: v8.v8_kernel_any_m(wl, bias=bias, **knobs) for bias in (False, True)}
     assert "Bias" not in kf.params_of(funcs[False])
@@ -725,21 +725,19 @@ def test_v8_for_any_m_adds_a_layers_bias_as_it_stores_c(wl, knobs):
     loads = kf.loads_from(kernel, "Bias")
     assert len(loads) == knobs["block_m"] * knobs["block_n"] // (2 * 128)
     assert {str(load.source.dtype) for load in loads} == {wl.out_dtype}
-    assert all(indexed_from_origin(load) for load in loads)
-
-
-def indexed_from_origin(load) -> bool:
-    """Whether a load's one index is the thread's origin register (its first row and column
-    of the unit) plus constants, with no division: the unit's row and column, divisions by the
-    raster's group, recomputed at each read of a bias had doubled split K's time."""
-    (index,) = load.indices
-    return ({read.source.name for read in lowering.find(index, tvm.ir.TensorLoad)} == {"origin"}
-            and not lowering.find(index, (tvm.tirx.FloorDiv, tvm.tirx.FloorMod)))
+    assert all(indexed_from_origin(kernel, index) for load in loads for index in load.indices)
 
 
 # What a unit's tile walk reads (the CTA, the turn, the unit and its tile and origin): none of
 # it may reach an index of the epilogue, which reads the thread's origin register instead.
 TILE_WALK = {"blockIdx.x", "turn", "j", "unit", "tile", "m0", "n0"}
+
+
+def indexed_from_origin(kernel, index) -> bool:
+    """Whether an index in `kernel` reads the thread's origin register (its first row and
+    column of the unit) and nothing of the unit's tile walk."""
+    reads = kf.depends_on(kernel, index)
+    return "origin" in reads and not reads & TILE_WALK
 
 
 @pytest.mark.parametrize("wl, knobs", [
@@ -771,10 +769,7 @@ def test_v8_for_any_m_indexes_its_epilogue_from_the_threads_origin_register(wl, 
                for index in access.indices if not isinstance(index, tvm.tirx.IntImm)]
     if wl.scales == "row":
         assert kf.loads_from(kernel, "A_scale") and kf.loads_from(kernel, "B_scale")
-    assert indices
-    for index in indices:
-        reads = kf.depends_on(kernel, index)
-        assert "origin" in reads and not reads & TILE_WALK, (index, reads)
+    assert indices and all(indexed_from_origin(kernel, index) for index in indices)
 
 
 def test_nvcc_resources_read_ptxas_serializing_a_kernels_wgmmas():
