@@ -26,7 +26,7 @@ needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"),
 
 
 def gemm(shape, dtype="float16", out_dtype=None, layout="nn", scales=None):
-    return Workload("gemm", shape, dtype, out_dtype, layout, *([scales] if scales else []))
+    return Workload("gemm", shape, dtype, out_dtype, layout, scales)
 
 
 BUILDS = [

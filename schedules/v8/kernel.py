@@ -105,8 +105,7 @@ class Consumer(NamedTuple):
     within the warpgroup, its accumulators, its ring position (K blocks passed), tma_store's
     count of boxes sent, (promote_k) the float32 sums the accumulators are promoted into,
     (block scales) the K block's scales of its rows and of its columns' blocks
-    (`block_scale_registers`) and its first row and column of the unit
-    (`origin_register`)."""
+    (`block_scale_registers`)."""
 
     consumer: object
     thread: object
@@ -117,7 +116,6 @@ class Consumer(NamedTuple):
     sent: object
     sums: object
     factors: object
-    origin: object
 
 
 class BlockScales(NamedTuple):
@@ -655,18 +653,18 @@ def scale_accumulators(plan, me, at, operands):
             acc[i] = acc[i] * scale
 
 
-def with_bias(plan, me, operands, value, offset):
+def with_bias(plan, at, operands, value, offset):
     """An accumulator's value as C takes it: plus the bias of its column, `offset` past the
-    thread's first (`Consumer.origin`: a bias comes with any M), where the plan has one (index
-    clamped at C's edge, where nothing is stored), as F.linear adds it, after fp8's scales;
-    read as each value is stored, so that no pass over the accumulators holds them."""
+    thread's first of unit `at`, where the plan has one (index clamped at C's edge, where
+    nothing is stored), as F.linear adds it, after fp8's scales; read as each value is stored,
+    so that no pass over the accumulators holds them."""
     if not plan.bias:
         return value
-    return value + T.Cast("float32", operands.Bias[T.min(me.origin[1] + offset, plan.N - 1)])
+    return value + T.Cast("float32", operands.Bias[T.min(at.first_col + offset, plan.N - 1)])
 
 
 @T.macro
-def fill_box(plan, me, operands, mi, box, slot):
+def fill_box(plan, me, at, operands, mi, box, slot):
     """tma_store: the thread's columns of box `box` of wgmma mi (`with_bias`), converted to
     C's dtype, into the shared box at `slot`, swizzled as TMA reads it."""
     for n8 in T.unroll(plan.box_cols // 8):
@@ -679,8 +677,8 @@ def fill_box(plan, me, operands, mi, box, slot):
             past = T.meta_var((box * plan.box_cols // 8 + n8) * 8)  # the thread's first column
             cuda_call(stage_pair(plan.out_dtype),
                       slot + T.Cast("uint32", swizzled(offset, plan.span)),
-                      with_bias(plan, me, operands, me.acc[first], past),
-                      with_bias(plan, me, operands, me.acc[first + 1], past + 1))
+                      with_bias(plan, at, operands, me.acc[first], past),
+                      with_bias(plan, at, operands, me.acc[first + 1], past + 1))
 
 
 @T.macro
@@ -697,7 +695,7 @@ def store_boxes(plan, me, at, operands, maps, shared):
             if leads(me.thread):
                 T.ptx["cp.async.bulk.wait_group.read"](1)
             T.ptx.bar.sync(T.uint32(BOX_BARRIER + me.consumer), T.uint32(WARPGROUP * 32))
-            fill_box(plan, me, operands, mi, box, slot)
+            fill_box(plan, me, at, operands, mi, box, slot)
             T.ptx.fence.proxy.async_.shared__cta()
             T.ptx.bar.sync(T.uint32(BOX_BARRIER + me.consumer), T.uint32(WARPGROUP * 32))
             if leads(me.thread):
@@ -722,7 +720,7 @@ def store_quads(plan, me, at, operands, maps, shared):
                 low: T.let[T.int32] = mi * plan.per_wgmma + n16 * 8 + h * 2
                 past = T.meta_var(n16 * 16)  # acc[low]'s column past the thread's first
                 cuda_call(quad_store(plan.out_dtype), T.address_of(C[row, start]), me.lane % 2,
-                          *[with_bias(plan, me, operands, me.acc[low + i], past + i + i // 4 * 4)
+                          *[with_bias(plan, at, operands, me.acc[low + i], past + i + i // 4 * 4)
                             for i in (0, 1, 4, 5)],
                           T.bool(row < plan.M) and T.bool(start < plan.N))
 
@@ -743,8 +741,8 @@ def store_from_registers(plan, me, at, operands, maps, shared):
                     if plan.out_dtype == "float32" and plan.N % 2 == 0 and not plan.swapped:
                         if col < plan.N:  # col is even: so is &C[row, col]
                             cuda_call(PAIR_STORE, T.address_of(C[row, col]),
-                                      with_bias(plan, me, operands, acc[first], n8 * 8),
-                                      with_bias(plan, me, operands, acc[first + 1], n8 * 8 + 1))
+                                      with_bias(plan, at, operands, acc[first], n8 * 8),
+                                      with_bias(plan, at, operands, acc[first + 1], n8 * 8 + 1))
                     else:
                         for e in T.unroll(2):
                             if col + e < plan.N:
@@ -752,7 +750,7 @@ def store_from_registers(plan, me, at, operands, maps, shared):
                                     C[col + e, row] = T.Cast(plan.out_dtype, acc[first + e])
                                 else:
                                     C[row, col + e] = T.Cast(plan.out_dtype, with_bias(
-                                        plan, me, operands, acc[first + e], n8 * 8 + e))
+                                        plan, at, operands, acc[first + e], n8 * 8 + e))
 
 
 # The epilogues by Plan.epilogue's name: each takes the same arguments (whether it reads them
@@ -798,8 +796,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
     origin = T.meta_var(origin_register(plan))
-    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors,
-                             origin))
+    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors))
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)
