@@ -379,6 +379,33 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled, low
     assert compiled("v8", whole_waves, split_k=2, split_tail=True)[1] == compiled("v8", whole_waves)[1]
 
 
+def test_v8_split_tail_splits_a_last_wave_only_where_its_slices_take_one_wave(compiled):
+    """257x4608x3584: 108 tiles of 128x128, all of them a partial wave; split 4 they would make
+    432 slices, more than three rounds of the 132 SMs, so split_tail keeps them whole (the
+    same kernel as without a split). For any M the choice is made at each call: at 1024 rows
+    (288 tiles, 24 in the last wave: 96 slices) the last wave is split, at 129 and 257 rows
+    (72 and 108 tiles, 288 and 432 slices) nothing is."""
+    from schedules.v8.knobs import Knobs
+    from schedules.v8.plan import Plan
+
+    wl = gemm((257, 4608, 3584), "bfloat16", "bfloat16", "nt")
+    knobs = {**schedules.get("gemm", "v8").defaults_for(wl), "block_m": 128, "block_n": 128,
+             "tma_store": False, "split_k": 4, "split_tail": True}
+    unsplit = {**knobs, "split_k": 1, "split_tail": False}
+    assert compiled("v8", wl, **knobs)[1] == compiled("v8", wl, **unsplit)[1]
+    plan = Plan.build(gemm((1024, 4608, 3584), "bfloat16", "bfloat16", "nt"), Knobs(**knobs),
+                      132, most_m=1024)
+    assert {m: _at_m(plan.whole, plan.M, m) for m in (129, 257, 1024)} \
+        == {129: 72, 257: 108, 1024: 264}
+
+
+def _at_m(expr, var, m: int) -> int:
+    """A symbolic count of v8 for any M, at M = m."""
+    analyzer = tvm.sym.Analyzer()
+    analyzer.bind(var, tvm.tirx.IntImm("int32", m))
+    return int(analyzer.simplify(expr))
+
+
 @needs_nvcc
 def test_16_bit_c_is_converted_after_the_last_wgmma_finished(compiled):
     """The SASS: every float -> 16-bit conversion comes after the final wait for the wgmmas

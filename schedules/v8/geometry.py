@@ -1,5 +1,6 @@
 """v8's tile, box and arena arithmetic: how many bytes, K blocks, accumulators and partials a
-tile shape takes. Plain integers, shared by the refusals, the heuristic and the plan.
+tile shape takes. Plain integers, shared by the refusals, the heuristic and the plan (whose
+tile counts are symbolic in v8 for any M).
 
 Shared layout. A TMA box whose inner extent is 128 bytes, loaded with the 128-byte swizzle,
 lands as rows of 128 bytes with the 16-byte chunk c of row r at chunk c ^ (r % 8): v7's
@@ -9,6 +10,8 @@ boxes of 64 N x 64 K in nn (MN-major, read with wgmma's transpose bit).
 """
 
 from __future__ import annotations
+
+from tvm.script import tirx as T
 
 from .. import heuristics
 from ..tensorcore import WARPGROUP
@@ -122,10 +125,18 @@ def widest_fitting(block_m: int, layout: str, pingpong: bool, widths) -> int | N
                default=None)
 
 
-def split_tiles(tiles, split_tail: bool, sms: int):
+def split_tiles(tiles, split_tail: bool, sms: int, split_k: int):
     """How many of the tiles are split in K: all, or with split_tail those of the last, partial
-    wave (the rest are multiplied whole, first)."""
-    return tiles % sms if split_tail else tiles
+    wave where their split_k slices take at most one wave of the SMs, else none (the rest are
+    multiplied whole, first). Slices that take several rounds ran slower than the tiles whole
+    (reports/notes/h100-shapes.md). `tiles` may be symbolic (v8 for any M): the choice is then
+    made at each call."""
+    if not split_tail:
+        return tiles
+    last = tiles % sms
+    if isinstance(last, int):
+        return last if last * split_k <= sms else 0
+    return T.Select(last * split_k <= sms, last, 0)
 
 
 def any_m_split_tiles(tiles: int, split_tail: bool, open_ended: bool, sms: int) -> int:

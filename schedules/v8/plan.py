@@ -394,8 +394,8 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
     tiles_n = -(-N // (knobs.block_n * knobs.cluster_n))
     tiles = tiles_m * tiles_n
     split_k = knobs.split_k
-    # tiles multiplied whole, first (split_tail: those before the last, partial wave)
-    whole = tiles - split_tiles(tiles, knobs.split_tail, sms) if knobs.split_tail else 0
+    # tiles multiplied whole, first (split_tail: those before the last, partial wave, or all)
+    whole = tiles - split_tiles(tiles, True, sms, split_k) if knobs.split_tail else 0
     if knobs.split_tail and isinstance(whole, int) and whole == tiles:
         whole, split_k = 0, 1  # no partial last wave: nothing to split
     units = whole + (tiles - whole) * split_k

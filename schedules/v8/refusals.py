@@ -246,7 +246,7 @@ def _workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """Split K's partials for wl's tiles fit MOST_PARTIAL_BYTES."""
     block_m, block_n, split_k = knobs.block_m, knobs.block_n, knobs.split_k
     tiles = split_tiles(heuristics.tile_count(wl, block_m, block_n), knobs.split_tail,
-                        heuristics.H100_SMS)
+                        heuristics.H100_SMS, split_k)
     workspace = partial_bytes(tiles, split_k, block_m, block_n) if split_k > 1 else 0
     if workspace > MOST_PARTIAL_BYTES:
         return (f"v8 with split_k={split_k} over {tiles} tiles of {block_m}x{block_n} keeps "

@@ -100,7 +100,8 @@ def v8(sch: Schedule, wl: Workload, *, block_m: int = 128, block_n: int = 256,
     loads the next tile. split_k > 1 deals each tile's K blocks to that many CTAs, which add
     their float32 partials through a workspace (the last to finish stores C), so that few tiles
     (decode batches, M <= 128) still fill the SMs; with split_tail only the tiles of the last,
-    partial wave are split, so that the SMs it would leave idle share its work. tma_store:
+    partial wave are split, so that the SMs it would leave idle share its work, and only where
+    their slices take one wave (v8 for any M decides at each call). tma_store:
     each consumer writes C into shared boxes of 64 rows, two in turn, that one of its threads
     sends by TMA (cp.async.bulk.tensor, global <- shared), so the global writes of a tile run
     on under the next tile's wgmmas; it needs C's rows in whole 16-byte multiples. cluster_m or
