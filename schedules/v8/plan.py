@@ -395,7 +395,7 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
     tiles = tiles_m * tiles_n
     split_k = knobs.split_k
     # tiles multiplied whole, first (split_tail: those before the last, partial wave, or all)
-    whole = tiles - split_tiles(tiles, True, sms, split_k) if knobs.split_tail else 0
+    whole = tiles - split_tiles(tiles, knobs.split_tail, sms, split_k) if knobs.split_tail else 0
     if knobs.split_tail and isinstance(whole, int) and whole == tiles:
         whole, split_k = 0, 1  # no partial last wave: nothing to split
     units = whole + (tiles - whole) * split_k
