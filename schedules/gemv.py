@@ -23,7 +23,7 @@ from .common import (bind_threads, cooperative_fetch, cuda_call, require_grid_y,
 from . import fp4, heuristics
 from .errors import ScheduleNotApplicable
 from .registry import schedule
-from .workloads import DENSE_DTYPES, DTYPE_BYTES, X_VALUES, Workload
+from .workloads import DENSE_DTYPES, DTYPE_BYTES, FP8, X_VALUES, Workload
 
 VECTOR_BYTES = 16  # one 128-bit load per thread
 
@@ -355,14 +355,17 @@ SKINNY_ROWS = 16  # skinny's most rows of A: a thread keeps a sum per row of A a
 
 
 def refuse_skinny(wl: Workload, **knobs) -> None:
-    """What skinny does not take, past its dtypes (no fp8): rows of A past SKINNY_ROWS, B
-    stored K x N (nn)."""
+    """What skinny does not take, past its dtypes: rows of A past SKINNY_ROWS, B stored K x N
+    (nn), fp8's block scales (it scales each sum once, after K: per tensor or per row)."""
     if wl.dims["M"] > SKINNY_ROWS:
         raise ScheduleNotApplicable(f"skinny takes at most {SKINNY_ROWS} rows of A (each thread "
                                     f"keeps a sum for each), not M = {wl.dims['M']}")
     if wl.layout != "nt":
         raise ScheduleNotApplicable("skinny reads B's rows of K as a GEMV does: layout nt, not "
                                     f"{wl.layout}")
+    if wl.block_scaled:
+        raise ScheduleNotApplicable("skinny scales each sum once, after K (fp8 scales per tensor "
+                                    "or per row), not per 128-K block")
 
 
 SKINNY_SPACE = {"rows_per_block": [2, 4, 8], "reduce_threads": [32, 64, 128],
@@ -389,7 +392,7 @@ def skinny_threads(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     return {"rows_per_thread": rows, "reduce_threads": threads}
 
 
-@schedule("gemm", "skinny", dtypes=DENSE_DTYPES, refuse=refuse_skinny, space=SKINNY_SPACE,
+@schedule("gemm", "skinny", dtypes=(*DENSE_DTYPES, FP8), refuse=refuse_skinny, space=SKINNY_SPACE,
           heuristic=skinny_threads, brings=("dram_pct", +1))
 def skinny(sch: Schedule, wl: Workload, rows_per_block: int = 4, reduce_threads: int = 32,
            tile_k: int | None = None, rows_per_thread: int = 2) -> None:

@@ -862,7 +862,9 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (7, 5120, 5120), "bfloat16", "bfloat16", "nt"), ["v8", "skinny"]),
     (Workload("gemm", (16, 333, 1000), "float32", layout="nt"), ["v5t", "v5k", "v5p", "v5", "skinny"]),
     (Workload("gemm", (7, 5120, 5120), "float16"), ["v8"]),  # nn
-    (Workload("gemm", (7, 5120, 5120), FP8, layout="nt"), ["v8"]),  # skinny takes no fp8
+    (Workload("gemm", (7, 5120, 5120), FP8, layout="nt"), ["v8", "skinny"]),
+    # skinny scales each sum once, after K: not per block
+    (Workload("gemm", (7, 5120, 5120), FP8, layout="nt", scales="block"), ["v8"]),
     # past the 16 rows v8 swaps unasked, up to 512: v8 swapped and narrow tiles weighed beside
     # its default (at most 64 rows, those of 64 and 128 columns it does not pick itself)
     (Workload("gemm", (17, 5120, 5120), "bfloat16", "bfloat16", "nt"),
