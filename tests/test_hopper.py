@@ -755,6 +755,22 @@ def test_v8_for_any_m_adds_a_layers_bias_as_it_stores_c(wl, knobs):
     assert all(indexed_from_origin(kernel, index) for load in loads for index in load.indices)
 
 
+@pytest.mark.parametrize("wl", [gemm((16, 768, 1024), "bfloat16", "bfloat16", "nt"),
+                                gemm((8, 4608, 3584), FP8, "bfloat16", "nt", "row")],
+                         ids=lambda wl: wl.label())
+def test_v8_swapped_adds_the_bias_of_cs_column_from_its_own_rows(wl):
+    """Swapped (the workload's N on the tile's rows, C stored transposed), v8 for a number M
+    with a bias (a linear layer's bucket of one M) adds one to each value it stores, read at
+    the tile's row: the workload's column (the GPU tier checks the values: every candidate of
+    a linear layer's bucket of one M passes its float64 check)."""
+    knobs = schedules.get("gemm", "v8").defaults_for(wl)
+    assert knobs["swap_ab"]
+    kernel = kf.kernel(build.lower(tvm.IRModule({"main": v8.v8_kernel(wl, bias=True, **knobs)}),
+                                   build.cuda_target("sm_90")))
+    loads, stores = kf.loads_from(kernel, "Bias"), kf.stores_to(kernel, "C")
+    assert len(loads) == len(stores) > 0
+
+
 # What a unit's tile walk reads (the CTA, the turn, the unit and its tile and origin): none of
 # it may reach an index of the epilogue, which reads the thread's origin register instead.
 TILE_WALK = {"blockIdx.x", "turn", "j", "unit", "tile", "m0", "n0"}

@@ -653,14 +653,15 @@ def scale_accumulators(plan, me, at, operands):
             acc[i] = acc[i] * scale
 
 
-def with_bias(plan, at, operands, value, offset):
-    """An accumulator's value as C takes it: plus the bias of its column, `offset` past the
-    thread's first of unit `at`, where the plan has one (index clamped at C's edge, where
-    nothing is stored), as F.linear adds it, after fp8's scales; read as each value is stored,
-    so that no pass over the accumulators holds them."""
+def with_bias(plan, operands, value, column):
+    """An accumulator's value as C takes it: plus the bias of its column of the workload's C
+    (`column`; swapped, the plan's row), where the plan has one (index clamped at C's edge,
+    where nothing is stored), as F.linear adds it, after fp8's scales; read as each value is
+    stored, so that no pass over the accumulators holds them."""
     if not plan.bias:
         return value
-    return value + T.Cast("float32", operands.Bias[T.min(at.first_col + offset, plan.N - 1)])
+    last = (plan.M if plan.swapped else plan.N) - 1
+    return value + T.Cast("float32", operands.Bias[T.min(column, last)])
 
 
 @T.macro
@@ -677,8 +678,8 @@ def fill_box(plan, me, at, operands, mi, box, slot):
             past = T.meta_var((box * plan.box_cols // 8 + n8) * 8)  # the thread's first column
             cuda_call(stage_pair(plan.out_dtype),
                       slot + T.Cast("uint32", swizzled(offset, plan.span)),
-                      with_bias(plan, at, operands, me.acc[first], past),
-                      with_bias(plan, at, operands, me.acc[first + 1], past + 1))
+                      with_bias(plan, operands, me.acc[first], at.first_col + past),
+                      with_bias(plan, operands, me.acc[first + 1], at.first_col + past + 1))
 
 
 @T.macro
@@ -720,7 +721,8 @@ def store_quads(plan, me, at, operands, maps, shared):
                 low: T.let[T.int32] = mi * plan.per_wgmma + n16 * 8 + h * 2
                 past = T.meta_var(n16 * 16)  # acc[low]'s column past the thread's first
                 cuda_call(quad_store(plan.out_dtype), T.address_of(C[row, start]), me.lane % 2,
-                          *[with_bias(plan, at, operands, me.acc[low + i], past + i + i // 4 * 4)
+                          *[with_bias(plan, operands, me.acc[low + i],
+                                      at.first_col + past + i + i // 4 * 4)
                             for i in (0, 1, 4, 5)],
                           T.bool(row < plan.M) and T.bool(start < plan.N))
 
@@ -738,19 +740,21 @@ def store_from_registers(plan, me, at, operands, maps, shared):
                 col: T.let[T.int32] = pair[1]
                 first: T.let[T.int32] = pair[2]
                 if row < plan.M:
-                    if plan.out_dtype == "float32" and plan.N % 2 == 0 and not plan.swapped:
+                    if not plan.swapped and plan.out_dtype == "float32" and plan.N % 2 == 0:
                         if col < plan.N:  # col is even: so is &C[row, col]
                             cuda_call(PAIR_STORE, T.address_of(C[row, col]),
-                                      with_bias(plan, at, operands, acc[first], n8 * 8),
-                                      with_bias(plan, at, operands, acc[first + 1], n8 * 8 + 1))
+                                      with_bias(plan, operands, acc[first], at.first_col + n8 * 8),
+                                      with_bias(plan, operands, acc[first + 1],
+                                                at.first_col + n8 * 8 + 1))
                     else:
                         for e in T.unroll(2):
                             if col + e < plan.N:
                                 if plan.swapped:
-                                    C[col + e, row] = T.Cast(plan.out_dtype, acc[first + e])
+                                    C[col + e, row] = T.Cast(plan.out_dtype, with_bias(
+                                        plan, operands, acc[first + e], row))
                                 else:
                                     C[row, col + e] = T.Cast(plan.out_dtype, with_bias(
-                                        plan, at, operands, acc[first + e], n8 * 8 + e))
+                                        plan, operands, acc[first + e], at.first_col + n8 * 8 + e))
 
 
 # The epilogues by Plan.epilogue's name: each takes the same arguments (whether it reads them

@@ -56,9 +56,10 @@ def v8_widened(wl: Workload, defaults: dict) -> dict:
     return {"block_n": [tile[1]]} if tile else {}
 
 
-def v8_kernel(wl: Workload, **knobs):
-    """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses)."""
-    return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS))
+def v8_kernel(wl: Workload, *, bias: bool = False, **knobs):
+    """The rung's PrimFunc: the template for the workload and knobs (refused as v8 refuses);
+    with bias, a linear layer's, as `v8_kernel_any_m` takes it."""
+    return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS, bias=bias))
 
 
 def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, bias: bool = False, **knobs):
