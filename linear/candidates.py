@@ -11,8 +11,11 @@ and writes bfloat16 by default. The candidates:
   bfloat16, then F.linear);
 - the GEMV rungs (blockreduce, allreduce, rowalign, multirow) for the bucket of M = 1, built for
   the layer's fixed N x K (16-bit layers: the GEMV rungs take no fp8);
+- skinny (a GEMV of each row of x at once, on CUDA cores) for a bucket of one M of at most 16
+  rows;
 - v8 with M as a size given at each call (v8.v8_kernel_any_m), at a few tile shapes, whole
-  or with a last, partial wave's tiles split in K to fill the SMs.
+  or with a last, partial wave's tiles split in K to fill the SMs; for a bucket of one M, v8
+  built for that M (v8.v8_kernel), its heuristic's choice among them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ TORCH = "torch"
 GEMV_RUNGS = ("blockreduce", "allreduce", "rowalign", "multirow")  # allreduce: 4-9% faster than
 # blockreduce where K leaves blockreduce's last step half idle (Qwen2-7B's K = 3584, on the H100)
 V8 = "v8"
+SKINNY = "skinny"
 V8_WIDTHS = (128, 256)  # block_n tried at every bucket
 SPLITS = (1, 2, 3, 4, 6, 8)  # v8's split_k values (its space)
 MOST_WORKSPACE_BYTES = 64 << 20  # split K's partials per kernel: a model holds many kernels
@@ -175,14 +179,19 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
     in wgmma's accumulator (no promote_k); a precise one's promotions wait (v8 for any M keeps
     no third set of accumulators), but past v8.MEDIUM_ROWS rows its `v8.halves_tile`, whole,
-    overlaps them by halves of the columns (promote_halves)."""
+    overlaps them by halves of the columns (promote_halves). A bucket of one M builds v8 for
+    that number M (`build_candidate`): its heuristic's choice is then its own, swapped and
+    overlapped where it says, and any tile may split K."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
     if v8.workload_refusal(wl):
         return []
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
-    accumulate = {"promote_k": None} if layer.fast_accum else {"promote_overlap": None}
+    one_m = bucket.first == bucket.last
+    accumulate = {"promote_k": None} if layer.fast_accum else {} if one_m else \
+        {"promote_overlap": None}
+    default = accumulate | ({} if one_m else {"swap_ab": False})
     accumulate["swap_ab"] = False
 
     def tiles(m: int, n: int, split: int = 1) -> dict:
@@ -190,7 +199,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         return {"block_m": m, "block_n": n, "split_k": split, "split_tail": split > 1,
                 "cluster_m": 1, "cluster_n": 1, "pingpong": False, **accumulate}
 
-    wanted = [accumulate]
+    wanted = [default]
     for block_n in V8_WIDTHS:
         wanted += [tiles(block_m, block_n)] + [
             tiles(block_m, block_n, split)
@@ -206,7 +215,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)
-        if not knobs["split_tail"] and knobs["split_k"] > 1:
+        if not one_m and not knobs["split_tail"] and knobs["split_k"] > 1:
             continue  # the heuristic splitting every tile: only for most rows, not any M
         try:
             v8.v8_refusals(wl, **knobs)
@@ -221,25 +230,46 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     return found
 
 
+def _skinny_candidates(layer: LayerShape, bucket: Bucket) -> list[Candidate]:
+    """skinny, with the knobs its heuristic picks, where the bucket is one M that it takes (at
+    most SKINNY_ROWS rows; fp8 scaled per tensor or per row)."""
+    if bucket.first != bucket.last:
+        return []
+    wl, entry = layer.gemm(bucket.first), schedules.get("gemm", SKINNY)
+    if not entry.takes(wl):
+        return []
+    try:
+        knobs = entry.defaults_for(wl)
+        entry.refuse(wl, **knobs)
+    except ScheduleNotApplicable:
+        return []
+    return [Candidate(SKINNY, tuple(sorted(knobs.items())))]
+
+
 def candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[Candidate]:
     """Every candidate of the layer's bucket: torch's, the GEMV rungs where the bucket is M = 1
-    (16-bit layers), and v8's for the bucket's rows."""
+    (16-bit layers), skinny where it is one M of a few rows, and v8's for the bucket's rows."""
     found = [Candidate(TORCH)]
     if bucket.most(max_tokens) == 1 and not layer.is_fp8:
         found += _gemv_candidates(layer)
-    return found + _v8_candidates(layer, bucket, max_tokens)
+    return found + _skinny_candidates(layer, bucket) + _v8_candidates(layer, bucket, max_tokens)
 
 
 def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max_tokens: int,
                     arch: str):
     """Compile a TVM candidate for the layer's bucket (for GPU arch `arch`): the GEMV rung for
-    its fixed one-row shape, or v8 for every M of the bucket. Returns TVM's executable."""
+    its fixed one-row shape, skinny for the bucket's one M, v8 for that M where the bucket is
+    one, else for every M of the bucket. Returns TVM's executable."""
     target = build.cuda_target(arch)
     knobs = dict(candidate.knobs)
-    if candidate.rung == V8:
-        func = v8.v8_kernel_any_m(layer.gemm(bucket.most(max_tokens)),
-                                  open_ended=bucket.last is None, bias=layer.bias, **knobs)
-        mod = tvm.IRModule({"main": func})
+    most = layer.gemm(bucket.most(max_tokens))
+    if candidate.rung == V8 and bucket.first == bucket.last:
+        mod = tvm.IRModule({"main": v8.v8_kernel(most, bias=layer.bias, **knobs)})
+    elif candidate.rung == V8:
+        mod = tvm.IRModule({"main": v8.v8_kernel_any_m(most, open_ended=bucket.last is None,
+                                                       bias=layer.bias, **knobs)})
+    elif candidate.rung == SKINNY:
+        mod = schedules.get("gemm", SKINNY).apply(most, target, **knobs)
     else:
         mod = schedules.get("gemv", candidate.rung).apply(layer.gemv(), target, **knobs)
     return build.build(mod, target)
@@ -294,10 +324,16 @@ def torch_layer(layer: LayerShape):
     return functools.partial(scaled_linear, out_dtype=out_dtype, use_fast_accum=layer.fast_accum)
 
 
-def _biases(layer: LayerShape, bias) -> tuple:
-    """v8's bias argument: the layer's bias where its kernel was built with one (a layer with
-    a bias is always called with it), else none."""
-    return (bias,) if layer.bias else ()
+def _biases(candidate: Candidate, layer: LayerShape, bias) -> tuple:
+    """A GEMM kernel's bias argument: the layer's bias where its kernel was built with one (v8
+    for a layer with a bias, which is always called with it), else none."""
+    return (bias,) if layer.bias and candidate.rung == V8 else ()
+
+
+def _plus_bias(candidate: Candidate, out, bias):
+    """`out`, plus the bias where there is one that the kernel did not add (the GEMV rungs',
+    skinny's: added after, as a second kernel)."""
+    return out if bias is None or candidate.rung == V8 else out.add_(bias)
 
 
 def launcher(candidate: Candidate, layer: LayerShape, function):
@@ -305,35 +341,35 @@ def launcher(candidate: Candidate, layer: LayerShape, function):
     run(x2d, x_scale, weight, weight_scale, bias, out=None) (scales in the shapes the layer's
     `x_scale_shape` and `weight_scale_shape` say), into `out` where given, else into a tensor
     of its own: `function` is its built kernel's entry ("main"), None for torch's
-    (`torch_layer`). A GEMV takes the row and writes y as vectors, then adds the bias where
-    there is one; v8 takes x, W (fp8: and their scales, flattened but for block scales'
-    matrices), the bias where the layer has one (its kernel adds it: `build_candidate`) and y
-    whole."""
+    (`torch_layer`). A GEMV takes the row and writes y as vectors; v8 and skinny take x, W
+    (fp8: and their scales, flattened but for block scales' matrices) and y whole, v8 the bias
+    too where the layer has one (its kernel adds it: `build_candidate`); the others' bias is
+    added after."""
     n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
         return torch_layer(layer)
-    if candidate.rung == V8 and layer.is_fp8:
-        flat = not layer.block_scaled  # v8's scales: a vector each, or blocks' matrices
+    if candidate.rung in (V8, SKINNY) and layer.is_fp8:
+        flat = not layer.block_scaled  # the scales: a vector each, or blocks' matrices
 
-        def run_v8_fp8(x, x_scale, weight, weight_scale, bias=None, out=None):
+        def run_gemm_fp8(x, x_scale, weight, weight_scale, bias=None, out=None):
             if out is None:
                 out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
             if flat:
                 x_scale, weight_scale = x_scale.view(-1), weight_scale.view(-1)
-            function(x, weight, x_scale, weight_scale, *_biases(layer, bias), out)
-            return out
-        return run_v8_fp8
-    if candidate.rung == V8:
-        def run_v8(x, weight, bias=None, out=None):
+            function(x, weight, x_scale, weight_scale, *_biases(candidate, layer, bias), out)
+            return _plus_bias(candidate, out, bias)
+        return run_gemm_fp8
+    if candidate.rung in (V8, SKINNY):
+        def run_gemm(x, weight, bias=None, out=None):
             if out is None:
                 out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
-            function(x, weight, *_biases(layer, bias), out)
-            return out
-        return run_v8
+            function(x, weight, *_biases(candidate, layer, bias), out)
+            return _plus_bias(candidate, out, bias)
+        return run_gemm
 
     def run_gemv(x, weight, bias=None, out=None):
         if out is None:
             out = torch.empty((1, n), dtype=out_dtype, device=x.device)
         function(weight, x.view(k), out.view(n))
-        return out if bias is None else out.add_(bias)
+        return _plus_bias(candidate, out, bias)
     return run_gemv

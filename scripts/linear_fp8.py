@@ -6,6 +6,7 @@ block form where cuBLAS takes K, else x and W dequantized to bfloat16 then F.lin
 
     python scripts/linear_fp8.py --shape 4096x4096 --shape 14336x4096 --out $OUT/linear-fp8.json
     python scripts/linear_fp8.py --shape 4096x4096 --fast-accum   # the layers' fast_accum form
+    python scripts/linear_fp8.py --shape 4096x4096 --edges 1,2,3,8,9,16,17  # buckets of one M
 
 Timed as the portfolio times (tuning.measure.time_kernel: the median of launches, each after an
 L2 flush, so that the CPU's call cost is not counted); `loop_us` adds the call cost: back-to-back
@@ -29,11 +30,12 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import linear  # noqa: E402
+from linear.buckets import DEFAULT_EDGES, buckets_from_edges  # noqa: E402
 from linear.candidates import torch_layer  # noqa: E402
 from linear.module import DEFAULT_MAX_TOKENS  # noqa: E402
 from linear.portfolio import dequantized  # noqa: E402
 from schedules import parse_shape  # noqa: E402
-from schedules.errors import WorkloadError  # noqa: E402
+from schedules.errors import ExplorerError, UsageError  # noqa: E402
 from tuning import loader, measure  # noqa: E402
 
 SCALES = ("tensor", "row", "block")
@@ -54,6 +56,15 @@ def operands(shape: linear.LayerShape, m: int) -> dict:
             "weight": torch.randn(n, k, device="cuda").to(FP8),
             "weight_scale": scale(shape.weight_scale_shape()),
             "bias": torch.randn(n, device="cuda", dtype=torch.bfloat16)}
+
+
+def parse_edges(text: str) -> tuple[int, ...]:
+    """Bucket edges from '1,2,17' (buckets_from_edges checks their order)."""
+    try:
+        return tuple(int(edge) for edge in text.split(","))
+    except ValueError:
+        raise UsageError(f"--edges takes whole numbers separated by commas, not '{text}'") \
+            from None
 
 
 def loop_us(fn, calls: int = 200) -> float:
@@ -93,14 +104,14 @@ def compare_at(layer, ops: dict) -> dict:
     return found
 
 
-def measure_layer(shape: linear.LayerShape, max_tokens: int) -> list[dict]:
-    """One layer shape and scale form: prepared, then compared at every bucket's edges with
-    torch's call of the same precision, named `baseline` (fast or not)."""
+def measure_layer(shape: linear.LayerShape, max_tokens: int, buckets: tuple) -> list[dict]:
+    """One layer shape and scale form: prepared for `buckets`, then compared at every bucket's
+    edges with torch's call of the same precision, named `baseline` (fast or not)."""
     torch.manual_seed(0)
     first = operands(shape, 1)
     layer = linear.Linear.from_float8(first["weight"], first["weight_scale"], first["bias"],
                                       max_tokens=max_tokens, fast_accum=shape.fast_accum,
-                                      scales=shape.scales)
+                                      scales=shape.scales, buckets=buckets)
     baseline = "scaled_mm_fast" if shape.fast_accum else "scaled_mm"
     linear.prepare(layer, say=print)
     rows = []
@@ -129,6 +140,8 @@ def main() -> int:
                         help="the scale forms to measure (repeatable; default all, block "
                              "scales left out with --fast-accum)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    parser.add_argument("--edges", default=",".join(map(str, DEFAULT_EDGES)),
+                        help="the buckets' first Ms, comma-separated (default %(default)s)")
     parser.add_argument("--fast-accum", action="store_true",
                         help="layers with fast_accum=True, against _scaled_mm's fast form")
     parser.add_argument("--out", help="a JSON file for the rows")
@@ -138,13 +151,14 @@ def main() -> int:
         shapes = [linear.LayerShape(*parse_shape(text, "gemv"), "float8_e4m3fn", scales,
                                     fast_accum=args.fast_accum)
                   for text in args.shape for scales in forms]
-    except WorkloadError as e:
+        buckets = buckets_from_edges(parse_edges(args.edges))
+    except ExplorerError as e:
         print(f"linear_fp8: {e}", file=sys.stderr)
         return 2
     if loader.gpu_here() is None:
         print("linear_fp8: needs a CUDA GPU, and torch sees none here", file=sys.stderr)
         return 2
-    rows = [row for shape in shapes for row in measure_layer(shape, args.max_tokens)]
+    rows = [row for shape in shapes for row in measure_layer(shape, args.max_tokens, buckets)]
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), **loader.versions_here(),

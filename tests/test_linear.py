@@ -11,6 +11,7 @@ import torch
 
 import linear
 import linear_farm_stand_in as stand_in
+import schedules
 from linear import cache as cache_module
 from linear import portfolio
 from linear.buckets import Bucket, BucketTable, buckets_from_edges
@@ -72,14 +73,40 @@ def test_v8_is_a_candidate_where_tma_cannot_load_the_rows_it_stages():
     assert [c.rung for c in ragged][0] == TORCH and "v8" in [c.rung for c in ragged]
 
 
-def test_v8_for_a_bucket_takes_m_at_each_call(target):
-    """The kernel's grid and A's rows are symbolic: one build serves every M of the bucket."""
+@pytest.mark.parametrize("layer", [LayerShape(2048, 2048, "bfloat16", bias=True),
+                                   LayerShape(2048, 2048, "float8_e4m3fn", scales="row")],
+                         ids=lambda layer: layer.label())
+def test_a_bucket_of_one_m_weighs_skinny_and_v8s_own_choice_for_that_m(layer):
+    """One M of a few rows: skinny, and v8's heuristic choice for that M (swapped, the split
+    of every tile it gives, overlapped fp8 promotions), where a bucket of several Ms takes no
+    skinny and only unswapped v8, K split in a last wave, its promotions waiting."""
+    one = candidates(layer, Bucket(16, 16), 4096)
+    default = layer.gemm(16)
+    chosen = dict(schedules.get("gemm", "v8").defaults_for(default))
+    assert [c.rung for c in one][:2] == [TORCH, "skinny"]
+    assert dict(one[2].knobs) == chosen and chosen["swap_ab"] and chosen["split_k"] > 1
+    assert all(dict(c.knobs).get("promote_overlap") for c in one[3:]) == layer.is_fp8
+    several = candidates(layer, Bucket(9, 16), 4096)
+    assert "skinny" not in {c.rung for c in several}
+    assert not any(dict(c.knobs).get("swap_ab") or dict(c.knobs).get("promote_overlap")
+                   for c in several if c.rung == "v8")
+    block_scaled = LayerShape(2048, 2048, "float8_e4m3fn", scales="block")
+    assert "skinny" not in {c.rung for c in candidates(block_scaled, Bucket(16, 16), 4096)}
+
+
+def _kernel_signature(layer: LayerShape, bucket: Bucket) -> str:
+    """The CUDA signature of the bucket's first v8 candidate, as build_candidate builds it."""
+    v8 = next(c for c in candidates(layer, bucket, 4096) if c.rung == "v8")
+    source = build_candidate(layer, bucket, v8, 4096, "sm_90").mod.imports[0].inspect_source()
+    return source.split("__global__")[-1].split("{")[0]
+
+
+def test_v8_for_a_bucket_takes_m_at_each_call_and_for_one_m_is_built_for_it(target):
+    """The kernel's grid and A's rows are symbolic: one build serves every M of the bucket; a
+    bucket of one M gets v8 built for that number (no size among its arguments)."""
     layer = LayerShape(1024, 2048, "bfloat16")
-    v8 = next(c for c in candidates(layer, Bucket(17, 64), 4096) if c.rung == "v8")
-    source = build_candidate(layer, Bucket(17, 64), v8, 4096, "sm_90").mod.imports[0] \
-        .inspect_source()
-    kernel = source.split("__global__")[-1].split("{")[0]
-    assert "int " in kernel  # M (or expressions of it) reaches the kernel as an argument
+    assert "int " in _kernel_signature(layer, Bucket(17, 64))  # M (or expressions of it)
+    assert "int " not in _kernel_signature(layer, Bucket(17, 17))
 
 
 def _key(**changes):
@@ -407,20 +434,23 @@ def test_the_operator_runs_the_rows_kernel_unchecked_only_where_told():
 
 @pytest.mark.parametrize("dtype, scales", [("bfloat16", None), ("float8_e4m3fn", "row")])
 @pytest.mark.parametrize("bias", [False, True])
-def test_v8s_launcher_hands_a_layers_bias_to_its_kernel_and_adds_none_after(dtype, scales,
-                                                                             bias):
+@pytest.mark.parametrize("rung", [V8, "skinny"])
+def test_a_gemm_launcher_hands_v8_the_bias_and_adds_skinnys_after(dtype, scales, bias, rung):
     """A layer with a bias has v8 kernels built with one (a parameter before y, added in the
-    epilogue): the launcher passes it and adds nothing after; a layer without passes none."""
+    epilogue): the launcher passes it and adds nothing after; skinny's kernel takes none, so
+    the launcher adds it to y after; a layer without passes and adds none."""
     layer = LayerShape(32, 64, dtype, scales, bias=bias)
     calls = []
-    run = launcher(Candidate(V8), layer, lambda *args: calls.append(args))
+    run = launcher(Candidate(rung), layer, lambda *args: calls.append(args))
     x, w, b = torch.ones(4, 64), torch.ones(32, 64), torch.full((32,), 7.0)
     out = torch.zeros(4, 32, dtype=getattr(torch, layer.out_dtype))
     operands = (x, w) if scales is None else (x, torch.ones(4, 1), w, torch.ones(32, 1))
     y = run(*operands, b if bias else None, out=out)
     (args,) = calls
-    assert args[-1] is out and y is out and not out.any()  # nothing added after the kernel
-    assert (args[-2] is b) == bias and len(args) == len(operands) + 1 + bias
+    fused = bias and rung == V8
+    assert args[-1] is out and y is out
+    assert (args[-2] is b) == fused and len(args) == len(operands) + 1 + fused
+    assert (out == 7).all() if bias and not fused else not out.any()
 
 
 # -- GPU tier ------------------------------------------------------------------------------------
@@ -447,6 +477,28 @@ def test_linear_is_right_at_every_buckets_edges(dtype, gpu_cache):
         ref = x.double() @ stock.weight.double().T + stock.bias.double()
         err = float((y.double() - ref).norm() / ref.norm())
         assert y.shape == (m, 768) and y.dtype == dtype and err < 1e-2, (m, err)
+
+
+@pytest.mark.gpu
+def test_every_candidate_of_a_bucket_of_one_m_passes_its_probe(gpu_cache):
+    """Buckets of one M weigh skinny and v8 built for that M (swapped by its heuristic at few
+    rows, the bias by C's column, added after skinny's kernel); every candidate passes its
+    float64 check, bias included, and the layer is right at each M."""
+    torch.manual_seed(0)
+    stock = torch.nn.Linear(1024, 768, device="cuda", dtype=torch.bfloat16)
+    layer = linear.Linear.from_linear(stock, buckets=buckets_from_edges((1, 2, 3, 16, 17)),
+                                      max_tokens=64)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    for m in (2, 16):
+        measured = layer.kernels.kernels[layer.kernels.table.index(m)].measured
+        assert any(name.startswith("skinny") for name in measured)
+        assert any(name.startswith("v8") and "swap_ab=true" in name for name in measured)
+        assert {r["status"] for r in measured.values()} == {"ok"}, measured
+        x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            y = layer(x)
+        ref = x.double() @ stock.weight.double().T + stock.bias.double()
+        assert float((y.double() - ref).norm() / ref.norm()) < 1e-2
 
 
 @pytest.mark.gpu
