@@ -116,6 +116,9 @@ FLAGS = {
     "--layer": dict(metavar="NxK", action="append", dest="shape",
                     help="a linear layer's weight, out_features x in_features (repeatable)"),
     "--max-tokens": dict(type=int, help="the most rows (tokens) a call takes (default 4096)"),
+    "--edges": dict(metavar="M,M,...", help="the buckets' first Ms: one kernel for each bucket "
+                    "(default 1,2,17,65,257,1025; a bucket of one M gets kernels built for "
+                    "that M)"),
     "--json": dict(action="store_true", help="the run's records on stdout as JSON lines "
                    "(everything else on stderr)"),
 }
@@ -160,8 +163,8 @@ MODES = {
                    (("export", dict(metavar="DIR", help="a new or empty directory: kernel.cu, "
                                     "kernel.so, load.py and kernel.json")),)),
     "linear": Mode("tunes and caches linear layers' kernels (on a GPU, or a farm's)",
-                   ("--layer", "--dtype", "--max-tokens", "--rpc-tracker", "--rpc-key",
-                    "--json")),
+                   ("--layer", "--dtype", "--max-tokens", "--edges", "--rpc-tracker",
+                    "--rpc-key", "--json")),
 }
 
 # The old flat flags that name a mode (runner.py), and the mode each names.

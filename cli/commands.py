@@ -348,7 +348,7 @@ def linear_layers(args) -> None:
     (linear.portfolio.prepare; with --rpc-tracker, those the cache lacks on the farm's servers
     first: linear.farm.prepare), one line per (layer, bucket) saying which kernel it runs; with
     --json, one JSON line per layer. Shapes are checked before anything needs the GPU."""
-    from linear import LayerShape, buckets_from_edges, farm
+    from linear import LayerShape, buckets_from_edges, buckets_from_text, farm
     from linear.candidates import LAYER_DTYPES
     from linear.module import DEFAULT_MAX_TOKENS
     from linear.portfolio import prepare
@@ -366,7 +366,8 @@ def linear_layers(args) -> None:
         raise Refused(f"--max-tokens is at least 1, not {args.max_tokens}")
     layers = [LayerShape(*Workload("gemv", parse_shape(text, "gemv"), dtype).shape, dtype)
               for text in args.shape]
-    buckets, max_tokens = buckets_from_edges(), args.max_tokens or DEFAULT_MAX_TOKENS
+    buckets = buckets_from_text(args.edges) if args.edges else buckets_from_edges()
+    max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS
     found = (farm.prepare(layers, buckets, max_tokens, args.rpc_tracker, args.rpc_key, say=say,
                           warn=warn) if args.rpc_tracker is not None else
              prepare(layers, buckets, max_tokens, say=say, warn=warn))

@@ -50,6 +50,16 @@ def buckets_from_edges(edges: tuple[int, ...] = DEFAULT_EDGES) -> tuple[Bucket, 
     return tuple(Bucket(first, last) for first, last in zip(edges, lasts))
 
 
+def buckets_from_text(text: str) -> tuple[Bucket, ...]:
+    """Buckets from their edges written as a command line takes them: '1,2,17,65'."""
+    try:
+        edges = tuple(int(edge) for edge in text.split(","))
+    except ValueError:
+        raise UsageError(f"--edges takes the buckets' first Ms as whole numbers separated by "
+                         f"commas (e.g. 1,2,17,65), not '{text}'") from None
+    return buckets_from_edges(edges)
+
+
 class BucketTable:
     """Which bucket serves M, in one lookup: a list by M up to the last bounded bucket, then the
     open bucket."""

@@ -30,12 +30,12 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import linear  # noqa: E402
-from linear.buckets import DEFAULT_EDGES, buckets_from_edges  # noqa: E402
+from linear.buckets import DEFAULT_EDGES  # noqa: E402
 from linear.candidates import torch_layer  # noqa: E402
 from linear.module import DEFAULT_MAX_TOKENS  # noqa: E402
 from linear.portfolio import dequantized  # noqa: E402
 from schedules import parse_shape  # noqa: E402
-from schedules.errors import ExplorerError, UsageError  # noqa: E402
+from schedules.errors import ExplorerError  # noqa: E402
 from tuning import loader, measure  # noqa: E402
 
 SCALES = ("tensor", "row", "block")
@@ -56,15 +56,6 @@ def operands(shape: linear.LayerShape, m: int) -> dict:
             "weight": torch.randn(n, k, device="cuda").to(FP8),
             "weight_scale": scale(shape.weight_scale_shape()),
             "bias": torch.randn(n, device="cuda", dtype=torch.bfloat16)}
-
-
-def parse_edges(text: str) -> tuple[int, ...]:
-    """Bucket edges from '1,2,17' (buckets_from_edges checks their order)."""
-    try:
-        return tuple(int(edge) for edge in text.split(","))
-    except ValueError:
-        raise UsageError(f"--edges takes whole numbers separated by commas, not '{text}'") \
-            from None
 
 
 def loop_us(fn, calls: int = 200) -> float:
@@ -151,7 +142,7 @@ def main() -> int:
         shapes = [linear.LayerShape(*parse_shape(text, "gemv"), "float8_e4m3fn", scales,
                                     fast_accum=args.fast_accum)
                   for text in args.shape for scales in forms]
-        buckets = buckets_from_edges(parse_edges(args.edges))
+        buckets = linear.buckets_from_text(args.edges)
     except ExplorerError as e:
         print(f"linear_fp8: {e}", file=sys.stderr)
         return 2

@@ -22,7 +22,7 @@ VALUES = {"--op": "gemm", "--shape": "64x64x64", "--preset": "gemm-seed", "--dty
           "--ms-space": "tvm", "--records": "r.jsonl", "--tuner": "grid", "--seed": "1",
           "--target": "llvm", "--rpc-tracker": "h:1", "--rpc-key": "k", "--device": "H100",
           "--title": "t", "--notes": "n.md", "--counters": "c.jsonl", "--suite": "llm-bf16", "--layer": "64x64",
-          "--max-tokens": "16", "--diff": "v2 v3", "--explain": "v2 v3", "--tune": "metaschedule",
+          "--max-tokens": "16", "--edges": "1,2,17", "--diff": "v2 v3", "--explain": "v2 v3", "--tune": "metaschedule",
           "--report": "x.md", "--export": "out"}
 POSITIONAL = {"diff": ["v2", "v3"], "explain": ["v2", "v3"], "tune": ["metaschedule"],
               "suite": ["llm-bf16"], "report": ["x.md"], "export": ["out"]}
@@ -170,8 +170,24 @@ def test_json_puts_a_searchs_summary_record_alone_on_stdout(capsys, tmp_path):
     (["linear", "--shape", "64x64", "--dtype", "float32"], 2,
      "error: linear layers run in float16 or bfloat16, not float32\n"),
     (["linear", "--shape", "64x64x64"], 2, "error: gemv takes a shape NxK of 2 integers"),
+    (["linear", "--shape", "64x64", "--edges", "1,x"], 2,
+     "error: --edges takes the buckets' first Ms as whole numbers separated by commas"),
+    (["linear", "--shape", "64x64", "--edges", "1,17,2"], 2,
+     "error: bucket edges start at 1 and increase, not [1, 17, 2]\n"),
 ])
 def test_linear_needs_a_gpu_and_good_shapes_and_says_so_in_one_line(capsys, argv, code, message):
     assert cli.main(argv) == code
     out, err = capsys.readouterr()
     assert err.startswith(message) and err.count("\n") == 1 and not out
+
+
+def test_linear_tunes_the_buckets_its_edges_name(monkeypatch):
+    """--edges reaches the portfolio as buckets (the default's without it)."""
+    import linear
+
+    asked = []
+    monkeypatch.setattr(linear.portfolio, "prepare",
+                        lambda layers, buckets, *args, **kwargs: asked.append(buckets) or {})
+    assert cli.main(["linear", "--shape", "64x32", "--edges", "1,2,3,17"]) == 0
+    assert cli.main(["linear", "--shape", "64x32"]) == 0
+    assert asked == [linear.buckets_from_edges((1, 2, 3, 17)), linear.buckets_from_edges()]

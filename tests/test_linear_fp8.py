@@ -99,10 +99,12 @@ def test_a_block_scaled_layers_largest_bucket_weighs_v8_in_pairs_beside_alone():
 @pytest.mark.parametrize("scales", SCALES)
 @pytest.mark.parametrize("bucket", buckets_from_edges())
 def test_every_fp8_bucket_has_scaled_mm_and_precise_v8_for_any_m(scales, bucket):
-    """No GEMV rung takes fp8, so M = 1 too is torch's and v8's; v8 promotes its sums into
-    float32 (promote_k), the precision of _scaled_mm's default that the torch candidate runs."""
+    """No GEMV rung takes fp8, so M = 1 too is torch's, v8's and (but with block scales)
+    skinny's; v8 promotes its sums into float32 (promote_k), the precision of _scaled_mm's
+    default that the torch candidate runs."""
     found = candidates(LayerShape(4096, 4096, "float8_e4m3fn", scales), bucket, 4096)
-    assert found[0] == Candidate(TORCH) and {c.rung for c in found} == {TORCH, V8}
+    skinny = {"skinny"} if bucket.last == 1 and scales != "block" else set()
+    assert found[0] == Candidate(TORCH) and {c.rung for c in found} == {TORCH, V8} | skinny
     assert all(dict(c.knobs)["promote_k"] for c in found if c.rung == V8)
 
 
@@ -158,7 +160,7 @@ def test_a_fast_accum_layer_runs_fast_scaled_mm_and_v8_without_promotion(bucket)
     assert launcher(Candidate(TORCH), layer, None).keywords["use_fast_accum"] is True
 
 
-@pytest.mark.parametrize("bucket", [Bucket(1, 1), Bucket(65, 256), Bucket(1025, None)])
+@pytest.mark.parametrize("bucket", [Bucket(2, 16), Bucket(65, 256), Bucket(1025, None)])
 def test_a_precise_layers_v8_promotes_with_waits_or_by_halves_on_whole_tiles(bucket):
     """v8 for any M spills a third set of accumulators: a precise fp8 layer's v8 candidates
     promote every 128 K with waits, and past 64 rows one more (`halves_tile`, whole) overlaps
@@ -470,12 +472,14 @@ def test_prepare_refuses_a_weight_scale_of_another_shape_or_device(scale, messag
         linear.prepare(layer)
 
 
-@pytest.mark.parametrize("shape, message", [("40x", "malformed shape '40x'"),
-                                            ("64x0", "dimensions must be positive")])
-def test_the_fp8_measuring_script_refuses_a_bad_shape_in_one_line(shape, message):
+@pytest.mark.parametrize("argv, message", [
+    (["--shape", "40x"], "malformed shape '40x'"),
+    (["--shape", "64x0"], "dimensions must be positive"),
+    (["--shape", "64x64", "--edges", "1,2,2"], "bucket edges start at 1 and increase")])
+def test_the_fp8_measuring_script_refuses_a_bad_shape_or_edges_in_one_line(argv, message):
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "linear_fp8.py")
-    done = subprocess.run([sys.executable, script, "--shape", shape], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
 
 
