@@ -262,14 +262,14 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
     one, else for every M of the bucket. Returns TVM's executable."""
     target = build.cuda_target(arch)
     knobs = dict(candidate.knobs)
-    most = layer.gemm(bucket.most(max_tokens))
+    wl = layer.gemm(bucket.most(max_tokens))  # the bucket's most rows
     if candidate.rung == V8 and bucket.first == bucket.last:
-        mod = tvm.IRModule({"main": v8.v8_kernel(most, bias=layer.bias, **knobs)})
+        mod = tvm.IRModule({"main": v8.v8_kernel(wl, bias=layer.bias, **knobs)})
     elif candidate.rung == V8:
-        mod = tvm.IRModule({"main": v8.v8_kernel_any_m(most, open_ended=bucket.last is None,
+        mod = tvm.IRModule({"main": v8.v8_kernel_any_m(wl, open_ended=bucket.last is None,
                                                        bias=layer.bias, **knobs)})
     elif candidate.rung == SKINNY:
-        mod = schedules.get("gemm", SKINNY).apply(most, target, **knobs)
+        mod = schedules.get("gemm", SKINNY).apply(wl, target, **knobs)
     else:
         mod = schedules.get("gemv", candidate.rung).apply(layer.gemv(), target, **knobs)
     return build.build(mod, target)

@@ -81,8 +81,7 @@ def test_a_bucket_of_one_m_weighs_skinny_and_v8s_own_choice_for_that_m(layer):
     of every tile it gives, overlapped fp8 promotions), where a bucket of several Ms takes no
     skinny and only unswapped v8, K split in a last wave, its promotions waiting."""
     one = candidates(layer, Bucket(16, 16), 4096)
-    default = layer.gemm(16)
-    chosen = dict(schedules.get("gemm", "v8").defaults_for(default))
+    chosen = dict(schedules.get("gemm", "v8").defaults_for(layer.gemm(16)))
     assert [c.rung for c in one][:2] == [TORCH, "skinny"]
     assert dict(one[2].knobs) == chosen and chosen["swap_ab"] and chosen["split_k"] > 1
     assert all(dict(c.knobs).get("promote_overlap") for c in one[3:]) == layer.is_fp8
