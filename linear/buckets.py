@@ -22,8 +22,13 @@ class Bucket:
     first: int
     last: int | None
 
+    @property
+    def one_m(self) -> bool:
+        """Whether the bucket holds one M: its kernels are then built for that number."""
+        return self.first == self.last
+
     def label(self) -> str:
-        return f"M={self.first}" if self.first == self.last else \
+        return f"M={self.first}" if self.one_m else \
             f"M={self.first}-{self.last if self.last is not None else ''}"
 
     def most(self, max_tokens: int) -> int:

@@ -188,10 +188,9 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         return []
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
-    one_m = bucket.first == bucket.last
-    accumulate = {"promote_k": None} if layer.fast_accum else {} if one_m else \
+    accumulate = {"promote_k": None} if layer.fast_accum else {} if bucket.one_m else \
         {"promote_overlap": None}
-    default = accumulate | ({} if one_m else {"swap_ab": False})
+    default = accumulate | ({} if bucket.one_m else {"swap_ab": False})
     accumulate["swap_ab"] = False
 
     def tiles(m: int, n: int, split: int = 1) -> dict:
@@ -215,7 +214,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)
-        if not one_m and not knobs["split_tail"] and knobs["split_k"] > 1:
+        if not bucket.one_m and not knobs["split_tail"] and knobs["split_k"] > 1:
             continue  # the heuristic splitting every tile: only for most rows, not any M
         try:
             v8.v8_refusals(wl, **knobs)
@@ -233,7 +232,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
 def _skinny_candidates(layer: LayerShape, bucket: Bucket) -> list[Candidate]:
     """skinny, with the knobs its heuristic picks, where the bucket is one M that it takes (at
     most SKINNY_ROWS rows; fp8 scaled per tensor or per row)."""
-    if bucket.first != bucket.last:
+    if not bucket.one_m:
         return []
     wl, entry = layer.gemm(bucket.first), schedules.get("gemm", SKINNY)
     if not entry.takes(wl):
@@ -263,7 +262,7 @@ def build_candidate(layer: LayerShape, bucket: Bucket, candidate: Candidate, max
     target = build.cuda_target(arch)
     knobs = dict(candidate.knobs)
     wl = layer.gemm(bucket.most(max_tokens))  # the bucket's most rows
-    if candidate.rung == V8 and bucket.first == bucket.last:
+    if candidate.rung == V8 and bucket.one_m:
         mod = tvm.IRModule({"main": v8.v8_kernel(wl, bias=layer.bias, **knobs)})
     elif candidate.rung == V8:
         mod = tvm.IRModule({"main": v8.v8_kernel_any_m(wl, open_ended=bucket.last is None,

@@ -660,8 +660,8 @@ def with_bias(plan, operands, value, column):
     stored, so that no pass over the accumulators holds them."""
     if not plan.bias:
         return value
-    last = (plan.M if plan.swapped else plan.N) - 1
-    return value + T.Cast("float32", operands.Bias[T.min(column, last)])
+    (columns,) = plan.param_shapes["Bias"]
+    return value + T.Cast("float32", operands.Bias[T.min(column, columns - 1)])
 
 
 @T.macro
