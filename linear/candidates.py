@@ -177,9 +177,10 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     v8.MEDIUM_ROWS rows its MEDIUM_TILES and the tile that fills the SMs best at the most rows
     (`v8.wave_tile`) whole; settings v8 refuses, or whose workspace passes
     MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
-    in wgmma's accumulator (no promote_k); a precise one's promotions wait (v8 for any M keeps
-    no third set of accumulators), but past v8.MEDIUM_ROWS rows its `v8.halves_tile`, whole,
-    overlaps them by halves of the columns (promote_halves). A bucket of one M builds v8 for
+    in wgmma's accumulator (no promote_k); a precise one's promotions overlap as the heuristic
+    says, for any M in runs of at most MOST_SPLIT_OVERLAP K blocks (`v8.short_overlap`), and
+    past v8.MEDIUM_ROWS rows its `v8.halves_tile`, whole, overlaps them by halves of the
+    columns (promote_halves). A bucket of one M builds v8 for
     that number M (`build_candidate`): its heuristic's choice is then its own, swapped and
     overlapped where it says, and any tile may split K."""
     most = bucket.most(max_tokens)
@@ -188,8 +189,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         return []
     entry = schedules.get("gemm", V8)
     block_m = 64 if most <= 64 else 128
-    accumulate = {"promote_k": None} if layer.fast_accum else {} if bucket.one_m else \
-        {"promote_overlap": None}
+    accumulate = {"promote_k": None} if layer.fast_accum else {}
     default = accumulate | ({} if bucket.one_m else {"swap_ab": False})
     accumulate["swap_ab"] = False
 
@@ -209,11 +209,12 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
         halved = None if layer.fast_accum else v8.halves_tile(wl, heuristics.H100_SMS,
                                                               entry.defaults)
         if halved:  # its promotions overlapped by halves, in the runs the heuristic gives
-            wanted.append({knob: value for knob, value in tiles(*halved).items()
-                           if knob != "promote_overlap"} | {"promote_halves": True})
+            wanted.append(tiles(*halved) | {"promote_halves": True})
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)
+        if not bucket.one_m:
+            knobs["promote_overlap"] = v8.short_overlap(knobs["promote_overlap"], entry.space)
         if not bucket.one_m and not knobs["split_tail"] and knobs["split_k"] > 1:
             continue  # the heuristic splitting every tile: only for most rows, not any M
         try:

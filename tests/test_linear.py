@@ -19,6 +19,7 @@ from linear.cache import Cache, CorruptEntry
 from linear.candidates import (TORCH, V8, Candidate, LayerShape, build_candidate,
                                candidates, launcher)
 from schedules.errors import UsageError
+from schedules.v8.geometry import MOST_SPLIT_OVERLAP
 from tuning.loader import BadInput
 
 
@@ -79,7 +80,8 @@ def test_v8_is_a_candidate_where_tma_cannot_load_the_rows_it_stages():
 def test_a_bucket_of_one_m_weighs_skinny_and_v8s_own_choice_for_that_m(layer):
     """One M of a few rows: skinny, and v8's heuristic choice for that M (swapped, the split
     of every tile it gives, overlapped fp8 promotions), where a bucket of several Ms takes no
-    skinny and only unswapped v8, K split in a last wave, its promotions waiting."""
+    skinny and only unswapped v8, K split in a last wave, its promotions overlapped in runs of
+    at most MOST_SPLIT_OVERLAP K blocks."""
     one = candidates(layer, Bucket(16, 16), 4096)
     chosen = dict(schedules.get("gemm", "v8").defaults_for(layer.gemm(16)))
     assert [c.rung for c in one][:2] == [TORCH, "skinny"]
@@ -87,8 +89,10 @@ def test_a_bucket_of_one_m_weighs_skinny_and_v8s_own_choice_for_that_m(layer):
     assert all(dict(c.knobs).get("promote_overlap") for c in one[3:]) == layer.is_fp8
     several = candidates(layer, Bucket(9, 16), 4096)
     assert "skinny" not in {c.rung for c in several}
-    assert not any(dict(c.knobs).get("swap_ab") or dict(c.knobs).get("promote_overlap")
-                   for c in several if c.rung == "v8")
+    several_v8 = [dict(c.knobs) for c in several if c.rung == "v8"]
+    assert not any(knobs["swap_ab"] for knobs in several_v8)
+    runs = {knobs["promote_overlap"] for knobs in several_v8}
+    assert (runs == {MOST_SPLIT_OVERLAP}) if layer.is_fp8 else (runs == {None})
     block_scaled = LayerShape(2048, 2048, "float8_e4m3fn", scales="block")
     assert "skinny" not in {c.rung for c in candidates(block_scaled, Bucket(16, 16), 4096)}
 

@@ -4,6 +4,7 @@ candidates, v8 for any M with each form, the module's constructor, state_dict, t
 refusals (CPU tier); numerics at every bucket's edges against float64, the cache, and
 torch.compile (GPU tier)."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -15,11 +16,12 @@ import torch
 import linear
 from linear.buckets import Bucket, BucketTable, buckets_from_edges
 from linear.cache import Cache
-from linear.candidates import TORCH, V8, Candidate, LayerShape, build_candidate, candidates, \
-    launcher
+from linear.candidates import SKINNY, TORCH, V8, Candidate, LayerShape, build_candidate, \
+    candidates, launcher
 from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key, dequantized
 from schedules import v8
 from schedules.errors import ScheduleNotApplicable, WorkloadError
+from schedules.v8.geometry import MOST_SPLIT_OVERLAP
 from tuning.loader import BadInput
 
 FP8 = torch.float8_e4m3fn
@@ -161,26 +163,24 @@ def test_a_fast_accum_layer_runs_fast_scaled_mm_and_v8_without_promotion(bucket)
 
 
 @pytest.mark.parametrize("bucket", [Bucket(2, 16), Bucket(65, 256), Bucket(1025, None)])
-def test_a_precise_layers_v8_promotes_with_waits_or_by_halves_on_whole_tiles(bucket):
-    """v8 for any M spills a third set of accumulators: a precise fp8 layer's v8 candidates
-    promote every 128 K with waits, and past 64 rows one more (`halves_tile`, whole) overlaps
-    them by halves of its columns; asked to overlap otherwise, or by halves on split tiles,
-    v8 for any M refuses it in one line."""
+def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(bucket):
+    """v8 for any M keeps its tile walk's counts in registers: a precise fp8 layer's v8
+    candidates promote every 128 K, overlapped where the heuristic says in runs of at most
+    MOST_SPLIT_OVERLAP K blocks (split tiles too), and past 64 rows one more (`halves_tile`, whole) overlaps them by halves
+    of its columns; asked for longer runs, v8 for any M refuses them in one line."""
     layer = LayerShape(4096, 4096, "float8_e4m3fn", "row")
     found = [dict(c.knobs) for c in candidates(layer, bucket, 4096) if c.rung == V8]
-    waiting = [k for k in found if not k["promote_halves"]]
     halved = [k for k in found if k["promote_halves"]]
-    assert waiting and all(k["promote_k"] == 128 and k["promote_overlap"] is None
-                           for k in waiting)
+    assert all(k["promote_k"] == 128 and (k["promote_overlap"] or 0) <= MOST_SPLIT_OVERLAP
+               for k in found)
+    assert any(k["split_k"] > 1 and k["promote_overlap"] for k in found)
     assert len(halved) == (1 if bucket.most(4096) > v8.MEDIUM_ROWS else 0)
-    assert all(k["split_k"] == 1 and k["promote_overlap"] for k in halved)
+    assert all(k["split_k"] == 1 for k in halved)
+    longer = {**found[0], "block_m": 128, "block_n": 128, "split_k": 1, "split_tail": False,
+              "promote_halves": False, "promote_overlap": 2 * MOST_SPLIT_OVERLAP}
     with pytest.raises(ScheduleNotApplicable,
-                       match=re.escape("promote_overlap=none (or promote_halves), not 4")):
-        v8.v8_kernel_any_m(layer.gemm(4096), **{**waiting[0], "promote_overlap": 4})
-    split = {**waiting[0], "promote_overlap": 4, "promote_halves": True, "split_k": 2,
-             "split_tail": True}
-    with pytest.raises(ScheduleNotApplicable, match="whole tiles only.*split_k=1, not 2"):
-        v8.v8_kernel_any_m(layer.gemm(4096), **split)
+                       match=re.escape(f"runs of more than {MOST_SPLIT_OVERLAP} K blocks spill")):
+        v8.v8_kernel_any_m(layer.gemm(4096), **longer)
 
 
 def test_the_open_buckets_split_kernel_holds_a_last_wave_of_any_m():
@@ -658,10 +658,10 @@ def _assert_right_at_the_edges(layer):
 def test_a_ragged_fp8_layer_that_scaled_mm_refuses_runs_v8(gpu_cache):
     """1000 x 1000: _scaled_mm takes no K or N that is not a multiple of 16, so its candidate is
     recorded as failed (what it raised), not a crash; v8, which stages rows TMA cannot load,
-    serves every bucket, right against float64."""
+    serves every bucket of several Ms (skinny or v8 a bucket of one M), right against float64."""
     layer = _small_layer(1000, 1000, "row", gpu_cache)
-    for kernel in layer.kernels.kernels:
-        assert kernel.candidate.rung == V8
+    for bucket, kernel in zip(layer.buckets, layer.kernels.kernels):
+        assert kernel.candidate.rung in ((V8, SKINNY) if bucket.one_m else (V8,))
         assert kernel.measured[TORCH]["error"].startswith("raised ")
     _assert_right_at_the_edges(layer)
 

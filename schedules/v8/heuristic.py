@@ -369,10 +369,10 @@ def long_runs_asked(space: dict) -> bool:
     return not others and run is not None and run > MOST_SPLIT_OVERLAP
 
 
-def split_overlap(overlap: int | None, split_k: int, space: dict) -> int | None:
-    """promote_overlap where K is split: at most MOST_SPLIT_OVERLAP (v8 refuses longer runs
-    there), the longest of the space's that fits."""
-    if split_k == 1 or overlap is None or overlap <= MOST_SPLIT_OVERLAP:
+def short_overlap(overlap: int | None, space: dict) -> int | None:
+    """promote_overlap where K is split or M is given at each call (v8 for any M): at most
+    MOST_SPLIT_OVERLAP (v8 refuses longer runs there), the longest of the space's that fits."""
+    if overlap is None or overlap <= MOST_SPLIT_OVERLAP:
         return overlap
     return max((run for run in space["promote_overlap"] if run and run <= MOST_SPLIT_OVERLAP),
                default=None)
@@ -628,5 +628,6 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
                           default=knobs["stages"]),
             "tma_store": tma_store, "split_k": split_k,
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
-            "promote_k": promote_k, "promote_overlap": split_overlap(overlap, split_k, space),
+            "promote_k": promote_k,
+            "promote_overlap": short_overlap(overlap, space) if split_k > 1 else overlap,
             **clusters}

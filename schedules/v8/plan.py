@@ -98,7 +98,7 @@ class Plan:
         rows (M symbolic), or with open_ended as well for any M past it (split K then only
         with split_tail); with bias, a bias added to each column of C. Refused first as v8
         refuses them (ScheduleNotApplicable), and for any M also where split K's workspace for
-        any M would be too large or promote_overlap is asked for (ANY_M_CHECKS)."""
+        any M would be too large or promote_overlap's runs too long (ANY_M_CHECKS)."""
         refuse(wl, knobs, CHECKS if most_m is None else CHECKS + ANY_M_CHECKS)
         if open_ended and knobs.split_k > 1 and not knobs.split_tail:
             raise ScheduleNotApplicable(
@@ -386,12 +386,19 @@ def _multiply(dtype: str, layout: str, knobs: Knobs) -> dict:
             "promote_blocks": (knobs.promote_k or 0) * element_bytes // ROW_BYTES}
 
 
+def _ceil_div(count, size):
+    """count // size rounded up, written (count + size - 1) // size: for a symbolic count (v8
+    for any M), -(-count // size) lowers to divisions by a negative number that CUDA's codegen
+    binds to one variable twice ("Let cannot bind the same var to two different values")."""
+    return (count + size - 1) // size
+
+
 def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict:
     """The tiles (a cluster's tiles count as one), the units of work they make (whole tiles
     first, then split_k slices of the split ones) and the persistent grid that walks them."""
     cluster = knobs.cluster_m * knobs.cluster_n
-    tiles_m = -(-M // (knobs.block_m * knobs.cluster_m))
-    tiles_n = -(-N // (knobs.block_n * knobs.cluster_n))
+    tiles_m = _ceil_div(M, knobs.block_m * knobs.cluster_m)
+    tiles_n = _ceil_div(N, knobs.block_n * knobs.cluster_n)
     tiles = tiles_m * tiles_n
     split_k = knobs.split_k
     # tiles multiplied whole, first (split_tail: those before the last, partial wave, or all)
@@ -407,7 +414,7 @@ def _walk(M, N: int, K: int, element_bytes: int, knobs: Knobs, sms: int) -> dict
             # (symbolic M: whether every tile is split is known only at the call)
             "splits_every_tile": isinstance(whole, int) and whole == 0, "units": units,
             "clusters": clusters, "grid": clusters * cluster,
-            "units_per_cta": -(-units // clusters)}
+            "units_per_cta": _ceil_div(units, clusters)}
 
 
 def _memory(out_dtype: str, knobs: Knobs) -> dict:

@@ -266,19 +266,15 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 
 def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
-    """v8 for any M up to wl's: promote_overlap only by halves (promote_halves) on whole tiles.
-    Its tile walk's counts, computed from M at each call, leave no registers for a third set of
-    accumulators (ptxas spills them), and its split units' counts of K blocks do not lower
-    (reports/notes/h100-shapes.md)."""
-    if knobs.promote_overlap is None or knobs.promote_halves and knobs.split_k == 1:
+    """v8 for any M up to wl's: promote_overlap in runs of at most MOST_SPLIT_OVERLAP K blocks,
+    as where K is split: its tile walk's counts, computed from M at each call, take registers
+    that longer runs' third set of accumulators needs (ptxas spills them)."""
+    overlap = knobs.promote_overlap
+    if overlap is None or knobs.promote_halves or overlap <= MOST_SPLIT_OVERLAP:
         return None
-    if knobs.promote_halves:
-        return (f"v8 for any M overlaps its promotions by halves on whole tiles only, where "
-                f"its units' counts of K blocks are known as it is built: split_k=1, not "
-                f"{knobs.split_k}")
     return (f"v8 for any M keeps its tile walk's counts in registers, where promote_overlap's "
-            f"third set of accumulators spills: promote_overlap=none (or promote_halves), "
-            f"not {knobs.promote_overlap}")
+            f"runs of more than {MOST_SPLIT_OVERLAP} K blocks spill: promote_overlap="
+            f"{overlap}")
 
 
 def any_m_swap_refusal(wl: Workload, knobs: Knobs) -> str | None:
