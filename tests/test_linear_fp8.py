@@ -483,6 +483,22 @@ def test_the_fp8_measuring_script_refuses_a_bad_shape_or_edges_in_one_line(argv,
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
 
 
+def test_the_fp8_measuring_script_prints_a_baseline_that_cublas_refused_as_raised():
+    """cuBLAS refuses some _scaled_mm forms (rowwise fast accumulation at K = 14336, on the
+    H200): the script's row then says what the baseline raised instead of ending in a
+    traceback."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "linear_fp8.py")
+    spec = importlib.util.spec_from_file_location("linear_fp8_script", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ours = {"error": 1e-3, "kernel_us": 20.0, "loop_us": 30.0}
+    found = {"ours": ours, "scaled_mm_fast": {"raised": "CUBLAS_STATUS_NOT_SUPPORTED"}}
+    row = module.said("4096x14336", "M=1", 1, "v8", found, "scaled_mm_fast")
+    assert "scaled_mm_fast raised CUBLAS_STATUS_NOT_SUPPORTED" in row and "20.0 us" in row
+    found["scaled_mm_fast"] = {"error": 2e-3, "kernel_us": 40.0, "loop_us": 50.0}
+    assert "( 2.00x)" in module.said("4096x14336", "M=1", 1, "v8", found, "scaled_mm_fast")
+
+
 # -- GPU tier ------------------------------------------------------------------------------------
 
 EDGES, MAX_TOKENS = (1, 2, 17, 65), 256
