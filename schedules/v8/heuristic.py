@@ -626,8 +626,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     return {"block_m": block_m, "block_n": block_n,
             "stages": max(fitting_stages(block_m, block_n, space, tma_store),
                           default=knobs["stages"]),
-            "tma_store": tma_store, "split_k": split_k,
+            "tma_store": tma_store, "split_k": split_k, "promote_k": promote_k,
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
-            "promote_k": promote_k,
             "promote_overlap": short_overlap(overlap, space) if split_k > 1 else overlap,
             **clusters}
