@@ -180,7 +180,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     in wgmma's accumulator (no promote_k); a precise one's promotions overlap as the heuristic
     says, for any M in runs of at most MOST_SPLIT_OVERLAP K blocks (`v8.short_overlap`), and
     past v8.MEDIUM_ROWS rows its `v8.halves_tile`, whole, overlaps them by halves of the
-    columns (promote_halves). A bucket of one M builds v8 for
+    columns (promote_halves) in the heuristic's runs. A bucket of one M builds v8 for
     that number M (`build_candidate`): its heuristic's choice is then its own, swapped and
     overlapped where it says, and any tile may split K."""
     most = bucket.most(max_tokens)
@@ -213,7 +213,7 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)
-        if not bucket.one_m:
+        if not bucket.one_m and not knobs["promote_halves"]:  # (halves keep two sets)
             knobs["promote_overlap"] = v8.short_overlap(knobs["promote_overlap"], entry.space)
         if not bucket.one_m and not knobs["split_tail"] and knobs["split_k"] > 1:
             continue  # the heuristic splitting every tile: only for most rows, not any M

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import linear
+import schedules
 from linear.buckets import Bucket, BucketTable, buckets_from_edges
 from linear.cache import Cache
 from linear.candidates import SKINNY, TORCH, V8, Candidate, LayerShape, build_candidate, \
@@ -166,16 +167,22 @@ def test_a_fast_accum_layer_runs_fast_scaled_mm_and_v8_without_promotion(bucket)
 def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(bucket):
     """v8 for any M keeps its tile walk's counts in registers: a precise fp8 layer's v8
     candidates promote every 128 K, overlapped where the heuristic says in runs of at most
-    MOST_SPLIT_OVERLAP K blocks (split tiles too), and past 64 rows one more (`halves_tile`, whole) overlaps them by halves
-    of its columns; asked for longer runs, v8 for any M refuses them in one line."""
+    MOST_SPLIT_OVERLAP K blocks (split tiles too), and past 64 rows one more (`halves_tile`,
+    whole) overlaps them by halves of its columns, in the heuristic's runs (two sets of
+    accumulators: longer runs fit); asked for longer runs not by halves, v8 for any M refuses
+    them in one line."""
     layer = LayerShape(4096, 4096, "float8_e4m3fn", "row")
     found = [dict(c.knobs) for c in candidates(layer, bucket, 4096) if c.rung == V8]
     halved = [k for k in found if k["promote_halves"]]
     assert all(k["promote_k"] == 128 and (k["promote_overlap"] or 0) <= MOST_SPLIT_OVERLAP
-               for k in found)
+               for k in found if not k["promote_halves"])
     assert any(k["split_k"] > 1 and k["promote_overlap"] for k in found)
     assert len(halved) == (1 if bucket.most(4096) > v8.MEDIUM_ROWS else 0)
-    assert all(k["split_k"] == 1 for k in halved)
+    assert all(k["split_k"] == 1 and k["promote_overlap"] for k in halved)
+    heuristic = schedules.get("gemm", V8).defaults_for
+    assert all(k["promote_overlap"] == heuristic(layer.gemm(bucket.most(4096)), {
+        knob: value for knob, value in k.items() if knob != "promote_overlap"})["promote_overlap"]
+        for k in halved)
     longer = {**found[0], "block_m": 128, "block_n": 128, "split_k": 1, "split_tail": False,
               "promote_halves": False, "promote_overlap": 2 * MOST_SPLIT_OVERLAP}
     with pytest.raises(ScheduleNotApplicable,
