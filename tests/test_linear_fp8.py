@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -169,8 +170,8 @@ def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(buc
     candidates promote every 128 K, overlapped where the heuristic says in runs of at most
     MOST_SPLIT_OVERLAP K blocks (split tiles too), and past 64 rows one more (`halves_tile`,
     whole) overlaps them by halves of its columns, in the heuristic's runs (two sets of
-    accumulators: longer runs fit); asked for longer runs not by halves, v8 for any M refuses
-    them in one line."""
+    accumulators: longer runs fit); asked for longer runs not by halves, or by halves on split
+    tiles, v8 for any M refuses them in one line."""
     layer = LayerShape(4096, 4096, "float8_e4m3fn", "row")
     found = [dict(c.knobs) for c in candidates(layer, bucket, 4096) if c.rung == V8]
     halved = [k for k in found if k["promote_halves"]]
@@ -188,6 +189,10 @@ def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(buc
     with pytest.raises(ScheduleNotApplicable,
                        match=re.escape(f"runs of more than {MOST_SPLIT_OVERLAP} K blocks spill")):
         v8.v8_kernel_any_m(layer.gemm(4096), **longer)
+    split_halves = {**longer, "promote_halves": True, "promote_overlap": MOST_SPLIT_OVERLAP,
+                    "split_k": 2, "split_tail": True}
+    with pytest.raises(ScheduleNotApplicable, match="whole tiles only.*split_k=1, not 2"):
+        v8.v8_kernel_any_m(layer.gemm(4096), **split_halves)
 
 
 def test_the_open_buckets_split_kernel_holds_a_last_wave_of_any_m():
@@ -490,20 +495,59 @@ def test_the_fp8_measuring_script_refuses_a_bad_shape_or_edges_in_one_line(argv,
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
 
 
-def test_the_fp8_measuring_script_prints_a_baseline_that_cublas_refused_as_raised():
-    """cuBLAS refuses some _scaled_mm forms (rowwise fast accumulation at K = 14336, on the
-    H200): the script's row then says what the baseline raised instead of ending in a
-    traceback."""
+def _measuring_script():
+    """scripts/linear_fp8.py, imported as a module."""
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "linear_fp8.py")
     spec = importlib.util.spec_from_file_location("linear_fp8_script", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    ours = {"error": 1e-3, "kernel_us": 20.0, "loop_us": 30.0}
-    found = {"ours": ours, "scaled_mm_fast": {"raised": "CUBLAS_STATUS_NOT_SUPPORTED"}}
-    row = module.said("4096x14336", "M=1", 1, "v8", found, "scaled_mm_fast")
-    assert "scaled_mm_fast raised CUBLAS_STATUS_NOT_SUPPORTED" in row and "20.0 us" in row
-    found["scaled_mm_fast"] = {"error": 2e-3, "kernel_us": 40.0, "loop_us": 50.0}
-    assert "( 2.00x)" in module.said("4096x14336", "M=1", 1, "v8", found, "scaled_mm_fast")
+    return module
+
+
+def test_the_fp8_measuring_script_records_a_baseline_that_cublas_refused_as_raised(monkeypatch):
+    """cuBLAS refuses some _scaled_mm forms (rowwise fast accumulation at K = 14336, once on the
+    H200): the script records and prints what that baseline raised instead of ending in a
+    traceback; our own layer raising still ends the run. On the CPU: torch's forms and the
+    timers stand in for the GPU's."""
+    script = _measuring_script()
+    shape = LayerShape(32, 64, "float8_e4m3fn", "row")
+    torch.manual_seed(0)
+    ops = {"x": torch.randn(4, 64).to(FP8), "x_scale": torch.rand(4, 1) + 0.5,
+           "weight": torch.randn(32, 64).to(FP8), "weight_scale": torch.rand(32, 1) + 0.5,
+           "bias": torch.randn(32, dtype=torch.bfloat16)}
+    answer = (dequantized(shape, ops["x"], ops["x_scale"])
+              @ dequantized(shape, ops["weight"], ops["weight_scale"], True).T
+              + ops["bias"].double()).to(torch.bfloat16)
+
+    def torch_form(form):
+        def call(*args):
+            if form.fast_accum:
+                raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling x\nmore")
+            return answer
+        return call
+
+    class Layer:
+        def __init__(self, right=True):
+            self.shape, self.right = shape, right
+
+        def __call__(self, x, x_scale):
+            if not self.right:
+                raise RuntimeError("our kernel failed")
+            return answer
+
+    monkeypatch.setattr(script, "torch_layer", torch_form)
+    monkeypatch.setattr(script, "loop_us", lambda call: 30.0)
+    monkeypatch.setattr(script.measure, "time_kernel",
+                        lambda call, mode: types.SimpleNamespace(median_ms=0.02))
+    found = script.compare_at(Layer(), ops)
+    assert found["scaled_mm_fast"] == {
+        "raised": "CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling x"}
+    assert found["ours"]["kernel_us"] == pytest.approx(20.0) and found["scaled_mm"]["error"] < 1e-2
+    row = script.said("32x64", "M=4", 4, "v8", found, "scaled_mm_fast")
+    assert "scaled_mm_fast raised CUDA error: CUBLAS_STATUS_NOT_SUPPORTED" in row
+    assert "( 1.00x)" in script.said("32x64", "M=4", 4, "v8", found, "scaled_mm")
+    with pytest.raises(RuntimeError, match="our kernel failed"):
+        script.compare_at(Layer(right=False), ops)
 
 
 # -- GPU tier ------------------------------------------------------------------------------------

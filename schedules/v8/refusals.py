@@ -267,14 +267,19 @@ def any_m_workspace_refusal(wl: Workload, knobs: Knobs) -> str | None:
 
 def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """v8 for any M up to wl's: promote_overlap in runs of at most MOST_SPLIT_OVERLAP K blocks,
-    as where K is split: its tile walk's counts, computed from M at each call, take registers
-    that longer runs' third set of accumulators needs (ptxas spills them)."""
+    as where K is split (its tile walk's counts, computed from M at each call, take registers
+    that longer runs' third set of accumulators needs: ptxas spills them), or by halves
+    (promote_halves: two sets) in runs of any length on whole tiles, the form checked on a
+    GPU."""
     overlap = knobs.promote_overlap
+    if knobs.promote_halves and knobs.split_k > 1:
+        return (f"v8 for any M overlaps its promotions by halves on whole tiles only (the form "
+                f"checked on a GPU): split_k=1, not {knobs.split_k}")
     if overlap is None or knobs.promote_halves or overlap <= MOST_SPLIT_OVERLAP:
         return None
     return (f"v8 for any M keeps its tile walk's counts in registers, where promote_overlap's "
             f"runs of more than {MOST_SPLIT_OVERLAP} K blocks spill: promote_overlap="
-            f"{overlap}")
+            f"{overlap} (or promote_halves)")
 
 
 def any_m_swap_refusal(wl: Workload, knobs: Knobs) -> str | None:
