@@ -69,6 +69,17 @@ def test_v8_candidates_split_k_only_in_a_last_wave_whose_workspace_holds_any_m(b
         assert c.rung == TORCH or knobs["split_k"] == 1 or knobs["split_tail"]
 
 
+def test_the_linear_commands_help_states_the_layers_own_defaults():
+    """`tvm-explorer linear --help` writes the default buckets and max_tokens as literals (the
+    command line's start does not import torch, which linear's modules do): they must be the
+    ones Linear takes."""
+    from cli import FLAGS
+    from linear.buckets import DEFAULT_EDGES
+    from linear.module import DEFAULT_MAX_TOKENS
+    assert f"default {','.join(map(str, DEFAULT_EDGES))};" in FLAGS["--edges"]["help"]
+    assert f"(default {DEFAULT_MAX_TOKENS})" in FLAGS["--max-tokens"]["help"]
+
+
 def test_v8_is_a_candidate_where_tma_cannot_load_the_rows_it_stages():
     ragged = candidates(LayerShape(4096, 4095, "bfloat16"), Bucket(65, 256), 4096)
     assert [c.rung for c in ragged][0] == TORCH and "v8" in [c.rung for c in ragged]
