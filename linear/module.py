@@ -24,6 +24,7 @@ of its own in place of the operator (inductor.py).
 
 from __future__ import annotations
 
+import numbers
 import weakref
 
 import torch
@@ -117,6 +118,10 @@ class Linear(torch.nn.Module):
                  max_tokens: int = DEFAULT_MAX_TOKENS, scales: str | None = None,
                  out_dtype=None, fast_accum: bool = False):
         super().__init__()
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) \
+                or max_tokens < 1:
+            raise UsageError(f"max_tokens is a whole number of rows, at least 1, not "
+                             f"{max_tokens!r}")
         self.in_features, self.out_features = in_features, out_features
         layer = LayerShape(out_features, in_features, _name_of(dtype), scales,
                            out_dtype and _name_of(out_dtype), fast_accum)  # refuses what GEMM won't
@@ -128,7 +133,7 @@ class Linear(torch.nn.Module):
             if self.is_fp8 else None
         self._scale_width = layer.x_scale_shape(())  # x_scale's last dimension, if it has one
         self.buckets = buckets or buckets_from_edges()
-        self.max_tokens = max_tokens
+        self.max_tokens = int(max_tokens)
         self.kernels = None
         self._key = id(self)  # the operator's handle on this layer
         _LAYERS[self._key] = self

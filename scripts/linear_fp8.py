@@ -164,7 +164,12 @@ def main() -> int:
     if loader.gpu_here() is None:
         print("linear_fp8: needs a CUDA GPU, and torch sees none here", file=sys.stderr)
         return 2
-    rows = [row for shape in shapes for row in measure_layer(shape, args.max_tokens, buckets)]
+    try:
+        rows = [row for shape in shapes for row in measure_layer(shape, args.max_tokens,
+                                                                 buckets)]
+    except ExplorerError as e:  # what the layer refuses (max_tokens, rows past int32 indices)
+        print(f"linear_fp8: {e}", file=sys.stderr)
+        return 2
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), **loader.versions_here(),

@@ -384,6 +384,12 @@ def test_bad_inputs_are_refused_in_one_line_naming_x(x, message):
     assert "\n" not in str(refused.value) and "input x" in str(refused.value)
 
 
+@pytest.mark.parametrize("max_tokens", [0, -3, 2.5, True, "64"])
+def test_a_layer_refuses_max_tokens_that_is_not_a_count_of_rows(max_tokens):
+    with pytest.raises(UsageError, match="max_tokens is a whole number of rows, at least 1"):
+        linear.Linear(64, 64, max_tokens=max_tokens)
+
+
 def test_a_call_that_needs_a_gradient_is_refused():
     x = torch.zeros(3, 64, dtype=torch.bfloat16, requires_grad=True)
     with pytest.raises(RuntimeError, match="is for inference"):

@@ -550,6 +550,22 @@ def test_the_fp8_measuring_script_records_a_baseline_that_cublas_refused_as_rais
         script.compare_at(Layer(right=False), ops)
 
 
+def test_the_measuring_script_says_what_a_layer_refuses_in_one_line(monkeypatch, capsys):
+    """Past its arguments' checks (a GPU here), what the layer refuses (a bucket whose rows pass
+    int32 indices, max_tokens under 1) ends the script in one line, not a traceback."""
+    script = _measuring_script()
+
+    def refuses(shape, max_tokens, buckets):
+        raise WorkloadError("A would hold 99 elements, more than int32 indices reach")
+
+    monkeypatch.setattr(script.loader, "gpu_here", lambda: {"name": "stand-in"})
+    monkeypatch.setattr(script, "measure_layer", refuses)
+    monkeypatch.setattr(sys, "argv", ["linear_fp8.py", "--shape", "64x64", "--scales", "row"])
+    assert script.main() == 2
+    said = capsys.readouterr().err
+    assert said == "linear_fp8: A would hold 99 elements, more than int32 indices reach\n"
+
+
 # -- GPU tier ------------------------------------------------------------------------------------
 
 EDGES, MAX_TOKENS = (1, 2, 17, 65), 256
