@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 from dataclasses import dataclass
 
 from schedules.errors import UsageError
@@ -63,6 +64,29 @@ def buckets_from_text(text: str) -> tuple[Bucket, ...]:
         raise UsageError(f"--edges takes the buckets' first Ms as whole numbers separated by "
                          f"commas (e.g. 1,2,17,65), not '{text}'") from None
     return buckets_from_edges(edges)
+
+
+def layer_buckets(buckets) -> tuple[Bucket, ...]:
+    """A layer's buckets as `Linear(buckets=...)` takes them: None (the default's), Buckets
+    that cover every M from 1 (each starting where the one before ends, the last open), or
+    their first Ms (edges, as buckets_from_edges takes them). Anything else is refused in one
+    line: a hole or an overlap would send some M to a kernel built for other rows."""
+    if buckets is None:
+        return buckets_from_edges()
+    items = tuple(buckets) if isinstance(buckets, (tuple, list)) else ()
+    if items and all(isinstance(b, numbers.Integral) and not isinstance(b, bool) for b in items):
+        return buckets_from_edges(tuple(int(b) for b in items))
+    if not items or not all(isinstance(b, Bucket) for b in items):
+        raise UsageError(f"buckets are Buckets covering every M from 1 (e.g. "
+                         f"buckets_from_edges((1, 2, 17))) or their first Ms, not {buckets!r}")
+    starts = [1] + [b.last + 1 if b.last is not None else None for b in items[:-1]]
+    if items[-1].last is not None or any(
+            b.first != start or b.last is not None and b.last < b.first
+            for b, start in zip(items, starts)):
+        raise UsageError("buckets cover every M from 1, each starting where the one before "
+                         "ends and the last open (last=None), not "
+                         + ", ".join(b.label() for b in items))
+    return items
 
 
 class BucketTable:

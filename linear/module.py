@@ -34,7 +34,7 @@ from schedules.workloads import FP8_BLOCK, fp8_blocks
 from tuning.loader import BadInput
 
 from . import farm, inductor
-from .buckets import Bucket, buckets_from_edges
+from .buckets import Bucket, layer_buckets
 from .cache import Cache, export_entries
 from .candidates import LAYER_DTYPES, TORCH, LayerShape, torch_layer
 from .portfolio import LayerKernels, prepare as prepare_kernels
@@ -114,7 +114,7 @@ class Linear(torch.nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
-                 dtype=torch.bfloat16, *, buckets: tuple[Bucket, ...] | None = None,
+                 dtype=torch.bfloat16, *, buckets: tuple[Bucket | int, ...] | None = None,
                  max_tokens: int = DEFAULT_MAX_TOKENS, scales: str | None = None,
                  out_dtype=None, fast_accum: bool = False):
         super().__init__()
@@ -132,7 +132,7 @@ class Linear(torch.nn.Module):
         self.weight_scale = _frozen(layer.weight_scale_shape(), torch.float32, device) \
             if self.is_fp8 else None
         self._scale_width = layer.x_scale_shape(())  # x_scale's last dimension, if it has one
-        self.buckets = buckets or buckets_from_edges()
+        self.buckets = layer_buckets(buckets)
         self.max_tokens = int(max_tokens)
         self.kernels = None
         self._key = id(self)  # the operator's handle on this layer

@@ -4,6 +4,7 @@ numerics at every bucket's edges and the measured choice (GPU tier)."""
 import json
 import multiprocessing
 import os
+import re
 import threading
 
 import pytest
@@ -36,6 +37,25 @@ def test_buckets_cover_every_m_once_and_the_table_finds_each():
 def test_bucket_edges_must_start_at_1_and_increase(edges):
     with pytest.raises(UsageError):
         buckets_from_edges(edges)
+
+
+@pytest.mark.parametrize("buckets, message", [
+    ((Bucket(1, 1), Bucket(3, None)), "not M=1, M=3-"),  # M = 2 would run M = 1's kernel
+    ((Bucket(1, 4), Bucket(3, None)), "not M=1-4, M=3-"),
+    ((Bucket(1, 4), Bucket(5, 9)), "the last open"),
+    ((Bucket(1, 4), Bucket(5, 3), Bucket(4, None)), "not M=1-4, M=5-3, M=4-"),
+    ((), "Buckets covering every M from 1"),
+    ("1,2,17", "Buckets covering every M from 1"),
+    ((2, 3), "bucket edges start at 1"),
+])
+def test_a_layer_refuses_buckets_that_leave_an_m_to_the_wrong_kernel(buckets, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        linear.Linear(64, 64, buckets=buckets)
+
+
+def test_a_layer_takes_its_buckets_first_ms_as_edges():
+    assert linear.Linear(64, 64, buckets=[1, 2, 17]).buckets == buckets_from_edges((1, 2, 17))
+    assert linear.Linear(64, 64).buckets == buckets_from_edges()
 
 
 def test_probes_are_a_buckets_edges_and_a_middle_where_they_are_far_apart():
