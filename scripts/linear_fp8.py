@@ -35,7 +35,7 @@ from linear.candidates import torch_layer  # noqa: E402
 from linear.module import DEFAULT_MAX_TOKENS  # noqa: E402
 from linear.portfolio import dequantized  # noqa: E402
 from schedules import parse_shape  # noqa: E402
-from schedules.errors import ExplorerError  # noqa: E402
+from schedules.errors import ExplorerError, UsageError  # noqa: E402
 from tuning import loader, measure  # noqa: E402
 
 SCALES = ("tensor", "row", "block")
@@ -153,21 +153,17 @@ def main() -> int:
     parser.add_argument("--out", help="a JSON file for the rows")
     args = parser.parse_args()
     forms = args.scales or [s for s in SCALES if not (args.fast_accum and s == "block")]
-    try:
+    try:  # bad arguments (checked before the GPU), or what a layer refuses (max_tokens, rows
+        # past int32 indices): one line
         shapes = [linear.LayerShape(*parse_shape(text, "gemv"), "float8_e4m3fn", scales,
                                     fast_accum=args.fast_accum)
                   for text in args.shape for scales in forms]
         buckets = linear.buckets_from_text(args.edges)
-    except ExplorerError as e:
-        print(f"linear_fp8: {e}", file=sys.stderr)
-        return 2
-    if loader.gpu_here() is None:
-        print("linear_fp8: needs a CUDA GPU, and torch sees none here", file=sys.stderr)
-        return 2
-    try:
+        if loader.gpu_here() is None:
+            raise UsageError("needs a CUDA GPU, and torch sees none here")
         rows = [row for shape in shapes for row in measure_layer(shape, args.max_tokens,
                                                                  buckets)]
-    except ExplorerError as e:  # what the layer refuses (max_tokens, rows past int32 indices)
+    except ExplorerError as e:
         print(f"linear_fp8: {e}", file=sys.stderr)
         return 2
     if args.out:

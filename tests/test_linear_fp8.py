@@ -27,6 +27,8 @@ from schedules.v8.geometry import MOST_SPLIT_OVERLAP
 from tuning.loader import BadInput
 
 FP8 = torch.float8_e4m3fn
+MEASURING_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts",
+                                "linear_fp8.py")
 SCALES = ("tensor", "row", "block")
 GPU = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
 
@@ -489,16 +491,14 @@ def test_prepare_refuses_a_weight_scale_of_another_shape_or_device(scale, messag
     (["--shape", "64x0"], "dimensions must be positive"),
     (["--shape", "64x64", "--edges", "1,2,2"], "bucket edges start at 1 and increase")])
 def test_the_fp8_measuring_script_refuses_a_bad_shape_or_edges_in_one_line(argv, message):
-    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "linear_fp8.py")
-    done = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, MEASURING_SCRIPT, *argv], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
 
 
 def _measuring_script():
     """scripts/linear_fp8.py, imported as a module."""
-    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "linear_fp8.py")
-    spec = importlib.util.spec_from_file_location("linear_fp8_script", script)
+    spec = importlib.util.spec_from_file_location("linear_fp8_script", MEASURING_SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
