@@ -172,8 +172,8 @@ def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(buc
     candidates promote every 128 K, overlapped where the heuristic says in runs of at most
     MOST_SPLIT_OVERLAP K blocks (split tiles too), and past 64 rows one more (`halves_tile`,
     whole) overlaps them by halves of its columns, in the heuristic's runs (two sets of
-    accumulators: longer runs fit); asked for longer runs not by halves, or by halves on split
-    tiles, v8 for any M refuses them in one line."""
+    accumulators: longer runs fit); asked for longer runs not by halves, v8 for any M refuses
+    them in one line."""
     layer = LayerShape(4096, 4096, "float8_e4m3fn", "row")
     found = [dict(c.knobs) for c in candidates(layer, bucket, 4096) if c.rung == V8]
     halved = [k for k in found if k["promote_halves"]]
@@ -191,10 +191,17 @@ def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(buc
     with pytest.raises(ScheduleNotApplicable,
                        match=re.escape(f"runs of more than {MOST_SPLIT_OVERLAP} K blocks spill")):
         v8.v8_kernel_any_m(layer.gemm(4096), **longer)
-    split_halves = {**longer, "promote_halves": True, "promote_overlap": MOST_SPLIT_OVERLAP,
-                    "split_k": 2, "split_tail": True}
-    with pytest.raises(ScheduleNotApplicable, match="whole tiles only.*split_k=1, not 2"):
-        v8.v8_kernel_any_m(layer.gemm(4096), **split_halves)
+
+
+def test_v8_for_any_m_by_halves_with_block_scales_refuses_a_split_last_wave_alone():
+    """The one form of v8 for any M by halves on split tiles that did not finish on a GPU: block scales
+    with split_tail; K split on every tile builds."""
+    wl = LayerShape(4608, 3584, "float8_e4m3fn", "block").gemm(2048)
+    with pytest.raises(ScheduleNotApplicable, match="did not finish on a GPU.*split_tail=False, not True"):
+        v8.v8_kernel_any_m(wl, open_ended=True, **_split_halves_knobs(wl, split_tail=True))
+    assert v8.v8_kernel_any_m(wl, **_split_halves_knobs(wl, split_tail=False)) is not None
+    row = LayerShape(4608, 3584, "float8_e4m3fn", "row").gemm(2048)
+    assert v8.v8_kernel_any_m(row, open_ended=True, **_split_halves_knobs(row, split_tail=True))
 
 
 def test_the_open_buckets_split_kernel_holds_a_last_wave_of_any_m():
@@ -646,6 +653,36 @@ def test_every_fp8_candidate_passes_every_probe(scales, gpu_cache):
                 for name, result in k.measured.items()}
     assert any(name.startswith("v8") for _, name in statuses)
     assert set(statuses.values()) == {"ok"}, statuses
+
+
+def _split_halves_knobs(wl, split_tail):
+    """v8's knobs for wl with its tile of 128 rows promoted by halves, K split in two."""
+    return schedules.get("gemm", V8).defaults_for(wl, {
+        "block_m": 128, "block_n": 192, "split_k": 2, "split_tail": split_tail,
+        "promote_halves": True, "swap_ab": False})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scales, open_ended", [
+    (scales, open_ended) for scales in SCALES for open_ended in (False, True)
+    if not (scales == "block" and open_ended)])  # refused: a CPU test's
+def test_v8_for_any_m_by_halves_on_split_tiles_is_right_at_any_m(scales, open_ended):
+    """v8 for any M with its promotions by halves and K split (every tile, or with split_tail
+    those of a last wave), built for up to 2048 rows (open_ended: any M past it too), against
+    float64 at Ms from one row to past its most."""
+    import tvm  # lazy: the module's CPU tests need no TVM at its top
+
+    from tuning import build, measure
+    shape = LayerShape(4608, 3584, "float8_e4m3fn", scales)
+    knobs = _split_halves_knobs(shape.gemm(2048), split_tail=open_ended)
+    func = v8.v8_kernel_any_m(shape.gemm(2048), open_ended=open_ended, **knobs)
+    kernel = build.build(tvm.IRModule({"main": func}), build.cuda_target("sm_90"))["main"]
+    for m in (1, 65, 300, 1000, 2048) + ((3000,) if open_ended else ()):
+        wl = shape.gemm(m)
+        inputs, out = measure.random_inputs(wl, seed=m), measure.poisoned_output(wl)
+        result = measure.check(wl, lambda: (kernel(*inputs, out), out)[1], inputs,
+                               measure.tolerance(wl))
+        assert result["status"] == "ok", (m, knobs, result)
 
 
 @pytest.mark.gpu

@@ -269,12 +269,13 @@ def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     """v8 for any M up to wl's: promote_overlap in runs of at most MOST_SPLIT_OVERLAP K blocks,
     as where K is split (its tile walk's counts, computed from M at each call, take registers
     that longer runs' third set of accumulators needs: ptxas spills them), or by halves
-    (promote_halves: two sets) in runs of any length on whole tiles, the form checked on a
-    GPU."""
+    (promote_halves: two sets) in runs of any length; with block scales by halves not on split
+    tiles of the last wave alone (split_tail: that kernel did not finish its GPU check)."""
     overlap = knobs.promote_overlap
-    if knobs.promote_halves and knobs.split_k > 1:
-        return (f"v8 for any M overlaps its promotions by halves on whole tiles only (the form "
-                f"checked on a GPU): split_k=1, not {knobs.split_k}")
+    if knobs.promote_halves and knobs.split_tail and wl.block_scaled:
+        return ("v8 for any M with block scales overlaps its promotions by halves with K split "
+                "on every tile or none, not in a last wave alone (that kernel did not finish "
+                "on a GPU): split_tail=False, not True")
     if overlap is None or knobs.promote_halves or overlap <= MOST_SPLIT_OVERLAP:
         return None
     return (f"v8 for any M keeps its tile walk's counts in registers, where promote_overlap's "
