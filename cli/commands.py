@@ -349,6 +349,7 @@ def linear_layers(args) -> None:
     first: linear.farm.prepare), one line per (layer, bucket) saying which kernel it runs; with
     --json, one JSON line per layer. Shapes are checked before anything needs the GPU."""
     from linear import LayerShape, buckets_from_edges, buckets_from_text, farm
+    from linear.buckets import token_count
     from linear.candidates import LAYER_DTYPES
     from linear.module import DEFAULT_MAX_TOKENS
     from linear.portfolio import prepare
@@ -362,12 +363,11 @@ def linear_layers(args) -> None:
     dtype = args.dtype or "bfloat16"
     if dtype not in LAYER_DTYPES:
         raise Refused(f"linear layers run in {' or '.join(LAYER_DTYPES)}, not {dtype}")
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise Refused(f"--max-tokens is at least 1, not {args.max_tokens}")
+    max_tokens = DEFAULT_MAX_TOKENS if args.max_tokens is None else \
+        token_count(args.max_tokens, "--max-tokens")
     layers = [LayerShape(*Workload("gemv", parse_shape(text, "gemv"), dtype).shape, dtype)
               for text in args.shape]
     buckets = buckets_from_text(args.edges) if args.edges else buckets_from_edges()
-    max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS
     found = (farm.prepare(layers, buckets, max_tokens, args.rpc_tracker, args.rpc_key, say=say,
                           warn=warn) if args.rpc_tracker is not None else
              prepare(layers, buckets, max_tokens, say=say, warn=warn))

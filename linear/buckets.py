@@ -66,6 +66,16 @@ def buckets_from_text(text: str) -> tuple[Bucket, ...]:
     return buckets_from_edges(edges)
 
 
+def token_count(max_tokens, said_as: str = "max_tokens") -> int:
+    """max_tokens, the most rows a call brings (it sizes the open bucket), checked: a whole
+    number of rows, at least 1, else refused in one line naming it as the caller's user does
+    (`said_as`: the keyword, or the command line's flag)."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) \
+            or max_tokens < 1:
+        raise UsageError(f"{said_as} is a whole number of rows, at least 1, not {max_tokens!r}")
+    return int(max_tokens)
+
+
 def layer_buckets(buckets) -> tuple[Bucket, ...]:
     """A layer's buckets as `Linear(buckets=...)` takes them: None (the default's), Buckets
     that cover every M from 1 (each starting where the one before ends, the last open), or

@@ -24,7 +24,6 @@ of its own in place of the operator (inductor.py).
 
 from __future__ import annotations
 
-import numbers
 import weakref
 
 import torch
@@ -34,7 +33,7 @@ from schedules.workloads import FP8_BLOCK, fp8_blocks
 from tuning.loader import BadInput
 
 from . import farm, inductor
-from .buckets import Bucket, layer_buckets
+from .buckets import Bucket, layer_buckets, token_count
 from .cache import Cache, export_entries
 from .candidates import LAYER_DTYPES, TORCH, LayerShape, torch_layer
 from .portfolio import LayerKernels, prepare as prepare_kernels
@@ -118,10 +117,7 @@ class Linear(torch.nn.Module):
                  max_tokens: int = DEFAULT_MAX_TOKENS, scales: str | None = None,
                  out_dtype=None, fast_accum: bool = False):
         super().__init__()
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) \
-                or max_tokens < 1:
-            raise UsageError(f"max_tokens is a whole number of rows, at least 1, not "
-                             f"{max_tokens!r}")
+        max_tokens = token_count(max_tokens)
         self.in_features, self.out_features = in_features, out_features
         layer = LayerShape(out_features, in_features, _name_of(dtype), scales,
                            out_dtype and _name_of(out_dtype), fast_accum)  # refuses what GEMM won't

@@ -174,6 +174,8 @@ def test_json_puts_a_searchs_summary_record_alone_on_stdout(capsys, tmp_path):
      "error: --edges takes the buckets' first Ms as whole numbers separated by commas"),
     (["linear", "--shape", "64x64", "--edges", "1,17,2"], 2,
      "error: bucket edges start at 1 and increase, not [1, 17, 2]\n"),
+    (["linear", "--shape", "64x64", "--max-tokens", "0"], 2,
+     "error: --max-tokens is a whole number of rows, at least 1, not 0\n"),
 ])
 def test_linear_needs_a_gpu_and_good_shapes_and_says_so_in_one_line(capsys, argv, code, message):
     assert cli.main(argv) == code
