@@ -348,24 +348,20 @@ def launcher(candidate: Candidate, layer: LayerShape, function):
     n, k, out_dtype = layer.out_features, layer.in_features, getattr(torch, layer.out_dtype)
     if candidate.rung == TORCH:
         return torch_layer(layer)
-    if candidate.rung in (V8, SKINNY) and layer.is_fp8:
+    if candidate.rung in (V8, SKINNY):
+        def run_gemm(x, weight, bias=None, out=None, scales=()):
+            if out is None:
+                out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
+            function(x, weight, *scales, *_biases(candidate, layer, bias), out)
+            return _plus_bias(candidate, out, bias)
+        if not layer.is_fp8:
+            return run_gemm
         flat = not layer.block_scaled  # the scales: a vector each, or blocks' matrices
 
         def run_gemm_fp8(x, x_scale, weight, weight_scale, bias=None, out=None):
-            if out is None:
-                out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
-            if flat:
-                x_scale, weight_scale = x_scale.view(-1), weight_scale.view(-1)
-            function(x, weight, x_scale, weight_scale, *_biases(candidate, layer, bias), out)
-            return _plus_bias(candidate, out, bias)
+            scales = (x_scale.view(-1), weight_scale.view(-1)) if flat else (x_scale, weight_scale)
+            return run_gemm(x, weight, bias, out, scales)
         return run_gemm_fp8
-    if candidate.rung in (V8, SKINNY):
-        def run_gemm(x, weight, bias=None, out=None):
-            if out is None:
-                out = torch.empty((x.shape[0], n), dtype=out_dtype, device=x.device)
-            function(x, weight, *_biases(candidate, layer, bias), out)
-            return _plus_bias(candidate, out, bias)
-        return run_gemm
 
     def run_gemv(x, weight, bias=None, out=None):
         if out is None:
