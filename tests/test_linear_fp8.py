@@ -13,6 +13,7 @@ import types
 
 import pytest
 import torch
+import tvm
 
 import linear
 import schedules
@@ -24,6 +25,7 @@ from linear.portfolio import BucketKernel, LayerKernels, _check, cache_key, dequ
 from schedules import v8
 from schedules.errors import ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_SPLIT_OVERLAP
+from tuning import build, measure
 from tuning.loader import BadInput
 
 FP8 = torch.float8_e4m3fn
@@ -194,10 +196,11 @@ def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(buc
 
 
 def test_v8_for_any_m_by_halves_with_block_scales_refuses_a_split_last_wave_alone():
-    """The one form of v8 for any M by halves on split tiles that did not finish on a GPU: block scales
-    with split_tail; K split on every tile builds."""
+    """The one form of v8 for any M by halves on split tiles that did not finish on a GPU:
+    block scales with split_tail; K split on every tile builds, as split_tail does rowwise."""
     wl = LayerShape(4608, 3584, "float8_e4m3fn", "block").gemm(2048)
-    with pytest.raises(ScheduleNotApplicable, match="did not finish on a GPU.*split_tail=False, not True"):
+    with pytest.raises(ScheduleNotApplicable,
+                       match="did not finish on a GPU.*split_tail=False, not True"):
         v8.v8_kernel_any_m(wl, open_ended=True, **_split_halves_knobs(wl, split_tail=True))
     assert v8.v8_kernel_any_m(wl, **_split_halves_knobs(wl, split_tail=False)) is not None
     row = LayerShape(4608, 3584, "float8_e4m3fn", "row").gemm(2048)
@@ -670,9 +673,6 @@ def test_v8_for_any_m_by_halves_on_split_tiles_is_right_at_any_m(scales, open_en
     """v8 for any M with its promotions by halves and K split (every tile, or with split_tail
     those of a last wave), built for up to 2048 rows (open_ended: any M past it too), against
     float64 at Ms from one row to past its most."""
-    import tvm  # lazy: the module's CPU tests need no TVM at its top
-
-    from tuning import build, measure
     shape = LayerShape(4608, 3584, "float8_e4m3fn", scales)
     knobs = _split_halves_knobs(shape.gemm(2048), split_tail=open_ended)
     func = v8.v8_kernel_any_m(shape.gemm(2048), open_ended=open_ended, **knobs)
