@@ -193,3 +193,21 @@ def test_linear_tunes_the_buckets_its_edges_name(monkeypatch):
     assert cli.main(["linear", "--shape", "64x32", "--edges", "1,2,3,17"]) == 0
     assert cli.main(["linear", "--shape", "64x32"]) == 0
     assert asked == [linear.buckets_from_edges((1, 2, 3, 17)), linear.buckets_from_edges()]
+
+
+@pytest.mark.parametrize("mode", sorted(cli.MODES))
+def test_every_modes_help_prints_its_usage(mode, capsys):
+    """--help of each mode, those taking two schedules too (a tuple metavar on a positional
+    was a traceback in argparse's help and its 'required' message)."""
+    with pytest.raises(SystemExit) as done:
+        cli.main([mode, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: tvm-explorer {mode}")
+
+
+@pytest.mark.parametrize("argv", [["diff"], ["diff", "v2"], ["explain", "v2"]])
+def test_a_mode_missing_its_two_schedules_says_so_in_one_line(argv, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the following arguments are required: SCHEDULE") \
+        and err.count("\n") == 1
