@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from facts import FLUSHES, migrated
+from facts import FLUSHES, SCHEMA, migrated
 from facts.record import Record
 from schedules.errors import ExplorerError, RecordsError
 from schedules.workloads import Workload
@@ -126,6 +126,10 @@ def _kind_problem(record: dict) -> str | None:
     kind = record["kind"]
     if kind not in WORKLOAD_KINDS + ("ceiling",):
         return f"kind '{kind}' is none of {', '.join(WORKLOAD_KINDS)}, ceiling"
+    if record.get("schema") not in (None, SCHEMA):  # schema 1 names none
+        return f"schema {record['schema']} is not one this version reads (1, {SCHEMA})"
+    if record.get("flush") is None and record.get("schema") == SCHEMA:
+        return f"a schema {SCHEMA} record without its flush (what ran before each launch)"
     if record.get("flush") is not None and record["flush"] not in FLUSHES:
         return f"flush '{record['flush']}' is none of {', '.join(FLUSHES)}"
     if kind == "ceiling":
