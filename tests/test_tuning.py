@@ -1158,6 +1158,44 @@ def test_without_a_gpu_device_picks_whose_records_apply(tmp_path, capsys, monkey
     assert "autotvm:seed_template: built: grid (x,y,z) 32x" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("config", None, "no 'config' field"),  # a KeyError applying it before
+    ("config", 4, "config 4 is not dict"),
+    ("device", [], "device [] is not str"),  # unhashable in measured_on before
+    ("status", "fine", "status 'fine' is none of ok, invalid"),
+    ("time_ms", -1.0, "time_ms -1.0 of a passed trial is not a positive time"),  # ranked first
+    ("shape", [0, 1, 1], "dimensions must be positive"),
+])
+def test_a_bad_trial_record_is_named_by_line_and_skipped(tmp_path, capsys, monkeypatch, field,
+                                                         value, says):
+    """A template search's records file with one bad line among good ones: `autotvm:` applies
+    the best good one, and names the bad line (it once applied a trial of a negative time, or
+    ended in a traceback)."""
+    from tuning import measure, records as store
+
+    monkeypatch.setattr(measure, "gpu_present", lambda: False)
+    path = str(tmp_path / "at.jsonl")
+    bad = {**trial("NVIDIA H100 80GB HBM3", 0.01, 32), field: value}
+    if value is None:
+        del bad[field]
+    args = ["--preset", "gemm-seed", "--schedule", "autotvm:seed_template", "--records", path,
+            "--no-ir"]
+    store.append(path, trial("NVIDIA H100 80GB HBM3", 0.5, 8))
+    assert runner.main(args) == 0
+    good_alone = capsys.readouterr().out
+    store.append(path, bad)
+    assert runner.main(args) == 0
+    out, err = capsys.readouterr()
+    assert f"{path}:2: {says}" in err and out == good_alone
+
+
+def test_every_committed_trial_record_passes_its_checks():
+    from tuning import records as store
+
+    loaded = store.load(RECORDED, check=autotvm.trial_problem)
+    assert loaded.records and not loaded.problems
+
+
 @pytest.mark.slow
 def test_the_committed_searches_apply_like_rungs(capsys):
     code = runner.main(["--preset", "gemm-seed", "--schedule", "all", "--no-ir", "--work-dir",

@@ -405,6 +405,37 @@ def trial_record(key: dict, config: dict, outcome: Outcome, trial: int, **extra)
             "time_ms": outcome.time_ms, "error": outcome.error}
 
 
+# The fields of every trial record (trial_record), with their JSON types.
+TRIAL_FIELDS = {"search": str, "schedule": str, "device": str, "tvm": str, "tuner": str,
+                "config": dict, "status": str}
+STATUSES = tuple(status.value for status in Status)
+
+
+def trial_problem(record) -> str | None:
+    """What is wrong with a template search's trial record (as `trial_record` writes them),
+    field by field, in one phrase; None for one a search can resume from and `autotvm:` apply:
+    its search's key, a config, a known status and, where it passed, a positive time."""
+    if not isinstance(record, dict):
+        return "not a trial record"
+    for name, kind in TRIAL_FIELDS.items():
+        if problem := store.type_problem(record, name, kind, optional=False):
+            return problem
+    if record["status"] not in STATUSES:
+        return f"status '{record['status'][:40]}' is none of {', '.join(STATUSES)}"
+    time_ms = record.get("time_ms")
+    if record["status"] == Status.OK and not (
+            isinstance(time_ms, (int, float)) and not isinstance(time_ms, bool)
+            and math.isfinite(time_ms) and time_ms > 0):
+        return f"time_ms {json.dumps(time_ms)[:40]} of a passed trial is not a positive time"
+    return store.workload_problem(record)
+
+
+def trial_records(path: str, warn: Callable[[str], None]) -> list[dict]:
+    """The trial records of the template searches' records file `path` that pass
+    `trial_problem`; each other line is named through `warn` and skipped."""
+    return store.load_and_warn(path, warn, check=trial_problem)
+
+
 def matches(record: dict, key: dict) -> bool:
     return all(record.get(k, 0 if k == "seed" else None) == v for k, v in key.items())
 
@@ -506,7 +537,7 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
     records."""
     space, name = Space.of(entry, wl, held), template_name(entry, held)
     key = search_key(wl, name, device, tuner, seed)
-    history = history_of(store.load_and_warn(path, warn), key,
+    history = history_of(trial_records(path, warn), key,
                          {knob: entry.defaults[knob] for knob in space.knobs})
     say(f"{tuner} search of {name} ({len(space)} configurations) on {wl.label()}:"
         f" {len(history)} measured before, in {path}")

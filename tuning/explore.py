@@ -103,14 +103,14 @@ def resolve(wl: Workload, name: str, found: SearchResults, warn: Callable[[str],
         if not found.records:
             raise UsageError(f"{name} needs the records of a template search")
         entry, held = autotvm.named_template(wl.op, name[len("autotvm:"):])
-        return autotvm.tuned_entry(entry, wl, records.load_and_warn(found.records, warn),
+        return autotvm.tuned_entry(entry, wl, autotvm.trial_records(found.records, warn),
                                    found.records, found.device, held)
     base, colon, knobs = name.partition(":")
     entry = schedules.get(wl.op, base)
     if colon:
         return entry.with_knobs(knobs, wl)
-    if found.records and entry.space and _tuned(records.load_and_warn(found.records, warn), wl,
-                                                entry, found.device):
+    if found.records and entry.space and _tuned(autotvm.trial_records(found.records, warn),
+                                                wl, entry, found.device):
         warn(f"hint: {found.records} holds tuned configurations of {entry.name} for "
              f"{wl.label()}: --schedule autotvm:{entry.name} runs the best of them ({entry.name} "
              "alone runs its shape heuristic's knobs)")
@@ -133,7 +133,7 @@ def best(wl: Workload, found: SearchResults, warn: Callable[[str], None] = print
     without one (or where the portfolio is one rung), the rung that `rule` picks, with the
     knobs of its heuristic. Says which it picked and why, on one line, through `warn`."""
     path = found.records or COMMITTED_RECORDS
-    searched = records.load_and_warn(path, warn)
+    searched = autotvm.trial_records(path, warn)
     runs = _timed_runs(wl, records.measurements(found.results, warn) if found.results else [])
     gpu = _this_gpu(wl, found.device, searched, runs)
     sources = " and ".join(filter(None, (found.records or _committed(path), found.results)))
@@ -476,7 +476,7 @@ def selection(wl: Workload, name: str, found: SearchResults,
     if found.work_dir:
         chosen.append(resolve(wl, "metaschedule", found, warn))
     if found.records:
-        measured = records.load_and_warn(found.records, warn)
+        measured = autotvm.trial_records(found.records, warn)
         for entry in _searched(wl.op):
             if _tuned(measured, wl, entry, found.device):
                 chosen.append(autotvm.tuned_entry(entry, wl, measured, found.records,

@@ -76,7 +76,7 @@ def lines(path: str) -> Iterator[tuple[str, object, str | None]]:
         yield f"{path}:{number}", value, None
 
 
-def _type_problem(record: dict, name: str, kind, optional: bool) -> str | None:
+def type_problem(record: dict, name: str, kind, optional: bool) -> str | None:
     """What is wrong with field `name` of `record` for its JSON type `kind` (a bool is not a
     number); None where it is right, or absent or null and `optional`."""
     value = record.get(name)
@@ -98,16 +98,16 @@ def _timing_problem(timing: dict) -> str | None:
     return None
 
 
-def _workload_problem(record: dict) -> str | None:
+def workload_problem(record: dict) -> str | None:
     """What is wrong with the workload a record names (op, shape, dtype, out_dtype, layout,
     each written out, as bench.Run.record writes them), in the words the command line refuses
     such a workload with."""
     if not isinstance(record.get("shape"), list):
         return f"shape {json.dumps(record.get('shape'))[:40]} is not a list of dimensions"
     for name, kind in WORKLOAD.items():
-        if problem := _type_problem(record, name, kind, optional=False):
+        if problem := type_problem(record, name, kind, optional=False):
             return problem
-    if problem := _type_problem(record, "scales", str, optional=True):  # fp8 by rows only
+    if problem := type_problem(record, "scales", str, optional=True):  # fp8 by rows only
         return problem
     try:
         wl = Workload.from_record(record)
@@ -139,7 +139,7 @@ def _kind_problem(record: dict) -> str | None:
                 (record.get("params") or {}).get("size"), int):
             return "a compute ceiling without the size of its GEMM (params size)"
         return None
-    if problem := _workload_problem(record):
+    if problem := workload_problem(record):
         return problem
     if kind in ("tuned", "search") and not isinstance(record.get("params"), dict):
         return f"a {kind} record without its params (where it came from)"
@@ -202,7 +202,7 @@ def measurement_problem(record) -> str | None:
         return "not a measurement record"
     for fields, optional in ((REQUIRED, False), (OPTIONAL, True)):
         for name, kind in fields.items():
-            if problem := _type_problem(record, name, kind, optional):
+            if problem := type_problem(record, name, kind, optional):
                 return problem
     return _resources_problem(record.get("resources")) or _kind_problem(record) \
         or _typed_fields_problem(record)
