@@ -524,6 +524,15 @@ def test_a_template_search_whose_records_cannot_be_written_is_refused(capsys, tm
                                  f"{tmp_path}/a-file is a file, not a directory\n")
 
 
+def test_a_grid_whose_count_wrapped_past_int32_is_refused_not_built(capsys):
+    """M just under 2^31: v1's tiles along M number more than int32 holds, and the grid's count
+    wrapped negative (it was reported built)."""
+    code, _, err = run(capsys, "--shape", "2147483647x1x1", "--schedule", "v1", "--no-ir")
+    assert code == 2 and err == (
+        "error: v1's main_kernel would launch a grid of -67108864x1x1 blocks: blockIdx.x "
+        "-67108864, a count past int32 that wrapped\n")
+
+
 def test_a_kernel_over_the_targets_shared_memory_or_registers_is_refused():
     from schedules import Workload, get
     from tuning import build

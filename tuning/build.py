@@ -299,9 +299,10 @@ GRID_LIMITS = {"blockIdx.x": 2 ** 31 - 1, "blockIdx.y": common.MAX_GRID_YZ,
 
 def launch_refusal(lowered: tvm.IRModule, target: Target) -> str | None:
     """Why a lowered kernel could not be launched on `target`, in one phrase: more threads per
-    block than its max_num_threads, a grid dimension past CUDA's (where it is a number), more
-    shared memory than its max_shared_memory_per_block, or static shared arrays past the 48 KB
-    CUDA allows them; None where every kernel fits."""
+    block than its max_num_threads, a grid dimension (where it is a number) past CUDA's or
+    below 1 (a count that wrapped past int32), more shared memory than its
+    max_shared_memory_per_block, or static shared arrays past the 48 KB CUDA allows them; None
+    where every kernel fits."""
     arch, threads_limit = target.attrs["arch"], int(target.attrs["max_num_threads"])
     shared_limit = int(target.attrs["max_shared_memory_per_block"])
     allocated = tvm.s_tir.analysis.calculate_allocated_bytes(lowered)
@@ -311,8 +312,11 @@ def launch_refusal(lowered: tvm.IRModule, target: Target) -> str | None:
             return (f"{name} would launch blocks of {_threads(block)} threads "
                     f"({_dims(block, 'threadIdx')}), over the {threads_limit} a block can have "
                     f"on {arch}")
-        over = [f"{tag} {extent} > {GRID_LIMITS[tag]}" for tag, extent in grid.items()
-                if isinstance(extent, int) and extent > GRID_LIMITS.get(tag, extent)]
+        counted = {tag: extent for tag, extent in grid.items() if isinstance(extent, int)}
+        over = [f"{tag} {extent}, a count past int32 that wrapped" for tag, extent in
+                counted.items() if extent < 1]
+        over += [f"{tag} {extent} > {GRID_LIMITS[tag]}" for tag, extent in counted.items()
+                 if extent > GRID_LIMITS.get(tag, extent)]
         if over:
             return f"{name} would launch a grid of {_dims(grid, 'blockIdx')} blocks: {over[0]}"
         scopes = {scope: int(size) for scope, size in allocated.get(name, {}).items()}
