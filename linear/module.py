@@ -118,6 +118,11 @@ class Linear(torch.nn.Module):
                  out_dtype=None, fast_accum: bool = False):
         super().__init__()
         max_tokens = token_count(max_tokens)
+        device = _device(device)
+        for name, given in (("dtype", dtype), ("out_dtype", out_dtype)):
+            if not isinstance(given, torch.dtype) and (given is not None or name == "dtype"):
+                raise UsageError(f"Linear's {name} is a torch.dtype (e.g. torch.bfloat16), "
+                                 f"not {given!r}")
         self.in_features, self.out_features = in_features, out_features
         layer = LayerShape(out_features, in_features, _name_of(dtype), scales,
                            out_dtype and _name_of(out_dtype), fast_accum)  # refuses what GEMM won't
@@ -137,6 +142,9 @@ class Linear(torch.nn.Module):
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, **options) -> "Linear":
         """A Linear sharing `linear`'s weight and bias tensors."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise UsageError(f"Linear.from_linear takes a torch.nn.Linear, not "
+                             f"{type(linear).__name__}")
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
                     device="meta", dtype=linear.weight.dtype, **options)
         layer.weight = torch.nn.Parameter(linear.weight.detach(), requires_grad=False)
@@ -156,6 +164,10 @@ class Linear(torch.nn.Module):
         taking one per row per 128 K. `scales` names the form where a shape fits two (1 x N
         with N the count of 128-blocks of K, N at most 128). One line refuses anything else,
         and a weight_scale that is not contiguous."""
+        for name, given in (("weight", weight), ("weight_scale", weight_scale), ("bias", bias)):
+            if not isinstance(given, torch.Tensor) and (given is not None or name != "bias"):
+                raise BadInput(f"Linear.from_float8: {name} is a {type(given).__name__}, not "
+                               "a torch.Tensor")
         if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
             raise BadInput(f"Linear.from_float8: weight is {weight.dtype} of shape "
                            f"{tuple(weight.shape)}, not a torch.float8_e4m3fn matrix "
@@ -286,6 +298,8 @@ class Linear(torch.nn.Module):
         found x good (`_needs_checks`)."""
         k = self.in_features
         if check:
+            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+                self._refuse_not_rows(x)
             if x.requires_grad and torch.is_grad_enabled():
                 self._refuse_gradient("x")
             if x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
@@ -308,10 +322,12 @@ class Linear(torch.nn.Module):
         check=False from the compiled operator where tracing found x and x_scale good."""
         k = self.in_features
         if check:
+            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+                self._refuse_not_rows(x)
             if torch.is_grad_enabled() and (x.requires_grad
                                             or getattr(x_scale, "requires_grad", False)):
                 self._refuse_gradient("x" if x.requires_grad else "x_scale")
-            if x_scale is None or x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
+            if not isinstance(x_scale, torch.Tensor) or x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
                     or x.get_device() != weight.get_device() or not x.is_contiguous() \
                     or x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale) \
                     or x_scale.get_device() != x.get_device() or not x_scale.is_contiguous():
@@ -338,6 +354,13 @@ class Linear(torch.nn.Module):
     def _name(self) -> str:
         return f"Linear({self.in_features}, {self.out_features})"
 
+    def _refuse_not_rows(self, x) -> None:
+        """One line for an x that is not a tensor of rows (a scalar tensor, or no tensor)."""
+        what = f"a 0-d tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) \
+            else f"a {type(x).__name__}"
+        raise BadInput(f"{self._name()}: input x is {what}, not a tensor whose last dimension "
+                       f"is the {self.in_features} input features")
+
     def _refuse_gradient(self, tensor: str) -> None:
         raise RuntimeError(f"{self._name()} is for inference: {tensor} requires a gradient, "
                            "which its kernels do not give (run under torch.no_grad() or "
@@ -360,6 +383,8 @@ class Linear(torch.nn.Module):
                   else "torch.float32 of shape () or (1,) (one scale for x)")
         if x_scale is None:
             return f"x_scale is missing: an fp8 layer is called as layer(x, x_scale), {wanted}"
+        if not isinstance(x_scale, torch.Tensor):
+            return f"x_scale is a {type(x_scale).__name__}, not {wanted}"
         if x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale):
             return f"x_scale is {x_scale.dtype} of shape {tuple(x_scale.shape)}, not {wanted}"
         if x_scale.device != x.device:
@@ -395,6 +420,28 @@ class Linear(torch.nn.Module):
                                "on the first call")
         prepare(self)
         return self._runs
+
+
+def _device(device) -> torch.device | None:
+    """`device` as torch takes it (None: torch's default), refused in one line where torch
+    does not know it or it is a CUDA device and torch sees no CUDA GPU."""
+    if device is None:
+        return None
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise UsageError(f"Linear's device {device!r} is not one torch knows: "
+                         f"{str(e).splitlines()[0]}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"Linear's device {device} is a CUDA GPU, and torch sees none here")
+    return device
+
+
+def _refuse_non_module(model, what: str) -> None:
+    """One line where `model`, which linear.{what} walks, is not a torch module."""
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"linear.{what} takes a torch.nn.Module (a model or a Linear), not "
+                         f"{type(model).__name__}")
 
 
 def _name_of(dtype) -> str:
@@ -442,7 +489,10 @@ def _x_kind_problem(x: torch.Tensor, weight: torch.Tensor, in_features: int) -> 
 def _x_place_problem(x: torch.Tensor, weight: torch.Tensor) -> str:
     """Where x lies (device, strides) that the layer does not take, in words (the last check:
     one of these is what is left)."""
-    if not x.is_cuda or x.device != weight.device:
+    if not x.is_cuda:
+        return (f"input x is on {x.device}, not on a CUDA GPU, where the layer's kernels run "
+                "(the model and x: .cuda())")
+    if x.device != weight.device:
         return f"input x is on {x.device}, not on the weight's {weight.device}"
     return f"input x has strides {x.stride()}, not contiguous ones: pass x.contiguous()"
 
@@ -450,6 +500,7 @@ def _x_place_problem(x: torch.Tensor, weight: torch.Tensor) -> str:
 def replace_linears(model: torch.nn.Module, **options) -> int:
     """Replace every nn.Linear of `model` whose dtype the kernels take (float16, bfloat16) by a
     Linear sharing its weights; returns how many were replaced."""
+    _refuse_non_module(model, "replace_linears")
     replaced = 0
     for name, child in list(model.named_children()):
         if isinstance(child, torch.nn.Linear) and not isinstance(child, Linear) \
@@ -468,6 +519,7 @@ def prepare(model: torch.nn.Module, cache: Cache | None = None, say=print, warn=
     (`rpc_tracker` host:port and `rpc_key`, as searches name one, neither empty), what the
     cache lacks is tuned on the farm's servers (farm.prepare). Returns the LayerKernels by
     layer shape."""
+    _refuse_non_module(model, "prepare")
     if (rpc_tracker is None) != (rpc_key is None):
         raise UsageError("a farm is named by both rpc_tracker (its tracker's host:port) and "
                          "rpc_key (the key its servers registered under)")
@@ -499,6 +551,7 @@ def export(model: torch.nn.Module, directory: str) -> int:
     kernel.so) into `directory`, new or empty; `prepare(model, cache=Cache(directory))` in
     another process loads them from there (refusing, in one line each, entries made for
     another GPU, TVM or code version, which it measures again). Returns the entries written."""
+    _refuse_non_module(model, "export")
     layers = [model] if isinstance(model, Linear) else \
         [m for m in model.modules() if isinstance(m, Linear)]
     unprepared = [layer._name() for layer in layers if layer.kernels is None]

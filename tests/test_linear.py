@@ -396,7 +396,9 @@ def test_compiled_layer_is_f_linear_where_the_traced_rows_bucket_runs_torch(rung
 @pytest.mark.parametrize("x, message", [
     (torch.zeros(3, 65, dtype=torch.bfloat16), "has 65 features"),
     (torch.zeros(3, 64, dtype=torch.float16), "is torch.float16, not the weight's"),
-    (torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu"),
+    (torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu, not on a CUDA GPU"),
+    (torch.tensor(1.0, dtype=torch.bfloat16), r"is a 0-d tensor of shape \(\), not a tensor"),
+    ([1.0] * 64, "is a list, not a tensor whose last dimension is the 64 input features"),
 ])
 def test_bad_inputs_are_refused_in_one_line_naming_x(x, message):
     with pytest.raises(BadInput, match=message) as refused:
@@ -408,6 +410,28 @@ def test_bad_inputs_are_refused_in_one_line_naming_x(x, message):
 def test_a_layer_refuses_max_tokens_that_is_not_a_count_of_rows(max_tokens):
     with pytest.raises(UsageError, match="max_tokens is a whole number of rows, at least 1"):
         linear.Linear(64, 64, max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda: linear.Linear(4, 4, dtype="float16"), "Linear's dtype is a torch.dtype"),
+    (lambda: linear.Linear(4, 4, out_dtype="bf16"), "Linear's out_dtype is a torch.dtype"),
+    (lambda: linear.Linear(4, 4, device="nope"), "Linear's device 'nope' is not one torch knows"),
+    (lambda: linear.Linear.from_linear(torch.nn.Conv1d(2, 2, 1)),
+     "Linear.from_linear takes a torch.nn.Linear, not Conv1d"),
+    (lambda: linear.replace_linears(None), "linear.replace_linears takes a torch.nn.Module"),
+    (lambda: linear.prepare("model"), "linear.prepare takes a torch.nn.Module"),
+    (lambda: linear.export(None, "x"), "linear.export takes a torch.nn.Module"),
+])
+def test_what_is_not_a_dtype_device_or_module_is_refused_in_one_line(make, says):
+    """Each ended in torch's own error or an AttributeError."""
+    with pytest.raises(UsageError, match=re.escape(says)):
+        make()
+
+
+def test_a_layer_on_a_cuda_device_torch_does_not_see_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UsageError, match="device cuda is a CUDA GPU, and torch sees none here"):
+        linear.Linear(4, 4, device="cuda")
 
 
 def test_a_call_that_needs_a_gradient_is_refused():

@@ -324,6 +324,9 @@ def test_from_float8_takes_the_form_named_where_the_scales_shape_fits_two(scales
                                                            "not contiguous ones"),
     # 64 x 8192: one block of N, 64 of K; (1, 64) is a row's shape (1 x N) and a block's
     ((torch.randn(64, 8192).to(FP8), torch.rand(1, 64)), "fits scales row and block: name one"),
+    ((torch.randn(32, 64).to(FP8), 1.0), "weight_scale is a float, not a torch.Tensor"),
+    ((None, torch.tensor(1.0)), "weight is a NoneType, not a torch.Tensor"),
+    ((torch.randn(32, 64).to(FP8), torch.tensor(1.0), 0.5), "bias is a float, not a torch"),
 ])
 def test_from_float8_refuses_a_weight_scale_or_bias_it_cannot_take_in_one_line(args, message):
     with pytest.raises(BadInput, match=message) as refused:
@@ -458,6 +461,7 @@ def test_a_compiled_fp8_layer_checks_at_each_call_only_where_it_traced_a_bad_x_s
     ("row", torch.zeros(2, 3, 64).to(FP8), torch.ones(6, 1), r"shape \(6, 1\), not torch.float32 "
                                                             r"of shape \(2, 3, 1\)"),
     ("row", torch.zeros(3, 64).to(FP8), torch.ones(3, 1), "input x is on cpu"),
+    ("tensor", torch.zeros(3, 64).to(FP8), 1.0, "x_scale is a float, not torch.float32"),
     ("block", torch.zeros(3, 64).to(FP8), torch.ones(3), r"x_scale is torch.float32 of shape "
                                                         r"\(3,\), not torch.float32 of shape "
                                                         r"\(3, 1\) \(one scale per row of x per "
