@@ -305,6 +305,8 @@ def subcommand(argv: list[str]) -> argparse.Namespace | None:
             return None
         top.print_help()
         return None
+    if argv[:first] and set(argv[:first]) <= {"--version", "-h", "--help"}:
+        return subcommand(argv[:first])  # the version or the help they ask for, not the mode's
     if argv[:first]:
         raise Refused(f"{' '.join(argv[:first])} goes after the mode ({PROG} --help)")
     mode = argv[first]

@@ -161,6 +161,9 @@ class ScheduleEntry:
             raise UsageError(f"{name} names no knobs after its ':' (e.g. {name}k=v; --list "
                              "shows each schedule's knobs)")
         named = [item.partition("=")[0] for item in text.split(",")]
+        if "" in named:
+            raise UsageError(f"{name} names a knob without a name (knobs are k=v, separated by "
+                             "commas)")
         twice = sorted({knob for knob in named if named.count(knob) > 1})
         if twice:
             raise UsageError(f"{name} sets {', '.join(twice)} more than once")

@@ -69,6 +69,7 @@ def run(capsys, *argv):
         (["--schedule", "v5k:k_slices=8,k_slices=2"],
          "error: v5k:k_slices=8,k_slices=2 sets k_slices more than once"),
         (["--schedule", "v5:"], "error: v5: names no knobs after its ':'"),
+        (["--schedule", "v8:,,"], "error: v8:,, names a knob without a name"),
         (["--schedule", "v5k:k_slices=1000000000"], "error: v5k:k_slices=1000000000: v5k cannot be "
          "scheduled with k_slices=1000000000: a size of 32000000000 is past what TVM's int32 "
          "indices reach; k_slices values that apply here: 1, 2, 4, 8"),

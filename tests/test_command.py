@@ -107,8 +107,10 @@ def test_help_and_refusals_import_neither_tvm_nor_torch(argv):
     assert done.stdout.splitlines()[-1] == "[]", done.stderr
 
 
-def test_version_names_the_distribution(capsys):
-    assert cli.main(["--version"]) == 0
+@pytest.mark.parametrize("argv", [["--version"], ["--version", "run"]])
+def test_version_names_the_distribution(capsys, argv):
+    """Before a mode too (it said '--version goes after the mode', where the mode refuses it)."""
+    assert cli.main(argv) == 0
     assert re.fullmatch(r"tvm-explorer (\d+\.\d+\.\d+.*|unknown \(not installed\))\n",
                         capsys.readouterr().out)
 
