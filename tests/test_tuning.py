@@ -1189,6 +1189,20 @@ def test_a_bad_trial_record_is_named_by_line_and_skipped(tmp_path, capsys, monke
     assert f"{path}:2: {says}" in err and out == good_alone
 
 
+def test_a_best_trial_whose_knobs_the_template_does_not_take_is_refused(tmp_path, capsys,
+                                                                       monkeypatch):
+    from tuning import measure, records as store
+
+    monkeypatch.setattr(measure, "gpu_present", lambda: False)
+    path = str(tmp_path / "at.jsonl")
+    best = trial("NVIDIA H100 80GB HBM3", 0.5, 8)
+    store.append(path, {**best, "config": {**best["config"], "tile_x": "eight"}})
+    assert runner.main(["--preset", "gemm-seed", "--schedule", "autotvm:seed_template",
+                        "--records", path, "--no-ir"]) == 2
+    assert "is not one it takes: knob tile_x of seed_template is a size or count of at least 1, " \
+        "not 'eight'" in capsys.readouterr().err
+
+
 def test_every_committed_trial_record_passes_its_checks():
     from tuning import records as store
 

@@ -497,6 +497,11 @@ def tuned_entry(entry: ScheduleEntry, wl: Workload, records: list[dict], path: s
                            f"{wl.label()} on {device} with TVM {tvm.__version__} in {path}: "
                            f"tune it there first (--tune autotvm:{name})")
     config = found["config"]
+    try:
+        entry.check_knobs(config)
+    except UsageError as e:
+        raise RecordsError(f"the best configuration of {name} for {wl.label()} in {path} is "
+                           f"not one it takes: {e}") from None
     return TunedSchedule(wl.op, f"autotvm:{name}", config,
                          lambda w, target: entry.apply(w, target, **config))
 
