@@ -327,7 +327,8 @@ class Linear(torch.nn.Module):
             if torch.is_grad_enabled() and (x.requires_grad
                                             or getattr(x_scale, "requires_grad", False)):
                 self._refuse_gradient("x" if x.requires_grad else "x_scale")
-            if not isinstance(x_scale, torch.Tensor) or x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
+            if not isinstance(x_scale, torch.Tensor) or x.shape[-1] != k \
+                    or x.dtype != weight.dtype or not x.is_cuda \
                     or x.get_device() != weight.get_device() or not x.is_contiguous() \
                     or x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale) \
                     or x_scale.get_device() != x.get_device() or not x_scale.is_contiguous():
