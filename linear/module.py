@@ -134,7 +134,7 @@ class Linear(torch.nn.Module):
             if self.is_fp8 else None
         self._scale_width = layer.x_scale_shape(())  # x_scale's last dimension, if it has one
         self.buckets = layer_buckets(buckets)
-        self.max_tokens = int(max_tokens)
+        self.max_tokens = max_tokens
         self.kernels = None
         self._key = id(self)  # the operator's handle on this layer
         _LAYERS[self._key] = self
@@ -166,8 +166,8 @@ class Linear(torch.nn.Module):
         and a weight_scale that is not contiguous."""
         for name, given in (("weight", weight), ("weight_scale", weight_scale), ("bias", bias)):
             if not isinstance(given, torch.Tensor) and (given is not None or name != "bias"):
-                raise BadInput(f"Linear.from_float8: {name} is a {type(given).__name__}, not "
-                               "a torch.Tensor")
+                raise BadInput(f"Linear.from_float8: {name} is not a torch.Tensor "
+                               f"({type(given).__name__})")
         if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
             raise BadInput(f"Linear.from_float8: weight is {weight.dtype} of shape "
                            f"{tuple(weight.shape)}, not a torch.float8_e4m3fn matrix "
@@ -298,13 +298,14 @@ class Linear(torch.nn.Module):
         found x good (`_needs_checks`)."""
         k = self.in_features
         if check:
-            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            try:
+                if x.requires_grad and torch.is_grad_enabled():
+                    self._refuse_gradient("x")
+                if x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
+                        or x.get_device() != weight.get_device() or not x.is_contiguous():
+                    self._refuse(x, weight)
+            except (AttributeError, IndexError):  # no tensor, or a 0-d one (free when good)
                 self._refuse_not_rows(x)
-            if x.requires_grad and torch.is_grad_enabled():
-                self._refuse_gradient("x")
-            if x.shape[-1] != k or x.dtype != weight.dtype or not x.is_cuda \
-                    or x.get_device() != weight.get_device() or not x.is_contiguous():
-                self._refuse(x, weight)
         runs = self._runs or self._prepare_on_first_call()
         m = x.numel() // k
         if m == 0:
@@ -322,17 +323,18 @@ class Linear(torch.nn.Module):
         check=False from the compiled operator where tracing found x and x_scale good."""
         k = self.in_features
         if check:
-            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            try:
+                if torch.is_grad_enabled() and (x.requires_grad
+                                                or getattr(x_scale, "requires_grad", False)):
+                    self._refuse_gradient("x" if x.requires_grad else "x_scale")
+                if not isinstance(x_scale, torch.Tensor) or x.shape[-1] != k \
+                        or x.dtype != weight.dtype or not x.is_cuda \
+                        or x.get_device() != weight.get_device() or not x.is_contiguous() \
+                        or x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale) \
+                        or x_scale.get_device() != x.get_device() or not x_scale.is_contiguous():
+                    self._refuse(x, weight, x_scale)
+            except (AttributeError, IndexError):  # no tensor, or a 0-d one (free when good)
                 self._refuse_not_rows(x)
-            if torch.is_grad_enabled() and (x.requires_grad
-                                            or getattr(x_scale, "requires_grad", False)):
-                self._refuse_gradient("x" if x.requires_grad else "x_scale")
-            if not isinstance(x_scale, torch.Tensor) or x.shape[-1] != k \
-                    or x.dtype != weight.dtype or not x.is_cuda \
-                    or x.get_device() != weight.get_device() or not x.is_contiguous() \
-                    or x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale) \
-                    or x_scale.get_device() != x.get_device() or not x_scale.is_contiguous():
-                self._refuse(x, weight, x_scale)
         runs = self._runs or self._prepare_on_first_call()
         m = x.numel() // k
         if m == 0:
@@ -357,10 +359,10 @@ class Linear(torch.nn.Module):
 
     def _refuse_not_rows(self, x) -> None:
         """One line for an x that is not a tensor of rows (a scalar tensor, or no tensor)."""
-        what = f"a 0-d tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) \
-            else f"a {type(x).__name__}"
-        raise BadInput(f"{self._name()}: input x is {what}, not a tensor whose last dimension "
-                       f"is the {self.in_features} input features")
+        what = "a 0-d tensor" if isinstance(x, torch.Tensor) \
+            else f"not a torch.Tensor ({type(x).__name__})"
+        raise BadInput(f"{self._name()}: input x is {what}: it takes a tensor whose last "
+                       f"dimension is the {self.in_features} input features")
 
     def _refuse_gradient(self, tensor: str) -> None:
         raise RuntimeError(f"{self._name()} is for inference: {tensor} requires a gradient, "
@@ -385,7 +387,7 @@ class Linear(torch.nn.Module):
         if x_scale is None:
             return f"x_scale is missing: an fp8 layer is called as layer(x, x_scale), {wanted}"
         if not isinstance(x_scale, torch.Tensor):
-            return f"x_scale is a {type(x_scale).__name__}, not {wanted}"
+            return f"x_scale is not a torch.Tensor ({type(x_scale).__name__}): it takes {wanted}"
         if x_scale.dtype != torch.float32 or not self._scale_fits(x, x_scale):
             return f"x_scale is {x_scale.dtype} of shape {tuple(x_scale.shape)}, not {wanted}"
         if x_scale.device != x.device:
@@ -425,7 +427,7 @@ class Linear(torch.nn.Module):
 
 def _device(device) -> torch.device | None:
     """`device` as torch takes it (None: torch's default), refused in one line where torch
-    does not know it or it is a CUDA device and torch sees no CUDA GPU."""
+    does not know it or it is a CUDA device that torch does not see."""
     if device is None:
         return None
     try:
@@ -435,6 +437,9 @@ def _device(device) -> torch.device | None:
                          f"{str(e).splitlines()[0]}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"Linear's device {device} is a CUDA GPU, and torch sees none here")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"Linear's device {device} is past the {torch.cuda.device_count()} "
+                         "CUDA GPUs torch sees")
     return device
 
 

@@ -155,7 +155,8 @@ class ScheduleEntry:
         """'k_slices=4,thread_n=8' -> {'k_slices': 4, 'thread_n': 8}, each value read as its
         knob's declared type ('true'/'false', an integer, or 'none'), then checked. No knobs
         ('v5k:') and a knob named twice ('k_slices=8,k_slices=2') are refused: they would
-        otherwise run the rung's own knobs or silently take the last value."""
+        otherwise run the rung's own knobs or silently take the last value; so is a knob
+        without a name ('v8:,,')."""
         name = f"{self.name}:{text}"
         if not text:
             raise UsageError(f"{name} names no knobs after its ':' (e.g. {name}k=v; --list "

@@ -397,8 +397,9 @@ def test_compiled_layer_is_f_linear_where_the_traced_rows_bucket_runs_torch(rung
     (torch.zeros(3, 65, dtype=torch.bfloat16), "has 65 features"),
     (torch.zeros(3, 64, dtype=torch.float16), "is torch.float16, not the weight's"),
     (torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu, not on a CUDA GPU"),
-    (torch.tensor(1.0, dtype=torch.bfloat16), r"is a 0-d tensor of shape \(\), not a tensor"),
-    ([1.0] * 64, "is a list, not a tensor whose last dimension is the 64 input features"),
+    (torch.tensor(1.0, dtype=torch.bfloat16), "is a 0-d tensor: it takes a tensor"),
+    ([1.0] * 64, r"is not a torch.Tensor \(list\): it takes a tensor whose last dimension is "
+                 "the 64 input features"),
 ])
 def test_bad_inputs_are_refused_in_one_line_naming_x(x, message):
     with pytest.raises(BadInput, match=message) as refused:
@@ -432,6 +433,10 @@ def test_a_layer_on_a_cuda_device_torch_does_not_see_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError, match="device cuda is a CUDA GPU, and torch sees none here"):
         linear.Linear(4, 4, device="cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UsageError, match="device cuda:7 is past the 1 CUDA GPUs torch sees"):
+        linear.Linear(4, 4, device="cuda:7")
 
 
 def test_a_call_that_needs_a_gradient_is_refused():

@@ -320,7 +320,7 @@ def test_searches_under_different_shared_memory_limits_are_told_apart():
     ("timing", {"median_ms": "fast"}, 'timing median_ms "fast" is not a positive time'),
     ("flush", "sideways", "flush 'sideways' is none of read, write, none"),
     ("schema", 2, "a schema 2 record without its flush"),  # a KeyError in the render before
-    ("schema", 7, "schema 7 is not one this version reads (1, 2)"),
+    ("schema", 7, "schema 7 is not one this version reads (1 or 2)"),
     ("params", [], "params [] is not dict"),
     ("resources", {"": None}, "resources of kernel '' null are not counts"),  # found by hypothesis
     ("curve", [1, 2], "curve [1, 2] is not a list of [trial, time] points"),

@@ -425,7 +425,7 @@ def trial_problem(record) -> str | None:
     time_ms = record.get("time_ms")
     if record["status"] == Status.OK and not (
             isinstance(time_ms, (int, float)) and not isinstance(time_ms, bool)
-            and math.isfinite(time_ms) and time_ms > 0):
+            and 0 < time_ms < math.inf):
         return f"time_ms {json.dumps(time_ms)[:40]} of a passed trial is not a positive time"
     return store.workload_problem(record)
 
@@ -433,7 +433,7 @@ def trial_problem(record) -> str | None:
 def trial_records(path: str, warn: Callable[[str], None]) -> list[dict]:
     """The trial records of the template searches' records file `path` that pass
     `trial_problem`; each other line is named through `warn` and skipped."""
-    return store.load_and_warn(path, warn, check=trial_problem)
+    return store.load_and_warn(path, warn, check=trial_problem, kind="trial record")
 
 
 def matches(record: dict, key: dict) -> bool:
@@ -582,4 +582,5 @@ def search(entry: ScheduleEntry, wl: Workload, measure: Callable[[list[dict]], l
     return {"schedule": f"autotvm:{name}", "search": "autotvm", "tuner": tuner,
             "seed": seed, "params": found[0], "trials": len(history), "space": len(space),
             "candidates": asdict(counts), "trials_per_min": rate,
-            "curve": curve(store.load(path).records, key)}
+            "curve": curve(store.load(path, kind="trial record", check=trial_problem).records,
+                           key)}

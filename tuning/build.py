@@ -313,7 +313,7 @@ def launch_refusal(lowered: tvm.IRModule, target: Target) -> str | None:
                     f"({_dims(block, 'threadIdx')}), over the {threads_limit} a block can have "
                     f"on {arch}")
         counted = {tag: extent for tag, extent in grid.items() if isinstance(extent, int)}
-        over = [f"{tag} {extent}, a count past int32 that wrapped" for tag, extent in
+        over = [f"{tag} {extent} < 1 (a count past int32 wraps below 1)" for tag, extent in
                 counted.items() if extent < 1]
         over += [f"{tag} {extent} > {GRID_LIMITS[tag]}" for tag, extent in counted.items()
                  if extent > GRID_LIMITS.get(tag, extent)]

@@ -93,7 +93,7 @@ def _timing_problem(timing: dict) -> str | None:
     for name in TIMES:
         value = timing.get(name)
         if not isinstance(value, NUMBER) or isinstance(value, bool) or not (
-                math.isfinite(value) and value > 0):
+                0 < value < math.inf):
             return f"timing {name} {json.dumps(value)[:40]} is not a positive time"
     return None
 
@@ -126,8 +126,8 @@ def _kind_problem(record: dict) -> str | None:
     kind = record["kind"]
     if kind not in WORKLOAD_KINDS + ("ceiling",):
         return f"kind '{kind}' is none of {', '.join(WORKLOAD_KINDS)}, ceiling"
-    if record.get("schema") not in (None, SCHEMA):  # schema 1 names none
-        return f"schema {record['schema']} is not one this version reads (1, {SCHEMA})"
+    if record.get("schema") not in (None, 1, SCHEMA):  # schema 1's records name none
+        return f"schema {record['schema']} is not one this version reads (1 or {SCHEMA})"
     if record.get("flush") is None and record.get("schema") == SCHEMA:
         return f"a schema {SCHEMA} record without its flush (what ran before each launch)"
     if record.get("flush") is not None and record["flush"] not in FLUSHES:
@@ -229,10 +229,12 @@ def load(path: str, required: tuple[str, ...] = MEASUREMENT,
 
 def load_and_warn(path: str, warn: Callable[[str], None],
                   then: str = "the line is kept as it is, and skipped",
-                  check: Callable[[object], str | None] | None = None) -> list[dict]:
-    """The records of `path` (see `load`, with `check`); each line that is not one is passed
-    to `warn` as a warning that names it and ends with what is done about it (`then`)."""
-    loaded = load(path, check=check)
+                  check: Callable[[object], str | None] | None = None,
+                  kind: str = "measurement record") -> list[dict]:
+    """The records of `path` (see `load`, with `check` and `kind`); each line that is not one
+    is passed to `warn` as a warning that names it and ends with what is done about it
+    (`then`)."""
+    loaded = load(path, kind=kind, check=check)
     warn_of(loaded, warn, then)
     return loaded.records
 

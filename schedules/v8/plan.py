@@ -98,7 +98,8 @@ class Plan:
         rows (M symbolic), or with open_ended as well for any M past it (split K then only
         with split_tail); with bias, a bias added to each column of C. Refused first as v8
         refuses them (ScheduleNotApplicable), and for any M also where split K's workspace for
-        any M would be too large or promote_overlap's runs too long (ANY_M_CHECKS)."""
+        any M would be too large, promote_overlap's runs too long, or by halves with block
+        scales split in a last wave alone (ANY_M_CHECKS)."""
         refuse(wl, knobs, CHECKS if most_m is None else CHECKS + ANY_M_CHECKS)
         if open_ended and knobs.split_k > 1 and not knobs.split_tail:
             raise ScheduleNotApplicable(

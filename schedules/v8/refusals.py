@@ -274,8 +274,8 @@ def any_m_overlap_refusal(wl: Workload, knobs: Knobs) -> str | None:
     overlap = knobs.promote_overlap
     if knobs.promote_halves and knobs.split_tail and wl.block_scaled:
         return ("v8 for any M with block scales overlaps its promotions by halves with K split "
-                "on every tile or none, not in a last wave alone (that kernel did not finish "
-                "on a GPU): split_tail=False, not True")
+                "on every tile (split_tail=False, for a bounded M) or none (split_k=1), not in "
+                "a last wave alone (that kernel did not finish on a GPU): split_tail=True")
     if overlap is None or knobs.promote_halves or overlap <= MOST_SPLIT_OVERLAP:
         return None
     return (f"v8 for any M keeps its tile walk's counts in registers, where promote_overlap's "

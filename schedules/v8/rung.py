@@ -69,8 +69,9 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, bias: bool = Fals
     layer's last bucket): K split only with split_tail, its workspace then sized for a last
     wave of any M (fewer tiles than the SMs). bias: a linear layer's, one a column of C in C's
     dtype (a parameter before C), added in the epilogue. Refused as v8 refuses wl, where the
-    workspace for any M would pass MOST_PARTIAL_BYTES and with promote_overlap's runs past
-    MOST_SPLIT_OVERLAP (not by halves) (ANY_M_CHECKS)."""
+    workspace for any M would pass MOST_PARTIAL_BYTES, with promote_overlap's runs past
+    MOST_SPLIT_OVERLAP (not by halves), and by halves with block scales split in a last wave
+    alone (ANY_M_CHECKS)."""
     return warp_specialized_gemm(Plan.build(wl, Knobs(**knobs), heuristics.H100_SMS,
                                             most_m=wl.dims["M"], open_ended=open_ended,
                                             bias=bias))
