@@ -359,10 +359,11 @@ class Linear(torch.nn.Module):
 
     def _refuse_not_rows(self, x) -> None:
         """One line for an x that is not a tensor of rows (a scalar tensor, or no tensor)."""
-        what = "a 0-d tensor" if isinstance(x, torch.Tensor) \
-            else f"not a torch.Tensor ({type(x).__name__})"
-        raise BadInput(f"{self._name()}: input x is {what}: it takes a tensor whose last "
-                       f"dimension is the {self.in_features} input features")
+        if isinstance(x, torch.Tensor):
+            raise BadInput(f"{self._name()}: {_x_kind_problem(x, self.weight, self.in_features)}")
+        raise BadInput(f"{self._name()}: input x is not a torch.Tensor ({type(x).__name__}): it "
+                       f"takes a tensor whose last dimension is the {self.in_features} input "
+                       "features")
 
     def _refuse_gradient(self, tensor: str) -> None:
         raise RuntimeError(f"{self._name()} is for inference: {tensor} requires a gradient, "
@@ -485,6 +486,9 @@ def _scaling(weight_scale: torch.Tensor, out_features: int, in_features: int,
 
 def _x_kind_problem(x: torch.Tensor, weight: torch.Tensor, in_features: int) -> str | None:
     """What about x's features or dtype the layer does not take, in words; else None."""
+    if x.dim() == 0:
+        return f"input x is a 0-d tensor: it takes a tensor whose last dimension is the " \
+            f"{in_features} input features"
     if x.shape[-1] != in_features:
         return f"input x has {x.shape[-1]} features (shape {tuple(x.shape)}), not {in_features}"
     if x.dtype != weight.dtype:

@@ -429,6 +429,12 @@ def test_what_is_not_a_dtype_device_or_module_is_refused_in_one_line(make, says)
         make()
 
 
+def test_a_0_d_x_as_traced_is_left_to_the_calls_check_not_an_error_in_tracing():
+    """torch.compile asks _needs_checks of x as traced: a 0-d x made it an IndexError."""
+    layer = linear.Linear(64, 32)
+    assert layer._needs_checks(torch.tensor(1.0, dtype=torch.bfloat16), None)
+
+
 def test_a_layer_on_a_cuda_device_torch_does_not_see_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError, match="device cuda is a CUDA GPU, and torch sees none here"):
