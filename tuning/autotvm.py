@@ -423,9 +423,7 @@ def trial_problem(record) -> str | None:
     if record["status"] not in STATUSES:
         return f"status '{record['status'][:40]}' is none of {', '.join(STATUSES)}"
     time_ms = record.get("time_ms")
-    if record["status"] == Status.OK and not (
-            isinstance(time_ms, (int, float)) and not isinstance(time_ms, bool)
-            and 0 < time_ms < math.inf):
+    if record["status"] == Status.OK and not store.is_time(time_ms):
         return f"time_ms {json.dumps(time_ms)[:40]} of a passed trial is not a positive time"
     return store.workload_problem(record)
 

@@ -88,12 +88,17 @@ def type_problem(record: dict, name: str, kind, optional: bool) -> str | None:
     return None
 
 
+def is_time(value) -> bool:
+    """Whether a record's `value` is a time: a positive, finite number (not a bool; a JSON
+    integer of any size too, which math.isfinite would overflow on)."""
+    return isinstance(value, NUMBER) and not isinstance(value, bool) and 0 < value < math.inf
+
+
 def _timing_problem(timing: dict) -> str | None:
     """What is wrong with a record's timing: its times must be positive, finite numbers."""
     for name in TIMES:
         value = timing.get(name)
-        if not isinstance(value, NUMBER) or isinstance(value, bool) or not (
-                0 < value < math.inf):
+        if not is_time(value):
             return f"timing {name} {json.dumps(value)[:40]} is not a positive time"
     return None
 
