@@ -616,13 +616,31 @@ def test_v8_for_any_m_on_rows_tma_cannot_load_passes_every_probe(gpu_cache):
 
 
 @pytest.mark.gpu
-def test_a_non_contiguous_input_is_refused_in_one_line(gpu_cache):
+@pytest.mark.parametrize("make_x, message", [
+    (lambda: torch.zeros(64, 3, device="cuda", dtype=torch.bfloat16).T, "not contiguous ones"),
+    (lambda: torch.zeros(3, 65, device="cuda", dtype=torch.bfloat16), "has 65 features"),
+    (lambda: torch.zeros(3, 64, device="cuda", dtype=torch.float16),
+     "is torch.float16, not the weight's"),
+    (lambda: torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu, not on a CUDA GPU"),
+    (lambda: torch.tensor(1.0, device="cuda", dtype=torch.bfloat16), "is a 0-d tensor"),
+    (lambda: [1.0] * 64, r"is not a torch.Tensor \(list\)"),
+])
+def test_bad_inputs_to_a_prepared_layer_on_the_gpu_are_refused_in_one_line(make_x, message,
+                                                                            gpu_cache):
+    """The CPU tier's refusals of x (stand-in kernels there), on a layer with its kernels."""
     layer = linear.Linear.from_linear(torch.nn.Linear(64, 32, device="cuda", dtype=torch.bfloat16),
                                       buckets=buckets_from_edges((1,)), max_tokens=16)
     linear.prepare(layer, cache=gpu_cache, say=print)
-    x = torch.zeros(64, 3, device="cuda", dtype=torch.bfloat16).T
-    with pytest.raises(BadInput, match="not contiguous ones"):
-        layer(x)
+    with pytest.raises(BadInput, match=message) as refused:
+        layer(make_x())
+    assert "\n" not in str(refused.value) and "input x" in str(refused.value)
+
+
+@pytest.mark.gpu
+def test_a_layer_on_a_gpu_past_those_torch_sees_is_refused():
+    count = torch.cuda.device_count()
+    with pytest.raises(UsageError, match=f"device cuda:{count} is past the {count} CUDA GPUs"):
+        linear.Linear(4, 4, device=f"cuda:{count}")
 
 
 @pytest.mark.gpu
