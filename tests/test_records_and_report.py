@@ -82,6 +82,18 @@ def test_any_json_lines_file_loads_by_its_own_fields_and_names_each_bad_line(tmp
     assert list(records.lines(str(tmp_path / "none.jsonl"))) == []
 
 
+def test_a_file_of_another_kind_is_warned_of_in_a_few_lines_not_one_a_line(tmp_path):
+    """--counters pointed at a results file of 12,376 lines warned once for each."""
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"trial": 1}\n' * 40)
+    warnings = []
+    assert records.load_and_warn(str(path), warnings.append, then="skipped") == []
+    assert len(warnings) == records.WARNED_LINES + 1
+    assert warnings[0] == f"warning: {path}:1: not a measurement record; skipped"
+    assert warnings[-1] == (f"warning: {40 - records.WARNED_LINES} more lines of {path} fail "
+                            "their checks too; skipped")
+
+
 def test_a_directory_is_not_a_records_file(tmp_path):
     with pytest.raises(records.RecordsError, match="is not a file"):
         records.load(str(tmp_path))

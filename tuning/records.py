@@ -43,12 +43,14 @@ TIMING_NAMES = {*TIMES, "samples", "method"}  # every name a timing may have (fa
 WORKLOAD_KINDS = ("rung", "tuned", "baseline", "search")  # records of one workload
 WORKLOAD = {"shape": list, "dtype": str, "out_dtype": str, "layout": str}  # as recorded
 CEILING_OPS = ("copy", "read", "compute")  # what a ceiling record measured
+WARNED_LINES = 5  # a file's lines that fail their checks named one by one; the rest counted
 
 
 @dataclass
 class Loaded:
     records: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path:line: what is wrong"
+    path: str = ""
 
 
 def lines(path: str) -> Iterator[tuple[str, object, str | None]]:
@@ -219,7 +221,7 @@ def load(path: str, required: tuple[str, ...] = MEASUREMENT,
     """Every record of `path`: each line that is a JSON object with the `required` fields
     (and, given `check`, in which it finds no problem). Any other line is named in `problems`
     (as not JSON, not a `kind`, or what `check` says) and left as it is."""
-    loaded = Loaded()
+    loaded = Loaded(path=path)
     for where, value, problem in lines(path):
         if problem is None and not (isinstance(value, dict) and all(k in value for k in required)):
             problem = f"not a {kind}"
@@ -246,9 +248,14 @@ def load_and_warn(path: str, warn: Callable[[str], None],
 
 def warn_of(loaded: Loaded, warn: Callable[[str], None],
             then: str = "the line is kept as it is, and skipped") -> None:
-    """Each problem of `loaded` as a warning that ends with what is done about it (`then`)."""
-    for problem in loaded.problems:
+    """The first WARNED_LINES problems of `loaded`, each as a warning that ends with what is
+    done about it (`then`), and past them one warning that counts the rest: a file of another
+    kind of record would otherwise name every one of its lines."""
+    for problem in loaded.problems[:WARNED_LINES]:
         warn(f"warning: {problem}; {then}")
+    if len(loaded.problems) > WARNED_LINES:
+        warn(f"warning: {len(loaded.problems) - WARNED_LINES} more lines of {loaded.path} fail "
+             f"their checks too; {then}")
 
 
 def measurements(path: str, warn: Callable[[str], None],
