@@ -231,12 +231,14 @@ def suite_request(args):
 
 
 def suite_run(args, suite, names: list[str]) -> None:
-    """--suite: build every shape's schedules, then on a GPU check, time and record them."""
+    """--suite: build every shape's schedules, then on a GPU check, time and record them; a
+    schedule named by --schedule that refuses every shape is refused before any is measured."""
     from tuning.explore import Settings
     from tuning.suite import run_suite
 
+    asked = (args.schedule,) if args.schedule in names else ()
     run_suite(suite, names, Settings(results=args.results, arch=args.arch, flush=args.flush),
-              say, warn)
+              say, warn, asked=asked)
 
 
 def search_request(args, found):

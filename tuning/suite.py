@@ -27,7 +27,7 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 import facts
 from facts.record import Record
 from reporting import shapes
-from schedules.errors import BuildFailed, ScheduleNotApplicable
+from schedules.errors import BuildFailed, ScheduleNotApplicable, UsageError
 from schedules.suites import Entry, Suite
 from schedules.workloads import Workload
 
@@ -128,10 +128,13 @@ def _gpu_run(flush: str):
 def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
               say: Callable[[str], None] = LOG.info, warn: Callable[[str], None] = LOG.warning,
               workers: int | None = None,
-              more: Callable[[Workload], list[str]] | None = None) -> list[Record]:
+              more: Callable[[Workload], list[str]] | None = None, *,
+              asked: tuple[str, ...] = ()) -> list[Record]:
     """Build every (shape, schedule in `names`, then those of `more` for the shape) pair of
     `suite`, then on a GPU check and time them with the baselines, appending each record to
-    settings.results as it is measured. Returns the records of this run (none without a GPU)."""
+    settings.results as it is measured. Returns the records of this run (none without a GPU).
+    A schedule the user asked for (`asked`) that refuses every shape ends the run once the builds
+    are done, before anything is measured (`refused_everywhere`)."""
     records.measurements(settings.results, warn,  # a corrupt line is named, never rewritten
                          then="the line is kept as it is and new records are appended")
     run = _gpu_run(settings.flush)
@@ -158,6 +161,7 @@ def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
                 _warn_spills(entry.workload, named, prepared[-1], warn)
         count = sum(p.status == "built" for shape in prepared for p in shape)
         say(f"built {count} of {len(jobs)} kernels in {time.monotonic() - started:.0f} s")
+        refused_everywhere(suite, asked, shape_names, prepared)
         if run is None:
             say(f"no GPU here: built suite {suite.name} for {arch} (CUDA source only); "
                 "skipped the correctness check and timing")
@@ -166,6 +170,19 @@ def run_suite(suite: Suite, names: list[str], settings: explore.Settings,
     finally:
         for p in (p for shape in prepared for p in shape if p.artifact):
             shutil.rmtree(os.path.dirname(p.artifact), ignore_errors=True)
+
+
+def refused_everywhere(suite: Suite, asked: tuple[str, ...], shape_names: list[list[str]],
+                       prepared: list[list[Prepared]]) -> None:
+    """A UsageError naming the first of `asked` that refused every shape of `suite` (its
+    builds `prepared`, shape by shape as `shape_names` names them), with its first refusal: as
+    a run of one shape refuses a schedule it cannot build before it measures anything."""
+    for name in asked:
+        outcomes = [p for names, shape in zip(shape_names, prepared)
+                    for other, p in zip(names, shape) if other == name]
+        if outcomes and all(p.status == "skipped" for p in outcomes):
+            raise UsageError(f"--schedule {name} refused every shape of suite {suite.name}, so "
+                             f"nothing was measured; the first: {outcomes[0].error}")
 
 
 def _warn_spills(wl: Workload, names: list[str], prepared: list[Prepared],
