@@ -119,6 +119,9 @@ class Linear(torch.nn.Module):
         super().__init__()
         max_tokens = token_count(max_tokens)
         device = _device(device)
+        if not isinstance(bias, bool):
+            raise UsageError(f"Linear's bias is True or False (whether the layer adds one), "
+                             f"not {bias!r}")
         for name, given in (("dtype", dtype), ("out_dtype", out_dtype)):
             if not isinstance(given, torch.dtype) and (given is not None or name == "dtype"):
                 raise UsageError(f"Linear's {name} is a torch.dtype (e.g. torch.bfloat16), "
@@ -415,6 +418,8 @@ class Linear(torch.nn.Module):
         if not scale.is_contiguous():
             return (f"weight_scale has strides {scale.stride()}, not contiguous ones: pass "
                     "weight_scale.contiguous()")
+        if not scale.is_meta and not bool(torch.isfinite(scale).all()):
+            return "weight_scale holds NaN or infinite values: every output would be NaN"
         return None
 
     def _prepare_on_first_call(self) -> list:

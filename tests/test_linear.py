@@ -416,6 +416,7 @@ def test_a_layer_refuses_max_tokens_that_is_not_a_count_of_rows(max_tokens):
 @pytest.mark.parametrize("make, says", [
     (lambda: linear.Linear(4, 4, dtype="float16"), "Linear's dtype is a torch.dtype"),
     (lambda: linear.Linear(4, 4, out_dtype="bf16"), "Linear's out_dtype is a torch.dtype"),
+    (lambda: linear.Linear(4, 4, bias="x"), "Linear's bias is True or False"),
     (lambda: linear.Linear(4, 4, device="nope"), "Linear's device 'nope' is not one torch knows"),
     (lambda: linear.Linear.from_linear(torch.nn.Conv1d(2, 2, 1)),
      "Linear.from_linear takes a torch.nn.Linear, not Conv1d"),

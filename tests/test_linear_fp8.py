@@ -493,8 +493,10 @@ def test_an_fp8_call_that_needs_a_gradient_is_refused_naming_the_tensor(x_grad):
     (torch.ones(32), r"weight_scale is torch.float32 of shape \(32,\), not torch.float32 of shape "
                      r"\(32, 1\)"),
     (torch.ones(32, 1, device="meta"), "weight_scale is on meta, not on the weight's cpu"),
-    (torch.ones(32, 2)[:, :1], r"weight_scale has strides \(2, 1\), not contiguous ones")])
-def test_prepare_refuses_a_weight_scale_of_another_shape_or_device(scale, message):
+    (torch.ones(32, 2)[:, :1], r"weight_scale has strides \(2, 1\), not contiguous ones"),
+    (torch.full((32, 1), float("nan")), "weight_scale holds NaN or infinite values"),
+    (torch.tensor([[1.0]] * 31 + [[float("inf")]]), "weight_scale holds NaN or infinite values")])
+def test_prepare_refuses_a_weight_scale_of_another_shape_or_device_or_not_finite(scale, message):
     layer = _fp8_layer("row")
     layer.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
     with pytest.raises(BadInput, match=message):
