@@ -178,7 +178,8 @@ def report(args) -> None:
 def read_counters(path: str | None) -> list[dict]:
     """--counters: the counters records of `path`, or of tuning.explain's default file where
     no path is given and it exists (none where it does not); lines that fail their checks are
-    named and skipped, and a named file that is missing is refused in one line."""
+    skipped (records.warn_of says them), and a named file that is missing is refused in one
+    line."""
     from tuning import explain, records
 
     if path is None:
@@ -231,8 +232,9 @@ def suite_request(args):
 
 
 def suite_run(args, suite, names: list[str]) -> None:
-    """--suite: build every shape's schedules, then on a GPU check, time and record them; a
-    schedule named by --schedule that refuses every shape is refused before any is measured."""
+    """--suite: build every shape's schedules, then on a GPU check, time and record them; the
+    schedule --schedule names (a rung, or a baseline, as a run of one shape takes it), where it
+    refuses every shape, is refused before any is measured."""
     from tuning.explore import Settings
     from tuning.suite import run_suite
 

@@ -419,7 +419,8 @@ class Linear(torch.nn.Module):
             return (f"weight_scale has strides {scale.stride()}, not contiguous ones: pass "
                     "weight_scale.contiguous()")
         if not scale.is_meta and not bool(torch.isfinite(scale).all()):
-            return "weight_scale holds NaN or infinite values: every output would be NaN"
+            return ("weight_scale holds NaN or infinite values: the outputs they scale would be "
+                    "NaN or infinite")
         return None
 
     def _prepare_on_first_call(self) -> list:

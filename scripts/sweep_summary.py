@@ -27,7 +27,8 @@ from tuning import records  # noqa: E402
 
 def summary(paths: list[str], tokens: list[int] | None) -> str:
     """The markdown table of the sweeps in `paths` (the shapes at `tokens` rows only, where
-    given); each line that is not a measurement record is named on stderr and skipped."""
+    given); the lines that are not measurement records are skipped, said on stderr as
+    records.warn_of says them."""
     warn = lambda line: print(line, file=sys.stderr)  # noqa: E731
     found = [Record.from_json(r) for path in paths for r in records.measurements(path, warn)]
     runs = [run for run in latest_runs(found)

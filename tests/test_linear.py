@@ -393,17 +393,22 @@ def test_compiled_layer_is_f_linear_where_the_traced_rows_bucket_runs_torch(rung
     assert ("tvm_explorer.linear" in graphs[0]) == operator
 
 
-@pytest.mark.parametrize("x, message", [
-    (torch.zeros(3, 65, dtype=torch.bfloat16), "has 65 features"),
-    (torch.zeros(3, 64, dtype=torch.float16), "is torch.float16, not the weight's"),
-    (torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu, not on a CUDA GPU"),
-    (torch.tensor(1.0, dtype=torch.bfloat16), "is a 0-d tensor: it takes a tensor"),
-    ([1.0] * 64, r"is not a torch.Tensor \(list\): it takes a tensor whose last dimension is "
-                 "the 64 input features"),
-])
-def test_bad_inputs_are_refused_in_one_line_naming_x(x, message):
+BAD_XS = [  # (x, made on a device, and what the refusal of it says), for either tier
+    (lambda device: torch.zeros(3, 65, device=device, dtype=torch.bfloat16), "has 65 features"),
+    (lambda device: torch.zeros(3, 64, device=device, dtype=torch.float16),
+     "is torch.float16, not the weight's"),
+    (lambda device: torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu, not on a CUDA GPU"),
+    (lambda device: torch.tensor(1.0, device=device, dtype=torch.bfloat16),
+     "is a 0-d tensor: it takes a tensor"),
+    (lambda device: [1.0] * 64, r"is not a torch.Tensor \(list\): it takes a tensor whose last "
+                                "dimension is the 64 input features"),
+]
+
+
+@pytest.mark.parametrize("make_x, message", BAD_XS)
+def test_bad_inputs_are_refused_in_one_line_naming_x(make_x, message):
     with pytest.raises(BadInput, match=message) as refused:
-        _prepared_layer()(x)
+        _prepared_layer()(make_x("cpu"))
     assert "\n" not in str(refused.value) and "input x" in str(refused.value)
 
 
@@ -617,15 +622,9 @@ def test_v8_for_any_m_on_rows_tma_cannot_load_passes_every_probe(gpu_cache):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("make_x, message", [
-    (lambda: torch.zeros(64, 3, device="cuda", dtype=torch.bfloat16).T, "not contiguous ones"),
-    (lambda: torch.zeros(3, 65, device="cuda", dtype=torch.bfloat16), "has 65 features"),
-    (lambda: torch.zeros(3, 64, device="cuda", dtype=torch.float16),
-     "is torch.float16, not the weight's"),
-    (lambda: torch.zeros(3, 64, dtype=torch.bfloat16), "is on cpu, not on a CUDA GPU"),
-    (lambda: torch.tensor(1.0, device="cuda", dtype=torch.bfloat16), "is a 0-d tensor"),
-    (lambda: [1.0] * 64, r"is not a torch.Tensor \(list\)"),
-])
+@pytest.mark.parametrize("make_x, message", BAD_XS + [
+    (lambda device: torch.zeros(64, 3, device=device, dtype=torch.bfloat16).T,
+     "not contiguous ones")])
 def test_bad_inputs_to_a_prepared_layer_on_the_gpu_are_refused_in_one_line(make_x, message,
                                                                             gpu_cache):
     """The CPU tier's refusals of x (stand-in kernels there), on a layer with its kernels."""
@@ -633,7 +632,7 @@ def test_bad_inputs_to_a_prepared_layer_on_the_gpu_are_refused_in_one_line(make_
                                       buckets=buckets_from_edges((1,)), max_tokens=16)
     linear.prepare(layer, cache=gpu_cache, say=print)
     with pytest.raises(BadInput, match=message) as refused:
-        layer(make_x())
+        layer(make_x("cuda"))
     assert "\n" not in str(refused.value) and "input x" in str(refused.value)
 
 

@@ -85,13 +85,17 @@ def test_any_json_lines_file_loads_by_its_own_fields_and_names_each_bad_line(tmp
 def test_a_file_of_another_kind_is_warned_of_in_a_few_lines_not_one_a_line(tmp_path):
     """--counters pointed at a results file of 12,376 lines warned once for each."""
     path = tmp_path / "results.jsonl"
-    path.write_text('{"trial": 1}\n' * 40)
-    warnings = []
-    assert records.load_and_warn(str(path), warnings.append, then="skipped") == []
-    assert len(warnings) == records.WARNED_LINES + 1
-    assert warnings[0] == f"warning: {path}:1: not a measurement record; skipped"
-    assert warnings[-1] == (f"warning: {40 - records.WARNED_LINES} more lines of {path} fail "
-                            "their checks too; skipped")
+    for lines, named in ((40, records.WARNED_LINES), (records.WARNED_LINES + 1, None)):
+        path.write_text('{"trial": 1}\n' * lines)
+        warnings = []
+        assert records.load_and_warn(str(path), warnings.append, then="skipped") == []
+        assert warnings[0] == f"warning: {path}:1: not a measurement record; skipped"
+        if named is None:  # one more line is named, not counted
+            assert len(warnings) == lines and "more lines" not in warnings[-1]
+        else:
+            assert len(warnings) == named + 1
+            assert warnings[-1] == (f"warning: {lines - named} more lines of {path} fail their "
+                                    "checks too (each: skipped)")
 
 
 def test_a_directory_is_not_a_records_file(tmp_path):

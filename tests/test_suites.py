@@ -205,28 +205,34 @@ def test_a_suite_run_builds_each_shapes_own_more_schedules_once(monkeypatch, tmp
                               "building 3 kernels")
 
 
-@pytest.mark.parametrize("refused_on, ends", [((128, 64), True), ((64,), False)])
+class _GpuRun:
+    """A GPU's run as far as run_suite reads it before it measures."""
+
+    facts = {"arch": "sm_90", "gpu": "a GPU", "driver": "1"}
+    run_id = "run"
+
+
+@pytest.mark.parametrize("refused_on", [(128, 64), (64,)])
 def test_a_named_schedule_that_refuses_every_shape_ends_the_run_before_measuring(
-        monkeypatch, tmp_path, refused_on, ends):
-    """A run of one shape refuses such a schedule in one line; a suite ran on, exit status 0."""
-    from tuning.explore import Settings
-
-    def build_all(jobs, workers):
-        return (suite_run.Prepared("skipped", error=f"no {job.wl.shape[0]}")
-                if job.schedule == "v5:block_m=7" and job.wl.shape[0] in refused_on
-                else suite_run.Prepared("built") for job in jobs)
-
-    monkeypatch.setattr(suite_run, "build_all", build_all)
-    monkeypatch.setattr(suite_run, "_gpu_run", lambda flush: None)
-    run = functools.partial(suite_run.run_suite, TINY, ["v5:block_m=7", "dlight"],
-                            Settings(results=str(tmp_path / "r.jsonl")), print, print,
-                            workers=1, asked=("v5:block_m=7",))
-    if not ends:
-        assert run() == []
+        capsys, monkeypatch, tmp_path, refused_on):
+    """As a run of one shape refuses it: one line, exit status 2, nothing measured (a suite ran
+    on and measured the baselines alone, exit status 0). Refused on some shapes, it measures."""
+    measured = []
+    monkeypatch.setitem(suites.SUITES, "tiny", TINY)
+    monkeypatch.setattr(suite_run, "_gpu_run", lambda flush: _GpuRun())
+    monkeypatch.setattr(suite_run, "build_all", lambda jobs, workers: (
+        suite_run.Prepared("skipped", error=f"no {job.wl.shape[0]}")
+        if job.schedule == "v5t" and job.wl.shape[0] in refused_on
+        else suite_run.Prepared("built") for job in jobs))
+    monkeypatch.setattr(suite_run, "_measure", lambda *args: measured.append(args) or [])
+    code, _, err = run(capsys, "--suite", "tiny", "--schedule", "v5t",
+                       "--results", str(tmp_path / "r.jsonl"))
+    if refused_on == (64,):
+        assert code == 0 and len(measured) == 1, err
         return
-    with pytest.raises(suites.UsageError, match=r"--schedule v5:block_m=7 refused every shape of suite "
-                                         r"tiny, so nothing was measured; the first: no 128"):
-        run()
+    assert code == 2 and not measured
+    assert err == ("error: --schedule v5t refused every shape of suite tiny, so nothing was "
+                   "measured; the first: no 128\n")
 
 
 def test_a_worker_that_times_out_or_dies_is_a_build_failure_not_a_crash():

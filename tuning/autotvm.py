@@ -430,7 +430,7 @@ def trial_problem(record) -> str | None:
 
 def trial_records(path: str, warn: Callable[[str], None]) -> list[dict]:
     """The trial records of the template searches' records file `path` that pass
-    `trial_problem`; each other line is named through `warn` and skipped."""
+    `trial_problem`; the other lines go to `warn` (records.load_and_warn) and are skipped."""
     return store.load_and_warn(path, warn, check=trial_problem, kind="trial record")
 
 

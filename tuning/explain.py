@@ -405,7 +405,8 @@ def record_counters(wl: Workload, names: list[str], path: str = COUNTERS,
 
 def recorded(path: str, wl: Workload, schedule, warn: Callable[[str], None]) -> dict[str, dict]:
     """The latest counters recorded in `path` for `schedule` (name and params) on `wl` with
-    this TVM, by flush ('none', 'read'); lines that fail counters_problem are named by `warn`."""
+    this TVM, by flush ('none', 'read'); lines that fail counters_problem go to `warn`
+    (records.load_and_warn)."""
     same = {**wl.record_key(), "schedule": schedule.name, "params": schedule.defaults,
             "tvm": tvm.__version__}
     found = records.load_and_warn(path, warn, check=counters_problem)

@@ -238,9 +238,9 @@ def load_and_warn(path: str, warn: Callable[[str], None],
                   then: str = "the line is kept as it is, and skipped",
                   check: Callable[[object], str | None] | None = None,
                   kind: str = "measurement record") -> list[dict]:
-    """The records of `path` (see `load`, with `check` and `kind`); each line that is not one
-    is passed to `warn` as a warning that names it and ends with what is done about it
-    (`then`)."""
+    """The records of `path` (see `load`, with `check` and `kind`); the lines that are not
+    one go to `warn` as `warn_of` words them (the first named, the rest counted), each warning
+    ending with what is done about them (`then`)."""
     loaded = load(path, kind=kind, check=check)
     warn_of(loaded, warn, then)
     return loaded.records
@@ -248,20 +248,22 @@ def load_and_warn(path: str, warn: Callable[[str], None],
 
 def warn_of(loaded: Loaded, warn: Callable[[str], None],
             then: str = "the line is kept as it is, and skipped") -> None:
-    """The first WARNED_LINES problems of `loaded`, each as a warning that ends with what is
-    done about it (`then`), and past them one warning that counts the rest: a file of another
-    kind of record would otherwise name every one of its lines."""
-    for problem in loaded.problems[:WARNED_LINES]:
+    """The problems of `loaded`, each as a warning that ends with what is done about it
+    (`then`); past WARNED_LINES of them, the first WARNED_LINES so and one warning that counts
+    the rest: a file of another kind of record would otherwise name every one of its lines."""
+    named = loaded.problems if len(loaded.problems) <= WARNED_LINES + 1 else \
+        loaded.problems[:WARNED_LINES]
+    for problem in named:
         warn(f"warning: {problem}; {then}")
-    if len(loaded.problems) > WARNED_LINES:
-        warn(f"warning: {len(loaded.problems) - WARNED_LINES} more lines of {loaded.path} fail "
-             f"their checks too; {then}")
+    if len(named) < len(loaded.problems):
+        warn(f"warning: {len(loaded.problems) - len(named)} more lines of {loaded.path} fail "
+             f"their checks too (each: {then})")
 
 
 def measurements(path: str, warn: Callable[[str], None],
                  then: str = "the line is kept as it is, and skipped") -> list[dict]:
     """The measurement records of `path` that pass `measurement_problem`, in the current
-    schema (`migrated`); each other line is named through `warn` (see load_and_warn)."""
+    schema (`migrated`); the other lines go to `warn` (see load_and_warn)."""
     return [migrated(r) for r in load_and_warn(path, warn, then, check=measurement_problem)]
 
 

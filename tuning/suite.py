@@ -1,14 +1,15 @@
 """Running a suite (schedules/suites.py): every shape through the suite's rungs and baselines.
 
-Building dominates (seconds per kernel, a hundred and more kernels per suite), so every
-(shape, schedule) pair is built first, in parallel worker processes; a schedule that refuses
-a shape becomes `skipped` and a build that fails, crashes or times out `build_failed`, with the
-reason, never a crash of the run. On a GPU, each built kernel is then loaded, checked against
+Building dominates (seconds per kernel, a hundred and more kernels per suite), so every (shape,
+schedule) pair is built first, in parallel worker processes; a schedule that refuses a shape
+becomes `skipped` and a build that fails, crashes or times out `build_failed`, with the reason,
+never a crash of the run (but a schedule the user named that refuses every shape ends it in one
+line before anything is measured). On a GPU, each built kernel is then loaded, checked against
 float64 and timed one at a time in this process (as tuning/explore.py does), then the shape's
-baselines; once per suite run, the copy-bandwidth ceiling. All records of a suite run share
-one bench.Run, carry the suite's name and the shape's model and layer, and are appended to the
-results file as they are measured, so an interrupted suite keeps what it measured. Without a
-GPU the run stops after the builds, with one line per shape.
+baselines; once per suite run, the copy-bandwidth ceiling. All records of a suite run share one
+bench.Run, carry the suite's name and the shape's model and layer, and are appended to the results
+file as they are measured, so an interrupted suite keeps what it measured. Without a GPU the run
+stops after the builds, with one line per shape.
 """
 
 from __future__ import annotations
