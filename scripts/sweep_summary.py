@@ -4,7 +4,11 @@ run): per setting, its geometric mean of % of cuBLAS at each M and over every sh
 the shapes under the no-cliffs floor and those it was fastest on; then the best of the settings
 per shape. Markdown, on stdout.
 
-    python3 scripts/sweep_summary.py sweep.jsonl [more.jsonl.gz ...] [--tokens 300 700]
+    python3 scripts/sweep_summary.py sweep.jsonl [more.jsonl.gz ...] [--tokens 300 700] \
+        [--suite wide-bf16]
+
+(--suite keeps one suite's shapes where a sweep ran several into one file, whose settings
+would otherwise share rows across dtypes.)
 
 (gzipped records, as the notebook keeps them, are read as they are.)
 """
@@ -25,17 +29,19 @@ from schedules.errors import UsageError  # noqa: E402
 from tuning import records  # noqa: E402
 
 
-def summary(paths: list[str], tokens: list[int] | None) -> str:
-    """The markdown table of the sweeps in `paths` (the shapes at `tokens` rows only, where
-    given); the lines that are not measurement records are skipped, said on stderr as
+def summary(paths: list[str], tokens: list[int] | None, suite: str | None = None) -> str:
+    """The markdown table of the sweeps in `paths` (the shapes at `tokens` rows only, and of
+    `suite` only, where given); the lines that are not measurement records are skipped, said on stderr as
     records.warn_of says them."""
     warn = lambda line: print(line, file=sys.stderr)  # noqa: E731
     found = [Record.from_json(r) for path in paths for r in records.measurements(path, warn)]
     runs = [run for run in latest_runs(found)
-            if not tokens or workload_of(run[0]).dims["M"] in tokens]
+            if (not tokens or workload_of(run[0]).dims["M"] in tokens)
+            and (not suite or run[0].suite == suite)]
     if not runs:
         raise UsageError(f"{', '.join(paths)} holds no measured shape"
-                         + (f" at M = {', '.join(map(str, tokens))}" if tokens else ""))
+                         + (f" at M = {', '.join(map(str, tokens))}" if tokens else "")
+                         + (f" of suite {suite}" if suite else ""))
     return markdown_table(sweep_rows(runs))
 
 
@@ -43,11 +49,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", help="records files of sweeps")
     parser.add_argument("--tokens", type=int, nargs="+", help="the M of the shapes to keep")
+    parser.add_argument("--suite", help="the suite whose shapes to keep")
     args = parser.parse_args()
     for path in args.results:
         if not os.path.isfile(path):
             raise UsageError(f"{path} is not a file")
-    print(summary(args.results, args.tokens))
+    print(summary(args.results, args.tokens, args.suite))
     return 0
 
 

@@ -581,9 +581,22 @@ def test_a_sweeps_summary_sets_its_settings_beside_the_best_of_them():
                if name != "best of these") >= 96  # every shape has a fastest (ties count twice)
 
 
+def test_a_sweeps_summary_keeps_one_suite_of_a_file_that_holds_two():
+    """stop 90's sweep of wide-bf16 and wide-fp8 at 300 rows in one file: 32 shapes each."""
+    both = os.path.join("notebook", "logs", "h200-sweep-swap-clusters-300-2026-11-29.jsonl.gz")
+    shapes = {}
+    for suite in ("wide-bf16", "wide-fp8", None):
+        done = _sweep_summary(both, *(("--suite", suite) if suite else ()))
+        assert done.returncode == 0, done.stderr
+        v8 = next(row for row in done.stdout.splitlines() if row.startswith("| v8 "))
+        shapes[suite] = v8.strip("|").split("|")[-1].strip()
+    assert shapes == {"wide-bf16": "32", "wide-fp8": "32", None: "64"}
+
+
 @pytest.mark.parametrize("args, said", [
     (("no-such.jsonl",), "error: no-such.jsonl is not a file"),
     ((SWEEPS[0], "--tokens", "5"), "holds no measured shape at M = 5"),
+    ((SWEEPS[0], "--suite", "llm-fp8"), "holds no measured shape of suite llm-fp8"),
 ])
 def test_a_sweeps_summary_refuses_what_it_cannot_read_in_one_line(args, said):
     done = _sweep_summary(*args)
