@@ -31,8 +31,8 @@ from tuning import records  # noqa: E402
 
 def summary(paths: list[str], tokens: list[int] | None, suite: str | None = None) -> str:
     """The markdown table of the sweeps in `paths` (the shapes at `tokens` rows only, and of
-    `suite` only, where given); the lines that are not measurement records are skipped, said on stderr as
-    records.warn_of says them."""
+    `suite` only, where given); the lines that are not measurement records are skipped, said
+    on stderr as records.warn_of says them."""
     warn = lambda line: print(line, file=sys.stderr)  # noqa: E731
     found = [Record.from_json(r) for path in paths for r in records.measurements(path, warn)]
     runs = [run for run in latest_runs(found)
