@@ -249,8 +249,9 @@ def load_and_warn(path: str, warn: Callable[[str], None],
 def warn_of(loaded: Loaded, warn: Callable[[str], None],
             then: str = "the line is kept as it is, and skipped") -> None:
     """The problems of `loaded`, each as a warning that ends with what is done about it
-    (`then`); past WARNED_LINES of them, the first WARNED_LINES so and one warning that counts
-    the rest: a file of another kind of record would otherwise name every one of its lines."""
+    (`then`); where there are more than WARNED_LINES + 1, the first WARNED_LINES so and one
+    warning that counts the rest: a file of another kind of record would otherwise name every
+    one of its lines."""
     named = loaded.problems if len(loaded.problems) <= WARNED_LINES + 1 else \
         loaded.problems[:WARNED_LINES]
     for problem in named:
