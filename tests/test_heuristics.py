@@ -36,6 +36,11 @@ def halved(block_n: int) -> str:
     return f"v8:block_m=128,block_n={block_n},split_k=1,promote_halves=true"
 
 
+def split_cut(block_n: int) -> str:
+    """best's swapped 128-row tile of the tokens' widest cut, block_n wide (`split_cut`)."""
+    return f"v8:swap_ab=true,block_m=128,block_n={block_n}"
+
+
 def gemm(shape, dtype="float32", layout="nn"):
     return Workload("gemm", shape, dtype, layout=layout)
 
@@ -898,7 +903,19 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (48, 9728, 896), "bfloat16", "bfloat16", "nt"),  # the default 160 wide
      ["v8", "v8:swap_ab=true", NARROW_64, SPLIT_128]),
     (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=64,split_k=1"]),
+     ["v8", "v8:swap_ab=true", split_cut(72), NARROW_128, *MEDIUM_NAMES,
+      "v8:block_m=64,block_n=64,split_k=1"]),
+    # 16-bit past 64 rows, up to 512: v8 swapped on 128-row tiles of the widest cut of the
+    # tokens (300 in two columns of 152), K split to fill the SMs, where those tiles are fewer
+    # than the SMs (18 x 2 here; 224 x 2 at 300x28672x5120, above and below); not fp8
+    (Workload("gemm", (300, 2304, 9216), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", split_cut(152), NARROW_128, *MEDIUM_NAMES,
+      "v8:block_m=64,block_n=96,split_k=1"]),
+    (Workload("gemm", (300, 2304, 9216), FP8, "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
+      halved(144)]),
+    (Workload("gemm", (300, 28672, 5120), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
     (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", SPLIT_128]),
     # fp8 where v8 takes 64x256 tiles for fewer rounds: those are its default, and the 128-row
     # tiles they replaced are weighed instead (`replaced_rows`); not where v8 keeps 128 rows

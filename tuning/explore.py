@@ -30,7 +30,7 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
 from schedules.gemm import V5T_NARROW, v5t_square, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
-from schedules.v8 import halves_tile, wave_tile, workload_k_blocks
+from schedules.v8 import halves_tile, split_cut_tile, wave_tile, workload_k_blocks
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
                                     SWAP_MOST_TOKENS, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
@@ -167,8 +167,8 @@ def portfolio(wl: Workload) -> list[str]:
     fp8 GEMMs; v5t, v5k, v5p and v5 on float32, with v5t's `other_register_tile`. A GEMM of
     a few rows that skinny takes (M <= 16, nt) weighs skinny beside them: W read once for
     every row, where tensor-core tiles leave most of their rows empty. Past the rows v8 swaps
-    by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8) beside v8 where v8
-    takes the swap: there it won on some shapes and lost on others
+    by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8, and `split_cut`)
+    beside v8 where v8 takes the swap: there it won on some shapes and lost on others
     (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and `whole_k_tile`; past
     MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `halved_tile`, `replaced_rows` and
     `other_pairing`.
@@ -179,7 +179,7 @@ def portfolio(wl: Workload) -> list[str]:
         names = ["v8"] if wl.dtype != "float32" else ["v5t", "v5k", "v5p", "v5"]
         names += other_register_tile(wl)
         names += ["skinny"] if _takes(wl, "skinny") else []
-        names += [SWAPPED_V8] if swap_weighed(wl) else []
+        names += [SWAPPED_V8] + split_cut(wl) if swap_weighed(wl) else []
         names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) + filling_tile(wl) \
             + halved_tile(wl) + replaced_rows(wl) + other_pairing(wl) \
             if wl.dtype != "float32" else []
@@ -208,6 +208,18 @@ def swap_weighed(wl: Workload) -> bool:
     most SWAP_WEIGHED_ROWS, and v8 takes the swap (nt, 16-bit or fp8 inputs, no block scales)."""
     return SWAP_MOST_TOKENS < wl.dims["M"] <= SWAP_WEIGHED_ROWS \
         and _takes(wl, "v8", {"swap_ab": True})
+
+
+def split_cut(wl: Workload) -> list[str]:
+    """16-bit inputs past MEDIUM_ROWS rows of A: v8 swapped on `split_cut_tile`'s tile, its K
+    split as the rule splits it, which `best` weighs beside SWAPPED_V8 (`swap_weighed`): the
+    widest wgmma the tokens allow a consumer, where the swapped default takes narrower tiles
+    that fill the SMs whole. Not on fp8, whose swapped tiles promote their sums without
+    overlap: it lost there (reports/notes/h100-shapes.md) (`other_settings`)."""
+    weighed = DTYPE_BYTES[wl.dtype] == 2 and wl.dims["M"] > MEDIUM_ROWS
+    tile = split_cut_tile(wl, heuristics.H100_SMS) if weighed else None
+    return other_settings(wl, [{"swap_ab": True, "block_m": tile[0], "block_n": tile[1]}]
+                          if tile else [])
 
 
 def medium_tiles(wl: Workload) -> list[str]:

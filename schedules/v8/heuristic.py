@@ -27,6 +27,9 @@ ONE_ROW_MOST_BLOCKS = 48  # ... and each of its units keeps at most this many K 
 SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row ones lost there)
 SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
 SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
+# ... and the rows of the tiles of `split_cut_tile`, which best weighs (256-row ones, split to
+# fill the SMs, ran slower: reports/notes/h100-shapes.md, "Swapped tiles of the widest cut")
+SPLIT_CUT_ROWS = 128
 SWAP_MOST_TOKENS = 16  # swap_ab unasked where M is at most this many rows of A (decode batches)
 MEDIUM_ROWS = 64  # past this many rows of A, MEDIUM_TILES are worth measuring beside the default
 WAVE_ROWS = (64, 128)  # `wave_tile`: the tiles' rows it weighs
@@ -430,16 +433,35 @@ def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[in
     tma_tiles' own rule)."""
     if False not in space["pingpong"]:
         return None
-    tokens = product.dims["N"]
     promoted = promotion(product, knobs, space)
     heights = space["block_m"] if len(space["block_m"]) == 1 else \
         [m for m in SWAP_ROWS if m in space["block_m"] and not (promoted and m == TALL_M)]
-    fewest = -(-tokens // SWAP_WIDEST)
-    cuts = {columns: -(-tokens // (columns * 8)) * 8 for columns in range(fewest, fewest + 3)}
+    cuts = cut_widths(product.dims["N"])
+    fewest = min(cuts)
     widths = {n for columns, n in cuts.items() if columns == fewest or n >= SWAP_NARROWEST}
     overlap = knobs["promote_overlap"] if len(space["promote_overlap"]) == 1 else None
     sets = promoted_sets(overlap) if promoted else 1
     return cheapest_tile(product, sms, knobs, (heights, sorted(widths)), sets)
+
+
+def cut_widths(tokens: int) -> dict[int, int]:
+    """swap_ab's columns of tiles that `tokens` (the workload's M) are cut into, the fewest of at
+    most SWAP_WIDEST and up to two more: {columns: width}, each width the tokens' share rounded
+    up to 8 (cuBLAS's nvjet tiles: 300 tokens in two of 152 or three of 104)."""
+    fewest = -(-tokens // SWAP_WIDEST)
+    return {columns: -(-tokens // (columns * 8)) * 8 for columns in range(fewest, fewest + 3)}
+
+
+def split_cut_tile(wl: Workload, sms: int) -> tuple[int, int] | None:
+    """swap_ab's SPLIT_CUT_ROWS-row tile of the fewest, widest columns of wl's tokens
+    (`cut_widths`), where those tiles are fewer than the SMs, so that the rule splits their K
+    to fill them: each consumer then runs the widest wgmma the tokens allow. `cut_tiles` costs
+    its tiles' rounds unsplit, and so takes narrower ones that fill the SMs whole; None where
+    the tiles fill the SMs unsplit."""
+    product = kernel_workload(wl, True)
+    width = max(cut_widths(product.dims["N"]).values())
+    tile = (SPLIT_CUT_ROWS, width)
+    return tile if tile_count(product, *tile) < sms else None
 
 
 def cheapest_tile(wl: Workload, sms: int, knobs: dict, shapes: tuple, sets: int):
