@@ -36,6 +36,11 @@ def halved(block_n: int) -> str:
     return f"v8:block_m=128,block_n={block_n},split_k=1,promote_halves=true"
 
 
+def one_consumer(block_n: int) -> str:
+    """best's filling 64-row tile with pingpong (`one_consumer_tile`), block_n wide."""
+    return f"v8:block_m=64,block_n={block_n},split_k=1,pingpong=true"
+
+
 def split_cut(block_n: int) -> str:
     """best's swapped 128-row tile of the tokens' widest cut, block_n wide (`split_cut`)."""
     return f"v8:swap_ab=true,block_m=128,block_n={block_n}"
@@ -880,10 +885,12 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (128, 14336, 4096), FP8, "bfloat16", "nt", "row"),  # fp8: halved_tile
      ["v8", "v8:swap_ab=true", *MEDIUM_NAMES, "v8:block_m=64,block_n=224,split_k=1",
       halved(144)]),
+    # (16-bit: and with pingpong, one consumer a tile, where it takes one round)
     (Workload("gemm", (700, 2048, 8192), "bfloat16", "bfloat16", "nt"),  # 121 of 64x192
-     ["v8", *MEDIUM_NAMES, "v8:block_m=64,block_n=192,split_k=1"]),
-    (Workload("gemm", (300, 2048, 2048), "float16", "float16", "nn"),  # 80 of 64x128 (nn: whole
-     ["v8", NARROW_128, *MEDIUM_NAMES]),  # 64-column boxes), the narrow tile already
+     ["v8", *MEDIUM_NAMES, "v8:block_m=64,block_n=192,split_k=1", one_consumer(192)]),
+    # 80 of 64x128 (nn: whole 64-column boxes), the narrow tile already, so only its pingpong
+    (Workload("gemm", (300, 2048, 2048), "float16", "float16", "nn"),
+     ["v8", NARROW_128, *MEDIUM_NAMES, one_consumer(128)]),
     (Workload("gemm", (512, 28672, 5120), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
     (Workload("gemm", (513, 14336, 4096), "bfloat16", "bfloat16", "nt"), ["v8", *MEDIUM_NAMES]),
@@ -904,13 +911,13 @@ def test_the_rule_of_best(wl, rung):
      ["v8", "v8:swap_ab=true", NARROW_64, SPLIT_128]),
     (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", split_cut(72), NARROW_128, *MEDIUM_NAMES,
-      "v8:block_m=64,block_n=64,split_k=1"]),
+      "v8:block_m=64,block_n=64,split_k=1", one_consumer(64)]),
     # 16-bit past 64 rows, up to 512: v8 swapped on 128-row tiles of the widest cut of the
     # tokens (300 in two columns of 152), K split to fill the SMs, where those tiles are fewer
     # than the SMs (18 x 2 here; 224 x 2 at 300x28672x5120, above and below); not fp8
     (Workload("gemm", (300, 2304, 9216), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", split_cut(152), NARROW_128, *MEDIUM_NAMES,
-      "v8:block_m=64,block_n=96,split_k=1"]),
+      "v8:block_m=64,block_n=96,split_k=1", one_consumer(96)]),
     (Workload("gemm", (300, 2304, 9216), FP8, "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
       halved(144)]),

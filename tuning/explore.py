@@ -32,7 +32,7 @@ from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
 from schedules.v8 import halves_tile, split_cut_tile, wave_tile, workload_k_blocks
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
-                                    SWAP_MOST_TOKENS, decode_batch)
+                                    SWAP_MOST_TOKENS, WGMMA_M, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -170,8 +170,8 @@ def portfolio(wl: Workload) -> list[str]:
     by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8, and `split_cut`)
     beside v8 where v8 takes the swap: there it won on some shapes and lost on others
     (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and `whole_k_tile`; past
-    MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `halved_tile`, `replaced_rows` and
-    `other_pairing`.
+    MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `one_consumer_tile`, `halved_tile`,
+    `replaced_rows` and `other_pairing`.
     Where one rung is left (v8 elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
@@ -181,7 +181,7 @@ def portfolio(wl: Workload) -> list[str]:
         names += ["skinny"] if _takes(wl, "skinny") else []
         names += [SWAPPED_V8] + split_cut(wl) if swap_weighed(wl) else []
         names += narrow_tiles(wl) + whole_k_tile(wl) + medium_tiles(wl) + filling_tile(wl) \
-            + halved_tile(wl) + replaced_rows(wl) + other_pairing(wl) \
+            + one_consumer_tile(wl) + halved_tile(wl) + replaced_rows(wl) + other_pairing(wl) \
             if wl.dtype != "float32" else []
     else:
         names = ["rowalign", "blockreduce", "multirow", "allreduce"]
@@ -237,6 +237,20 @@ def filling_tile(wl: Workload) -> list[str]:
     tile = wave_tile(wl, heuristics.H100_SMS, schedules.get(wl.op, "v8").defaults)
     return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1}]
                           if tile else [])
+
+
+def one_consumer_tile(wl: Workload) -> list[str]:
+    """16-bit inputs: v8's `wave_tile` with pingpong, where it is one wgmma tall and its tiles
+    take one round of the SMs: each CTA's tile multiplied by one consumer at the tile's whole
+    width (the other idle), where two consumers would split its columns into wgmmas half as
+    wide; which `best` weighs past MEDIUM_ROWS rows of A. Not on fp8, where it lost
+    (reports/notes/h100-shapes.md) (`other_settings`)."""
+    sms = heuristics.H100_SMS
+    tile = wave_tile(wl, sms, schedules.get(wl.op, "v8").defaults) \
+        if DTYPE_BYTES[wl.dtype] == 2 else None
+    fits = tile and tile[0] == WGMMA_M and heuristics.tile_count(wl, *tile) <= sms
+    return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1,
+                                "pingpong": True}] if fits else [])
 
 
 def halved_tile(wl: Workload) -> list[str]:
