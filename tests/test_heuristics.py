@@ -910,8 +910,8 @@ def test_the_rule_of_best(wl, rung):
     (Workload("gemm", (48, 9728, 896), "bfloat16", "bfloat16", "nt"),  # the default 160 wide
      ["v8", "v8:swap_ab=true", NARROW_64, SPLIT_128]),
     (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", split_cut(72), NARROW_128, *MEDIUM_NAMES,
-      "v8:block_m=64,block_n=64,split_k=1", one_consumer(64)]),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=64,split_k=1",
+      one_consumer(64)]),
     # 16-bit past 64 rows, up to 512: v8 swapped on 128-row tiles of the widest cut of the
     # tokens (300 in two columns of 152), K split to fill the SMs, where those tiles are fewer
     # than the SMs (18 x 2 here; 224 x 2 at 300x28672x5120, above and below); not fp8
@@ -922,6 +922,16 @@ def test_the_rule_of_best(wl, rung):
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
       halved(144)]),
     (Workload("gemm", (300, 28672, 5120), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
+    # ... nor where the rule leaves that tile's K whole (16 x 2 tiles of 128x256, K of 8 blocks),
+    # nor where it is the swapped default's own choice (65 tokens: one column of 72, K in 2)
+    (Workload("gemm", (500, 2048, 512), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, one_consumer(128)]),
+    (Workload("gemm", (65, 256, 512), "bfloat16", "bfloat16", "nt"),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=64,split_k=1",
+      one_consumer(64)]),
+    # the filling 64-row tile in two rounds (252 of 64x256, the medium tile): no pingpong
+    (Workload("gemm", (398, 9216, 4096), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
     (Workload("gemm", (48, 7168, 4096), FP8, "bfloat16", "nt", "block"), ["v8", SPLIT_128]),
     # fp8 where v8 takes 64x256 tiles for fewer rounds: those are its default, and the 128-row

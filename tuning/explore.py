@@ -167,10 +167,10 @@ def portfolio(wl: Workload) -> list[str]:
     fp8 GEMMs; v5t, v5k, v5p and v5 on float32, with v5t's `other_register_tile`. A GEMM of
     a few rows that skinny takes (M <= 16, nt) weighs skinny beside them: W read once for
     every row, where tensor-core tiles leave most of their rows empty. Past the rows v8 swaps
-    by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8, and `split_cut`)
-    beside v8 where v8 takes the swap: there it won on some shapes and lost on others
-    (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and `whole_k_tile`; past
-    MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `one_consumer_tile`, `halved_tile`,
+    by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8, and on 16-bit inputs
+    past MEDIUM_ROWS `split_cut`) beside v8 where v8 takes the swap: there it won on some shapes
+    and lost on others (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and
+    `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `one_consumer_tile`, `halved_tile`,
     `replaced_rows` and `other_pairing`.
     Where one rung is left (v8 elsewhere), nothing is measured."""
     if wl.is_nvfp4:
@@ -211,15 +211,20 @@ def swap_weighed(wl: Workload) -> bool:
 
 
 def split_cut(wl: Workload) -> list[str]:
-    """16-bit inputs past MEDIUM_ROWS rows of A: v8 swapped on `split_cut_tile`'s tile, its K
-    split as the rule splits it, which `best` weighs beside SWAPPED_V8 (`swap_weighed`): the
-    widest wgmma the tokens allow a consumer, where the swapped default takes narrower tiles
-    that fill the SMs whole. Not on fp8, whose swapped tiles promote their sums without
-    overlap: it lost there (reports/notes/h100-shapes.md) (`other_settings`)."""
-    weighed = DTYPE_BYTES[wl.dtype] == 2 and wl.dims["M"] > MEDIUM_ROWS
-    tile = split_cut_tile(wl, heuristics.H100_SMS) if weighed else None
-    return other_settings(wl, [{"swap_ab": True, "block_m": tile[0], "block_n": tile[1]}]
-                          if tile else [])
+    """16-bit inputs past MEDIUM_ROWS rows of A: v8 swapped on `split_cut_tile`'s tile where the
+    rule splits its K to fill the SMs, which `best` weighs beside SWAPPED_V8 (`swap_weighed`):
+    each consumer runs the widest wgmma the tokens allow, where the swapped default takes
+    narrower tiles that fill the SMs whole; not where that is SWAPPED_V8's own choice, nor on
+    fp8, whose swapped tiles promote their sums without overlap (`other_settings`)."""
+    tile = split_cut_tile(wl, heuristics.H100_SMS) \
+        if DTYPE_BYTES[wl.dtype] == 2 and wl.dims["M"] > MEDIUM_ROWS else None
+    knobs = {"swap_ab": True, "block_m": tile[0], "block_n": tile[1]} if tile else {}
+    if not tile or not _takes(wl, "v8", knobs):
+        return []
+    v8 = schedules.get(wl.op, "v8")
+    chosen = v8.defaults_for(wl, knobs)
+    split = chosen["split_k"] > 1 and chosen != v8.defaults_for(wl, {"swap_ab": True})
+    return other_settings(wl, [knobs] if split else [])
 
 
 def medium_tiles(wl: Workload) -> list[str]:
@@ -240,11 +245,11 @@ def filling_tile(wl: Workload) -> list[str]:
 
 
 def one_consumer_tile(wl: Workload) -> list[str]:
-    """16-bit inputs: v8's `wave_tile` with pingpong, where it is one wgmma tall and its tiles
-    take one round of the SMs: each CTA's tile multiplied by one consumer at the tile's whole
-    width (the other idle), where two consumers would split its columns into wgmmas half as
-    wide; which `best` weighs past MEDIUM_ROWS rows of A. Not on fp8, where it lost
-    (reports/notes/h100-shapes.md) (`other_settings`)."""
+    """16-bit inputs: `filling_tile` with pingpong where it is one wgmma tall and its tiles take
+    one round of the SMs (in two, a CTA's two consumers would share the tensor cores in the
+    last), which `best` weighs past MEDIUM_ROWS rows of A: each CTA's tile multiplied by one
+    consumer at the tile's whole width, the other idle, where two consumers would split its
+    columns into wgmmas half as wide. (On fp8 it measured slower.) (`other_settings`)"""
     sms = heuristics.H100_SMS
     tile = wave_tile(wl, sms, schedules.get(wl.op, "v8").defaults) \
         if DTYPE_BYTES[wl.dtype] == 2 else None

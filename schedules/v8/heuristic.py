@@ -27,8 +27,9 @@ ONE_ROW_MOST_BLOCKS = 48  # ... and each of its units keeps at most this many K 
 SWAP_ROWS = (128, 256)  # swap_ab: the tiles' rows `cut_tiles` weighs (64-row ones lost there)
 SWAP_WIDEST = 256  # ... the widest column of tiles it cuts M into
 SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are weighed
-# ... and the rows of the tiles of `split_cut_tile`, which best weighs (256-row ones, split to
-# fill the SMs, ran slower: reports/notes/h100-shapes.md, "Swapped tiles of the widest cut")
+# ... and the rows of the tiles of `split_cut_tile`, which best weighs (256-row ones, their K
+# split twice as many ways for as many units, ran slower: reports/notes/h100-shapes.md,
+# "Swapped tiles of the widest cut")
 SPLIT_CUT_ROWS = 128
 SWAP_MOST_TOKENS = 16  # swap_ab unasked where M is at most this many rows of A (decode batches)
 MEDIUM_ROWS = 64  # past this many rows of A, MEDIUM_TILES are worth measuring beside the default
@@ -459,8 +460,8 @@ def split_cut_tile(wl: Workload, sms: int) -> tuple[int, int] | None:
     its tiles' rounds unsplit, and so takes narrower ones that fill the SMs whole; None where
     the tiles fill the SMs unsplit."""
     product = kernel_workload(wl, True)
-    width = max(cut_widths(product.dims["N"]).values())
-    tile = (SPLIT_CUT_ROWS, width)
+    cuts = cut_widths(product.dims["N"])
+    tile = (SPLIT_CUT_ROWS, cuts[min(cuts)])
     return tile if tile_count(product, *tile) < sms else None
 
 
