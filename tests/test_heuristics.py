@@ -914,7 +914,7 @@ def test_the_rule_of_best(wl, rung):
       one_consumer(64)]),
     # 16-bit past 64 rows, up to 512: v8 swapped on 128-row tiles of the widest cut of the
     # tokens (300 in two columns of 152), K split to fill the SMs, where those tiles are fewer
-    # than the SMs (18 x 2 here; 224 x 2 at 300x28672x5120, above and below); not fp8
+    # than the SMs (18 x 2 here, not 224 x 2 at 300x28672x5120); not on fp8
     (Workload("gemm", (300, 2304, 9216), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", split_cut(152), NARROW_128, *MEDIUM_NAMES,
       "v8:block_m=64,block_n=96,split_k=1", one_consumer(96)]),

@@ -170,8 +170,8 @@ def portfolio(wl: Workload) -> list[str]:
     by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8, and on 16-bit inputs
     past MEDIUM_ROWS `split_cut`) beside v8 where v8 takes the swap: there it won on some shapes
     and lost on others (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and
-    `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`, `one_consumer_tile`, `halved_tile`,
-    `replaced_rows` and `other_pairing`.
+    `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`,
+    `one_consumer_tile`, `halved_tile`, `replaced_rows` and `other_pairing`.
     Where one rung is left (v8 elsewhere), nothing is measured."""
     if wl.is_nvfp4:
         names = ["dp4a", "bitdecode"]
@@ -221,9 +221,9 @@ def split_cut(wl: Workload) -> list[str]:
     knobs = {"swap_ab": True, "block_m": tile[0], "block_n": tile[1]} if tile else {}
     if not tile or not _takes(wl, "v8", knobs):
         return []
-    v8 = schedules.get(wl.op, "v8")
-    chosen = v8.defaults_for(wl, knobs)
-    split = chosen["split_k"] > 1 and chosen != v8.defaults_for(wl, {"swap_ab": True})
+    rung = schedules.get(wl.op, "v8")
+    chosen = rung.defaults_for(wl, knobs)
+    split = chosen["split_k"] > 1 and chosen != rung.defaults_for(wl, {"swap_ab": True})
     return other_settings(wl, [knobs] if split else [])
 
 
