@@ -289,12 +289,16 @@ def test_a_space_narrowed_for_a_workload_leaves_out_refused_values_and_other_pre
         checked += 1
 
 
-@pytest.mark.parametrize("shape, beyond", [((300, 5120, 5120), [224]), ((700, 2048, 2048), []),
-                                           ((4096, 4096, 4096), []), ((48, 5120, 5120), [])])
+@pytest.mark.parametrize("shape, beyond", [((300, 5120, 5120), [224, 152]),
+                                           ((300, 28672, 5120), []),
+                                           ((700, 2048, 2048), []), ((4096, 4096, 4096), []),
+                                           ((48, 5120, 5120), [])])
 def test_a_search_of_v8_draws_the_width_of_bests_filling_tile_beyond_its_space(shape, beyond):
-    """Past 64 rows a search of v8 draws, beside its space's widths, the width of the tile
-    that fills the SMs best, which `best` weighs: 300x5120x5120, 130 of 64x224. Nothing more
-    where the space holds that width (700x2048x2048: 64x192), where the tile would take more
+    """Past 64 rows a search of v8 draws, beside its space's widths, the widths of the tiles
+    `best` weighs: the one that fills the SMs best (300x5120x5120: 130 of 64x224) and, up to
+    512 rows, the swapped one of the tokens' widest cut (300 tokens: 152 wide, 40 x 2 tiles;
+    not at 300x28672x5120, whose 224 x 2 such tiles fill the SMs unsplit). Nothing more where
+    the space holds the filling tile's width (700x2048x2048: 64x192), where it would take more
     than two rounds (4096^3), or at 64 rows or fewer (48)."""
     v8 = schedules.get("gemm", "v8")
     wl = Workload("gemm", shape, "bfloat16", "bfloat16", "nt")

@@ -32,7 +32,7 @@ from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
 from schedules.v8 import halves_tile, split_cut_tile, wave_tile, workload_k_blocks
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
-                                    SWAP_MOST_TOKENS, WGMMA_M, decode_batch)
+                                    SWAP_MOST_TOKENS, SWAP_WEIGHED_ROWS, WGMMA_M, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -40,11 +40,8 @@ from . import autotvm, bench, build, measure, metaschedule, records
 # The template searches' records committed with the reports: what `best` reads without --records.
 COMMITTED_RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "reports", "tuning", "autotvm-h100.jsonl")
-# best's portfolio weighs v8 swapped beside v8's default up to this many rows of A (at most
-# SWAP_MOST_TOKENS the default swaps; at 300 rows the swap won on two shapes of four, at 700 and
-# 1000 it tied or lost: reports/notes/h100-shapes.md)
+# best's portfolio weighs v8 swapped beside v8's default up to SWAP_WEIGHED_ROWS rows of A
 SWAPPED_V8 = "v8:swap_ab=true"
-SWAP_WEIGHED_ROWS = 512
 # ... and v8's narrow 64-row tiles past the rows the default swaps: 64 and 128 wide, K split as
 # the rule splits it, up to MEDIUM_ROWS rows of A (the rule picks one of them, or 160); 128 wide
 # and whole past them, up to SWAP_WEIGHED_ROWS (on the H100 at 48 and 300 rows, each the fastest
@@ -168,7 +165,8 @@ def portfolio(wl: Workload) -> list[str]:
     a few rows that skinny takes (M <= 16, nt) weighs skinny beside them: W read once for
     every row, where tensor-core tiles leave most of their rows empty. Past the rows v8 swaps
     by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8, and on 16-bit inputs
-    past MEDIUM_ROWS `split_cut`) beside v8 where v8 takes the swap: there it won on some shapes
+    past MEDIUM_ROWS `split_cut`; at 300 rows the swap won on two shapes of four, at 700 and 1000
+    it tied or lost) beside v8 where v8 takes the swap: there it won on some shapes
     and lost on others (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and
     `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`,
     `one_consumer_tile`, `halved_tile`, `replaced_rows` and `other_pairing`.
@@ -211,13 +209,11 @@ def swap_weighed(wl: Workload) -> bool:
 
 
 def split_cut(wl: Workload) -> list[str]:
-    """16-bit inputs past MEDIUM_ROWS rows of A: v8 swapped on `split_cut_tile`'s tile where the
-    rule splits its K to fill the SMs, which `best` weighs beside SWAPPED_V8 (`swap_weighed`):
-    each consumer runs the widest wgmma the tokens allow, where the swapped default takes
-    narrower tiles that fill the SMs whole; not where that is SWAPPED_V8's own choice, nor on
-    fp8, whose swapped tiles promote their sums without overlap (`other_settings`)."""
-    tile = split_cut_tile(wl, heuristics.H100_SMS) \
-        if DTYPE_BYTES[wl.dtype] == 2 and wl.dims["M"] > MEDIUM_ROWS else None
+    """v8 swapped on `split_cut_tile`'s tile where the rule splits its K to fill the SMs, which
+    `best` weighs beside SWAPPED_V8 (`swap_weighed`): each consumer runs the widest wgmma the
+    tokens allow, where the swapped default takes narrower tiles that fill the SMs whole; not
+    where that is SWAPPED_V8's own choice (`other_settings`)."""
+    tile = split_cut_tile(wl, heuristics.H100_SMS)
     knobs = {"swap_ab": True, "block_m": tile[0], "block_n": tile[1]} if tile else {}
     if not tile or not _takes(wl, "v8", knobs):
         return []

@@ -32,6 +32,7 @@ SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are
 # "Swapped tiles of the widest cut")
 SPLIT_CUT_ROWS = 128
 SWAP_MOST_TOKENS = 16  # swap_ab unasked where M is at most this many rows of A (decode batches)
+SWAP_WEIGHED_ROWS = 512  # best weighs v8 swapped beside its default up to this many rows of A
 MEDIUM_ROWS = 64  # past this many rows of A, MEDIUM_TILES are worth measuring beside the default
 WAVE_ROWS = (64, 128)  # `wave_tile`: the tiles' rows it weighs
 WAVE_WIDTHS = (64, 256)  # ... and their least and most columns
@@ -457,8 +458,13 @@ def split_cut_tile(wl: Workload, sms: int) -> tuple[int, int] | None:
     """swap_ab's SPLIT_CUT_ROWS-row tile of the fewest, widest columns of wl's tokens
     (`cut_widths`), where those tiles are fewer than the SMs, so that the rule splits their K
     to fill them: each consumer then runs the widest wgmma the tokens allow. `cut_tiles` costs
-    its tiles' rounds unsplit, and so takes narrower ones that fill the SMs whole; None where
-    the tiles fill the SMs unsplit."""
+    its tiles' rounds unsplit, and so takes narrower ones that fill the SMs whole. For 16-bit
+    inputs in nt past MEDIUM_ROWS rows of A, up to SWAP_WEIGHED_ROWS (fp8's swapped tiles
+    promote their sums without overlap); None elsewhere, or where the tiles fill the SMs
+    unsplit."""
+    if DTYPE_BYTES[wl.dtype] != 2 or wl.layout != "nt" \
+            or not MEDIUM_ROWS < wl.dims["M"] <= SWAP_WEIGHED_ROWS:
+        return None
     product = kernel_workload(wl, True)
     cuts = cut_widths(product.dims["N"])
     tile = (SPLIT_CUT_ROWS, cuts[min(cuts)])

@@ -11,7 +11,7 @@ from ..common import require_sm
 from ..registry import schedule
 from ..workloads import FP8, Workload
 from .geometry import BLOCK_N_STEP
-from .heuristic import tma_tiles, wave_tile
+from .heuristic import split_cut_tile, tma_tiles, wave_tile
 from .kernel import warp_specialized_gemm
 from .knobs import Knobs
 from .plan import Plan
@@ -50,10 +50,13 @@ def v8_narrowed(wl: Workload) -> dict:
 
 
 def v8_widened(wl: Workload, defaults: dict) -> dict:
-    """The width beyond v8's space that a search of `wl` draws too: that of the tile filling
-    the SMs best (`wave_tile`, which `best` weighs), so that a search reaches it."""
-    tile = wave_tile(wl, heuristics.H100_SMS, defaults)
-    return {"block_n": [tile[1]]} if tile else {}
+    """The widths beyond v8's space that a search of `wl` draws too: those of the tiles `best`
+    weighs, the one filling the SMs best (`wave_tile`) and the swapped one of the tokens'
+    widest cut (`split_cut_tile`), so that a search reaches them."""
+    tiles = (wave_tile(wl, heuristics.H100_SMS, defaults),
+             split_cut_tile(wl, heuristics.H100_SMS))
+    widths = [tile[1] for tile in tiles if tile]
+    return {"block_n": list(dict.fromkeys(widths))} if widths else {}
 
 
 def v8_kernel(wl: Workload, *, bias: bool = False, **knobs):
