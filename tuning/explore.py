@@ -165,8 +165,7 @@ def portfolio(wl: Workload) -> list[str]:
     a few rows that skinny takes (M <= 16, nt) weighs skinny beside them: W read once for
     every row, where tensor-core tiles leave most of their rows empty. Past the rows v8 swaps
     by default, up to SWAP_WEIGHED_ROWS, it weighs v8 swapped (SWAPPED_V8, and on 16-bit inputs
-    past MEDIUM_ROWS `split_cut`; at 300 rows the swap won on two shapes of four, at 700 and 1000
-    it tied or lost) beside v8 where v8 takes the swap: there it won on some shapes
+    past MEDIUM_ROWS `split_cut`) beside v8 where v8 takes the swap: there it won on some shapes
     and lost on others (reports/notes/h100-shapes.md), and v8's `narrow_tiles` and
     `whole_k_tile`; past MEDIUM_ROWS, v8's `medium_tiles`, `filling_tile`,
     `one_consumer_tile`, `halved_tile`, `replaced_rows` and `other_pairing`.
