@@ -213,9 +213,9 @@ def split_cut(wl: Workload) -> list[str]:
     tokens allow, where the swapped default takes narrower tiles that fill the SMs whole; not
     where that is SWAPPED_V8's own choice (`other_settings`)."""
     tile = split_cut_tile(wl, heuristics.H100_SMS)
-    knobs = {"swap_ab": True, "block_m": tile[0], "block_n": tile[1]} if tile else {}
-    if not tile or not _takes(wl, "v8", knobs):
+    if not tile:
         return []
+    knobs = {"swap_ab": True, "block_m": tile[0], "block_n": tile[1]}
     rung = schedules.get(wl.op, "v8")
     chosen = rung.defaults_for(wl, knobs)
     split = chosen["split_k"] > 1 and chosen != rung.defaults_for(wl, {"swap_ab": True})
