@@ -15,7 +15,8 @@ and writes bfloat16 by default. The candidates:
   rows;
 - v8 with M as a size given at each call (v8.v8_kernel_any_m), at a few tile shapes, whole
   or with a last, partial wave's tiles split in K to fill the SMs; for a bucket of one M, v8
-  built for that M (v8.v8_kernel), its heuristic's choice among them.
+  built for that M (v8.v8_kernel), its heuristic's choice and the settings a measured `best`
+  weighs for that M among them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from schedules.errors import ScheduleNotApplicable, WorkloadError
 from schedules.registry import with_knob_text
 from schedules.workloads import FP8, FP8_BLOCK, FP8_OUT_DTYPE, Workload, fp8_blocks
 
-from tuning import build, measure
+from tuning import build, explore, measure
 
 from .buckets import Bucket
 
@@ -169,20 +170,33 @@ def _fill_splits(layer: LayerShape, bucket: Bucket, max_tokens: int, block_m: in
     return found - {1}
 
 
+def _weighed_settings(wl: Workload) -> list[dict]:
+    """The settings of v8 besides its default that a measured `best` weighs for wl (its
+    portfolio's v8 entries, tuning.explore.portfolio), each with the rest of its knobs as the
+    heuristic picks them for wl."""
+    entry = schedules.get("gemm", V8)
+    named = [name.partition(":") for name in explore.portfolio(wl)]
+    return [dict(entry.with_knobs(knobs, wl).defaults) for rung, colon, knobs in named
+            if rung == V8 and colon]
+
+
 def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[Candidate]:
     """v8 for the bucket's rows: the heuristic's own choice for its most rows (unswapped: v8 for
     any M walks M on the tile's rows), then 64-row tiles (at most 64 rows) or 128-row ones at
     each of V8_WIDTHS, whole and with the tiles of a last, partial wave split to fill the SMs at
     the probe Ms (split_tail: its split tiles are counted at each call), and past
     v8.MEDIUM_ROWS rows its MEDIUM_TILES and the tile that fills the SMs best at the most rows
-    (`v8.wave_tile`) whole; settings v8 refuses, or whose workspace passes
+    (`v8.wave_tile`) whole, and where that is one wgmma tall and takes one round of the SMs
+    (`v8.one_consumer_tile`), with pingpong; settings v8 refuses, or whose workspace passes
     MOST_WORKSPACE_BYTES, are left out. A fast_accum layer's v8 keeps its sums
     in wgmma's accumulator (no promote_k); a precise one's promotions overlap as the heuristic
     says, for any M in runs of at most MOST_SPLIT_OVERLAP K blocks (`v8.short_overlap`), and
     past v8.MEDIUM_ROWS rows its `v8.halves_tile`, whole, overlaps them by halves of the
     columns (promote_halves) in the heuristic's runs. A bucket of one M builds v8 for
     that number M (`build_candidate`): its heuristic's choice is then its own, swapped and
-    overlapped where it says, and any tile may split K."""
+    overlapped where it says, any tile may split K, and it also weighs what a measured `best`
+    weighs for that M (`_weighed_settings`; not for a fast_accum layer: best's fp8 settings
+    promote their sums)."""
     most = bucket.most(max_tokens)
     wl = layer.gemm(most)
     if v8.workload_refusal(wl):
@@ -206,10 +220,14 @@ def _v8_candidates(layer: LayerShape, bucket: Bucket, max_tokens: int) -> list[C
     if most > v8.MEDIUM_ROWS:
         filling = v8.wave_tile(wl, heuristics.H100_SMS, entry.defaults)
         wanted += [tiles(m, n) for m, n in v8.MEDIUM_TILES + ((filling,) if filling else ())]
+        lone = v8.one_consumer_tile(wl, heuristics.H100_SMS, entry.defaults)
+        wanted += [tiles(*lone) | {"pingpong": True}] if lone else []
         halved = None if layer.fast_accum else v8.halves_tile(wl, heuristics.H100_SMS,
                                                               entry.defaults)
         if halved:  # its promotions overlapped by halves, in the runs the heuristic gives
             wanted.append(tiles(*halved) | {"promote_halves": True})
+    if bucket.one_m and not layer.fast_accum:
+        wanted += _weighed_settings(wl)
     found = []
     for chosen in wanted:
         knobs = entry.defaults_for(wl, chosen)

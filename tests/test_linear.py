@@ -128,6 +128,27 @@ def test_a_bucket_of_one_m_weighs_skinny_and_v8s_own_choice_for_that_m(layer):
     assert "skinny" not in {c.rung for c in candidates(block_scaled, Bucket(16, 16), 4096)}
 
 
+def test_a_bucket_of_one_m_weighs_what_best_weighs_and_any_m_the_one_consumer_tile():
+    """A bucket of 300 rows weighs each v8 setting of `best`'s portfolio for that M (among them
+    the split cut, swapped with K split, and the one-consumer tile with pingpong); a bucket of
+    several Ms the one-consumer tile (pingpong, 64 rows) where it takes one round at its most
+    rows, never swapped; a fast_accum layer's keep their sums in wgmma's accumulator."""
+    from tuning.explore import portfolio as best_portfolio  # lazy, as the farm's tests do
+    layer = LayerShape(2304, 9216, "bfloat16")
+    one = [dict(c.knobs) for c in candidates(layer, Bucket(300, 300), 4096) if c.rung == V8]
+    entry = schedules.get("gemm", V8)
+    weighed = [entry.with_knobs(name.partition(":")[2], layer.gemm(300)).defaults
+               for name in best_portfolio(layer.gemm(300)) if name.startswith("v8:")]
+    assert weighed and all(dict(knobs) in one for knobs in weighed)
+    assert any(k["swap_ab"] and k["split_k"] > 1 for k in one) and any(k["pingpong"] for k in one)
+    several = [dict(c.knobs) for c in candidates(layer, Bucket(65, 256), 4096) if c.rung == V8]
+    assert [(k["block_m"], k["split_k"]) for k in several if k["pingpong"]] == [(64, 1)]
+    assert not any(k["swap_ab"] for k in several)
+    fast = LayerShape(4096, 4096, "float8_e4m3fn", fast_accum=True)
+    assert all(dict(c.knobs)["promote_k"] is None
+               for c in candidates(fast, Bucket(300, 300), 4096) if c.rung == V8)
+
+
 def _kernel_signature(layer: LayerShape, bucket: Bucket) -> str:
     """The CUDA signature of the bucket's first v8 candidate, as build_candidate builds it."""
     v8 = next(c for c in candidates(layer, bucket, 4096) if c.rung == "v8")
@@ -619,6 +640,32 @@ def test_v8_for_any_m_on_rows_tma_cannot_load_passes_every_probe(gpu_cache):
                 for bucket, k in enumerate(layer.kernels.kernels)
                 for name, result in k.measured.items() if name.startswith("v8")}
     assert statuses and set(statuses.values()) == {"ok"}, statuses
+
+
+@pytest.mark.gpu
+def test_pingpong_and_split_cut_candidates_pass_every_probe(gpu_cache):
+    """The one-consumer tile with pingpong for any M (whose rows a call gives) and for one M,
+    and the split cut (swapped, K split) for one M, bias included: every v8 candidate of every
+    bucket passes its float64 check at the bucket's probes, and the layer is right at each
+    bucket's edges."""
+    torch.manual_seed(0)
+    stock = torch.nn.Linear(2048, 2304, device="cuda", dtype=torch.bfloat16)
+    layer = linear.Linear.from_linear(stock, buckets=buckets_from_edges((1, 65, 300, 301)),
+                                      max_tokens=512)
+    linear.prepare(layer, cache=gpu_cache, say=print)
+    statuses = {(bucket, name): result["status"]
+                for bucket, k in enumerate(layer.kernels.kernels)
+                for name, result in k.measured.items() if name.startswith("v8")}
+    assert {bucket for bucket, name in statuses if "pingpong=true" in name} == {1, 2, 3}
+    assert any(bucket == 2 and "swap_ab=true" in name and "split_k=1," not in name
+               for bucket, name in statuses)
+    assert set(statuses.values()) == {"ok"}, statuses
+    for m in (64, 65, 200, 299, 300, 301, 512):
+        x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            y = layer(x)
+        ref = x.double() @ stock.weight.double().T + stock.bias.double()
+        assert float((y.double() - ref).norm() / ref.norm()) < 1e-2, m
 
 
 @pytest.mark.gpu

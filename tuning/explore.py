@@ -30,9 +30,10 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
 from schedules.gemm import V5T_NARROW, v5t_square, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
+from schedules import v8 as v8_family
 from schedules.v8 import halves_tile, split_cut_tile, wave_tile, workload_k_blocks
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
-                                    SWAP_MOST_TOKENS, SWAP_WEIGHED_ROWS, WGMMA_M, decode_batch)
+                                    SWAP_MOST_TOKENS, SWAP_WEIGHED_ROWS, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
 
 from . import autotvm, bench, build, measure, metaschedule, records
@@ -240,17 +241,12 @@ def filling_tile(wl: Workload) -> list[str]:
 
 
 def one_consumer_tile(wl: Workload) -> list[str]:
-    """16-bit inputs: `filling_tile` with pingpong where it is one wgmma tall and its tiles take
-    one round of the SMs (in two, a CTA's two consumers would share the tensor cores in the
-    last), which `best` weighs past MEDIUM_ROWS rows of A: each CTA's tile multiplied by one
-    consumer at the tile's whole width, the other idle, where two consumers would split its
-    columns into wgmmas half as wide. (On fp8 it measured slower.) (`other_settings`)"""
-    sms = heuristics.H100_SMS
-    tile = wave_tile(wl, sms, schedules.get(wl.op, "v8").defaults) \
-        if DTYPE_BYTES[wl.dtype] == 2 else None
-    fits = tile and tile[0] == WGMMA_M and heuristics.tile_count(wl, *tile) <= sms
+    """v8's `one_consumer_tile` unsplit with pingpong, which `best` weighs past MEDIUM_ROWS rows
+    of A: one consumer multiplies each CTA's tile at its whole width (`other_settings`)."""
+    tile = v8_family.one_consumer_tile(wl, heuristics.H100_SMS,
+                                       schedules.get(wl.op, "v8").defaults)
     return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1,
-                                "pingpong": True}] if fits else [])
+                                "pingpong": True}] if tile else [])
 
 
 def halved_tile(wl: Workload) -> list[str]:

@@ -504,6 +504,16 @@ def wave_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | None:
     return best if best and tile_count(wl, *best) <= TIMED_WAVES * sms else None
 
 
+def one_consumer_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | None:
+    """16-bit inputs: `wave_tile` where it is one wgmma tall and its tiles take one round of
+    the SMs, for pingpong: each CTA's tile multiplied by one consumer at the tile's whole
+    width, where two consumers would split its columns into wgmmas half as wide (in two
+    rounds, a CTA's two consumers would share the tensor cores in the last; on fp8 it
+    measured slower). None elsewhere."""
+    tile = wave_tile(wl, sms, knobs) if DTYPE_BYTES[wl.dtype] == 2 else None
+    return tile if tile and tile[0] == WGMMA_M and tile_count(wl, *tile) <= sms else None
+
+
 def halves_tile(wl: Workload, sms: int, knobs: dict,
                 space: dict | None = None) -> tuple[int, int] | None:
     """fp8's promoted sums by halves (promote_halves), past MEDIUM_ROWS rows of A, scales per
