@@ -16,7 +16,8 @@ from facts.record import Record, Timing
 from schedules import Workload, gemv, heuristics, v8
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
-from schedules.v8.heuristic import halves_tile, registered_run, tma_tiles
+from schedules.v8.heuristic import (halves_tile, registered_run, swapped_one_consumer_tile,
+                                    tma_tiles)
 from schedules.workloads import DENSE_DTYPES, FP8
 from tuning import build, explore, measure, records
 from tuning.explore import SearchResults, resolve, selection
@@ -39,6 +40,12 @@ def halved(block_n: int) -> str:
 def one_consumer(block_n: int) -> str:
     """best's filling 64-row tile with pingpong (`one_consumer_tile`), block_n wide."""
     return f"v8:block_m=64,block_n={block_n},split_k=1,pingpong=true"
+
+
+def swapped_one_consumer(block_n: int) -> str:
+    """best's swapped 64-row tile with pingpong, the tokens cut block_n wide
+    (`one_consumer_tile`'s swapped form)."""
+    return f"v8:swap_ab=true,block_m=64,block_n={block_n},split_k=1,pingpong=true"
 
 
 def split_cut(block_n: int) -> str:
@@ -911,13 +918,13 @@ def test_the_rule_of_best(wl, rung):
      ["v8", "v8:swap_ab=true", NARROW_64, SPLIT_128]),
     (Workload("gemm", (65, 896, 896), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=64,split_k=1",
-      one_consumer(64)]),
+      one_consumer(64), swapped_one_consumer(72)]),
     # 16-bit past 64 rows, up to 512: v8 swapped on 128-row tiles of the widest cut of the
     # tokens (300 in two columns of 152), K split to fill the SMs, where those tiles are fewer
     # than the SMs (18 x 2 here, not 224 x 2 at 300x28672x5120); not on fp8
     (Workload("gemm", (300, 2304, 9216), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", split_cut(152), NARROW_128, *MEDIUM_NAMES,
-      "v8:block_m=64,block_n=96,split_k=1", one_consumer(96)]),
+      "v8:block_m=64,block_n=96,split_k=1", one_consumer(96), swapped_one_consumer(104)]),
     (Workload("gemm", (300, 2304, 9216), FP8, "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=96,split_k=1",
       halved(144)]),
@@ -926,10 +933,11 @@ def test_the_rule_of_best(wl, rung):
     # ... nor where the rule leaves that tile's K whole (16 x 2 tiles of 128x256, K of 8 blocks),
     # nor where it is the swapped default's own choice (65 tokens: one column of 72, K in 2)
     (Workload("gemm", (500, 2048, 512), "bfloat16", "bfloat16", "nt"),
-     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, one_consumer(128)]),
+     ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, one_consumer(128),
+      swapped_one_consumer(128)]),
     (Workload("gemm", (65, 256, 512), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES, "v8:block_m=64,block_n=64,split_k=1",
-      one_consumer(64)]),
+      one_consumer(64), swapped_one_consumer(72)]),
     # the filling 64-row tile in two rounds (252 of 64x256, the medium tile): no pingpong
     (Workload("gemm", (398, 9216, 4096), "bfloat16", "bfloat16", "nt"),
      ["v8", "v8:swap_ab=true", NARROW_128, *MEDIUM_NAMES]),
@@ -973,6 +981,23 @@ def test_the_rule_of_best(wl, rung):
 ], ids=lambda item: item.label() if isinstance(item, Workload) else "")
 def test_best_weighs_skinny_swapped_v8_and_v8s_other_tiles_where_they_take_them(wl, weighed):
     assert explore.portfolio(wl) == weighed
+
+
+@pytest.mark.parametrize("shape, dtype, layout, tile", [
+    ((300, 2048, 2048), "bfloat16", "nt", (64, 80)),  # cuBLAS's: 32 x 4 columns of 80
+    ((200, 2048, 2048), "float16", "nt", (64, 56)),  # 32 x 4 columns of 56
+    ((300, 896, 4864), "bfloat16", "nt", (64, 56)),  # 14 x 6 of 56, not 9 of 40: too narrow
+    ((300, 2304, 2048), "bfloat16", "nt", (64, 104)),  # 36 x 3: 4 would take 144 CTAs
+    ((300, 16384, 2048), "bfloat16", "nt", None),  # 256 rows of tiles: more than one round
+    ((600, 4224, 2048), "bfloat16", "nt", None),  # 66 x 2 columns of 304: wider than 256
+    ((64, 2048, 2048), "bfloat16", "nt", None),  # up to MEDIUM_ROWS: the narrow tiles'
+    ((300, 2048, 2048), "bfloat16", "nn", None),  # swap_ab is nt only
+    ((300, 2048, 2048), FP8, "nt", None),  # 16-bit only, as the unswapped form
+], ids=str)
+def test_the_swapped_one_consumer_tile_cuts_the_tokens_as_narrow_as_one_round_allows(
+        shape, dtype, layout, tile):
+    wl = Workload("gemm", shape, dtype, layout=layout)
+    assert swapped_one_consumer_tile(wl, heuristics.H100_SMS) == tile
 
 
 @pytest.mark.parametrize("wl, left_out", [

@@ -31,7 +31,8 @@ from schedules.gemm import V5T_NARROW, v5t_square, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
 from schedules import v8 as v8_family
-from schedules.v8 import halves_tile, split_cut_tile, wave_tile, workload_k_blocks
+from schedules.v8 import (halves_tile, split_cut_tile, swapped_one_consumer_tile, wave_tile,
+                          workload_k_blocks)
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
                                     SWAP_MOST_TOKENS, SWAP_WEIGHED_ROWS, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
@@ -242,11 +243,16 @@ def filling_tile(wl: Workload) -> list[str]:
 
 def one_consumer_tile(wl: Workload) -> list[str]:
     """v8's `one_consumer_tile` unsplit with pingpong, which `best` weighs past MEDIUM_ROWS rows
-    of A: one consumer multiplies each CTA's tile at its whole width (`other_settings`)."""
-    tile = v8_family.one_consumer_tile(wl, heuristics.H100_SMS,
-                                       schedules.get(wl.op, "v8").defaults)
-    return other_settings(wl, [{"block_m": tile[0], "block_n": tile[1], "split_k": 1,
-                                "pingpong": True}] if tile else [])
+    of A, and where `swap_weighed`, its swapped form (`swapped_one_consumer_tile`): one
+    consumer multiplies each CTA's tile at its whole width; each form won on some shapes and
+    lost on others (reports/notes/h100-shapes.md) (`other_settings`)."""
+    sms, one = heuristics.H100_SMS, {"split_k": 1, "pingpong": True}
+    tile = v8_family.one_consumer_tile(wl, sms, schedules.get(wl.op, "v8").defaults)
+    swapped = swapped_one_consumer_tile(wl, sms) if swap_weighed(wl) else None
+    settings = [{"block_m": tile[0], "block_n": tile[1], **one}] if tile else []
+    settings += [{"swap_ab": True, "block_m": swapped[0], "block_n": swapped[1], **one}] \
+        if swapped else []
+    return other_settings(wl, settings)
 
 
 def halved_tile(wl: Workload) -> list[str]:

@@ -41,11 +41,11 @@ and of their 128-column block as they are promoted into float32 (promote_k = 128
 
 from .geometry import ELEMENT_BYTES, any_m_partial_bytes, k_block_count, workload_k_blocks
 from .heuristic import (MEDIUM_ROWS, MEDIUM_TILES, halves_tile, one_consumer_tile, short_overlap,
-                        split_cut_tile, wave_tile)
+                        split_cut_tile, swapped_one_consumer_tile, wave_tile)
 from .refusals import workload_refusal
 from .rung import v8, v8_kernel, v8_kernel_any_m, v8_refusals
 
 __all__ = ["ELEMENT_BYTES", "MEDIUM_ROWS", "MEDIUM_TILES", "any_m_partial_bytes",
            "halves_tile", "k_block_count", "one_consumer_tile", "short_overlap", "split_cut_tile",
-           "v8", "v8_kernel", "v8_kernel_any_m", "v8_refusals", "wave_tile", "workload_k_blocks",
-           "workload_refusal"]
+           "swapped_one_consumer_tile", "v8", "v8_kernel", "v8_kernel_any_m", "v8_refusals",
+           "wave_tile", "workload_k_blocks", "workload_refusal"]

@@ -31,6 +31,9 @@ SWAP_NARROWEST = 64  # ... the narrowest, where more columns than the fewest are
 # split twice as many ways for as many units, ran slower: reports/notes/h100-shapes.md,
 # "Swapped tiles of the widest cut")
 SPLIT_CUT_ROWS = 128
+SWAP_ONE_CONSUMER_NARROWEST = 56  # `swapped_one_consumer_tile`'s narrowest cut of the tokens:
+# 56 won at 200x2048x2048; 24-48 lost on each of the six shapes that sweep measured them on
+# (H200, 2026-11-30, reports/notes/h100-shapes.md)
 SWAP_MOST_TOKENS = 16  # swap_ab unasked where M is at most this many rows of A (decode batches)
 SWAP_WEIGHED_ROWS = 512  # best weighs v8 swapped beside its default up to this many rows of A
 MEDIUM_ROWS = 64  # past this many rows of A, MEDIUM_TILES are worth measuring beside the default
@@ -512,6 +515,21 @@ def one_consumer_tile(wl: Workload, sms: int, knobs: dict) -> tuple[int, int] | 
     measured slower). None elsewhere."""
     tile = wave_tile(wl, sms, knobs) if DTYPE_BYTES[wl.dtype] == 2 else None
     return tile if tile and tile[0] == WGMMA_M and tile_count(wl, *tile) <= sms else None
+
+
+def swapped_one_consumer_tile(wl: Workload, sms: int) -> tuple[int, int] | None:
+    """`one_consumer_tile`'s swapped form (16-bit inputs, nt, past MEDIUM_ROWS rows of A): a
+    wgmma's rows of B (the layer's) by the narrowest cut of the tokens, in whole 8s and at
+    least SWAP_ONE_CONSUMER_NARROWEST wide, that one round of the SMs takes (cuBLAS's 64x80
+    tiles at 300x2048x2048), so that each CTA multiplies as few padded columns as the SMs
+    allow. None where even a cut of SWAP_WIDEST would take more than one round."""
+    tokens = wl.dims["M"]
+    if DTYPE_BYTES[wl.dtype] != 2 or wl.layout != "nt" or tokens <= MEDIUM_ROWS:
+        return None
+    row_tiles = tile_count(kernel_workload(wl, True), WGMMA_M, tokens)
+    cuts = [-(-tokens // (8 * columns)) * 8 for columns in range(1, sms // row_tiles + 1)]
+    width = min((w for w in cuts if w >= SWAP_ONE_CONSUMER_NARROWEST), default=None)
+    return (WGMMA_M, width) if width and width <= SWAP_WIDEST else None
 
 
 def halves_tile(wl: Workload, sms: int, knobs: dict,
