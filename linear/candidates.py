@@ -176,7 +176,7 @@ def _weighed_settings(wl: Workload) -> list[dict]:
     heuristic picks them for wl."""
     entry = schedules.get("gemm", V8)
     named = [name.partition(":") for name in explore.portfolio(wl)]
-    return [dict(entry.with_knobs(knobs, wl).defaults) for rung, colon, knobs in named
+    return [dict(entry.with_knobs(text, wl).defaults) for rung, colon, text in named
             if rung == V8 and colon]
 
 

@@ -990,7 +990,7 @@ def test_best_weighs_skinny_swapped_v8_and_v8s_other_tiles_where_they_take_them(
     ((300, 2304, 2048), "bfloat16", "nt", (64, 104)),  # 36 x 3: 4 would take 144 CTAs
     ((300, 16384, 2048), "bfloat16", "nt", None),  # 256 rows of tiles: more than one round
     ((600, 4224, 2048), "bfloat16", "nt", None),  # 66 x 2 columns of 304: wider than 256
-    ((64, 2048, 2048), "bfloat16", "nt", None),  # up to MEDIUM_ROWS: the narrow tiles'
+    ((64, 2048, 2048), "bfloat16", "nt", None),  # up to MEDIUM_ROWS: the narrow tiles' rows
     ((300, 2048, 2048), "bfloat16", "nn", None),  # swap_ab is nt only
     ((300, 2048, 2048), FP8, "nt", None),  # 16-bit only, as the unswapped form
 ], ids=str)
@@ -998,6 +998,14 @@ def test_the_swapped_one_consumer_tile_cuts_the_tokens_as_narrow_as_one_round_al
         shape, dtype, layout, tile):
     wl = Workload("gemm", shape, dtype, layout=layout)
     assert swapped_one_consumer_tile(wl, heuristics.H100_SMS) == tile
+
+
+def test_best_weighs_the_swapped_one_consumer_tile_only_where_it_weighs_the_swap():
+    """Past SWAP_WEIGHED_ROWS rows the heuristic still gives the swapped tile; best leaves it."""
+    wl = Workload("gemm", (600, 2048, 2048), "bfloat16", "bfloat16", "nt")
+    assert swapped_one_consumer_tile(wl, heuristics.H100_SMS) == (64, 152)
+    assert explore.one_consumer_tile(wl) and \
+        not any("swap_ab=true" in name for name in explore.one_consumer_tile(wl))
 
 
 @pytest.mark.parametrize("wl, left_out", [

@@ -30,9 +30,9 @@ from schedules.errors import (BuildFailed, ExplorerError, KernelFailed, RecordsE
 from schedules.gemm import V5T_NARROW, v5t_square, v5t_square_tiles_fill
 from schedules.gemv import VECTOR_BYTES, vector_width
 from schedules.registry import TunedSchedule, with_knob_text
-from schedules import v8 as v8_family
 from schedules.v8 import (halves_tile, split_cut_tile, swapped_one_consumer_tile, wave_tile,
                           workload_k_blocks)
+from schedules.v8 import one_consumer_tile as v8_one_consumer_tile
 from schedules.v8.heuristic import (MEDIUM_ROWS, MEDIUM_TILES, SHORT_K_TILE, SHORT_WIDE_TILE,
                                     SWAP_MOST_TOKENS, SWAP_WEIGHED_ROWS, decode_batch)
 from schedules.workloads import DTYPE_BYTES, Workload
@@ -246,12 +246,12 @@ def one_consumer_tile(wl: Workload) -> list[str]:
     of A, and where `swap_weighed`, its swapped form (`swapped_one_consumer_tile`): one
     consumer multiplies each CTA's tile at its whole width; each form won on some shapes and
     lost on others (reports/notes/h100-shapes.md) (`other_settings`)."""
-    sms, one = heuristics.H100_SMS, {"split_k": 1, "pingpong": True}
-    tile = v8_family.one_consumer_tile(wl, sms, schedules.get(wl.op, "v8").defaults)
+    sms, unsplit_pingpong = heuristics.H100_SMS, {"split_k": 1, "pingpong": True}
+    tile = v8_one_consumer_tile(wl, sms, schedules.get(wl.op, "v8").defaults)
     swapped = swapped_one_consumer_tile(wl, sms) if swap_weighed(wl) else None
-    settings = [{"block_m": tile[0], "block_n": tile[1], **one}] if tile else []
-    settings += [{"swap_ab": True, "block_m": swapped[0], "block_n": swapped[1], **one}] \
-        if swapped else []
+    settings = [{"block_m": tile[0], "block_n": tile[1], **unsplit_pingpong}] if tile else []
+    settings += [{"swap_ab": True, "block_m": swapped[0], "block_n": swapped[1],
+                  **unsplit_pingpong}] if swapped else []
     return other_settings(wl, settings)
 
 

@@ -521,8 +521,8 @@ def swapped_one_consumer_tile(wl: Workload, sms: int) -> tuple[int, int] | None:
     """`one_consumer_tile`'s swapped form (16-bit inputs, nt, past MEDIUM_ROWS rows of A): a
     wgmma's rows of B (the layer's) by the narrowest cut of the tokens, in whole 8s and at
     least SWAP_ONE_CONSUMER_NARROWEST wide, that one round of the SMs takes (cuBLAS's 64x80
-    tiles at 300x2048x2048), so that each CTA multiplies as few padded columns as the SMs
-    allow. None where even a cut of SWAP_WIDEST would take more than one round."""
+    tiles at 300x2048x2048), so that each CTA's tile is as narrow as the SMs allow. None
+    where even a cut of SWAP_WIDEST would take more than one round."""
     tokens = wl.dims["M"]
     if DTYPE_BYTES[wl.dtype] != 2 or wl.layout != "nt" or tokens <= MEDIUM_ROWS:
         return None
