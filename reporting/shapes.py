@@ -185,29 +185,38 @@ def headline_row(name: str, runs: list[list[Record]]) -> dict:
 FLOOR_PERCENT = 85.0  # the no-cliffs issue's floor: no shape under this % of cuBLAS
 
 
-def sweep_rows(runs: list[list[Record]]) -> list[dict]:
+def sweep_rows(runs: list[list[Record]], without: str | None = None) -> list[dict]:
     """A sweep's settings side by side (scripts/sweep_summary.py): per setting (a rung's name
     with its knobs) the geometric mean of its % of cuBLAS at each M and over every shape
     (where it and cuBLAS both ran correctly), its lowest, how many shapes fall under
     FLOOR_PERCENT and on how many it was the fastest; last, the best of the settings on each
-    shape, what a rule choosing among them could at most reach."""
+    shape, what a rule choosing among them could at most reach, and where `without` is given,
+    the best of those whose names lack that text (what a portfolio gains by the others)."""
     percents: dict[str, dict[int, float]] = {}  # setting: {shape's index: %}
     for i, run in enumerate(runs):
         for r in run:
             if r.kind == "rung" and (found := percent_of_cublas(run, r)):
                 percents.setdefault(r.schedule, {})[i] = found
-    best = {i: max(p[i] for p in percents.values() if i in p)
-            for i in {i for p in percents.values() for i in p}}
+
+    def best_of(names) -> dict[int, float]:
+        return {i: max(percents[n][i] for n in names if i in percents[n])
+                for i in {i for n in names for i in percents[n]}}
+
+    best = best_of(list(percents))
+    bests = [("best of these", best)]
+    if without is not None:
+        kept = [name for name in percents if without not in name]
+        bests.append((f"best without {without}", best_of(kept)))
     rows_of = {i: workload_of(run[0]).dims["M"] for i, run in enumerate(runs)}
     rows = []
-    for name, by_shape in [*percents.items(), ("best of these", best)]:
+    for name, by_shape in [*percents.items(), *bests]:
         values = list(by_shape.values())
         row = {"setting": name}
         for m in sorted(set(rows_of.values())):
             row[f"M = {m}"] = _percent(geomean([p for i, p in by_shape.items() if rows_of[i] == m]))
         row.update({"all": _percent(geomean(values)), "lowest": _percent(min(values, default=None)),
                     f"under {FLOOR_PERCENT:g}%": str(sum(p < FLOOR_PERCENT for p in values)),
-                    "fastest on": "-" if by_shape is best else
+                    "fastest on": "-" if any(by_shape is b for _, b in bests) else
                     str(sum(p == best[i] for i, p in by_shape.items())),
                     "shapes": str(len(values))})
         rows.append(row)

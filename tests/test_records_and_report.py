@@ -581,6 +581,25 @@ def test_a_sweeps_summary_sets_its_settings_beside_the_best_of_them():
                if name != "best of these") >= 96  # every shape has a fastest (ties count twice)
 
 
+def test_a_sweeps_summary_sets_the_best_without_some_settings_beside_the_best():
+    """stop 92's sweep with the swapped one-consumer tile: the best of the portfolio with and
+    without it, as its notes read them (93.1% and 92.8% of cuBLAS at 200 rows, 93.1% at 300
+    either way)."""
+    sweep = os.path.join("notebook", "logs",
+                         "h200-sweep-swapped-one-consumer-2026-11-30.jsonl.gz")
+    done = _sweep_summary(sweep, "--without", "swap_ab=true,split_k=1,pingpong=true")
+    assert done.returncode == 0, done.stderr
+    header, _, *rows = done.stdout.splitlines()
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    table = {cells[0]: dict(zip(columns, cells))
+             for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows)}
+    with_it = table["best of these"]
+    without = table["best without swap_ab=true,split_k=1,pingpong=true"]
+    assert (with_it["M = 200"], with_it["M = 300"]) == ("93.1%", "93.1%")
+    assert (without["M = 200"], without["M = 300"], without["fastest on"]) == \
+        ("92.8%", "93.1%", "-")
+
+
 def test_a_sweeps_summary_keeps_one_suite_of_a_file_that_holds_two():
     """stop 90's sweep of wide-bf16 and wide-fp8 at 300 rows in one file: 32 shapes each."""
     both = os.path.join("notebook", "logs", "h200-sweep-swap-clusters-300-2026-11-29.jsonl.gz")
