@@ -628,6 +628,14 @@ def test_a_compiled_layer_calls_its_kernels_into_inductors_buffers(gpu_cache):
         linear.inductor.unavailable
 
 
+def _v8_statuses(layer, cache) -> dict:
+    """Prepare the layer: each of its v8 candidates' status ("ok" where it passed its float64
+    check at its bucket's probe Ms), by (bucket, name)."""
+    linear.prepare(layer, cache=cache, say=print)
+    return {(bucket, name): result["status"] for bucket, k in enumerate(layer.kernels.kernels)
+            for name, result in k.measured.items() if name.startswith("v8")}
+
+
 @pytest.mark.gpu
 def test_v8_for_any_m_on_rows_tma_cannot_load_passes_every_probe(gpu_cache):
     """1023 input features (2046-byte rows, staged by v8): every v8 candidate of every bucket
@@ -635,10 +643,7 @@ def test_v8_for_any_m_on_rows_tma_cannot_load_passes_every_probe(gpu_cache):
     stock = torch.nn.Linear(1023, 768, device="cuda", dtype=torch.bfloat16)
     layer = linear.Linear.from_linear(stock, buckets=buckets_from_edges((1, 2, 17, 65)),
                                       max_tokens=256)
-    linear.prepare(layer, cache=gpu_cache, say=print)
-    statuses = {(bucket, name): result["status"]
-                for bucket, k in enumerate(layer.kernels.kernels)
-                for name, result in k.measured.items() if name.startswith("v8")}
+    statuses = _v8_statuses(layer, gpu_cache)
     assert statuses and set(statuses.values()) == {"ok"}, statuses
 
 
@@ -652,10 +657,7 @@ def test_pingpong_and_split_cut_candidates_pass_every_probe(gpu_cache):
     stock = torch.nn.Linear(2048, 2304, device="cuda", dtype=torch.bfloat16)
     layer = linear.Linear.from_linear(stock, buckets=buckets_from_edges((1, 65, 300, 301)),
                                       max_tokens=512)
-    linear.prepare(layer, cache=gpu_cache, say=print)
-    statuses = {(bucket, name): result["status"]
-                for bucket, k in enumerate(layer.kernels.kernels)
-                for name, result in k.measured.items() if name.startswith("v8")}
+    statuses = _v8_statuses(layer, gpu_cache)
     assert {bucket for bucket, name in statuses if "pingpong=true" in name} == {1, 2, 3}
     swapped = [name for bucket, name in statuses if bucket == 2 and "swap_ab=true" in name]
     assert any("split_k=1," not in name for name in swapped)
