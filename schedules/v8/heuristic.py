@@ -449,12 +449,18 @@ def cut_tiles(product: Workload, sms: int, knobs: dict, space: dict) -> tuple[in
     return cheapest_tile(product, sms, knobs, (heights, sorted(widths)), sets)
 
 
+def cut_width(tokens: int, columns: int) -> int:
+    """The width of each of `columns` columns of tiles that swap_ab cuts `tokens` (the
+    workload's M) into: their share, rounded up to 8 (wgmma's n8)."""
+    return -(-tokens // (columns * 8)) * 8
+
+
 def cut_widths(tokens: int) -> dict[int, int]:
-    """swap_ab's columns of tiles that `tokens` (the workload's M) are cut into, the fewest of at
-    most SWAP_WIDEST and up to two more: {columns: width}, each width the tokens' share rounded
-    up to 8 (cuBLAS's nvjet tiles: 300 tokens in two of 152 or three of 104)."""
+    """swap_ab's columns of tiles that `tokens` are cut into, the fewest of at most SWAP_WIDEST
+    and up to two more: {columns: `cut_width`} (cuBLAS's nvjet tiles: 300 tokens in two of 152
+    or three of 104)."""
     fewest = -(-tokens // SWAP_WIDEST)
-    return {columns: -(-tokens // (columns * 8)) * 8 for columns in range(fewest, fewest + 3)}
+    return {columns: cut_width(tokens, columns) for columns in range(fewest, fewest + 3)}
 
 
 def split_cut_tile(wl: Workload, sms: int) -> tuple[int, int] | None:
@@ -527,7 +533,7 @@ def swapped_one_consumer_tile(wl: Workload, sms: int) -> tuple[int, int] | None:
     if DTYPE_BYTES[wl.dtype] != 2 or wl.layout != "nt" or tokens <= MEDIUM_ROWS:
         return None
     row_tiles = tile_count(kernel_workload(wl, True), WGMMA_M, tokens)
-    cuts = [-(-tokens // (8 * columns)) * 8 for columns in range(1, sms // row_tiles + 1)]
+    cuts = [cut_width(tokens, columns) for columns in range(1, sms // row_tiles + 1)]
     width = min((w for w in cuts if w >= SWAP_ONE_CONSUMER_NARROWEST), default=None)
     return (WGMMA_M, width) if width and width <= SWAP_WIDEST else None
 
