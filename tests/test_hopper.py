@@ -431,6 +431,28 @@ def _uses(expr, var_name: str) -> bool:
     return any(v.name == var_name for v in lowering.find(expr, tvm.tirx.Var))
 
 
+@pytest.mark.parametrize("knobs", [{"block_m": 128, "block_n": 128, "split_k": 2, "stages": 6},
+                                   {"pingpong": True, "block_m": 64, "block_n": 96, "split_k": 1,
+                                    "stages": 6}])
+def test_v8_consumers_step_their_ring_position_without_dividing_by_the_stages(lowered, knobs):
+    """The consumers' K loop finds each block's stage and its `full` barrier's parity by
+    stepping the ring position a block at a time (a select past the last stage), not by
+    dividing the K blocks passed by the stage count, which cost a signed division and its
+    correction per block on the consumers' path between wgmmas (ncu, 300 rows). Once per
+    unit (pingpong: past the other consumer's blocks) the position is still divided out."""
+    kernel = kf.kernel(lowered("v8", gemm((300, 2048, 2048), "bfloat16", "bfloat16", "nt"),
+                               **knobs))
+    stages = knobs["stages"]  # not a power of 2, which a division by could fold into shifts
+    loops = [f for f in kf.loop(kernel, "kt") if kf.calls(f, "ptx.wgmma_bf16_ss")]
+    assert loops  # the consumers' K loops
+    for consumers in loops:
+        divisions = [d for kind in (tvm.tirx.FloorMod, tvm.tirx.FloorDiv)
+                     for d in lowering.find(consumers, kind)
+                     if isinstance(d.b, tvm.tirx.IntImm) and int(d.b) in (stages, 2 * stages)]
+        assert not divisions
+        assert kf.calls(consumers, "cuda.mbarrier_wait")
+
+
 @needs_nvcc
 def test_v8_clusters_of_two_ctas_share_a_by_multicast(compiled, lowered):
     """cluster_n=2: CTAs in pairs (a cluster launch, its rank clusterCtaIdx), each loading its
@@ -461,6 +483,10 @@ def test_v8_clusters_of_two_ctas_share_a_by_multicast(compiled, lowered):
     assert int(drain.extent) == 4 and kf.calls(drain, "cuda.mbarrier_wait")
     assert kf.at(kernel, lambda n: n.same_as(drain)) > kf.at(kernel, kf.called("v8_tma_load_multicast"))
     assert not kf.calls(plain, "v8_tma_load_multicast") and not kf.calls(plain, "v8_cluster_sync")
+    assert not kf.calls(plain, "v8_free_stage")  # alone, each frees in its own CTA: no mapa
+    own_frees = kf.calls(plain, "v8_free_own_stage")
+    assert len(own_frees) == 2 and all(not isinstance(f.args[2], tvm.tirx.IntImm)
+                                       for f in own_frees)
     assert "clusterCtaIdx.x" not in kf.thread_extents(plain)
     for source in (compiled("v8", wl, cluster_n=2)[1], compiled("v8", wl)[1]):
         (usage,) = build.nvcc_resources(source, "sm_90").values()

@@ -58,7 +58,8 @@ SETTLE = register_helper("v8_settle",
 # predicated ClusterBarrier::arrive; mapa: the barrier at the same offset in CTA `rank`; a
 # predicate, not a branch: a branch in the K loop cost 30% of v8's speed), and before a CTA
 # ends its producer waits until every stage is freed, so that no arrival comes to a CTA that
-# has gone. Without clusters the same helper frees the stage, one thread per warpgroup.
+# has gone. Without clusters one thread per warpgroup frees the stage in its own CTA
+# (FREE_OWN_STAGE: the same predicate, no mapa).
 TMA_LOAD_MULTICAST = ("v8_tma_load_multicast", """
 __forceinline__ __device__ void v8_tma_load_multicast(unsigned dst, unsigned long long map,
                                                       int c0, int c1,
@@ -76,6 +77,14 @@ __forceinline__ __device__ void v8_free_stage(void* bar, unsigned rank, bool sig
                "@p mapa.shared::cluster.u32 remote, %0, %1; "
                "@p mbarrier.arrive.shared::cluster.b64 _, [remote]; }"
                :: "r"(local), "r"(rank), "r"((unsigned)signals) : "memory");
+}
+""")
+FREE_OWN_STAGE = ("v8_free_own_stage", """
+__forceinline__ __device__ void v8_free_own_stage(void* bar, bool signals) {
+  unsigned local = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %1, 0; "
+               "@p mbarrier.arrive.shared::cta.b64 _, [%0]; }"
+               :: "r"(local), "r"((unsigned)signals) : "memory");
 }
 """)
 CLUSTER_SYNC = ("v8_cluster_sync", """

@@ -63,9 +63,9 @@ from tvm.script.ir_builder import IRBuilder
 from ..common import TIRX_KERNEL, cuda_call
 from ..tensorcore import WARPGROUP
 from ..workloads import FP8, FP8_BLOCK, FP8_SCALES
-from .cuda import (BOX_BARRIER, CLUSTER_SYNC, CONSUMER_REGISTERS, FENCE_OPERAND, FREE_STAGE,
-                   GRID_SYNC, PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER, TMA_LOAD,
-                   TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word,
+from .cuda import (BOX_BARRIER, CLUSTER_SYNC, CONSUMER_REGISTERS, FENCE_OPERAND, FREE_OWN_STAGE,
+                   FREE_STAGE, GRID_SYNC, PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER,
+                   TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word,
                    descriptor_at, descriptor_base,
                    quad_store, stage_pair, stage_rows, swizzled)
 from .geometry import ATOM, BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ROW_BYTES, THREADS
@@ -102,7 +102,9 @@ class Operands(NamedTuple):
 
 class Consumer(NamedTuple):
     """A consumer thread: its warpgroup (0 or 1), its thread among the consumers, warp and lane
-    within the warpgroup, its accumulators, its ring position (K blocks passed), tma_store's
+    within the warpgroup, its accumulators, its ring position (K blocks passed; `ring`: the
+    stage the next K block is in and its `full` barrier's parity, stepped a block at a time
+    so that the K loop divides by no stage count), tma_store's
     count of boxes sent, (promote_k) the float32 sums the accumulators are promoted into,
     (block scales) the K block's scales of its rows and of its columns' blocks
     (`block_scale_registers`)."""
@@ -113,6 +115,7 @@ class Consumer(NamedTuple):
     lane: object
     acc: object
     used: object
+    ring: object
     sent: object
     sums: object
     factors: object
@@ -410,13 +413,36 @@ def promote(plan, me, scales):
     add_to_sums(plan, me, scales, 0)
 
 
+def stage_before(plan, s):
+    """The ring's stage before stage s."""
+    return T.Select(s == 0, plan.knobs.stages - 1, s - 1)
+
+
 @T.macro
-def free_stage_before(plan, me, shared, kt):
-    """Where K block kt has one before it (whose wgmmas are done), free that block's stage."""
-    stages = T.meta_var(plan.knobs.stages)
+def free_stage(plan, me, shared, s):
+    """Stage s freed for the producer (or, in a cluster, for the producers of every CTA)."""
+    if plan.cluster > 1:
+        cuda_call(FREE_STAGE, shared.empty.ptr_to([s]), me.thread % (WARPGROUP * 32),
+                  plan.frees(me.thread))
+    else:
+        cuda_call(FREE_OWN_STAGE, shared.empty.ptr_to([s]), plan.frees(me.thread))
+
+
+@T.macro
+def free_stage_before(plan, me, shared, kt, s):
+    """Where K block kt (in stage s) has one before it (whose wgmmas are done), free that
+    block's stage."""
     if kt > 0:
-        cuda_call(FREE_STAGE, shared.empty.ptr_to([(me.used[0] + kt + stages - 1) % stages]),
-                  me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+        free_stage(plan, me, shared, stage_before(plan, s))
+
+
+@T.macro
+def step_ring(plan, me, s):
+    """The ring position past K block s's stage: the next stage, and past the last one the
+    first, its barriers a phase on."""
+    last = T.meta_var(s == plan.knobs.stages - 1)
+    me.ring[0] = T.Select(last, 0, s + 1)
+    me.ring[1] = T.Select(last, 1 - me.ring[1], me.ring[1])
 
 
 @T.macro
@@ -456,8 +482,8 @@ def multiply_half(plan, me, bases, half):
 
 
 @T.macro
-def multiply_by_halves(plan, me, shared, kt, scales, acc_set, promotion, bases):
-    """promote_halves: K block kt's part of `k_block` once its stage is in (`bases`: its A and
+def multiply_by_halves(plan, me, shared, kt, s, scales, acc_set, promotion, bases):
+    """promote_halves: K block kt's part of `k_block` once its stage s is in (`bases`: its A and
     B descriptor bases): multiply its first half of the columns; where it follows a block of
     the run (promotion "previous"), wait for that block's second half and promote it under
     this first half's wgmmas; free the stage before; multiply the second half, then wait for
@@ -467,7 +493,7 @@ def multiply_by_halves(plan, me, shared, kt, scales, acc_set, promotion, bases):
     if promotion == "previous":
         T.ptx.wgmma.wait_group.sync.aligned(1)
         add_half_to_sums(plan, me, scales, 1 - acc_set, 1)
-    free_stage_before(plan, me, shared, kt)
+    free_stage_before(plan, me, shared, kt, s)
     multiply_half(plan, me, bases, 1)
     T.ptx.wgmma.wait_group.sync.aligned(1)
     add_half_to_sums(plan, me, scales, acc_set, 0)
@@ -485,19 +511,20 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
     added while this block's wgmmas run; by halves (promote_halves), `multiply_by_halves`.
     Block scales (`scales`, else None): each K block's are loaded first, into its set's
     registers, and applied as it is promoted."""
-    stages = T.meta_var(plan.knobs.stages)
     acc, base = T.meta_var((me.acc, acc_set * plan.accumulators))
     if scales is not None:
         load_block_scales(plan, me, scales, scales.first_block + kt, acc_set)
-    s: T.let[T.int32] = (me.used[0] + kt) % stages
-    T.cuda.mbarrier_wait(shared.full.ptr_to([s]), (me.used[0] + kt) // stages % 2)
+    s: T.let[T.int32] = me.ring[0]
+    T.cuda.mbarrier_wait(shared.full.ptr_to([s]), me.ring[1])
+    step_ring(plan, me, s)
     stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
     a_base: T.let[T.uint32] = descriptor_base(
         stage + T.Cast("uint32", plan.a_offset(me.consumer)), 16)
     b_base: T.let[T.uint32] = descriptor_base(
         stage + T.Cast("uint32", plan.b_offset(me.consumer)), plan.b_leading)
     if plan.halves:
-        multiply_by_halves(plan, me, shared, kt, scales, acc_set, promotion, (a_base, b_base))
+        multiply_by_halves(plan, me, shared, kt, s, scales, acc_set, promotion,
+                           (a_base, b_base))
     else:
         multiply_block(plan, me, (a_base, b_base), (base, plan.per_wgmma), 0,
                        functools.partial(adds_to_sums, plan, kt))
@@ -512,7 +539,7 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
             if plan.promotes:
                 if (kt + 1) % plan.promote_blocks == 0:
                     promote(plan, me, scales)
-        free_stage_before(plan, me, shared, kt)
+        free_stage_before(plan, me, shared, kt, s)
 
 
 @T.macro
@@ -573,6 +600,8 @@ def multiply(plan, me, shared, cta, j, count, scales):
     if plan.promotes:
         for i in T.unroll(plan.accumulators):
             me.sums[i] = T.float32(0)
+    me.ring[0] = used[0] % plan.knobs.stages
+    me.ring[1] = used[0] // plan.knobs.stages % 2
     if plan.knobs.pingpong:
         if j > 0:  # the other consumer has issued the unit before's wgmmas
             T.ptx.bar.sync(T.uint32(TURN_BARRIER + me.consumer), T.uint32(CONSUMER_THREADS))
@@ -589,8 +618,7 @@ def multiply(plan, me, shared, cta, j, count, scales):
                 me.sums[i] = me.sums[i] + acc[i]
         for i in T.unroll(plan.accumulators):
             acc[i] = me.sums[i]
-    cuda_call(FREE_STAGE, shared.empty.ptr_to([(used[0] + count - 1) % plan.knobs.stages]),
-              me.thread % (WARPGROUP * 32), plan.frees(me.thread))
+    free_stage(plan, me, shared, stage_before(plan, me.ring[0]))
     used[0] = used[0] + count * plan.turns
 
 
@@ -794,13 +822,15 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     factors = T.meta_var(block_scale_registers(plan))
     used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed
     used[0] = plan.first_unit(consumer) * plan.k_blocks  # (pingpong: no split K, units alike)
+    ring = T.alloc_local((2,), "int32")  # the next K block's stage, its full barrier's parity
     sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
     sent[0] = 0
     thread: T.let[T.int32] = tx - WARPGROUP * 32
     warp: T.let[T.int32] = tx % (WARPGROUP * 32) // 32
     lane: T.let[T.int32] = tx % 32
     origin = T.meta_var(origin_register(plan))
-    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, sent, sums, factors))
+    me = T.meta_var(Consumer(consumer, thread, warp, lane, acc, used, ring, sent, sums,
+                             factors))
     # Step 2. Each unit of the CTA in turn: multiply it, then finish it.
     for turn in range(-(-plan.units_per_cta // plan.turns)):
         j: T.let[T.int32] = turn * plan.turns + plan.first_unit(consumer)

@@ -282,7 +282,7 @@ class Plan:
 
     def frees(self, thread):
         """Whether a consumer thread frees a stage: its warpgroup's thread r, in the CTA of rank
-        r (FREE_STAGE's predicate, so the K loop does not branch around wgmma)."""
+        r (the free's predicate, so the K loop does not branch around wgmma)."""
         return thread % (WARPGROUP * 32) < self.cluster
 
     def a_offset(self, consumer):
