@@ -437,8 +437,8 @@ def _uses(expr, var_name: str) -> bool:
 def test_v8_consumers_step_their_ring_position_without_dividing_by_the_stages(lowered, knobs):
     """The consumers' K loop finds each block's stage and its `full` barrier's parity by
     stepping the ring position a block at a time (a select past the last stage), not by
-    dividing the K blocks passed by the stage count, which cost a signed division and its
-    correction per block on the consumers' path between wgmmas (ncu, 300 rows). Once per
+    dividing the K blocks passed by the stage count, a signed division and its correction
+    per block on the consumers' path between one block's wgmmas and the next's. Once per
     unit (pingpong: past the other consumer's blocks) the position is still divided out."""
     kernel = kf.kernel(lowered("v8", gemm((300, 2048, 2048), "bfloat16", "bfloat16", "nt"),
                                **knobs))
