@@ -482,13 +482,15 @@ def multiply_half(plan, me, bases, half):
 
 
 @T.macro
-def multiply_by_halves(plan, me, shared, kt, s, scales, acc_set, promotion, bases):
-    """promote_halves: K block kt's part of `k_block` once its stage s is in (`bases`: its A and
-    B descriptor bases): multiply its first half of the columns; where it follows a block of
+def multiply_by_halves(plan, me, shared, block, scales, acc_set, promotion, bases):
+    """promote_halves: `block`'s part of `k_block` (K block kt, in stage s) once the stage is
+    in (`bases`: its A and B descriptor bases): multiply its first half of the columns; where
+    it follows a block of
     the run (promotion "previous"), wait for that block's second half and promote it under
     this first half's wgmmas; free the stage before; multiply the second half, then wait for
     the first and promote it under the second's. Block scales: in scale set acc_set (the
     block before's, still to be applied, are in the other)."""
+    kt, s = T.meta_var(block)
     multiply_half(plan, me, bases, 0)
     if promotion == "previous":
         T.ptx.wgmma.wait_group.sync.aligned(1)
@@ -523,7 +525,7 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
     b_base: T.let[T.uint32] = descriptor_base(
         stage + T.Cast("uint32", plan.b_offset(me.consumer)), plan.b_leading)
     if plan.halves:
-        multiply_by_halves(plan, me, shared, kt, s, scales, acc_set, promotion,
+        multiply_by_halves(plan, me, shared, (kt, s), scales, acc_set, promotion,
                            (a_base, b_base))
     else:
         multiply_block(plan, me, (a_base, b_base), (base, plan.per_wgmma), 0,
