@@ -102,11 +102,11 @@ class Operands(NamedTuple):
 
 class Consumer(NamedTuple):
     """A consumer thread: its warpgroup (0 or 1), its thread among the consumers, warp and lane
-    within the warpgroup, its accumulators, its ring position (K blocks passed; `ring`: the
-    stage the next K block is in and its `full` barrier's parity, stepped a block at a time
-    so that the K loop divides by no stage count), tma_store's
-    count of boxes sent, (promote_k) the float32 sums the accumulators are promoted into,
-    (block scales) the K block's scales of its rows and of its columns' blocks
+    within the warpgroup, its accumulators, its ring position at the start of its unit (`used`:
+    K blocks passed) and within it (`ring`: the stage the next K block is in and its `full`
+    barrier's parity, stepped a block at a time so that the K loop divides by no stage count),
+    tma_store's count of boxes sent, (promote_k) the float32 sums the accumulators are promoted
+    into, (block scales) the K block's scales of its rows and of its columns' blocks
     (`block_scale_registers`)."""
 
     consumer: object
@@ -485,11 +485,10 @@ def multiply_half(plan, me, bases, half):
 def multiply_by_halves(plan, me, shared, block, scales, acc_set, promotion, bases):
     """promote_halves: `block`'s part of `k_block` (K block kt, in stage s) once the stage is
     in (`bases`: its A and B descriptor bases): multiply its first half of the columns; where
-    it follows a block of
-    the run (promotion "previous"), wait for that block's second half and promote it under
-    this first half's wgmmas; free the stage before; multiply the second half, then wait for
-    the first and promote it under the second's. Block scales: in scale set acc_set (the
-    block before's, still to be applied, are in the other)."""
+    it follows a block of the run (promotion "previous"), wait for that block's second half
+    and promote it under this first half's wgmmas; free the stage before; multiply the second
+    half, then wait for the first and promote it under the second's. Block scales: in scale
+    set acc_set (the block before's, still to be applied, are in the other)."""
     kt, s = T.meta_var(block)
     multiply_half(plan, me, bases, 0)
     if promotion == "previous":
@@ -503,8 +502,9 @@ def multiply_by_halves(plan, me, shared, block, scales, acc_set, promotion, base
 
 @T.macro
 def k_block(plan, me, shared, kt, scales, acc_set, promotion):
-    """K block kt of the consumer's K loop: wait for its stage's bytes, multiply its part of
-    the tile with wgmma into accumulator set acc_set, and free the stage of the K block before
+    """K block kt of the consumer's K loop: wait for its stage's bytes (the ring position's,
+    which it steps past that stage: one call per K block, in order), multiply its part of the
+    tile with wgmma into accumulator set acc_set, and free the stage of the K block before
     (whose wgmmas wait_group 1 has seen finish). promote_k: wgmma's sums are added into the
     float32 sums once they are done, and the next block's first wgmma starts them afresh (its
     scale-d predicate false); `promotion` says when: "wait" every promote_blocks K blocks,
@@ -591,8 +591,9 @@ def k_loop(plan, me, shared, count, scales):
 
 @T.macro
 def multiply(plan, me, shared, cta, j, count, scales):
-    """The consumer's unit j: accumulators zeroed, the K loop (block scales: `scales`, read per
-    K block; else None) (pingpong: in its turn, then the
+    """The consumer's unit j: accumulators zeroed, the ring position's stage and parity set
+    from the K blocks passed, the K loop (block scales: `scales`, read per K block; else None)
+    (pingpong: in its turn, then the
     other consumer's turn given), the last wgmmas waited for and settled (promote_k: the last
     K blocks' promoted, and the sums taken as the accumulators), the last stage freed and the
     ring position moved past the unit (pingpong: past the other's unit too)."""
@@ -822,7 +823,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     acc = T.alloc_local((plan.accumulators * plan.accumulator_sets,), "float32")
     sums = T.meta_var(float32_sums(plan, acc))
     factors = T.meta_var(block_scale_registers(plan))
-    used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed
+    used = T.alloc_local((1,), "int32")  # the ring's position: K blocks passed before a unit
     used[0] = plan.first_unit(consumer) * plan.k_blocks  # (pingpong: no split K, units alike)
     ring = T.alloc_local((2,), "int32")  # the next K block's stage, its full barrier's parity
     sent = T.alloc_local((1,), "int32")  # boxes of C sent (tma_store): whose turn
