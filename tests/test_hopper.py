@@ -367,7 +367,7 @@ def test_v8_splits_only_the_tiles_of_the_last_wave_with_split_tail(compiled, low
     assert sorted(int(f.extent) for f in kf.loop(kernel, "j")) == [2]
     assert sorted(int(f.extent) for f in kf.loop(kernel, "turn")) == [2]
     binds = lowering.find(kernel, S.Bind)
-    extents = [next(b.value for b in binds if b.var.same_as(f.extent))
+    extents = [next((b.value for b in binds if b.var.same_as(f.extent)), f.extent)
                for f in kf.loop(kernel, "kt")]  # the producer's and the consumers' K loops
     assert len(extents) == 2 and all(isinstance(e, tvm.tirx.Select) for e in extents)
     assert {(int(e.true_value), int(e.false_value)) for e in extents} == {(56, 7)}
@@ -434,23 +434,26 @@ def _uses(expr, var_name: str) -> bool:
 @pytest.mark.parametrize("knobs", [{"block_m": 128, "block_n": 128, "split_k": 2, "stages": 6},
                                    {"pingpong": True, "block_m": 64, "block_n": 96, "split_k": 1,
                                     "stages": 6}])
-def test_v8_consumers_step_their_ring_position_without_dividing_by_the_stages(lowered, knobs):
-    """The consumers' K loop finds each block's stage and its `full` barrier's parity by
-    stepping the ring position a block at a time (a select past the last stage), not by
-    dividing the K blocks passed by the stage count, a signed division and its correction
-    per block on the consumers' path between one block's wgmmas and the next's. Once per
-    unit (pingpong: past the other consumer's blocks) the position is still divided out."""
+def test_v8_producer_and_consumers_step_their_ring_position_without_dividing_by_the_stages(
+        lowered, knobs):
+    """The producer's and the consumers' K loops find each block's stage and its barrier's
+    parity by stepping a ring position a block at a time (a select past the last stage), not
+    by dividing the K blocks passed by the stage count, a signed division and its correction
+    per block between one block's wgmmas (or TMA loads) and the next's. Once per unit
+    (pingpong: past the other consumer's blocks) the consumers' position is still divided out."""
     kernel = kf.kernel(lowered("v8", gemm((300, 2048, 2048), "bfloat16", "bfloat16", "nt"),
                                **knobs))
     stages = knobs["stages"]  # not a power of 2, which a division by could fold into shifts
-    loops = [f for f in kf.loop(kernel, "kt") if kf.calls(f, "ptx.wgmma_bf16_ss")]
-    assert loops  # the consumers' K loops
-    for consumers in loops:
+    loops = kf.loop(kernel, "kt")
+    consumers = [f for f in loops if kf.calls(f, "ptx.wgmma_bf16_ss")]
+    producers = [f for f in loops if kf.calls(f, "ptx.mbarrier_arrive_expect_tx")]
+    assert consumers and len(producers) == 1
+    for k_loop in consumers + producers:
         divisions = [d for kind in (tvm.tirx.FloorMod, tvm.tirx.FloorDiv)
-                     for d in lowering.find(consumers, kind)
+                     for d in lowering.find(k_loop, kind)
                      if isinstance(d.b, tvm.tirx.IntImm) and int(d.b) in (stages, 2 * stages)]
         assert not divisions
-        assert kf.calls(consumers, "cuda.mbarrier_wait")
+        assert kf.calls(k_loop, "cuda.mbarrier_wait")
 
 
 @needs_nvcc

@@ -220,6 +220,16 @@ def load_stage(plan, rank, maps, shared, s, stage, k0, origin):
 
 
 @T.macro
+def step_ring(plan, ring, s):
+    """The ring position (`ring`: the next stage and the parity its barrier is waited on with)
+    stepped past stage s: the next stage, and past the last one the first, its barriers a phase
+    on. The producer and each consumer keep one, so no K block divides by the stage count."""
+    last = T.meta_var(s == plan.knobs.stages - 1)
+    ring[0] = T.Select(last, 0, s + 1)
+    ring[1] = T.Select(last, 1 - ring[1], ring[1])
+
+
+@T.macro
 def produce(plan, cta, rank, tx, shared, maps):
     """The producer warpgroup: it gives registers back, and its first thread loads every K block
     of the CTA's units into the ring, each stage once its consumers have freed it; with
@@ -227,29 +237,28 @@ def produce(plan, cta, rank, tx, shared, maps):
     stages = T.meta_var(plan.knobs.stages)
     T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
     if tx == 0:
-        loaded = T.alloc_local((1,), "int32")  # K blocks loaded: the ring's position
-        loaded[0] = 0
+        ring = T.alloc_local((2,), "int32")  # the next K block's stage, its empty barrier's parity
+        ring[0] = 0
+        ring[1] = 1  # on a fresh barrier, parity 1 counts as the phase before the first
         for j in range(plan.units_per_cta):
             if plan.unit_of(cta, j) < plan.units:
                 tile: T.let[T.int32] = plan.tile_of(plan.unit_of(cta, j))
                 m0, n0 = T.meta_var(plan.unit_origin(tile, rank))
                 first, count = T.meta_var(plan.k_range(plan.unit_of(cta, j)))
                 for kt in range(count):
-                    s: T.let[T.int32] = (loaded[0] + kt) % stages
-                    # the stage's previous K block freed (on a fresh barrier, parity 1
-                    # counts as the phase before the first: it returns at once)
-                    T.cuda.mbarrier_wait(shared.empty.ptr_to([s]),
-                                         ((loaded[0] + kt) // stages + 1) % 2)
+                    s: T.let[T.int32] = ring[0]
+                    T.cuda.mbarrier_wait(shared.empty.ptr_to([s]), ring[1])  # s's last freed
+                    step_ring(plan, ring, s)
                     stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
                     T.ptx.mbarrier.arrive.expect_tx.shared.b64(shared.full.ptr_to([s]),
                                                              T.uint32(plan.stage_bytes))
                     k0: T.let[T.int32] = (first + kt) * plan.block_k
                     load_stage(plan, rank, maps, shared, s, stage, k0, (m0, n0))
-                loaded[0] = loaded[0] + count
         if plan.cluster > 1:  # every stage freed by both CTAs' consumers before this ends
             for i in range(stages):
-                T.cuda.mbarrier_wait(shared.empty.ptr_to([(loaded[0] + i) % stages]),
-                                     ((loaded[0] + i) // stages + 1) % 2)
+                at: T.let[T.int32] = ring[0]
+                T.cuda.mbarrier_wait(shared.empty.ptr_to([at]), ring[1])
+                step_ring(plan, ring, at)
 
 
 def float32_sums(plan, acc):
@@ -437,15 +446,6 @@ def free_stage_before(plan, me, shared, kt, s):
 
 
 @T.macro
-def step_ring(plan, me, s):
-    """The ring position past K block s's stage: the next stage, and past the last one the
-    first, its barriers a phase on."""
-    last = T.meta_var(s == plan.knobs.stages - 1)
-    me.ring[0] = T.Select(last, 0, s + 1)
-    me.ring[1] = T.Select(last, 1 - me.ring[1], me.ring[1])
-
-
-@T.macro
 def multiply_block(plan, me, bases, accumulators, half, scale_d):
     """One K block's wgmmas of the consumer's part of the tile, as one commit group: the
     accumulators (`accumulators`: the first's index in each m64 wgmma's and how many) fenced,
@@ -518,7 +518,7 @@ def k_block(plan, me, shared, kt, scales, acc_set, promotion):
         load_block_scales(plan, me, scales, scales.first_block + kt, acc_set)
     s: T.let[T.int32] = me.ring[0]
     T.cuda.mbarrier_wait(shared.full.ptr_to([s]), me.ring[1])
-    step_ring(plan, me, s)
+    step_ring(plan, me.ring, s)
     stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
     a_base: T.let[T.uint32] = descriptor_base(
         stage + T.Cast("uint32", plan.a_offset(me.consumer)), 16)
