@@ -88,7 +88,7 @@ def test_export_writes_source_library_loader_and_json(exported):
         f"exported blockreduce (gemv 256x512 float16 nt, sm_90a) to {directory}: kernel.cu, "
         "kernel.so, load.py, kernel.json; not measured: built on a machine without a GPU")
     source = (directory / loader.SOURCE).read_text()
-    kernels = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source)
+    kernels = re.findall(r"__global__ void (?:__launch_bounds__\([\d, ]+\) )?(\w+)\(", source)
     library = (directory / loader.LIBRARY).read_bytes()
     assert kernels and library.startswith(b"\x7fELF") and b"__tvm_ffi_main" in library
     assert all(name.encode() in library for name in kernels)  # the kernels TVM's runtime loads

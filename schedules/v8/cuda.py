@@ -87,6 +87,16 @@ __forceinline__ __device__ void v8_free_own_stage(void* bar, bool signals) {
                :: "r"(local), "r"((unsigned)signals) : "memory");
 }
 """)
+# The warpgroup a thread is in, read from lane 0 of its warp (CUTLASS's canonical_warp_group_idx):
+# the same value, but one ptxas knows every lane of the warp shares, so what the consumers derive
+# from it (their ring positions, stages, wgmma descriptors) lives in uniform registers. Derived
+# from threadIdx alone, each wgmma's descriptors were built in ordinary registers and moved
+# across (R2UR) before every wgmma.
+WARPGROUP_OF_WARP = ("v8_warpgroup_of_warp", """
+__forceinline__ __device__ int v8_warpgroup_of_warp(int thread) {
+  return __shfl_sync(0xffffffffu, thread / 128, 0);
+}
+""")
 CLUSTER_SYNC = ("v8_cluster_sync", """
 __forceinline__ __device__ void v8_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");

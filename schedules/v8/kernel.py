@@ -65,9 +65,9 @@ from ..tensorcore import WARPGROUP
 from ..workloads import FP8, FP8_BLOCK, FP8_SCALES
 from .cuda import (BOX_BARRIER, CLUSTER_SYNC, CONSUMER_REGISTERS, FENCE_OPERAND, FREE_OWN_STAGE,
                    FREE_STAGE, GRID_SYNC, PAIR_STORE, PRODUCER_REGISTERS, SETTLE, SPLIT_BARRIER,
-                   TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, arrival_word,
-                   descriptor_at, descriptor_base,
-                   quad_store, stage_pair, stage_rows, swizzled)
+                   TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORE, TURN_BARRIER, WARPGROUP_OF_WARP,
+                   arrival_word, descriptor_at, descriptor_base, quad_store, stage_pair,
+                   stage_rows, swizzled)
 from .geometry import ATOM, BOX_ROWS, CONSUMER_THREADS, CONSUMERS, ROW_BYTES, THREADS
 from .plan import Plan
 
@@ -819,7 +819,7 @@ def consume(plan, operands, cta, rank, tx, shared, maps):
     tma_store, its boxes read out before the CTA's shared memory goes."""
     # Step 1. Registers, accumulators, the ring position and who this thread is.
     T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
-    consumer: T.let[T.int32] = tx // (WARPGROUP * 32) - 1
+    consumer: T.let[T.int32] = cuda_call(WARPGROUP_OF_WARP, tx, return_type="int32") - 1
     acc = T.alloc_local((plan.accumulators * plan.accumulator_sets,), "float32")
     sums = T.meta_var(float32_sums(plan, acc))
     factors = T.meta_var(block_scale_registers(plan))
@@ -908,8 +908,9 @@ def warp_specialized_gemm(plan: Plan):
                           *plan.c_map)
 
         T.device_entry()
-        if plan.halves:  # one CTA an SM: without it ptxas ignored setmaxnreg here (C7508)
-            T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
+        # one CTA an SM: without it ptxas ignores setmaxnreg (C7508) where the kernel needs
+        # fewer registers than the launch allows
+        T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
         cta = T.cta_id([plan.grid])
         rank = T.meta_var(plan.cluster_rank())
         tx = T.thread_id([THREADS])
