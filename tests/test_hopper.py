@@ -471,7 +471,7 @@ def test_ptxas_applies_v8s_setmaxnreg_and_sees_its_warpgroup_as_uniform(compiled
     position, the stages' addresses, wgmma's descriptors) can live in uniform registers."""
     source = compiled("v8", gemm((300, 2048, 2048), "bfloat16", "bfloat16", "nt"), **knobs)[1]
     assert "__launch_bounds__(384, 1)" in source
-    assert "int consumer = (v8_warpgroup_of_warp(((int)threadIdx.x)) - 1);" in source
+    assert re.search(r"int consumer = \(v8_warpgroup_of_warp\(", source)
     with tempfile.TemporaryDirectory() as tmp:
         cu = os.path.join(tmp, "v8.cu")
         with open(cu, "w") as f:

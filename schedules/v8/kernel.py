@@ -247,7 +247,8 @@ def produce(plan, cta, rank, tx, shared, maps):
                 first, count = T.meta_var(plan.k_range(plan.unit_of(cta, j)))
                 for kt in range(count):
                     s: T.let[T.int32] = ring[0]
-                    T.cuda.mbarrier_wait(shared.empty.ptr_to([s]), ring[1])  # s's last freed
+                    # the stage's previous K block freed by the consumers
+                    T.cuda.mbarrier_wait(shared.empty.ptr_to([s]), ring[1])
                     step_ring(plan, ring, s)
                     stage: T.let[T.uint32] = shared.ring + T.Cast("uint32", s * plan.stage_bytes)
                     T.ptx.mbarrier.arrive.expect_tx.shared.b64(shared.full.ptr_to([s]),
