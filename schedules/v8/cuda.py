@@ -10,7 +10,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 from tvm.script.ir_builder import IRBuilder
 
-from ..tensorcore import SHORT
+from ..tensorcore import SHORT, WARPGROUP
 from ..workloads import FP8
 from .geometry import SWIZZLE
 
@@ -92,10 +92,10 @@ __forceinline__ __device__ void v8_free_own_stage(void* bar, bool signals) {
 # from it (their ring positions, stages, wgmma descriptors) lives in uniform registers. Derived
 # from threadIdx alone, each wgmma's descriptors were built in ordinary registers and moved
 # across (R2UR) before every wgmma.
-WARPGROUP_OF_WARP = ("v8_warpgroup_of_warp", """
-__forceinline__ __device__ int v8_warpgroup_of_warp(int thread) {
-  return __shfl_sync(0xffffffffu, thread / 128, 0);
-}
+WARPGROUP_OF_WARP = ("v8_warpgroup_of_warp", f"""
+__forceinline__ __device__ int v8_warpgroup_of_warp(int thread) {{
+  return __shfl_sync(0xffffffffu, thread / {WARPGROUP * 32}, 0);
+}}
 """)
 CLUSTER_SYNC = ("v8_cluster_sync", """
 __forceinline__ __device__ void v8_cluster_sync() {
