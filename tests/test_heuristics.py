@@ -16,8 +16,8 @@ from facts.record import Record, Timing
 from schedules import Workload, gemv, heuristics, v8
 from schedules.errors import RecordsError, ScheduleNotApplicable, WorkloadError
 from schedules.v8.geometry import MOST_ACCUMULATORS, consumer_accumulators
-from schedules.v8.heuristic import (halves_tile, registered_run, swapped_one_consumer_tile,
-                                    tma_tiles)
+from schedules.v8.heuristic import (halves_tile, registered_run, ring_stages,
+                                    swapped_one_consumer_tile, tma_tiles)
 from schedules.workloads import DENSE_DTYPES, FP8
 from tuning import build, explore, measure, records
 from tuning.explore import SearchResults, resolve, selection
@@ -96,8 +96,9 @@ CHOICES = [
     ("v7", gemm((8192, 8192, 1024), "float16"), {}),
     # v8: 64-row tiles split along N for decode (M <= 64, or M <= 128 with few 128-row tiles;
     # at most SWAP_MOST_TOKENS rows swapped, as test_v8_swaps_decode_batches_unasked checks),
-    # 128 columns where their waves take less time, then as many stages as fit (6 of 128x128
-    # or 64x128; 4 of 128x256, the default), then K split while the units stay within one wave;
+    # 128 columns where their waves take less time, then as many stages as fit up to 6 (6 of
+    # 128x128; 4 of 128x256, the default), up to 8 on unsplit 64-row tiles (`ring_stages`),
+    # then K split while the units stay within one wave;
     # tma_store (the default) only where a CTA walks more than one unit
     ("v8", gemm((128, 4096, 4096), "bfloat16", "nt"),  # 64 tiles x 2 (not 4: 256 units)
      {"block_m": 64, "block_n": 128, "stages": 6, "split_k": 2, "tma_store": False}),
@@ -107,7 +108,7 @@ CHOICES = [
     ("v8", gemm((48, 3072, 2048), "bfloat16", "nt"),
      {"block_m": 64, "block_n": 64, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((32, 4096, 256), "bfloat16", "nt"),
-     {"block_m": 64, "block_n": 64, "stages": 6, "tma_store": False}),
+     {"block_m": 64, "block_n": 64, "stages": 8, "tma_store": False}),
     # ... not where a unit would keep more than ONE_ROW_MOST_BLOCKS K blocks: 96 of 64x64 whole
     # would keep 64 each; 48 of 64x128 in 2 slices keep 32
     ("v8", gemm((32, 6144, 4096), "bfloat16", "nt"),
@@ -126,12 +127,12 @@ CHOICES = [
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nt"),
      {"block_m": 64, "block_n": 160, "stages": 6, "split_k": 2, "tma_store": False}),
     ("v8", gemm((128, 4608, 3584), FP8, "nt"),  # (fp8's runs on 64-row tiles: 4, see below)
-     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False, "promote_k": 128,
+     {"block_m": 64, "block_n": 128, "stages": 8, "tma_store": False, "promote_k": 128,
       "promote_overlap": 4}),
     ("v8", gemm((128, 4608, 3584), "bfloat16", "nn"),
-     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
+     {"block_m": 64, "block_n": 128, "stages": 8, "tma_store": False}),
     ("v8", gemm((128, 6144, 4096), "float16", "nt"),
-     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False}),
+     {"block_m": 64, "block_n": 128, "stages": 8, "tma_store": False}),
     # 144 tiles of 128x256, 1.1 waves: nt takes one wave of 128 tiles of 256x144 (no more
     # area: 1.125 x 128 = 144 wide); nn (no 256-row tiles) the least estimated time of the
     # timed tiles: 192 of 128x192, 2 rounds of 56 K blocks
@@ -171,7 +172,7 @@ CHOICES = [
     ("v8", gemm((2500, 9728, 896), FP8, "nt"),
      {"block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 8}),
     ("v8", gemm((48, 27648, 5120), FP8, "nt"),
-     {"block_m": 64, "block_n": 128, "stages": 6, "promote_k": 128, "promote_overlap": 4}),
+     {"block_m": 64, "block_n": 128, "stages": 8, "promote_k": 128, "promote_overlap": 4}),
     # fp8's promoted sums at medium M: 300 rows take 3 rows of 128-row tiles (384 rows) or 5 of
     # 64-row ones (320): 560 tiles of 64x256 are 5 rounds against 672 of 128x128's 6, so v8 takes
     # them whole (`short_wide_tile`); at 700 rows, 132 against 144 (one round against two). Not
@@ -192,7 +193,7 @@ CHOICES = [
     # tiles of 128x128 in two slices each, or 80 of 64x128 whole, in one round both
     # (`short_k_tile`); not on K of 64 blocks, nor with block scales
     ("v8", gemm((300, 2048, 2048), FP8, "nt"),
-     {"block_m": 64, "block_n": 128, "stages": 6, "tma_store": False, "promote_k": 128,
+     {"block_m": 64, "block_n": 128, "stages": 8, "tma_store": False, "promote_k": 128,
       "promote_overlap": 4}),
     ("v8", gemm((300, 2048, 8192), FP8, "nt"),
      {"block_n": 128, "stages": 6, "split_k": 2, "tma_store": False, "promote_k": 128,
@@ -441,7 +442,7 @@ def test_knobs_set_by_the_user_win_and_the_heuristic_fills_the_rest():
     decode = gemm((128, 4096, 4096), "bfloat16", "nt")
     assert changed(v8, decode)["split_k"] == 2
     for cluster in ({"cluster_m": 2}, {"cluster_n": 2}):
-        assert changed(v8, decode, cluster) == {"block_m": 64, "block_n": 128, "stages": 6,
+        assert changed(v8, decode, cluster) == {"block_m": 64, "block_n": 128, "stages": 8,
                                                 "tma_store": False, **cluster}
     # pingpong only where asked for, and then whole tiles, unclustered, as wide as one
     # consumer's accumulators allow: 128x192 (nn too: three 64-column boxes), 64x256 (decode)
@@ -452,6 +453,20 @@ def test_knobs_set_by_the_user_win_and_the_heuristic_fills_the_rest():
     tall = gemm((4096, 6144, 4096), "bfloat16", "nt")  # 256x192 tiles, unasked
     assert changed(v8, tall, {"pingpong": True}) == {"block_n": 192, "pingpong": True}
 
+
+
+def test_v8s_ring_is_deeper_on_unsplit_64_row_tiles_only():
+    """ring_stages: the most stages that fit, up to 8 on an unsplit tile of one wgmma's rows and
+    up to 6 on the rest (split 64-row tiles, 128 rows and more); a space holding only deeper
+    rings keeps the least of them that fits (best's whole-K tile asks for 16)."""
+    space = schedules.get("gemm", "v8").space
+    assert ring_stages((64, 128), 1, space, False) == 8
+    assert ring_stages((64, 128), 2, space, False) == 6
+    assert ring_stages((128, 128), 1, space, False) == 6
+    assert ring_stages((64, 256), 1, space, False) == 5  # 40 KB stages: 6 would not fit
+    assert ring_stages((128, 256), 1, space, True) == 4
+    assert ring_stages((64, 16), 1, {**space, "stages": [16]}, False) == 16
+    assert ring_stages((256, 256), 1, {**space, "stages": [8]}, False) is None
 
 GRID = [(1, 1, 1), (16, 6144, 4096), (1000, 4096, 4096), (3000, 1000, 2000), (257, 129, 65)]
 DTYPES = {"v5t": ["float32"], "v6": ["float16"], "v7": ["bfloat16"]}

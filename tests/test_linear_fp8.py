@@ -188,8 +188,9 @@ def test_a_precise_layers_v8_for_any_m_overlaps_its_promotions_in_short_runs(buc
     assert all(k["promote_overlap"] == heuristic(layer.gemm(bucket.most(4096)), {
         knob: value for knob, value in k.items() if knob != "promote_overlap"})["promote_overlap"]
         for k in halved)
-    longer = {**found[0], "block_m": 128, "block_n": 128, "split_k": 1, "split_tail": False,
-              "promote_halves": False, "promote_overlap": 2 * MOST_SPLIT_OVERLAP}
+    longer = {**found[0], "block_m": 128, "block_n": 128, "stages": 6, "split_k": 1,
+              "split_tail": False, "promote_halves": False,
+              "promote_overlap": 2 * MOST_SPLIT_OVERLAP}
     with pytest.raises(ScheduleNotApplicable,
                        match=re.escape(f"runs of more than {MOST_SPLIT_OVERLAP} K blocks spill")):
         v8.v8_kernel_any_m(layer.gemm(4096), **longer)

@@ -51,6 +51,11 @@ CLUSTER_PADDING = 1.125  # ... and their rows of tiles, padded to whole pairs, t
 # where they take CLUSTER_WAVES waves or more and K has this many blocks or more
 # (reports/notes/h100-v8.md, "Block scales in clusters of 2 along N")
 PAIRED_K_BLOCKS = 48
+# The ring's stages: an unsplit tile of one wgmma's rows takes up to LONG_RING stages (more of
+# its K blocks in flight), other tiles up to SHORT_RING; a ring filling shared memory lost on
+# both (reports/notes/h100-shapes.md, "Deeper rings for 64-row tiles")
+LONG_RING = 8
+SHORT_RING = 6
 TMA_STORE_STAGES = {2: 3, 1: 4}  # tma_store: where its boxes leave room for so many stages,
 # by the bytes of an input element (fp8 lost a stage's worth)
 # 16-bit inputs: each tile shape's time, in microseconds on an H100, per K block of 128 bytes
@@ -406,6 +411,15 @@ def fitting_stages(block_m: int, block_n: int, space: dict, boxes: bool) -> list
             if arena_bytes(block_m, block_n, s, boxes) <= HOPPER_SHARED_BYTES]
 
 
+def ring_stages(tile: tuple[int, int], split_k: int, space: dict, boxes: bool) -> int | None:
+    """The most stages that fit (`fitting_stages`) up to LONG_RING for an unsplit tile of one
+    wgmma's rows, up to SHORT_RING for others; None where none fits (or where the space holds
+    only more: then the least that fits)."""
+    fitting = fitting_stages(*tile, space, boxes)
+    most = LONG_RING if tile[0] == WGMMA_M and split_k == 1 else SHORT_RING
+    return max((s for s in fitting if s <= most), default=min(fitting, default=None))
+
+
 def takes_tma_store(wl: Workload, sms: int, tile: tuple[int, int], space: dict,
                     pingpong: bool) -> bool:
     """tma_store where the space must have it, or where a CTA walks more than one tile (its
@@ -629,7 +643,7 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
       one consumer holds (no split K, clusters or tall tiles of its own); swap_ab where asked
       for, or unasked for decode batches (`swap_choice`), then these rules on the
       product the kernel computes, on tiles cut to M (`swapped_tiles`);
-    - tma_store as `takes_tma_store` decides, and the most stages that fit;
+    - tma_store as `takes_tma_store` decides, and the ring's stages as `ring_stages` counts them;
     - fp8: wgmma's sums promoted into float32 every PROMOTE_K K elements (`promotion`:
       torch._scaled_mm's default's precision; promote_k=none is fast accumulation), each K
       block's under the next one's wgmmas in runs ptxas keeps in registers
@@ -687,8 +701,8 @@ def tma_tiles(wl: Workload, sms: int, knobs: dict, space: dict) -> dict:
     tma_store = takes_tma_store(wl, sms, (block_m, block_n), space, pingpong)
     split_k = kept_split(split_k, knobs, space)
     return {"block_m": block_m, "block_n": block_n,
-            "stages": max(fitting_stages(block_m, block_n, space, tma_store),
-                          default=knobs["stages"]),
+            "stages": ring_stages((block_m, block_n), split_k, space, tma_store)
+            or knobs["stages"],
             "tma_store": tma_store, "split_k": split_k, "promote_k": promote_k,
             "split_tail": split_tail if split_tail in space["split_tail"] else knobs["split_tail"],
             "promote_overlap": short_overlap(overlap, space) if split_k > 1 else overlap,

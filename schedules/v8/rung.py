@@ -81,7 +81,7 @@ def v8_kernel_any_m(wl: Workload, *, open_ended: bool = False, bias: bool = Fals
 
 
 @schedule("gemm", "v8", space={"block_m": [64, 128, 256], "block_n": BLOCK_N,
-                               "stages": [3, 4, 5, 6], "group_m": [1, 4, 8, 16],
+                               "stages": [3, 4, 5, 6, 8], "group_m": [1, 4, 8, 16],
                                "split_k": [1, 2, 3, 4, 6, 8], "split_tail": [False, True],
                                "tma_store": [False, True], "cluster_m": [1, 2], "cluster_n": [1, 2],
                                "pingpong": [False, True], "promote_k": PROMOTE_K,
