@@ -439,6 +439,14 @@ def nvcc_resources(source: str, arch: str) -> dict | None:
     stack and spills per kernel from --resource-usage, and whether ptxas serialized its wgmmas
     (a wgmma's accumulators read before a wait that ptxas can tell covers it). None when nvcc
     is not on PATH."""
+    report = ptxas_report(source, arch)
+    return None if report is None else _parse_resource_usage(report)
+
+
+def ptxas_report(source: str, arch: str) -> str | None:
+    """What nvcc and ptxas print compiling `source` to a cubin for `arch` with --resource-usage
+    (its counts, and its remarks such as setmaxnreg ignored); None when nvcc is not on PATH;
+    BuildFailed, with nvcc's errors, where nvcc rejects the source."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return None
@@ -456,7 +464,7 @@ def nvcc_resources(source: str, arch: str) -> dict | None:
         errors = [line for line in said if "error" in line or "fatal" in line]
         raise BuildFailed("nvcc rejected the generated CUDA: "
                           + "; ".join(errors or said[-1:] or [f"exit status {done.returncode}"]))
-    return _parse_resource_usage(done.stdout + done.stderr)
+    return done.stdout + done.stderr
 
 
 def _parse_resource_usage(report: str) -> dict:
